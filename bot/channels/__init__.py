@@ -1,0 +1,1 @@
+"""Transports: the channel interface and one module per backend (terminal, Telegram)."""

@@ -1,0 +1,30 @@
+"""`Clock`: the current time in the configured time zone (daily notes, dates in prompts)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+
+class InvalidTimezone(ValueError):
+    """`BOT_TIMEZONE` names no known time zone."""
+
+
+def resolve_timezone(name: str | None) -> tzinfo:
+    """The zone named by `BOT_TIMEZONE`, or the machine's own when unset."""
+    if not name:
+        return datetime.now().astimezone().tzinfo or UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise InvalidTimezone(f"BOT_TIMEZONE={name!r} is not a known time zone (e.g. Europe/Berlin)") from error
+
+
+class Clock:
+    """Now, in the bot's time zone."""
+
+    def __init__(self, zone: tzinfo) -> None:
+        self.zone = zone
+
+    def now(self) -> datetime:
+        return datetime.now(self.zone)

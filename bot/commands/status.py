@@ -1,0 +1,56 @@
+"""`StatusReporter`: what `/status` and `python -m bot status` print for a session."""
+
+from __future__ import annotations
+
+from bot.clock import Clock
+from bot.compaction.budget import ContextBudget
+from bot.compaction.estimator import TokenEstimator
+from bot.domain.session import AgentSession
+from bot.llm.models import ModelRegistry
+from bot.memory.stats import read_memory_state
+from bot.runtime_config import RuntimeConfigStore
+from bot.workspace import Workspace
+
+
+class StatusReporter:
+    """Describes a session: messages, context against the budget, compactions, memory, model."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        config_store: RuntimeConfigStore,
+        models: ModelRegistry,
+        estimator: TokenEstimator,
+        clock: Clock,
+        model_override: str | None,
+    ) -> None:
+        self._workspace = workspace
+        self._config_store = config_store
+        self._models = models
+        self._estimator = estimator
+        self._clock = clock
+        self._model_override = model_override
+
+    async def report(self, session: AgentSession) -> str:
+        config = await self._config_store.current()
+        model = self._models.lookup(self._model_override or config.llm.model)
+        budget = ContextBudget.for_model(model, config.compaction)
+        tokens = self._estimator.messages(session.messages)
+        memory = await read_memory_state(self._workspace, self._clock.now().date())
+        last_usage = session.metadata.get("lastUsage")
+        last_prompt = f", last call {last_usage['promptTokens']} prompt tokens" if last_usage else ""
+        items = ", ".join(f"{layer.lower()} {count}" for layer, count in memory.items_per_layer.items())
+        known = "" if model.known else " (not in models.json; default limits)"
+        percent = round(100 * tokens / budget.trigger_tokens)
+        return "\n".join(
+            [
+                f"Session {session.id} ({session.state.value})",
+                f"Messages: {len(session.messages)}",
+                f"Context: ~{tokens} tokens of {budget.trigger_tokens} ({percent}%){last_prompt}",
+                f"Compactions: {session.metadata.get('compactions', 0)}",
+                f"Memory: MEMORY.md {memory.long_term_chars} chars; items: {items}; "
+                f"today's notes: {memory.today_note_lines} entries"
+                + ("" if config.memory.enabled else " (memory disabled)"),
+                f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
+            ]
+        )

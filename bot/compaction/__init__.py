@@ -1,0 +1,1 @@
+"""Keeping the prompt inside the model's context: token estimates and the budget."""

@@ -1,0 +1,25 @@
+"""`InboundMessage`: what a person sent, as the pipeline sees it, whatever the channel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """One message a person sent, as the pipeline sees it, whatever the channel."""
+
+    channel_type: str
+    chat_id: str
+    user_id: str
+    text: str
+    message_id: str | None = None
+    username: str | None = None
+    is_group: bool = False
+    # A key that is the same when the transport delivers the same message twice (Telegram's update_id).
+    dedup_key: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def session_id(self) -> str:
+        return f"{self.channel_type}:{self.chat_id}"

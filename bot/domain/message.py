@@ -1,0 +1,66 @@
+"""`Message`: one entry of a conversation, including structured tool calls and tool results."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field, field_validator
+
+from bot.domain.model import CamelModel, utc_now
+from bot.domain.text import scrub_surrogates
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ToolCall(CamelModel):
+    """A function call the model asked for; `arguments` is the model's raw JSON text, as sent."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Message(CamelModel):
+    """A conversation message as stored in the session and the archive (CONTRACT format)."""
+
+    id: str = Field(default_factory=new_message_id)
+    role: Role
+    content: str = ""
+    timestamp: datetime = Field(default_factory=utc_now)
+    # Set on an assistant message that requests tools.
+    tool_calls: list[ToolCall] | None = None
+    # Set on a tool result: which call it answers, and the tool's name.
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _storable_text(cls, value: str) -> str:
+        return scrub_surrogates(value)
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls(role=Role.USER, content=text)
+
+    @classmethod
+    def assistant(cls, text: str, tool_calls: list[ToolCall] | None = None) -> Message:
+        return cls(role=Role.ASSISTANT, content=text, tool_calls=tool_calls or None)
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls(role=Role.SYSTEM, content=text)
+
+    @classmethod
+    def tool_result(cls, call: ToolCall, output: str) -> Message:
+        return cls(role=Role.TOOL, content=output, tool_call_id=call.id, name=call.name)

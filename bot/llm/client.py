@@ -1,0 +1,188 @@
+"""`LlmClient`: chat completions against any OpenAI-compatible endpoint through `openai.AsyncOpenAI`.
+
+Retries with backoff (429 honouring `retry-after`, 5xx, connection errors and timeouts) are the
+`openai` library's own; this module sets their count and the timeout from runtime-config, records
+the provider-reported usage of every call, and turns the library's exceptions into `LlmError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from bot.domain.message import ToolCall
+from bot.domain.turn import Usage
+from bot.llm.errors import LlmError, LlmFailure
+
+log = logging.getLogger(__name__)
+
+# The openai client insists on a key; local servers (Ollama, llama.cpp) accept any.
+_PLACEHOLDER_API_KEY = "no-key-configured"
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One call: the model, OpenAI-format messages and tool schemas, and the call's limits."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout_seconds: float = 60.0
+    max_retries: int = 2
+
+
+@dataclass
+class ChatResult:
+    """The model's answer: text and/or tool calls, and what the provider says it cost."""
+
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of streamed answer text."""
+
+    text: str
+
+
+class LlmClient:
+    """The one way the bot talks to a model."""
+
+    def __init__(self, api_key: str | None, base_url: str | None) -> None:
+        self._client = AsyncOpenAI(api_key=api_key or _PLACEHOLDER_API_KEY, base_url=base_url)
+        self.usage_log: list[Usage] = []
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        """A whole answer in one response."""
+        started = time.monotonic()
+        with _translated_errors(request.model):
+            response = await self._client_for(request).chat.completions.create(**_request_arguments(request))
+        if not response.choices:
+            raise LlmError(LlmFailure.BAD_RESPONSE, "the response has no choices")
+        choice = response.choices[0]
+        calls = [
+            ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments or "{}")
+            for call in choice.message.tool_calls or []
+            if call.type == "function"
+        ]
+        usage = self._record_usage(request.model, response.usage)
+        log.info(
+            "[LLM] %s answered in %.2fs (%s prompt tokens)",
+            request.model,
+            time.monotonic() - started,
+            usage.prompt_tokens if usage else "?",
+        )
+        return ChatResult(choice.message.content or "", calls, usage, choice.finish_reason)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[TextDelta | ChatResult]:
+        """Text deltas as the model writes, then the whole `ChatResult` as the last item."""
+        text_parts: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        usage: Usage | None = None
+        finish_reason: str | None = None
+        with _translated_errors(request.model):
+            chunks = await self._client_for(request).chat.completions.create(
+                **_request_arguments(request), stream=True, stream_options={"include_usage": True}
+            )
+            async for chunk in chunks:
+                if chunk.usage is not None:
+                    usage = self._record_usage(request.model, chunk.usage)
+                for choice in chunk.choices:
+                    finish_reason = choice.finish_reason or finish_reason
+                    delta = choice.delta
+                    if delta.content:
+                        text_parts.append(delta.content)
+                        yield TextDelta(delta.content)
+                    for call in delta.tool_calls or []:
+                        slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = call.id or slot["id"]
+                        if call.function is not None:
+                            slot["name"] += call.function.name or ""
+                            slot["arguments"] += call.function.arguments or ""
+        tool_calls = [ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}") for c in calls.values()]
+        yield ChatResult("".join(text_parts), tool_calls, usage, finish_reason)
+
+    def _client_for(self, request: ChatRequest) -> AsyncOpenAI:
+        return self._client.with_options(timeout=request.timeout_seconds, max_retries=request.max_retries)
+
+    def _record_usage(self, model: str, reported: Any) -> Usage | None:
+        if reported is None:
+            return None
+        usage = Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0, model)
+        self.usage_log.append(usage)
+        del self.usage_log[:-1000]  # bounded: only recent calls matter
+        return usage
+
+
+def _request_arguments(request: ChatRequest) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"model": request.model, "messages": request.messages}
+    if request.tools:
+        arguments["tools"] = request.tools
+    if request.temperature is not None:
+        arguments["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        arguments["max_tokens"] = request.max_tokens
+    return arguments
+
+
+@contextmanager
+def _translated_errors(model: str) -> Iterator[None]:
+    """Turns the openai library's exceptions into `LlmError`, logged once with the reason."""
+    try:
+        yield
+    except LlmError:
+        raise
+    except Exception as error:
+        failure = _classify(error)
+        if failure is None:
+            raise
+        log.warning("[LLM] %s call failed (%s): %s", model, failure.value, _short(error))
+        raise LlmError(failure, _short(error)) from error
+
+
+def _classify(error: Exception) -> LlmFailure | None:
+    if isinstance(error, openai.APITimeoutError):
+        return LlmFailure.TIMEOUT
+    if isinstance(error, openai.APIConnectionError):
+        return LlmFailure.UNREACHABLE
+    if isinstance(error, openai.RateLimitError):
+        return LlmFailure.RATE_LIMITED
+    if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError):
+        return LlmFailure.AUTH
+    if isinstance(error, openai.InternalServerError):
+        return LlmFailure.SERVER_ERROR
+    if isinstance(error, openai.APIStatusError):
+        if error.status_code >= 500:
+            return LlmFailure.SERVER_ERROR
+        if _is_context_length(error):
+            return LlmFailure.CONTEXT_LENGTH
+        return LlmFailure.BAD_REQUEST
+    if isinstance(error, openai.APIError | json.JSONDecodeError):
+        return LlmFailure.BAD_RESPONSE
+    return None
+
+
+def _is_context_length(error: openai.APIStatusError) -> bool:
+    code = getattr(error, "code", None)
+    text = str(error).lower()
+    return code == "context_length_exceeded" or "context length" in text or "context_length" in text
+
+
+def _short(error: Exception) -> str:
+    return str(error).replace("\n", " ")[:300]

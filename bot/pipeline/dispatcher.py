@@ -1,0 +1,95 @@
+"""`ChatDispatcher`: each chat's messages strictly in order, different chats concurrently.
+
+Every chat with work gets one worker task that takes its queued messages one at a time; the task
+ends when the queue is empty, so idle chats cost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bot.channels.base import Channel
+from bot.domain.inbound import InboundMessage
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[InboundMessage, Channel], Awaitable[None]]
+
+
+@dataclass
+class _ChatQueue:
+    items: asyncio.Queue[tuple[InboundMessage, Channel]] = field(default_factory=asyncio.Queue)
+    worker: asyncio.Task[None] | None = None
+    busy: bool = False
+
+
+class ChatDispatcher:
+    """Queues inbound messages per chat and runs `handler` on each, in arrival order."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._chats: dict[str, _ChatQueue] = {}
+        self._accepting = True
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def submit(self, inbound: InboundMessage, channel: Channel) -> bool:
+        """Queue a message; returns False once the dispatcher is closing (nothing is taken then)."""
+        if not self._accepting:
+            return False
+        chat = self._chats.get(inbound.session_id)
+        if chat is None:
+            chat = self._chats[inbound.session_id] = _ChatQueue()
+        chat.items.put_nowait((inbound, channel))
+        if chat.worker is None:
+            chat.worker = asyncio.create_task(self._work(inbound.session_id, chat), name=f"chat {inbound.session_id}")
+        self._idle.clear()
+        return True
+
+    def is_busy(self, session_id: str) -> bool:
+        chat = self._chats.get(session_id)
+        return chat is not None and chat.busy
+
+    def pending(self, session_id: str) -> int:
+        chat = self._chats.get(session_id)
+        return 0 if chat is None else chat.items.qsize()
+
+    async def drain(self) -> None:
+        """Wait until every queued message was handled."""
+        await self._idle.wait()
+
+    async def close(self, grace_seconds: float) -> None:
+        """Stop taking messages, let runs in progress finish for up to `grace_seconds`, cancel the rest."""
+        self._accepting = False
+        try:
+            await asyncio.wait_for(self.drain(), grace_seconds)
+        except TimeoutError:
+            workers = [chat.worker for chat in self._chats.values() if chat.worker is not None]
+            log.warning("[Dispatcher] Cancelling %d chats still running after %.0f s", len(workers), grace_seconds)
+            for worker in workers:
+                worker.cancel()
+            for worker in workers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await worker
+
+    async def _work(self, session_id: str, chat: _ChatQueue) -> None:
+        try:
+            while not chat.items.empty():
+                inbound, channel = chat.items.get_nowait()
+                chat.busy = True
+                try:
+                    await self._handler(inbound, channel)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("[Dispatcher] Handling a message of %s failed", session_id)
+                finally:
+                    chat.busy = False
+        finally:
+            del self._chats[session_id]
+            if not self._chats:
+                self._idle.set()

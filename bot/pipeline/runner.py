@@ -1,0 +1,151 @@
+"""`PipelineRunner`: runs the numbered systems for one inbound message and delivers the reply.
+
+The user's message is written to the session before any system runs, so neither a crash nor a model
+error loses it. Systems before the reply (18, 20, 30) may end the turn with a user-facing error;
+the reply is then delivered; systems after it (50, 55) only log their failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+
+from bot.channels.base import Channel
+from bot.domain.inbound import InboundMessage
+from bot.domain.message import Message
+from bot.domain.turn import TurnContext
+from bot.llm.errors import LlmError
+from bot.pipeline.system import PipelineSystem, UserFacingError
+from bot.runtime_config import RuntimeConfigStore
+from bot.sessions.service import RECOVERED_FROM_KEY, SessionService
+
+log = logging.getLogger(__name__)
+
+# The systems of the design, by order; a build without one of them says so once at start.
+DESIGNED_SYSTEMS = {
+    18: "AutoCompaction",
+    20: "ContextBuilding",
+    30: "ToolLoop",
+    50: "MemoryPersist",
+    55: "RagIndexing",
+}
+
+TYPING_REFRESH_SECONDS = 4.0  # Telegram shows "typing…" for about 5 s per call
+GENERIC_FAILURE_REPLY = "Something went wrong while answering. Your message is saved; please try again."
+
+
+class PipelineRunner:
+    """Runs every inbound message of a chat through the systems, in order."""
+
+    def __init__(
+        self,
+        systems: Sequence[PipelineSystem],
+        sessions: SessionService,
+        config_store: RuntimeConfigStore,
+        model_override: str | None = None,
+    ) -> None:
+        self._systems = sorted(systems, key=lambda system: system.order)
+        self._sessions = sessions
+        self._config_store = config_store
+        self._model_override = model_override
+        present = {system.order for system in self._systems}
+        for order, name in DESIGNED_SYSTEMS.items():
+            if order not in present:
+                log.info("[Pipeline] %s (%d) is not part of this build; skipped", name, order)
+        log.info("[Pipeline] Systems: %s", ", ".join(f"{s.name}({s.order})" for s in self._systems))
+
+    @property
+    def systems(self) -> list[PipelineSystem]:
+        return list(self._systems)
+
+    async def run(self, inbound: InboundMessage, channel: Channel) -> TurnContext:
+        """Answer one message. The caller guarantees one run per chat at a time."""
+        started = time.monotonic()
+        config = await self._config_store.current()
+        session = await self._sessions.get_or_create(inbound.channel_type, inbound.chat_id)
+        async with self._sessions.lock_for(session.id):
+            await self._tell_about_recovery(session.metadata, channel, inbound.chat_id)
+            user_message = Message.user(inbound.text)
+            await self._sessions.append_messages(session, [user_message])
+            ctx = TurnContext(
+                inbound=inbound,
+                session=session,
+                config=config,
+                user_message=user_message,
+                model=self._model_override or config.llm.model,
+            )
+            async with _typing(channel, inbound.chat_id):
+                failure_reply = await self._run_systems(ctx, after_reply=False)
+            await self._deliver(ctx, channel, failure_reply)
+            if failure_reply is None:
+                await self._run_systems(ctx, after_reply=True)
+        log.info("[Pipeline] %s answered in %.0f ms", session.id, (time.monotonic() - started) * 1000)
+        return ctx
+
+    async def _run_systems(self, ctx: TurnContext, *, after_reply: bool) -> str | None:
+        """Run one phase; returns the reply to send instead when a pre-reply system failed."""
+        for system in self._systems:
+            if system.after_reply != after_reply or not system.enabled(ctx):
+                continue
+            try:
+                await system.process(ctx)
+            except asyncio.CancelledError:
+                raise
+            except (UserFacingError, LlmError) as error:
+                if after_reply:
+                    log.warning("[%s] Failed after the reply: %s", system.name, error)
+                    continue
+                return error.user_message
+            except Exception:
+                log.exception("[%s] Failed", system.name)
+                if not after_reply:
+                    return GENERIC_FAILURE_REPLY
+        return None
+
+    async def _deliver(self, ctx: TurnContext, channel: Channel, failure_reply: str | None) -> None:
+        text = failure_reply if failure_reply is not None else ctx.reply_text
+        if not text or (failure_reply is None and ctx.reply_delivered):
+            return
+        try:
+            await channel.send_text(ctx.inbound.chat_id, text)
+            ctx.reply_delivered = failure_reply is None
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            # The turn is already in the session; the user can ask again or see it in the history.
+            log.error("[Pipeline] Reply to %s could not be delivered: %s", ctx.session.id, error)
+
+    async def _tell_about_recovery(self, metadata: dict[str, object], channel: Channel, chat_id: str) -> None:
+        quarantined = metadata.pop(RECOVERED_FROM_KEY, None)
+        if quarantined:
+            await channel.send_text(
+                chat_id,
+                f"Your previous conversation file was damaged, so I started a fresh one. "
+                f"The damaged file was kept as {quarantined}; your memory files are untouched.",
+            )
+
+
+@contextlib.asynccontextmanager
+async def _typing(channel: Channel, chat_id: str) -> AsyncIterator[None]:
+    """Keep the chat's typing indicator on while the body runs."""
+
+    async def refresh() -> None:
+        while True:
+            try:
+                await channel.send_typing(chat_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.debug("[Pipeline] Typing indicator failed: %s", error)
+            await asyncio.sleep(TYPING_REFRESH_SECONDS)
+
+    task = asyncio.create_task(refresh())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

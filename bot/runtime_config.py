@@ -1,0 +1,119 @@
+"""Loads `runtime-config.json` and keeps it current while the bot runs.
+
+The workspace file is partial: it is merged key by key over the shipped defaults. It is re-read
+whenever it changes (checked on every use, a single `stat`), so an edit takes effect on the next
+message. A file that is not valid JSON, has a wrong type or an unknown key is refused with one log
+line naming the file and the key, and the last good configuration stays in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from bot.settings import RuntimeConfig
+
+log = logging.getLogger(__name__)
+
+
+class InvalidRuntimeConfig(ValueError):
+    """The configuration file was refused; the message names the file and the offending key."""
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` over `base`, section by section; a non-object value replaces whole."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe_validation_error(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        problems.append(f"{key}: {item['msg']}")
+    return "; ".join(problems)
+
+
+def parse_runtime_config(text: str, source: Path, base: dict[str, Any]) -> RuntimeConfig:
+    """Validate `text` merged over `base`; raises `InvalidRuntimeConfig` saying what and where."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidRuntimeConfig(
+            f"{source}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from error
+    if not isinstance(data, dict):
+        raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
+    try:
+        return RuntimeConfig.model_validate(deep_merge(base, data))
+    except ValidationError as error:
+        raise InvalidRuntimeConfig(f"{source}: {_describe_validation_error(error)}") from error
+
+
+class RuntimeConfigStore:
+    """The configuration in force: shipped defaults with the workspace file merged over them."""
+
+    def __init__(self, defaults_path: Path, workspace_path: Path) -> None:
+        self._workspace_path = workspace_path
+        self._defaults_path = defaults_path
+        self._defaults: dict[str, Any] = json.loads(defaults_path.read_text(encoding="utf-8"))
+        self._config = parse_runtime_config(json.dumps(self._defaults), defaults_path, {})
+        self._signature: tuple[int, int, int] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self._workspace_path
+
+    @property
+    def config(self) -> RuntimeConfig:
+        """The configuration in force, without checking the file (see `current`)."""
+        return self._config
+
+    async def current(self) -> RuntimeConfig:
+        """The configuration in force, re-reading the workspace file first if it changed."""
+        signature = await asyncio.to_thread(self._file_signature)
+        if signature != self._signature:
+            async with self._lock:
+                if signature != self._signature:
+                    await asyncio.to_thread(self._reload, signature)
+        return self._config
+
+    def load_now(self) -> RuntimeConfig:
+        """Read the file synchronously (start-up and the command line)."""
+        self._reload(self._file_signature())
+        return self._config
+
+    def _file_signature(self) -> tuple[int, int, int] | None:
+        try:
+            stat = os.stat(self._workspace_path)
+        except FileNotFoundError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+    def _reload(self, signature: tuple[int, int, int] | None) -> None:
+        # Remember the signature even when refused, so one bad edit is one log line, not one per message.
+        self._signature = signature
+        if signature is None:
+            self._config = parse_runtime_config("{}", self._workspace_path, self._defaults)
+            return
+        try:
+            text = self._workspace_path.read_text(encoding="utf-8")
+            config = parse_runtime_config(text, self._workspace_path, self._defaults)
+        except (InvalidRuntimeConfig, UnicodeDecodeError, OSError) as error:
+            log.error("[Config] Refused %s; keeping the last good configuration", error)
+            return
+        if config != self._config:
+            log.info("[Config] Loaded %s", self._workspace_path)
+        self._config = config

@@ -1,0 +1,1 @@
+"""Background jobs on one APScheduler owned by the running bot."""

@@ -1,0 +1,96 @@
+"""`SessionService`: get-or-create, save, clear and delete chat sessions, cached in memory.
+
+Callers that change a session hold its lock (`lock_for`) for the whole change; the pipeline holds it
+for a run. Saving messages appends them to the archive and rewrites the live session once, so the
+cost does not grow with the archive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from bot.domain.message import Message
+from bot.domain.model import utc_now
+from bot.domain.session import AgentSession, session_id_for
+from bot.sessions.archive import MessageArchive
+from bot.sessions.store import CorruptSession, SessionFileStore
+
+log = logging.getLogger(__name__)
+
+# Metadata key set on a session started in place of an unreadable one, until the user was told.
+RECOVERED_FROM_KEY = "recoveredFrom"
+
+
+class SessionService:
+    """The live sessions of every chat: one cached `AgentSession` per id, persisted on every change."""
+
+    def __init__(self, sessions_dir: Path) -> None:
+        self.store = SessionFileStore(sessions_dir)
+        self.archive = MessageArchive(sessions_dir / "archive")
+        self._cache: dict[str, AgentSession] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock_for(self, session_id: str) -> asyncio.Lock:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = self._locks[session_id] = asyncio.Lock()
+        return lock
+
+    async def get_or_create(self, channel_type: str, chat_id: str) -> AgentSession:
+        """The chat's session from the cache or disk, or a new one (not yet written)."""
+        session_id = session_id_for(channel_type, chat_id)
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            return cached
+        try:
+            session = await self.store.load(session_id)
+        except CorruptSession as corrupt:
+            session = AgentSession.new(channel_type, chat_id)
+            session.metadata[RECOVERED_FROM_KEY] = corrupt.quarantined_as.name
+        if session is None:
+            session = AgentSession.new(channel_type, chat_id)
+        # Another task may have loaded it meanwhile; the first one in wins so there is one object.
+        return self._cache.setdefault(session_id, session)
+
+    async def get(self, session_id: str) -> AgentSession | None:
+        """The session if it exists in the cache or on disk; never creates one."""
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            return cached
+        try:
+            session = await self.store.load(session_id)
+        except CorruptSession:
+            return None
+        return None if session is None else self._cache.setdefault(session_id, session)
+
+    async def append_messages(self, session: AgentSession, messages: list[Message]) -> None:
+        """Add messages: one archive append, then one atomic rewrite of the live session."""
+        session.messages.extend(messages)
+        await self.archive.append(session.id, messages)
+        await self.save(session)
+
+    async def save(self, session: AgentSession) -> None:
+        session.updated_at = utc_now()
+        self._cache[session.id] = session
+        await self.store.save(session)
+
+    async def clear_messages(self, session: AgentSession) -> int:
+        """Empty the live conversation (`/new`); the archive keeps everything. Returns how many went."""
+        removed = len(session.messages)
+        session.messages.clear()
+        await self.save(session)
+        log.info("[Session] Cleared %s (%d messages)", session.id, removed)
+        return removed
+
+    async def delete(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
+        await self.store.delete(session_id)
+
+    async def message_count(self, session_id: str) -> int:
+        session = await self.get(session_id)
+        return 0 if session is None else len(session.messages)
+
+    def stored_ids(self) -> list[str]:
+        return self.store.list_ids()

@@ -1,0 +1,70 @@
+"""`SessionFileStore`: one whole, valid JSON document per chat under `sessions/`.
+
+A crash at any moment leaves the old or the new version (atomic rewrite). A file that does not parse
+is never overwritten: it is moved aside as `<name>.corrupt-<time>` so nothing is lost, and the chat
+starts a fresh session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bot.domain.model import utc_now
+from bot.domain.session import AgentSession, checked_session_id
+from bot.storage.files import read_text_sync, write_atomic
+
+log = logging.getLogger(__name__)
+
+
+class CorruptSession(Exception):
+    """A session file did not parse; it was moved aside to `quarantined_as`."""
+
+    def __init__(self, session_id: str, quarantined_as: Path) -> None:
+        super().__init__(f"session {session_id} was unreadable and was moved to {quarantined_as.name}")
+        self.session_id = session_id
+        self.quarantined_as = quarantined_as
+
+
+class SessionFileStore:
+    """Reads and atomically writes `sessions/{channelType}:{chatId}.json`."""
+
+    def __init__(self, sessions_dir: Path) -> None:
+        self._dir = sessions_dir
+
+    def path_for(self, session_id: str) -> Path:
+        return self._dir / f"{checked_session_id(session_id)}.json"
+
+    async def load(self, session_id: str) -> AgentSession | None:
+        """The stored session, or None if there is none. Raises `CorruptSession` after quarantining."""
+        return await asyncio.to_thread(self._load_sync, session_id)
+
+    def _load_sync(self, session_id: str) -> AgentSession | None:
+        path = self.path_for(session_id)
+        text = read_text_sync(path)
+        if text is None:
+            return None
+        try:
+            return AgentSession.model_validate_json(text)
+        except ValidationError as error:
+            quarantined = path.with_name(f"{path.name}.corrupt-{utc_now().strftime('%Y%m%dT%H%M%S%fZ')}")
+            path.rename(quarantined)
+            log.error("[Session] %s is unreadable (%s); moved to %s", path, error.error_count(), quarantined)
+            raise CorruptSession(session_id, quarantined) from error
+
+    async def save(self, session: AgentSession) -> None:
+        data = session.model_dump_json(by_alias=True, exclude_none=True, indent=1).encode("utf-8")
+        await write_atomic(self.path_for(session.id), data)
+
+    async def delete(self, session_id: str) -> None:
+        await asyncio.to_thread(self.path_for(session_id).unlink, True)
+
+    def list_ids(self) -> list[str]:
+        """Ids of every stored session, oldest file first."""
+        if not self._dir.is_dir():
+            return []
+        files = sorted(self._dir.glob("*.json"), key=lambda path: path.stat().st_mtime)
+        return [path.name.removesuffix(".json") for path in files]

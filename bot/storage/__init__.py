@@ -1,0 +1,1 @@
+"""File primitives every store builds on: atomic rewrites and torn-line-tolerant JSONL."""

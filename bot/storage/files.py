@@ -1,0 +1,109 @@
+"""The one place that writes files: whole-file atomic rewrites and durable appends.
+
+Every store (sessions, archive, memory, config) goes through these helpers so that a crash at any
+moment leaves either the old or the new version of a file, never a half-written one. The blocking
+work runs in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic_sync(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: temp file in the same folder, fsync, rename, fsync the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    # The rename is only durable once the directory entry is on disk.
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_stale_temp_files(root: Path) -> int:
+    """Delete temp files a crash left behind mid-`write_atomic`; the real files are whole either way."""
+    stale = list(root.rglob(".*.tmp"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
+async def write_atomic(path: Path, data: bytes) -> None:
+    await asyncio.to_thread(write_atomic_sync, path, data)
+
+
+def append_lines_sync(path: Path, lines: list[str]) -> None:
+    """Append whole lines durably; a torn last line left by a crash is cut off first.
+
+    A torn line is the unfinished tail of an append that never completed, so dropping it loses
+    nothing that was ever acknowledged, and it keeps every later line parseable.
+    """
+    if not lines:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A lone surrogate (legal in JSON input, not in UTF-8) becomes a \uXXXX escape, which JSON reads back.
+    payload = "".join(line.rstrip("\n") + "\n" for line in lines).encode("utf-8", "backslashreplace")
+    with open(path, "a+b") as handle:
+        _cut_torn_tail(handle)
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _cut_torn_tail(handle: io.BufferedRandom) -> None:
+    end = handle.seek(0, os.SEEK_END)
+    if end == 0:
+        return
+    handle.seek(end - 1)
+    if handle.read(1) == b"\n":
+        return
+    # Walk back in blocks to the last newline; everything after it is the torn fragment.
+    position = end
+    block = 4096
+    while position > 0:
+        start = max(0, position - block)
+        handle.seek(start)
+        chunk = handle.read(position - start)
+        newline = chunk.rfind(b"\n")
+        if newline != -1:
+            handle.truncate(start + newline + 1)
+            handle.seek(0, os.SEEK_END)
+            return
+        position = start
+    handle.truncate(0)
+    handle.seek(0)
+
+
+async def append_lines(path: Path, lines: list[str]) -> None:
+    await asyncio.to_thread(append_lines_sync, path, lines)
+
+
+def read_text_sync(path: Path) -> str | None:
+    """The file's text, or None when it does not exist. Undecodable bytes are replaced, not fatal."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+async def read_text(path: Path) -> str | None:
+    return await asyncio.to_thread(read_text_sync, path)

@@ -1,0 +1,1 @@
+"""Tools the model can call: the registry and the workspace tools (filled in by the tool-loop work)."""

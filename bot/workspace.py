@@ -1,0 +1,91 @@
+"""`Workspace`: where every file of the bot lives, and creating it from `workspace_template/`."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The paths of CONTRACT's workspace layout, rooted at `BOT_WORKSPACE`."""
+
+    root: Path
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def long_term_memory_file(self) -> Path:
+        return self.memory_dir / "MEMORY.md"
+
+    @property
+    def items_dir(self) -> Path:
+        return self.memory_dir / "items"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def preferences_dir(self) -> Path:
+        return self.root / "preferences"
+
+    @property
+    def runtime_config_file(self) -> Path:
+        return self.preferences_dir / "runtime-config.json"
+
+    @property
+    def models_file(self) -> Path:
+        return self.preferences_dir / "models.json"
+
+    @property
+    def system_prompt_file(self) -> Path:
+        return self.preferences_dir / "system-prompt.md"
+
+    @property
+    def rag_dir(self) -> Path:
+        return self.root / "rag"
+
+    @property
+    def tool_results_dir(self) -> Path:
+        return self.root / "tool_results"
+
+    def daily_note_file(self, day: date) -> Path:
+        return self.memory_dir / f"{day.isoformat()}.md"
+
+    def required_dirs(self) -> list[Path]:
+        return [
+            self.memory_dir,
+            self.items_dir / "episodic",
+            self.sessions_dir / "archive",
+            self.preferences_dir,
+            self.rag_dir,
+            self.tool_results_dir,
+        ]
+
+    def complete_from(self, template: Path) -> list[Path]:
+        """Create whatever is missing, copying files from `template`; never overwrites. Returns what it made."""
+        created: list[Path] = []
+        for folder in self.required_dirs():
+            if not folder.is_dir():
+                folder.mkdir(parents=True, exist_ok=True)
+                created.append(folder)
+        for source in sorted(template.rglob("*")):
+            if not source.is_file():
+                continue
+            target = self.root / source.relative_to(template)
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            created.append(target)
+        if created:
+            log.info("[Workspace] Completed %s: %d files and folders created", self.root, len(created))
+        return created

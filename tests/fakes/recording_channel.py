@@ -1,0 +1,52 @@
+"""`RecordingChannel`: an in-process channel that records what the bot delivers, for pipeline tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from bot.channels.base import Channel, InboundHandler
+from bot.domain.inbound import InboundMessage
+
+
+class RecordingChannel(Channel):
+    """Delivers nothing anywhere: every reply is kept per chat for assertions."""
+
+    channel_type = "test"
+
+    def __init__(self, fail_sends: int = 0) -> None:
+        self.sent: dict[str, list[str]] = defaultdict(list)
+        self.typing: dict[str, int] = defaultdict(int)
+        self.handler: InboundHandler | None = None
+        self._fail_sends = fail_sends
+        self._changed = asyncio.Condition()
+
+    async def start(self, handler: InboundHandler) -> None:
+        self.handler = handler
+
+    async def stop(self) -> None:
+        self.handler = None
+
+    async def send_text(self, chat_id: str, text: str) -> str | None:
+        if self._fail_sends:
+            self._fail_sends -= 1
+            raise ConnectionError("delivery failed (injected)")
+        async with self._changed:
+            self.sent[chat_id].append(text)
+            self._changed.notify_all()
+        return str(len(self.sent[chat_id]))
+
+    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+        self.sent[chat_id][int(message_id) - 1] = text
+
+    async def send_typing(self, chat_id: str) -> None:
+        self.typing[chat_id] += 1
+
+    def message(self, chat_id: str, text: str, user_id: str = "1") -> InboundMessage:
+        return InboundMessage(self.channel_type, chat_id, user_id, text)
+
+    async def wait_for(self, chat_id: str, count: int, timeout: float = 10.0) -> list[str]:
+        """The first `count` replies to `chat_id`, waiting for them to arrive."""
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: len(self.sent[chat_id]) >= count)
+        return self.sent[chat_id][:count]

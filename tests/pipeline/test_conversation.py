@@ -1,0 +1,169 @@
+"""A conversation through the whole pipeline, asserting what the fake model receives and what the user gets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from bot.app import BotServices
+from tests.fakes.openai_server import FakeOpenAI, Fault, Reply
+from tests.fakes.recording_channel import RecordingChannel
+
+
+async def say(services: BotServices, channel: RecordingChannel, chat_id: str, text: str) -> str:
+    before = len(channel.sent[chat_id])
+    await services.router.accept(channel.message(chat_id, text), channel)
+    return (await channel.wait_for(chat_id, before + 1))[-1]
+
+
+async def test_the_model_gets_the_system_prompt_and_the_whole_conversation(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script("Hello Ann!", "You are Ann.")
+    assert await say(services, channel, "1", "my name is Ann") == "Hello Ann!"
+    assert await say(services, channel, "1", "who am I?") == "You are Ann."
+
+    request = fake_openai.last_chat_request()
+    assert request["model"] == "gpt-4o-mini"
+    system, *conversation = request["messages"]
+    assert system["role"] == "system"
+    assert "personal assistant" in system["content"]
+    assert "Current date and time:" in system["content"] and "(UTC)" in system["content"]
+    assert conversation == [
+        {"role": "user", "content": "my name is Ann"},
+        {"role": "assistant", "content": "Hello Ann!"},
+        {"role": "user", "content": "who am I?"},
+    ]
+
+
+async def test_a_hand_edited_persona_is_used_on_the_next_message(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    await say(services, channel, "1", "hi")
+    services.workspace.system_prompt_file.write_text("You are Captain Memo, a pirate.")
+    await say(services, channel, "1", "hi again")
+    assert fake_openai.system_prompts()[-1].startswith("You are Captain Memo, a pirate.")
+
+
+async def test_usage_reported_by_the_provider_is_recorded(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    from tests.fakes.openai_server import Usage
+
+    fake_openai.script(Reply(text="ok", usage=Usage(prompt_tokens=1234, completion_tokens=5)))
+    await say(services, channel, "1", "hi")
+    session = await services.sessions.get("test:1")
+    assert session is not None
+    assert session.metadata["lastUsage"] == {"promptTokens": 1234, "completionTokens": 5, "model": "gpt-4o-mini"}
+
+
+async def test_a_model_error_keeps_the_users_message_and_says_so(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    fake_openai.fail_next(3, Fault.status(503, "overloaded"))  # the first try and both retries
+    reply = await say(services, channel, "1", "please remember the milk")
+    assert "model service had an error" in reply and "Your message is saved" in reply
+
+    stored = json.loads((workspace_dir / "sessions" / "test:1.json").read_text())
+    assert [(m["role"], m["content"]) for m in stored["messages"]] == [("user", "please remember the milk")]
+    archived = (workspace_dir / "sessions" / "archive" / "test:1.jsonl").read_text()
+    assert "please remember the milk" in archived
+
+    # The next message carries the unanswered one along, so nothing the user said is lost.
+    await say(services, channel, "1", "are you back?")
+    users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+    assert users == ["please remember the milk", "are you back?"]
+
+
+async def test_a_transient_server_error_is_retried_transparently(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script(Fault.status(500), "second try worked")
+    assert await say(services, channel, "1", "hi") == "second try worked"
+    assert len(fake_openai.chat_requests()) == 2
+
+
+async def test_rate_limit_with_retry_after_is_honoured(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script(Fault.rate_limit(retry_after=0.3), "after the wait")
+    started = time.monotonic()
+    assert await say(services, channel, "1", "hi") == "after the wait"
+    assert time.monotonic() - started >= 0.3
+
+
+async def test_context_length_exceeded_is_explained(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script(Fault.context_length_exceeded())
+    reply = await say(services, channel, "1", "long story")
+    assert "too long for the model" in reply
+    assert len(fake_openai.chat_requests()) == 1  # a 400 is not retried
+
+
+async def test_a_model_that_hangs_times_out_with_a_clear_reply(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    services.workspace.runtime_config_file.write_text(
+        json.dumps({"llm": {"requestTimeoutSeconds": 0.3, "maxRetries": 0}})
+    )
+    fake_openai.script(Fault.hang(5))
+    reply = await say(services, channel, "1", "are you there?")
+    assert "did not answer in time" in reply
+
+
+async def test_malformed_model_response_is_explained(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script(Fault.malformed_json())
+    assert "could not read" in await say(services, channel, "1", "hi")
+
+
+async def test_an_undeliverable_reply_stays_in_the_session(services: BotServices, fake_openai: FakeOpenAI) -> None:
+    flaky = RecordingChannel(fail_sends=1)
+    fake_openai.script("lost in transit")
+    await services.router.accept(flaky.message("1", "hello"), flaky)
+    await services.router.dispatcher.drain()
+    session = await services.sessions.get("test:1")
+    assert session is not None
+    assert [m.content for m in session.messages] == ["hello", "lost in transit"]
+
+
+async def test_messages_of_one_chat_are_answered_in_order_and_chats_run_concurrently(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    chats, per_chat, model_delay = 100, 5, 0.05
+    fake_openai.set_responder(lambda request: Reply(text="ok " + request["messages"][-1]["content"], delay=model_delay))
+    started = time.monotonic()
+    for number in range(per_chat):
+        for chat in range(chats):
+            await services.router.accept(channel.message(str(chat), f"{chat}-{number}"), channel)
+    await asyncio.wait_for(services.router.dispatcher.drain(), 60)
+    elapsed = time.monotonic() - started
+
+    for chat in range(chats):
+        assert channel.sent[str(chat)] == [f"ok {chat}-{n}" for n in range(per_chat)]
+    serial_time = chats * per_chat * model_delay
+    assert elapsed < serial_time / 4, f"{elapsed:.1f}s is not far under the serial {serial_time:.0f}s"
+
+
+async def test_status_and_new_commands(services: BotServices, channel: RecordingChannel) -> None:
+    await say(services, channel, "1", "hello")
+    status = await say(services, channel, "1", "/status")
+    assert "Messages: 2" in status
+    assert "Model: gpt-4o-mini" in status and "Compactions: 0" in status
+    assert "MEMORY.md" in status and "today's notes" in status
+
+    assert "2 messages cleared" in await say(services, channel, "1", "/new")
+    assert "Messages: 0" in await say(services, channel, "1", "/status")
+    help_text = await say(services, channel, "1", "/help")
+    assert "/new" in help_text and "/status" in help_text
+    assert "Unknown command /frobnicate" in await say(services, channel, "1", "/frobnicate now")
+
+
+async def test_a_path_is_not_a_command(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    assert await say(services, channel, "1", "/usr/bin is where it lives") == "echo: /usr/bin is where it lives"

@@ -1,0 +1,124 @@
+"""SessionService: the CONTRACT session file, the append-only archive, caching and recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.domain.message import Message, Role, ToolCall
+from bot.domain.session import InvalidSessionId
+from bot.sessions.service import RECOVERED_FROM_KEY, SessionService
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> SessionService:
+    return SessionService(tmp_path / "sessions")
+
+
+async def test_session_file_has_the_contract_shape(sessions: SessionService, tmp_path: Path) -> None:
+    session = await sessions.get_or_create("telegram", "12345")
+    call = ToolCall(id="call_1", name="read_file", arguments='{"path": "notes.md"}')
+    await sessions.append_messages(
+        session,
+        [
+            Message.user("hi"),
+            Message.assistant("", tool_calls=[call]),
+            Message.tool_result(call, "file text"),
+            Message.assistant("done"),
+        ],
+    )
+    stored = json.loads((tmp_path / "sessions" / "telegram:12345.json").read_text())
+    assert stored["id"] == "telegram:12345"
+    assert stored["channelType"] == "telegram" and stored["chatId"] == "12345"
+    assert stored["state"] == "ACTIVE"
+    assert {"createdAt", "updatedAt", "metadata", "messages"} <= stored.keys()
+    roles = [m["role"] for m in stored["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert all({"id", "role", "content", "timestamp"} <= m.keys() for m in stored["messages"])
+    assert stored["messages"][1]["toolCalls"] == [
+        {"id": "call_1", "name": "read_file", "arguments": '{"path": "notes.md"}'}
+    ]
+    assert stored["messages"][2]["toolCallId"] == "call_1" and stored["messages"][2]["name"] == "read_file"
+
+
+async def test_a_restart_loads_what_was_saved(tmp_path: Path) -> None:
+    first = SessionService(tmp_path / "sessions")
+    session = await first.get_or_create("console", "local")
+    await first.append_messages(session, [Message.user("remember me"), Message.assistant("sure")])
+
+    second = SessionService(tmp_path / "sessions")
+    reloaded = await second.get_or_create("console", "local")
+    assert [m.content for m in reloaded.messages] == ["remember me", "sure"]
+    assert reloaded.messages[0].role is Role.USER
+    assert await second.message_count("console:local") == 2
+
+
+async def test_clear_keeps_the_archive(sessions: SessionService) -> None:
+    session = await sessions.get_or_create("telegram", "1")
+    await sessions.append_messages(session, [Message.user("a"), Message.assistant("b")])
+    assert await sessions.clear_messages(session) == 2
+    assert await sessions.message_count(session.id) == 0
+    assert [m.content for m in await sessions.archive.read(session.id)] == ["a", "b"]
+
+
+async def test_delete_removes_the_file(sessions: SessionService, tmp_path: Path) -> None:
+    session = await sessions.get_or_create("telegram", "1")
+    await sessions.save(session)
+    await sessions.delete(session.id)
+    assert not (tmp_path / "sessions" / "telegram:1.json").exists()
+    assert await sessions.get(session.id) is None
+
+
+async def test_torn_archive_line_is_skipped_then_repaired(sessions: SessionService, tmp_path: Path) -> None:
+    session = await sessions.get_or_create("telegram", "7")
+    await sessions.append_messages(session, [Message.user("whole")])
+    archive = tmp_path / "sessions" / "archive" / "telegram:7.jsonl"
+    with archive.open("a", encoding="utf-8") as handle:
+        handle.write('{"id": "x", "role": "user", "content": "cut sh')  # a crash mid-append
+    assert [m.content for m in await sessions.archive.read(session.id)] == ["whole"]
+
+    await sessions.append_messages(session, [Message.user("after")])
+    lines = archive.read_text().splitlines()
+    assert [json.loads(line)["content"] for line in lines] == ["whole", "after"]
+
+
+async def test_corrupt_session_is_quarantined_and_a_fresh_one_started(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "telegram:9.json").write_text('{"id": "telegram:9", "messages": [')
+    sessions = SessionService(folder)
+    session = await sessions.get_or_create("telegram", "9")
+    assert session.messages == []
+    quarantined = list(folder.glob("telegram:9.json.corrupt-*"))
+    assert len(quarantined) == 1
+    assert quarantined[0].read_text() == '{"id": "telegram:9", "messages": ['
+    assert session.metadata[RECOVERED_FROM_KEY] == quarantined[0].name
+
+
+async def test_lone_surrogates_are_stored_safely(sessions: SessionService) -> None:
+    session = await sessions.get_or_create("telegram", "5")
+    await sessions.append_messages(session, [Message.user("bad \ud800 text 👩‍👩‍👧")])
+    reloaded = await SessionService(sessions.store.path_for("x:y").parent).get_or_create("telegram", "5")
+    assert reloaded.messages[0].content == "bad \ufffd text 👩‍👩‍👧"
+
+
+@pytest.mark.parametrize("chat_id", ["../etc", "a/b", "", "..", "x\0"])
+async def test_chat_ids_that_could_escape_the_folder_are_refused(sessions: SessionService, chat_id: str) -> None:
+    with pytest.raises(InvalidSessionId):
+        await sessions.get_or_create("telegram", chat_id)
+
+
+async def test_saving_does_not_read_the_archive(sessions: SessionService, tmp_path: Path) -> None:
+    """Persisting a message appends to the archive and rewrites only the live session."""
+    session = await sessions.get_or_create("telegram", "8")
+    await sessions.append_messages(session, [Message.user(f"m{i}") for i in range(500)])
+    await sessions.clear_messages(session)
+    archive = tmp_path / "sessions" / "archive" / "telegram:8.jsonl"
+    archive_size = archive.stat().st_size
+    await sessions.append_messages(session, [Message.user("one more")])
+    live = tmp_path / "sessions" / "telegram:8.json"
+    assert live.stat().st_size < 1000  # the live file holds one message, not the history
+    assert archive.stat().st_size > archive_size
+    assert len(archive.read_text().splitlines()) == 501
