@@ -26,6 +26,7 @@ from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
 from bot.shipped import shipped_path
 from bot.storage.files import remove_stale_temp_files
+from bot.tools.registry import ToolRegistry
 from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class BotServices:
     models: ModelRegistry
     sessions: SessionService
     llm: LlmClient
+    tools: ToolRegistry
     runner: PipelineRunner
     commands: CommandRegistry
     status: StatusReporter
@@ -73,7 +75,8 @@ def build_services(env: EnvSettings) -> BotServices:
     sessions = SessionService(workspace.sessions_dir)
     api_key = env.openai_api_key.get_secret_value() if env.openai_api_key else None
     llm = LlmClient(api_key, env.openai_base_url)
-    systems = [ContextBuildingSystem(workspace, clock), ToolLoopExecutionSystem(llm, sessions)]
+    tools = ToolRegistry()
+    systems = [ContextBuildingSystem(workspace, clock), ToolLoopExecutionSystem(llm, sessions, tools)]
     runner = PipelineRunner(systems, sessions, config_store, env.bot_model)
     estimator = TokenEstimator()
     status = StatusReporter(workspace, config_store, models, estimator, clock, env.bot_model)

@@ -15,6 +15,7 @@ from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.wire import to_openai_messages
 from bot.pipeline.system import PipelineSystem, UserFacingError
 from bot.sessions.service import SessionService
+from bot.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +26,10 @@ class ToolLoopExecutionSystem(PipelineSystem):
     order = 30
     name = "ToolLoop"
 
-    def __init__(self, llm: LlmClient, sessions: SessionService) -> None:
+    def __init__(self, llm: LlmClient, sessions: SessionService, tools: ToolRegistry) -> None:
         self._llm = llm
         self._sessions = sessions
+        self._tools = tools
 
     async def process(self, ctx: TurnContext) -> None:
         llm_config = ctx.config.llm

@@ -1,0 +1,108 @@
+"""The command line as an operator uses it: `python -m bot chat | init | status | run`, as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import TEST_API_KEY
+from tests.fakes.openai_server import FakeOpenAI
+
+
+def bot_env(workspace: Path, fake_openai: FakeOpenAI, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("BOT_", "TELEGRAM_", "OPENAI_"))}
+    env.update(
+        BOT_WORKSPACE=str(workspace), OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY=TEST_API_KEY, BOT_TIMEZONE="UTC"
+    )
+    env.update(extra)
+    return env
+
+
+def run_bot(args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], input=stdin, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_a_five_turn_terminal_conversation_persists_and_continues_after_a_restart(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    workspace = tmp_path / "workspace"
+    env = bot_env(workspace, fake_openai)
+    turns = ["hi, I'm Ann", "I live in Lisbon", "I like tea", "what's 2+2?", "thanks"]
+    result = run_bot(["chat"], env, stdin="\n".join(turns) + "\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"echo: {turn}" for turn in turns]
+    assert TEST_API_KEY not in result.stdout + result.stderr
+
+    session = json.loads((workspace / "sessions" / "console:local.json").read_text())
+    assert session["id"] == "console:local" and session["channelType"] == "console" and session["chatId"] == "local"
+    assert [m["content"] for m in session["messages"]] == [
+        text for turn in turns for text in (turn, f"echo: {turn}")
+    ]
+    archive = (workspace / "sessions" / "archive" / "console:local.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in archive] == [m["id"] for m in session["messages"]]
+
+    result = run_bot(["chat"], env, stdin="do you remember me?\n")
+    assert result.returncode == 0, result.stderr
+    sent = fake_openai.last_chat_request()["messages"]
+    assert [m["content"] for m in sent[1:]] == [m["content"] for m in session["messages"]] + ["do you remember me?"]
+
+
+def test_terminal_commands(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    env = bot_env(tmp_path / "workspace", fake_openai)
+    result = run_bot(["chat"], env, stdin="hello\n/status\n/new\n/help\n")
+    assert result.returncode == 0, result.stderr
+    assert "Messages: 2" in result.stdout
+    assert "Started a new conversation (2 messages cleared)" in result.stdout
+    assert "/status" in result.stdout and "/new" in result.stdout
+
+
+def test_init_completes_a_workspace_without_overwriting(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    workspace = tmp_path / "workspace"
+    (workspace / "preferences").mkdir(parents=True)
+    mine = '{"memory": {"recentDays": 3}}'
+    (workspace / "preferences" / "runtime-config.json").write_text(mine)
+    result = run_bot(["init"], bot_env(workspace, fake_openai))
+    assert result.returncode == 0, result.stderr
+    assert (workspace / "preferences" / "runtime-config.json").read_text() == mine
+    for expected in ["memory/MEMORY.md", "memory/items/episodic", "sessions/archive", "rag", "tool_results"]:
+        assert (workspace / expected).exists(), expected
+
+
+def test_status_prints_every_session(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    env = bot_env(tmp_path / "workspace", fake_openai)
+    run_bot(["chat"], env, stdin="one\ntwo\n")
+    result = run_bot(["status"], env)
+    assert result.returncode == 0, result.stderr
+    assert "Session console:local" in result.stdout and "Messages: 4" in result.stdout
+    assert fake_openai.chat_requests().__len__() == 2  # status asks the model nothing
+
+
+def test_an_invalid_environment_is_a_clear_error(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    result = run_bot(["status"], bot_env(tmp_path / "w", fake_openai, BOT_TIMEZONE="Mars/Olympus"))
+    assert result.returncode == 2 and "BOT_TIMEZONE" in result.stderr
+    result = run_bot(["status"], bot_env(tmp_path / "w", fake_openai, TELEGRAM_BACKEND="carrier-pigeon"))
+    assert result.returncode == 2 and "telegram_backend" in result.stderr
+
+
+def test_run_stops_within_ten_seconds_on_sigterm(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    env = bot_env(tmp_path / "workspace", fake_openai)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot", "run"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    assert process.stderr is not None
+    deadline = time.monotonic() + 30
+    for line in process.stderr:
+        if "[Scheduler] Started" in line or time.monotonic() > deadline:
+            break
+    process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert process.wait(timeout=10) == 0
+    assert time.monotonic() - started < 10
+    assert (tmp_path / "workspace" / "memory" / "MEMORY.md").exists()
