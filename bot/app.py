@@ -97,6 +97,7 @@ def build_services(env: EnvSettings) -> BotServices:
         models,
         sessions,
         llm,
+        tools,
         runner,
         commands,
         status,
