@@ -1,4 +1,4 @@
-"""The command line: `python -m bot run | chat | init | status` (also the `bot` console script)."""
+"""The command line: `python -m bot run | chat | init | status | pairing` (also the `bot` console script)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,19 @@ import sys
 
 from pydantic import ValidationError
 
-from bot.app import build_channels, build_services, prepare_workspace, serve, shutdown, stop_on_signals
+from bot.access.pairing import PairingError, PairingStore, pairing_file
+from bot.app import (
+    build_channels,
+    build_listener,
+    build_services,
+    prepare_workspace,
+    serve,
+    shutdown,
+    start,
+    stop_on_signals,
+)
 from bot.channels.console import ConsoleChannel
+from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
 from bot.logging_setup import configure_logging
 from bot.runtime_config import InvalidRuntimeConfig
@@ -23,15 +34,21 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("chat", help="talk to the bot in this terminal")
     commands.add_parser("init", help="create the workspace without starting anything")
     commands.add_parser("status", help="print /status for every session in the workspace")
+    pairing = commands.add_parser("pairing", help="strangers waiting for access; admit one by code")
+    pairing_commands = pairing.add_subparsers(dest="pairing_command", required=True)
+    pairing_commands.add_parser("list", help="pending pairing requests")
+    approve = pairing_commands.add_parser("approve", help="admit the sender of a pairing code")
+    approve.add_argument("code")
     return parser
 
 
 async def _run(env: EnvSettings) -> None:
     services = build_services(env)
-    channels = build_channels(env)
+    listener = build_listener(env)
+    channels = build_channels(env, services, listener)
     until = asyncio.Event()
     stop_on_signals(until)
-    await serve(services, channels, until)
+    await serve(services, channels, until, listener)
 
 
 async def _chat(env: EnvSettings) -> None:
@@ -39,8 +56,7 @@ async def _chat(env: EnvSettings) -> None:
     console = ConsoleChannel()
     until = asyncio.Event()
     stop_on_signals(until)
-    await console.start(lambda inbound: services.router.accept(inbound, console))
-    services.scheduler.start()
+    await start(services, [console])
     input_closed = asyncio.create_task(console.input_closed.wait())
     interrupted = asyncio.create_task(until.wait())
     await asyncio.wait({input_closed, interrupted}, return_when=asyncio.FIRST_COMPLETED)
@@ -61,7 +77,28 @@ async def _status(env: EnvSettings) -> None:
         if session is not None:
             print(await services.status.report(session))
             print()
+    await services.rag.close()
     await services.llm.close()
+
+
+def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
+    store = PairingStore(pairing_file(prepare_workspace(env).root))
+    if command == "list":
+        pending = store.pending()
+        if not pending:
+            print("No pending pairing requests.")
+        for request in pending:
+            who = f"@{request.username}" if request.username else "(no username)"
+            print(f"{request.code}  user {request.user_id} {who}  expires {request.expires_at:%Y-%m-%d %H:%M} UTC")
+        return 0
+    try:
+        user = store.approve(code or "")
+    except PairingError as error:
+        print(error, file=sys.stderr)
+        return 1
+    who = f" (@{user.username})" if user.username else ""
+    print(f"Approved user {user.user_id}{who}: they can talk to the bot now.")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_chat(env))
         elif args.command == "status":
             asyncio.run(_status(env))
-    except (InvalidTimezone, InvalidRuntimeConfig) as error:
+        elif args.command == "pairing":
+            return _pairing(env, args.pairing_command, getattr(args, "code", None))
+    except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError) as error:
         print(f"Cannot start: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -4,35 +4,64 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import signal
 from dataclasses import dataclass
+from datetime import timedelta
 
+from bot.access.pairing import PairingStore, pairing_file
+from bot.access.policy import AccessPolicy
 from bot.channels.base import Channel, InboundHandler
+from bot.channels.telegram_api import TelegramBackend
+from bot.channels.telegram_channel import TelegramChannel, WebhookSetup
+from bot.channels.telegram_dedup import SeenUpdates
 from bot.clock import Clock, resolve_timezone
 from bot.commands.basic import register_basic_commands
+from bot.commands.compaction import register_compaction_commands
+from bot.commands.memory import register_memory_commands
 from bot.commands.registry import CommandRegistry
 from bot.commands.status import StatusReporter
 from bot.compaction.estimator import TokenEstimator
+from bot.compaction.history_search import HistorySearch, search_history_tool
+from bot.compaction.service import CompactionService
+from bot.compaction.summarizer import Summarizer
 from bot.domain.inbound import InboundMessage
+from bot.domain.message import Message
+from bot.http.listener import HttpListener
 from bot.llm.client import LlmClient
 from bot.llm.models import ModelRegistry
+from bot.memory.compaction_sink import PreCompactionMemory
+from bot.memory.service import MemoryService
+from bot.memory.tools import register_memory_tools
+from bot.metrics import BotMetrics
 from bot.pipeline.router import InboundRouter
 from bot.pipeline.runner import PipelineRunner
+from bot.pipeline.systems.auto_compaction import AutoCompactionSystem
 from bot.pipeline.systems.context_building import ContextBuildingSystem
+from bot.pipeline.systems.memory_persist import MemoryPersistSystem
+from bot.pipeline.systems.rag_indexing import RagIndexingSystem
 from bot.pipeline.systems.tool_loop import ToolLoopExecutionSystem
+from bot.pipeline.turn_storage import unanswered_user_message
+from bot.rag.factory import build_rag_service
+from bot.rag.service import RagService
+from bot.rag.tool import rag_query_tool
 from bot.runtime_config import RuntimeConfigStore
+from bot.scheduler.reminder_tools import register_reminder_tools
+from bot.scheduler.reminders import Deliver, ReminderService
 from bot.scheduler.service import BotScheduler
 from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
 from bot.shipped import shipped_path
 from bot.storage.files import remove_stale_temp_files
 from bot.tools.registry import ToolRegistry
+from bot.tools.workspace_files import register_workspace_file_tools
 from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 # SIGTERM must end the process within 10 s: runs in progress get this long to finish.
 SHUTDOWN_GRACE_SECONDS = 7.0
+DEFAULT_LISTEN_PORT = 8080
 CONFIG_CHECK_INTERVAL_SECONDS = 5.0
 
 
@@ -53,6 +82,9 @@ class BotServices:
     status: StatusReporter
     router: InboundRouter
     scheduler: BotScheduler
+    reminders: ReminderService
+    metrics: BotMetrics
+    rag: RagService
 
 
 def prepare_workspace(env: EnvSettings) -> Workspace:
@@ -74,21 +106,58 @@ def build_services(env: EnvSettings) -> BotServices:
     models = ModelRegistry.load(config_dir / "models.json", workspace.models_file)
     sessions = SessionService(workspace.sessions_dir)
     api_key = env.openai_api_key.get_secret_value() if env.openai_api_key else None
-    llm = LlmClient(api_key, env.openai_base_url)
-    tools = ToolRegistry()
-    systems = [ContextBuildingSystem(workspace, clock), ToolLoopExecutionSystem(llm, sessions, tools)]
-    runner = PipelineRunner(systems, sessions, config_store, env.bot_model)
+    metrics = BotMetrics()
+    llm = LlmClient(api_key, env.openai_base_url, metrics)
+    tools = ToolRegistry(metrics)
+    register_workspace_file_tools(tools, workspace.root)
     estimator = TokenEstimator()
-    status = StatusReporter(workspace, config_store, models, estimator, clock, env.bot_model)
+    memory = MemoryService(workspace, clock, llm, estimator)
+    if config_store.config.memory.enabled:  # tools are fixed at start: switching memory on later needs a restart
+        register_memory_tools(tools, memory)
+    tools.register(search_history_tool(HistorySearch(sessions.archive)))
+    rag = build_rag_service(workspace, env, llm, config_store, estimator)
+    tools.register(rag_query_tool(rag))
+    compaction = CompactionService(
+        sessions, Summarizer(llm, models, estimator), estimator, models, config_store, tools.schemas, env.bot_model
+    )
+    if config_store.config.memory.enabled:
+        compaction.set_pre_compaction_sink(PreCompactionMemory(memory, config_store))
+    systems = [
+        AutoCompactionSystem(compaction),
+        ContextBuildingSystem(workspace, clock, memory, rag, compaction),
+        ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction),
+        MemoryPersistSystem(memory, clock),
+        RagIndexingSystem(rag, clock),
+    ]
+    runner = PipelineRunner(systems, sessions, config_store, env.bot_model, metrics)
+    status = StatusReporter(workspace, config_store, models, estimator, clock, env.bot_model, memory, rag)
     commands = CommandRegistry()
     register_basic_commands(commands, sessions, status)
-    router = InboundRouter(runner, commands)
+    register_compaction_commands(commands, sessions, compaction, config_store)
+    register_memory_commands(commands, memory, config_store)
+    access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
+    router = InboundRouter(runner, commands, access)
+    metrics.watch_queues(router.dispatcher.queue_depths)
     scheduler = BotScheduler()
 
     async def check_config() -> None:
         await config_store.current()
 
     scheduler.add_interval_job("runtime-config check", CONFIG_CHECK_INTERVAL_SECONDS, check_config)
+
+    async def flush_rag_queue() -> None:
+        await rag.flush_all(max_seconds=config_store.config.rag.flush_interval_seconds)
+
+    scheduler.add_interval_job("rag indexing", config_store.config.rag.flush_interval_seconds, flush_rag_queue)
+    reminders = ReminderService(workspace.root / "reminders.json", clock.zone, str(clock.zone))
+    register_reminder_tools(tools, commands, reminders)
+    scheduler_config = config_store.config.scheduler
+    late_after = timedelta(seconds=scheduler_config.reminder_late_after_seconds)
+
+    async def fire_reminders() -> None:
+        await reminders.fire_due(late_after=late_after)
+
+    scheduler.add_interval_job("reminders", scheduler_config.reminder_check_seconds, fire_reminders)
     return BotServices(
         env,
         workspace,
@@ -103,27 +172,110 @@ def build_services(env: EnvSettings) -> BotServices:
         status,
         router,
         scheduler,
+        reminders,
+        metrics,
+        rag,
     )
 
 
-def build_channels(env: EnvSettings) -> list[Channel]:
+def build_listener(env: EnvSettings) -> HttpListener | None:
+    """The HTTP listener, in webhook mode or when `BOT_LISTEN_PORT` is set; routes are added by channels."""
+    if env.telegram_mode != "webhook" and env.bot_listen_port is None:
+        return None
+    port = env.bot_listen_port if env.bot_listen_port is not None else DEFAULT_LISTEN_PORT
+    return HttpListener(env.bot_listen_host, port)
+
+
+def build_channels(env: EnvSettings, services: BotServices, listener: HttpListener | None = None) -> list[Channel]:
     """The channels the environment configures (Telegram when `TELEGRAM_BOT_TOKEN` is set)."""
     if env.telegram_bot_token is None:
         log.warning("[App] No channel configured: set TELEGRAM_BOT_TOKEN to enable Telegram")
         return []
-    raise SystemExit("The Telegram channel is not part of this build yet; unset TELEGRAM_BOT_TOKEN")
+    token = env.telegram_bot_token.get_secret_value()
+    webhook = None
+    if env.telegram_mode == "webhook":
+        if not env.telegram_webhook_url or listener is None:
+            raise SystemExit("TELEGRAM_MODE=webhook needs TELEGRAM_WEBHOOK_URL (and the HTTP listener)")
+        # Without a configured secret a random one is registered: every request is still checked.
+        secret = env.telegram_webhook_secret.get_secret_value() if env.telegram_webhook_secret else None
+        webhook = WebhookSetup(env.telegram_webhook_url, secret or secrets.token_urlsafe(32), listener)
+    config_store = services.config_store
+    return [
+        TelegramChannel(
+            _telegram_backend(env.telegram_backend, token, env.telegram_api_base_url),
+            lambda: config_store.config,
+            [(command.name, command.description) for command in services.commands.commands()],
+            SeenUpdates(services.workspace.root / "state" / "telegram-updates.json"),
+            webhook,
+        )
+    ]
 
 
-async def serve(services: BotServices, channels: list[Channel], until: asyncio.Event) -> None:
-    """Run the channels and the scheduler until `until` is set, then stop gracefully."""
+def _telegram_backend(name: str, token: str, api_root: str) -> TelegramBackend:
+    # Imported here so a process loads only the client library it uses.
+    if name == "aiogram":
+        from bot.channels.telegram_aiogram import AiogramBackend
+
+        return AiogramBackend(token, api_root)
+    from bot.channels.telegram_ptb import PtbBackend
+
+    return PtbBackend(token, api_root)
+
+
+async def serve(
+    services: BotServices, channels: list[Channel], until: asyncio.Event, listener: HttpListener | None = None
+) -> None:
+    """Run the listener, the channels and the scheduler until `until` is set, then stop gracefully."""
+    try:
+        await start(services, channels, listener)
+        await until.wait()
+    finally:
+        await shutdown(services, channels, listener)
+
+
+async def start(services: BotServices, channels: list[Channel], listener: HttpListener | None = None) -> None:
+    """Start the HTTP listener (its routes are in place), then every channel, then the scheduler."""
+    if listener is not None:
+        await listener.start()
     for channel in channels:
         await channel.start(_handler_for(services.router, channel))
         log.info("[App] Channel %s started", channel.channel_type)
+    services.reminders.connect(_reminder_delivery(services, channels), {c.channel_type for c in channels})
     services.scheduler.start()
-    try:
-        await until.wait()
-    finally:
-        await shutdown(services, channels)
+    await resume_unanswered(services, channels)
+
+
+async def resume_unanswered(services: BotServices, channels: list[Channel]) -> int:
+    """Queue every chat whose last user message the previous run left without an answer (a crash,
+    or a shutdown that cut a run short). Returns how many chats were queued."""
+    by_type = {channel.channel_type: channel for channel in channels}
+    resumed = 0
+    for session_id in services.sessions.stored_ids():
+        channel_type, _, chat_id = session_id.partition(":")
+        channel = by_type.get(channel_type)
+        session = await services.sessions.get(session_id) if channel else None
+        if channel is None or session is None:
+            continue
+        pending = unanswered_user_message(session)
+        if pending is not None:
+            services.router.resume(InboundMessage(channel_type, chat_id, "", pending.content, resumed=True), channel)
+            resumed += 1
+    if resumed:
+        log.info("[App] Answering %d chats whose last message was left unanswered", resumed)
+    return resumed
+
+
+def _reminder_delivery(services: BotServices, channels: list[Channel]) -> Deliver:
+    by_type = {channel.channel_type: channel for channel in channels}
+
+    async def deliver(channel_type: str, chat_id: str, text: str) -> None:
+        await by_type[channel_type].send_text(chat_id, text)
+        # Kept in the conversation, so the model knows what it reminded the user of.
+        session = await services.sessions.get_or_create(channel_type, chat_id)
+        async with services.sessions.lock_for(session.id):
+            await services.sessions.append_messages(session, [Message.assistant(text)])
+
+    return deliver
 
 
 def _handler_for(router: InboundRouter, channel: Channel) -> InboundHandler:
@@ -133,7 +285,7 @@ def _handler_for(router: InboundRouter, channel: Channel) -> InboundHandler:
     return handle
 
 
-async def shutdown(services: BotServices, channels: list[Channel]) -> None:
+async def shutdown(services: BotServices, channels: list[Channel], listener: HttpListener | None = None) -> None:
     """Stop taking messages, let runs in progress finish (bounded), then release everything.
 
     Every store writes through on each change, so nothing is left to flush once the runs are done.
@@ -145,6 +297,9 @@ async def shutdown(services: BotServices, channels: list[Channel]) -> None:
     services.scheduler.shutdown()
     for channel in channels:
         await channel.stop()
+    if listener is not None:
+        await listener.stop()
+    await services.rag.close()
     await services.llm.close()
     log.info("[App] Stopped")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -34,10 +34,12 @@ class EnvSettings(BaseSettings):
     bot_model: str | None = None
     bot_timezone: str | None = None
     bot_log_level: str = "INFO"
+    # The API key of a LightRAG server (runtime-config `rag.backend: server`); sent as `X-API-Key`.
+    lightrag_api_key: SecretStr | None = None
 
     def secrets(self) -> list[str]:
         """Every secret value, so the log filter can scrub them from any line."""
-        values = [self.telegram_bot_token, self.telegram_webhook_secret, self.openai_api_key]
+        values = [self.telegram_bot_token, self.telegram_webhook_secret, self.openai_api_key, self.lightrag_api_key]
         return [value.get_secret_value() for value in values if value and value.get_secret_value()]
 
 
@@ -48,7 +50,11 @@ class ConfigSection(BaseModel):
 
 
 class MemoryConfig(ConfigSection):
+    """The `memory` section; README's "Memory" part documents every key."""
+
     enabled: bool = True
+    # `global`: one memory for the owner across chats; `chat`: each chat its own, strictly apart.
+    scope: Literal["global", "chat"] = "global"
     recent_days: int = Field(7, ge=0, le=365)
     soft_prompt_budget_tokens: int = Field(1800, ge=0)
     max_prompt_budget_tokens: int = Field(3500, ge=0)
@@ -62,12 +68,66 @@ class MemoryConfig(ConfigSection):
     decay_days: int = Field(30, ge=1)
     code_aware_extraction_enabled: bool = True
     legacy_daily_notes_enabled: bool = True
+    # One extra cheap model call per turn to extract facts as strict JSON; the rules run on any failure.
+    llm_extraction_enabled: bool = False
+    # Embeddings for hybrid retrieval: the endpoint's model by name, "local" for the bundled
+    # all-MiniLM-L6-v2 (the `local-embeddings` extra), or null for lexical retrieval only.
+    embeddings_model: str | None = None
+
+
+class BudgetShares(ConfigSection):
+    """Each prompt part's share of the compaction threshold (README "Compaction" documents them).
+
+    A part longer than its share is cut, with a visible marker, instead of pushing another part out.
+    `summary` caps the conversation summary; `recent` is the room for the verbatim recent messages.
+    """
+
+    system: float = Field(0.10, ge=0, le=1)
+    memory: float = Field(0.15, ge=0, le=1)
+    rag: float = Field(0.10, ge=0, le=1)
+    tools: float = Field(0.10, ge=0, le=1)
+    summary: float = Field(0.15, ge=0, le=1)
+    recent: float = Field(0.40, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _at_most_the_whole(self) -> BudgetShares:
+        total = self.system + self.memory + self.rag + self.tools + self.summary + self.recent
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"the shares add up to {total:.2f}; they must add up to at most 1")
+        return self
 
 
 class CompactionConfig(ConfigSection):
+    """The `compaction` section; README's "Compaction" part documents every key."""
+
     enabled: bool = True
     max_context_tokens: int = Field(50000, ge=1000)
     keep_last_messages: int = Field(20, ge=0)
+    # The threshold is at most this share of the model's input window ...
+    input_window_share: float = Field(0.8, gt=0, le=1)
+    # ... and never above maxInputTokens - maxOutputTokens - this share of maxInputTokens.
+    safety_margin_share: float = Field(0.05, ge=0, le=0.5)
+    budget_shares: BudgetShares = BudgetShares()
+    # After a compaction the recent part fills at most this ratio of its share, and summary plus recent part at
+    # most this ratio of the room the other parts leave: room to grow before the next compaction.
+    keep_recent_ratio: float = Field(0.5, gt=0, le=1)
+    # The model that writes summaries; null means `llm.balancedModel`, then the chat model.
+    summary_model: str | None = None
+    summary_temperature: float = Field(0.3, ge=0, le=2)
+    summary_max_tokens: int = Field(1200, ge=100)
+    summary_timeout_seconds: float = Field(20.0, gt=0)
+    # Size cap of the stored summary (longer is cut at a line) and the minimum a valid one has.
+    summary_max_chars: int = Field(6000, ge=500)
+    summary_min_chars: int = Field(150, ge=0)
+    # Each message is cut to this many characters in what the summarizer reads.
+    summary_input_message_chars: int = Field(2000, ge=100)
+    # Payload-too-large recovery: how many harder compactions before giving up.
+    recovery_attempts: int = Field(2, ge=0, le=5)
+    history_search_max_results: int = Field(8, ge=1, le=50)
+    history_search_context_messages: int = Field(1, ge=0, le=10)
+    history_search_max_chars: int = Field(4000, ge=500)
+    # How many CompactionEvents a session's metadata keeps.
+    kept_events: int = Field(20, ge=0)
 
 
 class AccessConfig(ConfigSection):
@@ -83,6 +143,112 @@ class LlmConfig(ConfigSection):
     max_retries: int = Field(2, ge=0, le=10)
 
 
+class PairingConfig(ConfigSection):
+    """The `pairing` section: how strangers ask for access while `access.allowedUsers` is empty."""
+
+    # When off, strangers are refused without a code (only `access.allowedUsers` and earlier approvals talk).
+    enabled: bool = True
+    # A pairing code stops working this long after it was issued.
+    code_ttl_minutes: int = Field(60, ge=1, le=7 * 24 * 60)
+    # At most this many strangers wait at once; more are refused with a log line (bounds the file).
+    max_pending: int = Field(20, ge=1, le=1000)
+
+
+class TelegramGroupsConfig(ConfigSection):
+    """When the bot answers in a group chat (in private chats it answers everything)."""
+
+    enabled: bool = True
+    answer_mentions: bool = True  # the message mentions @bot_username
+    answer_replies: bool = True  # the message replies to one of the bot's messages
+    answer_commands: bool = True  # /command, or /command@bot_username
+    answer_all_messages: bool = False  # every message in the group, addressed or not
+
+
+class TelegramConfig(ConfigSection):
+    """The `telegram` section: group gating, delivery retries and long polling."""
+
+    groups: TelegramGroupsConfig = TelegramGroupsConfig()
+    # Tries per message part for 429, 5xx and connection failures before the reply is given up (logged).
+    delivery_attempts: int = Field(5, ge=1, le=20)
+    # The first wait after a 5xx or a connection failure; it doubles on each further try.
+    retry_backoff_seconds: float = Field(1.0, ge=0, le=60)
+    # A 429 asking to wait longer than this gives the part up instead of holding the chat's queue.
+    max_retry_after_seconds: float = Field(120.0, ge=0)
+    # How long a send may take; a send that times out is not repeated (it may have arrived).
+    send_timeout_seconds: float = Field(30.0, gt=0)
+    # getUpdates long-poll length; read when the channel starts.
+    polling_timeout_seconds: int = Field(25, ge=0, le=50)
+
+
+class ToolLoopConfig(ConfigSection):
+    """The tool loop (30): iterations, tool timeouts, pruning and eviction of tool output, streaming."""
+
+    max_iterations: int = Field(10, ge=1, le=100)
+    tool_timeout_seconds: float = Field(60.0, gt=0)
+    # Layer 1 pruning of old tool results, applied to what is sent before every model call.
+    pruning_enabled: bool = True
+    tool_soft_trim_chars: int = Field(4000, ge=100)
+    tool_soft_trim_head: int = Field(1500, ge=0)
+    tool_soft_trim_tail: int = Field(1500, ge=0)
+    tool_hard_clear_after: int = Field(6, ge=1)
+    keep_last_tool_results: int = Field(2, ge=0)
+    # A tool output longer than this is saved to tool_results/ and replaced by a preview.
+    eviction_chars: int = Field(16000, ge=1000)
+    eviction_preview_lines: int = Field(5, ge=1)
+    streaming: bool = True
+    stream_edit_interval_seconds: float = Field(1.0, ge=0.1)
+    max_read_chars: int = Field(20000, ge=1000)
+    max_write_chars: int = Field(1_000_000, ge=1000)
+
+
+class SchedulerConfig(ConfigSection):
+    """Background jobs. Intervals are read at start; a change takes effect after a restart."""
+
+    reminder_check_seconds: float = Field(5.0, ge=1, le=300)
+    # A reminder more than this late (the bot was down at its time) says so when it arrives.
+    reminder_late_after_seconds: float = Field(120.0, ge=0)
+
+
+class RagConfig(ConfigSection):
+    """The `rag` section: the LightRAG knowledge graph over past conversations (README "RAG")."""
+
+    enabled: bool = True
+    # `embedded`: LightRAG in the bot, files in workspace/rag/; `postgres`: LightRAG's PostgreSQL storages
+    # (connection from the POSTGRES_* environment variables); `server`: a running LightRAG server.
+    backend: Literal["embedded", "postgres", "server"] = "embedded"
+    # With `postgres`: vectors in PostgreSQL (`pgvector`, needs the extension) or in workspace/rag/ files.
+    postgres_vectors: Literal["pgvector", "files"] = "pgvector"
+    server_url: str = "http://127.0.0.1:9621"
+    server_timeout_seconds: float = Field(30.0, gt=0)
+    # The model that extracts entities and keywords; null means `llm.balancedModel`, then the chat model.
+    extraction_model: str | None = None
+    embedding_model: str = "text-embedding-3-small"
+    embedding_dimensions: int = Field(1536, ge=8, le=8192)
+    # What an exchange must have to be indexed: greetings and short exchanges are skipped.
+    min_exchange_chars: int = Field(80, ge=0)
+    skip_greetings: bool = True
+    # The scheduler indexes queued exchanges this often, at most this many per batch.
+    flush_interval_seconds: float = Field(30.0, ge=1)
+    batch_size: int = Field(16, ge=1, le=500)
+    # A failed batch waits this long before the next try, doubling per failure up to the maximum.
+    retry_backoff_seconds: float = Field(30.0, ge=0)
+    max_retry_backoff_seconds: float = Field(3600.0, ge=0)
+    # After this many failed tries a document is set aside (kept in the queue file, logged, shown in /status).
+    max_attempts: int = Field(8, ge=1)
+    insert_timeout_seconds: float = Field(600.0, gt=0)
+    # Retrieval at ContextBuilding (20): `naive` (vector search only, no model call), `local`, `global`,
+    # `hybrid` or `mix` (these ask the extraction model for keywords first).
+    query_mode: Literal["naive", "local", "global", "hybrid", "mix"] = "hybrid"
+    query_timeout_seconds: float = Field(3.0, gt=0)
+    # Size of `# Relevant Memory` in the prompt; the `rag_query` tool may return up to `toolMaxTokens`.
+    max_context_tokens: int = Field(1200, ge=0)
+    tool_max_tokens: int = Field(4000, ge=100)
+    top_k: int = Field(20, ge=1, le=200)
+    chunk_top_k: int = Field(8, ge=1, le=200)
+    # Vector matches below this cosine similarity are ignored.
+    cosine_threshold: float = Field(0.2, ge=-1, le=1)
+
+
 class RuntimeConfig(ConfigSection):
     """The whole `runtime-config.json`. A file need only hold the keys it changes."""
 
@@ -90,3 +256,8 @@ class RuntimeConfig(ConfigSection):
     compaction: CompactionConfig = CompactionConfig()
     access: AccessConfig = AccessConfig()
     llm: LlmConfig = LlmConfig()
+    tool_loop: ToolLoopConfig = ToolLoopConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    pairing: PairingConfig = PairingConfig()
+    telegram: TelegramConfig = TelegramConfig()
+    rag: RagConfig = RagConfig()

@@ -17,13 +17,18 @@ from tests.fakes.openai_server import FakeOpenAI
 def bot_env(workspace: Path, fake_openai: FakeOpenAI, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("BOT_", "TELEGRAM_", "OPENAI_"))}
     env.update(
-        BOT_WORKSPACE=str(workspace), OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY=TEST_API_KEY, BOT_TIMEZONE="UTC"
+        BOT_WORKSPACE=str(workspace),
+        OPENAI_BASE_URL=fake_openai.base_url,
+        OPENAI_API_KEY=TEST_API_KEY,
+        BOT_TIMEZONE="UTC",
     )
     env.update(extra)
     return env
 
 
-def run_bot(args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_bot(
+    args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bot", *args], input=stdin, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -42,9 +47,7 @@ def test_a_five_turn_terminal_conversation_persists_and_continues_after_a_restar
 
     session = json.loads((workspace / "sessions" / "console:local.json").read_text())
     assert session["id"] == "console:local" and session["channelType"] == "console" and session["chatId"] == "local"
-    assert [m["content"] for m in session["messages"]] == [
-        text for turn in turns for text in (turn, f"echo: {turn}")
-    ]
+    assert [m["content"] for m in session["messages"]] == [text for turn in turns for text in (turn, f"echo: {turn}")]
     archive = (workspace / "sessions" / "archive" / "console:local.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in archive] == [m["id"] for m in session["messages"]]
 

@@ -11,8 +11,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
 from bot.domain.inbound import InboundMessage
+from bot.domain.turn import ReplyStream
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
+
+# `InboundMessage.extra` key: a reply the channel already decided on (e.g. "I can't see images yet" for
+# a photo without a caption). The message then runs no pipeline: once the sender passed the access
+# check, this text is sent in the chat's order, and nothing is stored.
+CHANNEL_NOTICE = "channelNotice"
 
 
 class Channel(ABC):
@@ -39,6 +45,10 @@ class Channel(ABC):
     @abstractmethod
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         """Replace the text of a message this channel sent (used for streamed replies)."""
+
+    def open_stream(self, chat_id: str) -> ReplyStream | None:
+        """A stream to show a reply as it is written, or None when the channel cannot (the default)."""
+        return None
 
     @abstractmethod
     async def send_typing(self, chat_id: str) -> None:

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from bot.channels.base import Channel, InboundHandler
 from bot.domain.inbound import InboundMessage
+from bot.domain.turn import ReplyStream
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ class ConsoleChannel(Channel):
         self._stdin = stdin or sys.stdin
         self._stdout = stdout or sys.stdout
         self._reader_task: asyncio.Task[None] | None = None
+        self._line_open = False
         self.input_closed = asyncio.Event()
 
     async def start(self, handler: InboundHandler) -> None:
@@ -58,9 +60,22 @@ class ConsoleChannel(Channel):
         await self.stop_receiving()
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
-        self._stdout.write(text.rstrip("\n") + "\n")
-        self._stdout.flush()
+        self._end_open_line()
+        self._write(text.rstrip("\n") + "\n")
         return None
+
+    def open_stream(self, chat_id: str) -> ReplyStream | None:
+        return _ConsoleStream(self)
+
+    def _write(self, text: str) -> None:
+        self._stdout.write(text)
+        self._stdout.flush()
+        self._line_open = not text.endswith("\n")
+
+    def _end_open_line(self) -> None:
+        # A streamed reply cut short (an error, /stop) leaves its line open; start the next on its own.
+        if self._line_open:
+            self._write("\n")
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         # A terminal cannot rewrite what it printed; the final text is sent with send_text.
@@ -68,3 +83,23 @@ class ConsoleChannel(Channel):
 
     async def send_typing(self, chat_id: str) -> None:
         return None
+
+
+class _ConsoleStream:
+    """Prints a reply as it is written: each update adds what is new since the last one."""
+
+    def __init__(self, console: ConsoleChannel) -> None:
+        self._console = console
+        self._shown = ""
+
+    async def update(self, text: str) -> None:
+        if text.startswith(self._shown):
+            self._console._write(text[len(self._shown) :])
+        else:
+            self._console._end_open_line()
+            self._console._write(text)
+        self._shown = text
+
+    async def finish(self, text: str) -> None:
+        await self.update(text.rstrip("\n"))
+        self._console._write("\n")

@@ -34,6 +34,8 @@ class Command:
     description: str
     handler: CommandHandler
     usage: str = ""
+    # Runs at once instead of waiting behind the chat's queued messages (e.g. /stop).
+    immediate: bool = False
 
 
 def parse_command(text: str) -> tuple[str, str] | None:
@@ -58,6 +60,11 @@ class CommandRegistry:
 
     def is_command(self, text: str) -> bool:
         return parse_command(text) is not None
+
+    def is_immediate(self, text: str) -> bool:
+        parsed = parse_command(text)
+        command = self._commands.get(parsed[0]) if parsed else None
+        return command is not None and command.immediate
 
     async def execute(self, inbound: InboundMessage, channel: Channel) -> str:
         """Run the command in `inbound.text`; an unknown one gets the list of commands."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 from bot.clock import Clock
 from bot.compaction.budget import ContextBudget
 from bot.compaction.estimator import TokenEstimator
+from bot.compaction.service import COUNT_KEY as COMPACTION_COUNT_KEY
 from bot.domain.session import AgentSession
 from bot.llm.models import ModelRegistry
-from bot.memory.stats import read_memory_state
+from bot.memory.service import MemoryService
+from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
 from bot.workspace import Workspace
 
@@ -23,34 +25,43 @@ class StatusReporter:
         estimator: TokenEstimator,
         clock: Clock,
         model_override: str | None,
+        memory: MemoryService,
+        rag: RagService | None = None,
     ) -> None:
+        self._rag = rag
         self._workspace = workspace
         self._config_store = config_store
         self._models = models
         self._estimator = estimator
         self._clock = clock
         self._model_override = model_override
+        self._memory = memory
 
     async def report(self, session: AgentSession) -> str:
         config = await self._config_store.current()
         model = self._models.lookup(self._model_override or config.llm.model)
         budget = ContextBudget.for_model(model, config.compaction)
-        tokens = self._estimator.messages(session.messages)
-        memory = await read_memory_state(self._workspace, self._clock.now().date())
+        tokens = self._estimator.messages(session.messages, model.name)
+        memory = await self._memory.status(config.memory, session.id)
+        pack = memory.last_pack
+        pack_line = f"Memory pack (last message): {pack.diagnostics.describe()}" if pack else ""
         last_usage = session.metadata.get("lastUsage")
         last_prompt = f", last call {last_usage['promptTokens']} prompt tokens" if last_usage else ""
         items = ", ".join(f"{layer.lower()} {count}" for layer, count in memory.items_per_layer.items())
         known = "" if model.known else " (not in models.json; default limits)"
         percent = round(100 * tokens / budget.trigger_tokens)
+        rag_line = (await self._rag.status()).describe() if self._rag is not None and config.rag.enabled else ""
         return "\n".join(
             [
                 f"Session {session.id} ({session.state.value})",
                 f"Messages: {len(session.messages)}",
                 f"Context: ~{tokens} tokens of {budget.trigger_tokens} ({percent}%){last_prompt}",
-                f"Compactions: {session.metadata.get('compactions', 0)}",
+                f"Compactions: {session.metadata.get(COMPACTION_COUNT_KEY, 0)}",
                 f"Memory: MEMORY.md {memory.long_term_chars} chars; items: {items}; "
-                f"today's notes: {memory.today_note_lines} entries"
+                f"today's notes: {memory.today_note_lines} entries; scope {config.memory.scope}"
                 + ("" if config.memory.enabled else " (memory disabled)"),
+                *([pack_line] if pack_line else []),
+                *([rag_line] if rag_line else []),
                 f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
             ]
         )

@@ -1,27 +1,127 @@
-"""`ContextBudget`: the prompt size at which a conversation must be compacted for a model."""
+"""`ContextBudget`: the prompt size at which a conversation is compacted, and each part's share of it.
+
+The threshold for a model is the smallest of `compaction.maxContextTokens`, `inputWindowShare` of
+the model's input window, and the input window less the reserved output and a safety margin.
+
+One allocator owns the whole prompt: the system prompt, the memory sections, `# Relevant Memory`
+(RAG), the tool schemas, the conversation summary and the recent messages each get a share of the
+threshold (`compaction.budgetShares`). A part longer than its share is cut with a visible marker
+(`fit_prompt_parts`) instead of silently pushing another part out, and before the model call the
+conversation is compacted when the messages do not fit in what the other parts leave them.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from bot.compaction.estimator import TokenEstimator
 from bot.llm.models import ModelSpec
-from bot.settings import CompactionConfig
+from bot.settings import BudgetShares, CompactionConfig, RuntimeConfig
 
-# Share of the model's input window to fill at most, leaving room for estimate error.
-INPUT_WINDOW_SHARE = 0.8
-# Tokens kept free beyond the reserved output, for the provider's own framing.
-SAFETY_MARGIN_TOKENS = 1024
+# The shares of `BudgetShares`, in the order `/context` lists them.
+SYSTEM, MEMORY, RAG, TOOLS, SUMMARY, RECENT = "system", "memory", "rag", "tools", "summary", "recent"
+SHARE_NAMES = (SYSTEM, MEMORY, RAG, TOOLS, SUMMARY, RECENT)
+CUT_MARKER = "[… {part} cut here: it exceeded its share of the context ({total} tokens, share {cap})]"
+
+
+def share_for_part(part_name: str) -> str:
+    """Which share a system-prompt part (a key of `TurnContext.system_prompt_parts`) draws on."""
+    if part_name.startswith(MEMORY):
+        return MEMORY
+    if part_name.startswith(RAG):
+        return RAG
+    return SYSTEM
 
 
 @dataclass(frozen=True)
 class ContextBudget:
-    """The compaction trigger for one model under the current configuration."""
+    """The compaction threshold for one model under the current configuration, and its shares."""
 
     model: ModelSpec
     trigger_tokens: int
+    shares: BudgetShares
+    keep_recent_ratio: float = 0.5
 
     @classmethod
     def for_model(cls, model: ModelSpec, config: CompactionConfig) -> ContextBudget:
-        ceiling = model.max_input_tokens - model.max_output_tokens - SAFETY_MARGIN_TOKENS
-        trigger = min(config.max_context_tokens, int(INPUT_WINDOW_SHARE * model.max_input_tokens), ceiling)
-        return cls(model, max(trigger, 1))
+        safety_margin = math.ceil(config.safety_margin_share * model.max_input_tokens)
+        ceiling = model.max_input_tokens - model.max_output_tokens - safety_margin
+        window = int(config.input_window_share * model.max_input_tokens)
+        trigger = min(config.max_context_tokens, window, ceiling)
+        return cls(model, max(trigger, 1), config.budget_shares, config.keep_recent_ratio)
+
+    def cap(self, share_name: str) -> int:
+        """Tokens the named share (`system`, `memory`, `rag`, `tools`, `summary`, `recent`) may take."""
+        return int(getattr(self.shares, share_name) * self.trigger_tokens)
+
+    @property
+    def keep_recent_tokens(self) -> int:
+        """How much of the recent conversation a compaction keeps verbatim: room is left to grow."""
+        return max(1, int(self.cap(RECENT) * self.keep_recent_ratio))
+
+    @property
+    def summary_cap_tokens(self) -> int:
+        return max(1, self.cap(SUMMARY))
+
+    def reserve(self, config: RuntimeConfig, tool_tokens: int) -> dict[str, int]:
+        """Tokens set aside for the parts built after compaction (18) runs: at most their shares.
+
+        The system prompt, memory and RAG sections are built at 20, after the compaction decision, so
+        they are planned at their caps (a disabled part takes nothing); the tool schemas are known.
+        """
+        return {
+            SYSTEM: self.cap(SYSTEM),
+            MEMORY: self.cap(MEMORY) if config.memory.enabled else 0,
+            RAG: self.cap(RAG) if config.rag.enabled else 0,
+            TOOLS: tool_tokens,
+        }
+
+    def room_for_messages(self, reserve: dict[str, int]) -> int:
+        """What the conversation (summary and messages) may take before it must be compacted."""
+        return max(0, self.trigger_tokens - sum(reserve.values()))
+
+
+@dataclass(frozen=True)
+class PartUsage:
+    """One prompt part against its share: tokens it has (before any cut) and its cap."""
+
+    name: str
+    tokens: int
+    cap: int
+    cut: bool = False
+    reserved: bool = False
+
+
+def fit_prompt_parts(
+    parts: dict[str, str], budget: ContextBudget, estimator: TokenEstimator, model: str | None = None
+) -> tuple[dict[str, str], list[PartUsage]]:
+    """`parts` with each share's parts cut to the share's cap, and what each share used.
+
+    Parts keep their order; within a share the earlier parts are kept whole first. A cut part ends
+    with a marker saying what was cut, so neither the model nor a reader is misled by a silent gap.
+    """
+    fitted: dict[str, str] = {}
+    used: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    cut_shares: set[str] = set()
+    for name, text in parts.items():
+        share = share_for_part(name)
+        cap = budget.cap(share)
+        tokens = estimator.text(text, model)
+        totals[share] = totals.get(share, 0) + tokens
+        room = cap - used.get(share, 0)
+        if tokens <= room:
+            fitted[name] = text
+            used[share] = used.get(share, 0) + tokens
+            continue
+        cut_shares.add(share)
+        marker = CUT_MARKER.format(part=name, total=tokens, cap=cap)
+        keep_chars = max(0, int((room - estimator.text(marker, model)) * estimator.ratio_for(model)))
+        head = text[:keep_chars]
+        if "\n" in head:
+            head = head[: head.rfind("\n")]
+        fitted[name] = f"{head}\n{marker}" if head else marker
+        used[share] = cap
+    report = [PartUsage(share, totals[share], budget.cap(share), share in cut_shares) for share in totals]
+    return fitted, report

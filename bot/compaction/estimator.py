@@ -1,34 +1,158 @@
 """`TokenEstimator`: how many tokens a text or a conversation costs, without downloading a tokenizer.
 
-A characters-per-token ratio: 3.5 is a fair average for English prose and code on current
-tokenizers; it errs towards over-counting, which is the safe side for a budget.
+A characters-per-token ratio per model: 3.5 to start, a fair average for English prose and code on
+current tokenizers that errs towards over-counting (the safe side for a budget). Every time a provider
+reports the `prompt_tokens` of a request whose size we know, the model's ratio moves towards the
+observed one by an exponential moving average, so the estimate follows the real tokenizer without
+ever loading it. Nothing is downloaded; the ratio lives in memory and starts over on restart.
+
+Where a model's tokenizer is on the machine already (`OfflineTokenizers`), counts are exact instead.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+from typing import Any
 
+from bot.compaction.tokenizer import Counter, OfflineTokenizers
 from bot.domain.message import Message
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHARS_PER_TOKEN = 3.5
 # Role, separators and framing the provider adds around every message.
 MESSAGE_OVERHEAD_TOKENS = 4
+# Weight of one observation in the moving average (seed 001: 0.1 smooths out odd requests).
+CALIBRATION_SMOOTHING = 0.1
+# Requests smaller than this are mostly framing; their ratio says little about the tokenizer.
+MIN_CALIBRATION_TOKENS = 200
+# A ratio outside these bounds is a measuring error (an image, a cached prompt), not a tokenizer.
+MIN_CHARS_PER_TOKEN = 1.0
+MAX_CHARS_PER_TOKEN = 6.0
+# Exact counts of stored messages are remembered (messages do not change); bounded, then started over.
+EXACT_CACHE_ENTRIES = 20_000
 
 
 class TokenEstimator:
-    """Estimates token counts from character counts."""
+    """Estimates token counts from character counts, calibrated per model by reported usage."""
 
-    def __init__(self, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> None:
+    def __init__(
+        self,
+        chars_per_token: float = DEFAULT_CHARS_PER_TOKEN,
+        *,
+        tokenizers: OfflineTokenizers | None = None,
+        exact: bool = True,
+    ) -> None:
         self.chars_per_token = chars_per_token
+        self._calibrated: dict[str, float] = {}
+        self._samples: dict[str, int] = {}
+        self._tokenizers = tokenizers or (OfflineTokenizers() if exact else None)
+        self._exact_cache: dict[tuple[str, str, int], int] = {}
 
-    def text(self, text: str) -> int:
-        return math.ceil(len(text) / self.chars_per_token)
+    def exact_counter(self, model: str | None) -> Counter | None:
+        """The model's offline tokenizer, when there is one (see `OfflineTokenizers`)."""
+        if model is None or self._tokenizers is None:
+            return None
+        return self._tokenizers.counter_for(model)
 
-    def message(self, message: Message) -> int:
-        tokens = MESSAGE_OVERHEAD_TOKENS + self.text(message.content)
-        for call in message.tool_calls or []:
-            tokens += self.text(call.name) + self.text(call.arguments)
-        return tokens
+    def ratio_for(self, model: str | None) -> float:
+        """Characters per token for `model` (the calibrated ratio once there is one)."""
+        if model is None:
+            return self.chars_per_token
+        return self._calibrated.get(model, self.chars_per_token)
 
-    def messages(self, messages: list[Message]) -> int:
-        return sum(self.message(message) for message in messages)
+    def samples_for(self, model: str) -> int:
+        return self._samples.get(model, 0)
+
+    def text(self, text: str, model: str | None = None) -> int:
+        counter = self.exact_counter(model)
+        if counter is not None:
+            return counter(text)
+        return math.ceil(len(text) / self.ratio_for(model))
+
+    def message(self, message: Message, model: str | None = None) -> int:
+        counter = self.exact_counter(model)
+        if counter is None:
+            return MESSAGE_OVERHEAD_TOKENS + math.ceil(message_chars(message) / self.ratio_for(model))
+        assert model is not None
+        key = (model, message.id, message_chars(message))
+        cached = self._exact_cache.get(key)
+        if cached is None:
+            calls = "".join(call.name + call.arguments for call in message.tool_calls or [])
+            cached = MESSAGE_OVERHEAD_TOKENS + counter(message.content) + (counter(calls) if calls else 0)
+            if len(self._exact_cache) >= EXACT_CACHE_ENTRIES:
+                self._exact_cache.clear()
+            self._exact_cache[key] = cached
+        return cached
+
+    def messages(self, messages: list[Message], model: str | None = None) -> int:
+        return sum(self.message(message, model) for message in messages)
+
+    def payload(
+        self, wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, model: str | None = None
+    ) -> int:
+        """Tokens of a whole request in the OpenAI wire format: messages and tool schemas."""
+        framing = MESSAGE_OVERHEAD_TOKENS * len(wire_messages)
+        counter = self.exact_counter(model)
+        if counter is not None:
+            return framing + counter(payload_text(wire_messages, tools))
+        return framing + math.ceil(payload_chars(wire_messages, tools) / self.ratio_for(model))
+
+    def tool_schemas(self, schemas: list[dict[str, Any]], model: str | None = None) -> int:
+        return self.text(json.dumps(schemas, ensure_ascii=False), model) if schemas else 0
+
+    def calibrate(self, model: str, sent_chars: int, prompt_tokens: int, messages: int = 0) -> None:
+        """Move `model`'s ratio towards what the provider reported for a request of `sent_chars`."""
+        if self.exact_counter(model) is not None:
+            return
+        content_tokens = prompt_tokens - MESSAGE_OVERHEAD_TOKENS * messages
+        if sent_chars <= 0 or content_tokens < MIN_CALIBRATION_TOKENS:
+            return
+        observed = sent_chars / content_tokens
+        if not MIN_CHARS_PER_TOKEN <= observed <= MAX_CHARS_PER_TOKEN:
+            log.debug("[AutoCompact] Ignored an odd calibration sample for %s: %.2f chars/token", model, observed)
+            return
+        current = self.ratio_for(model)
+        self._calibrated[model] = CALIBRATION_SMOOTHING * observed + (1 - CALIBRATION_SMOOTHING) * current
+        self._samples[model] = self._samples.get(model, 0) + 1
+
+    def observe_request(
+        self,
+        model: str,
+        wire_messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        prompt_tokens: int,
+    ) -> None:
+        """Calibrate from one sent request and the `prompt_tokens` the provider reported for it."""
+        self.calibrate(model, payload_chars(wire_messages, tools), prompt_tokens, len(wire_messages))
+
+
+def message_chars(message: Message) -> int:
+    """Characters of a message that reach the model: its text and any tool-call names and arguments."""
+    chars = len(message.content)
+    for call in message.tool_calls or []:
+        chars += len(call.name) + len(call.arguments)
+    return chars
+
+
+def payload_text(wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """The text of a wire payload that the model reads: contents, tool calls and tool schemas."""
+    pieces: list[str] = []
+    for wire in wire_messages:
+        content = wire.get("content")
+        if isinstance(content, str):
+            pieces.append(content)
+        elif isinstance(content, list):
+            pieces += [str(part.get("text", "")) for part in content if isinstance(part, dict)]
+        for call in wire.get("tool_calls") or []:
+            function = call.get("function", {})
+            pieces += [str(function.get("name", "")), str(function.get("arguments", ""))]
+    if tools:
+        pieces.append(json.dumps(tools, ensure_ascii=False))
+    return "".join(pieces)
+
+
+def payload_chars(wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+    return len(payload_text(wire_messages, tools))

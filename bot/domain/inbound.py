@@ -19,6 +19,8 @@ class InboundMessage:
     # A key that is the same when the transport delivers the same message twice (Telegram's update_id).
     dedup_key: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    # Already in the session, left unanswered when the bot stopped: answer it without storing it again.
+    resumed: bool = False
 
     @property
     def session_id(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
@@ -26,6 +27,16 @@ class Usage:
         }
 
 
+class ReplyStream(Protocol):
+    """A reply shown while the model writes it. The channel decides how often the user sees updates."""
+
+    async def update(self, text: str) -> None:
+        """The whole text so far (not a delta)."""
+
+    async def finish(self, text: str) -> None:
+        """The final text; delivered exactly once, however many updates came before."""
+
+
 @dataclass
 class TurnContext:
     """State of one run: the inbound message, the session, the prompt parts built, the reply.
@@ -44,6 +55,10 @@ class TurnContext:
     reply_text: str | None = None
     # Set once the reply reached the channel (a streaming system may deliver it itself).
     reply_delivered: bool = False
+    # Why this turn could not be written to disk, if it could not (the reply says so).
+    storage_problem: str | None = None
+    # Where to stream the reply as it is written, when the channel can show that.
+    reply_stream: ReplyStream | None = None
     usages: list[Usage] = field(default_factory=list)
     # Messages this turn added after the user's (assistant text, tool calls and results).
     new_messages: list[Message] = field(default_factory=list)

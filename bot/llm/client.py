@@ -15,12 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
 from openai import AsyncOpenAI
 
 from bot.domain.message import ToolCall
 from bot.domain.turn import Usage
 from bot.llm.errors import LlmError, LlmFailure
+from bot.metrics import BotMetrics
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,18 @@ class TextDelta:
 class LlmClient:
     """The one way the bot talks to a model."""
 
-    def __init__(self, api_key: str | None, base_url: str | None) -> None:
-        self._client = AsyncOpenAI(api_key=api_key or _PLACEHOLDER_API_KEY, base_url=base_url)
+    def __init__(
+        self, api_key: str | None, base_url: str | None, metrics: BotMetrics | None = None, max_connections: int = 32
+    ) -> None:
+        self._metrics = metrics or BotMetrics()
+        # A bounded pool: the HTTP library checks every pooled connection on each request, so a pool
+        # grown to hundreds of idle connections cost more CPU than the requests themselves.
+        limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = AsyncOpenAI(
+            api_key=api_key or _PLACEHOLDER_API_KEY,
+            base_url=base_url,
+            http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+        )
         self.usage_log: list[Usage] = []
 
     async def close(self) -> None:
@@ -71,10 +83,10 @@ class LlmClient:
     async def complete(self, request: ChatRequest) -> ChatResult:
         """A whole answer in one response."""
         started = time.monotonic()
-        with _translated_errors(request.model):
+        with self._counted(request.model), _translated_errors(request.model):
             response = await self._client_for(request).chat.completions.create(**_request_arguments(request))
-        if not response.choices:
-            raise LlmError(LlmFailure.BAD_RESPONSE, "the response has no choices")
+            if not response.choices:
+                raise LlmError(LlmFailure.BAD_RESPONSE, "the response has no choices")
         choice = response.choices[0]
         calls = [
             ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments or "{}")
@@ -96,7 +108,7 @@ class LlmClient:
         calls: dict[int, dict[str, str]] = {}
         usage: Usage | None = None
         finish_reason: str | None = None
-        with _translated_errors(request.model):
+        with self._counted(request.model), _translated_errors(request.model):
             chunks = await self._client_for(request).chat.completions.create(
                 **_request_arguments(request), stream=True, stream_options={"include_usage": True}
             )
@@ -118,6 +130,29 @@ class LlmClient:
         tool_calls = [ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}") for c in calls.values()]
         yield ChatResult("".join(text_parts), tool_calls, usage, finish_reason)
 
+    async def embed(self, texts: list[str], model: str, timeout_seconds: float = 30.0) -> list[list[float]]:
+        """One embedding vector per text, in order, from the endpoint's `/embeddings`."""
+        if not texts:
+            return []
+        with self._counted(model), _translated_errors(model):
+            response = await self._client.with_options(timeout=timeout_seconds).embeddings.create(
+                model=model, input=texts, encoding_format="float"
+            )
+        vectors = sorted(response.data, key=lambda entry: entry.index)
+        if len(vectors) != len(texts):
+            raise LlmError(LlmFailure.BAD_RESPONSE, f"{len(vectors)} embeddings for {len(texts)} texts")
+        return [list(entry.embedding) for entry in vectors]
+
+    @contextmanager
+    def _counted(self, model: str) -> Iterator[None]:
+        try:
+            yield
+        except LlmError as error:
+            self._metrics.model_calls.labels(model, error.failure.value).inc()
+            self._metrics.errors.labels(f"model_{error.failure.value}").inc()
+            raise
+        self._metrics.model_calls.labels(model, "ok").inc()
+
     def _client_for(self, request: ChatRequest) -> AsyncOpenAI:
         return self._client.with_options(timeout=request.timeout_seconds, max_retries=request.max_retries)
 
@@ -125,15 +160,21 @@ class LlmClient:
         if reported is None:
             return None
         usage = Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0, model)
+        self._metrics.model_tokens.labels(model, "prompt").inc(usage.prompt_tokens)
+        self._metrics.model_tokens.labels(model, "completion").inc(usage.completion_tokens)
         self.usage_log.append(usage)
         del self.usage_log[:-1000]  # bounded: only recent calls matter
         return usage
 
 
 def _request_arguments(request: ChatRequest) -> dict[str, Any]:
-    arguments: dict[str, Any] = {"model": request.model, "messages": request.messages}
+    # Messages and tool schemas are already in wire form, so they go in `extra_body`: the library's
+    # own TypedDict transform walks every nested value and cost about 4 ms of CPU per call, 3.5x the
+    # rest of the call (bench/pipeline_overhead.py). `extra_body` keys replace the body's.
+    body: dict[str, Any] = {"messages": request.messages}
     if request.tools:
-        arguments["tools"] = request.tools
+        body["tools"] = request.tools
+    arguments: dict[str, Any] = {"model": request.model, "messages": [], "extra_body": body}
     if request.temperature is not None:
         arguments["temperature"] = request.temperature
     if request.max_tokens is not None:
@@ -170,7 +211,7 @@ def _classify(error: Exception) -> LlmFailure | None:
     if isinstance(error, openai.APIStatusError):
         if error.status_code >= 500:
             return LlmFailure.SERVER_ERROR
-        if _is_context_length(error):
+        if error.status_code == 413 or _is_context_length(error):
             return LlmFailure.CONTEXT_LENGTH
         return LlmFailure.BAD_REQUEST
     if isinstance(error, openai.APIError | json.JSONDecodeError):

@@ -1,1 +1,18 @@
-"""The bot's memory: MEMORY.md, daily notes, structured items, and what the prompt is given of them."""
+"""The bot's memory: MEMORY.md, daily notes, structured items, and what the prompt is given of them.
+
+One module per concept:
+
+- `paths`: where a memory scope keeps its files (`memory.scope`: `global` or one per `chat`).
+- `long_term`, `daily_notes`, `legacy_context`, `file_cache`: MEMORY.md, the daily note lines, the
+  legacy `## Today's Notes` / `## Recent Context` sections, and reading them only when changed.
+- `items_store`: the JSONL item files, kept in step with hand edits; group-committed writes.
+- `extraction`, `llm_extraction`: what of a turn becomes SEMANTIC or PROCEDURAL knowledge.
+- `write_service`: dedup by fingerprint, supersede by slot key, promotion, decay, pins, forgetting.
+- `lexical_index`, `embeddings`, `local_embeddings`, `retrieval`: BM25 and vector similarity, scored
+  with recency, salience and confidence, top-k per layer.
+- `prompt_pack`, `budget`: rendering under the soft and max token budgets, cuts made visible.
+- `service`: the facade the pipeline (20, 50), `/memory`, `/status` and the tools use.
+- `tools`: `memory_search`, `memory_add`, `memory_update`, `memory_promote`, `memory_forget`,
+  `read_memory`, `write_memory`, `update_memory`.
+- `compaction_sink`: turns about to be compacted reach memory first.
+"""

@@ -1,7 +1,8 @@
 """`ChatDispatcher`: each chat's messages strictly in order, different chats concurrently.
 
 Every chat with work gets one worker task that takes its queued messages one at a time; the task
-ends when the queue is empty, so idle chats cost nothing.
+ends when the queue is empty, so idle chats cost nothing. The message being handled runs as its own
+task: when it is cancelled (`/stop`), the messages queued behind it are still answered.
 """
 
 from __future__ import annotations
@@ -9,22 +10,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from bot.channels.base import Channel
 from bot.domain.inbound import InboundMessage
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[InboundMessage, Channel], Awaitable[None]]
+Handler = Callable[[InboundMessage, Channel], Coroutine[Any, Any, None]]
 
 
 @dataclass
 class _ChatQueue:
     items: asyncio.Queue[tuple[InboundMessage, Channel]] = field(default_factory=asyncio.Queue)
     worker: asyncio.Task[None] | None = None
-    busy: bool = False
+    current: asyncio.Task[None] | None = None
 
 
 class ChatDispatcher:
@@ -52,11 +54,15 @@ class ChatDispatcher:
 
     def is_busy(self, session_id: str) -> bool:
         chat = self._chats.get(session_id)
-        return chat is not None and chat.busy
+        return chat is not None and chat.current is not None
 
     def pending(self, session_id: str) -> int:
         chat = self._chats.get(session_id)
         return 0 if chat is None else chat.items.qsize()
+
+    def queue_depths(self) -> dict[str, int]:
+        """Messages waiting or being answered, per chat with any."""
+        return {session_id: chat.items.qsize() + (chat.current is not None) for session_id, chat in self._chats.items()}
 
     async def drain(self) -> None:
         """Wait until every queued message was handled."""
@@ -80,16 +86,23 @@ class ChatDispatcher:
         try:
             while not chat.items.empty():
                 inbound, channel = chat.items.get_nowait()
-                chat.busy = True
+                chat.current = asyncio.create_task(self._handler(inbound, channel))
                 try:
-                    await self._handler(inbound, channel)
+                    await chat.current
                 except asyncio.CancelledError:
-                    raise
+                    if self._worker_is_cancelled():
+                        raise
+                    log.info("[Dispatcher] Run in %s interrupted", session_id)
                 except Exception:
                     log.exception("[Dispatcher] Handling a message of %s failed", session_id)
                 finally:
-                    chat.busy = False
+                    chat.current = None
         finally:
             del self._chats[session_id]
             if not self._chats:
                 self._idle.set()
+
+    @staticmethod
+    def _worker_is_cancelled() -> bool:
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0

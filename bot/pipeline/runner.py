@@ -18,9 +18,11 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
+from bot.metrics import BotMetrics
 from bot.pipeline.system import PipelineSystem, UserFacingError
+from bot.pipeline.turn_storage import SETTLED_KEY, store_turn_messages, unanswered_user_message
 from bot.runtime_config import RuntimeConfigStore
-from bot.sessions.service import RECOVERED_FROM_KEY, SessionService
+from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,9 @@ DESIGNED_SYSTEMS = {
 
 TYPING_REFRESH_SECONDS = 4.0  # Telegram shows "typing…" for about 5 s per call
 GENERIC_FAILURE_REPLY = "Something went wrong while answering. Your message is saved; please try again."
+STORAGE_PROBLEM_NOTE = (
+    "(I could not save this conversation to disk: {problem}. I keep it in memory and write it as soon as I can.)"
+)
 
 
 class PipelineRunner:
@@ -46,11 +51,15 @@ class PipelineRunner:
         sessions: SessionService,
         config_store: RuntimeConfigStore,
         model_override: str | None = None,
+        metrics: BotMetrics | None = None,
     ) -> None:
+        self._metrics = metrics or BotMetrics()
         self._systems = sorted(systems, key=lambda system: system.order)
         self._sessions = sessions
         self._config_store = config_store
         self._model_override = model_override
+        self._interruptible_runs: dict[str, asyncio.Task[object]] = {}
+        self._stopped_by_user: set[str] = set()
         present = {system.order for system in self._systems}
         for order, name in DESIGNED_SYSTEMS.items():
             if order not in present:
@@ -61,25 +70,75 @@ class PipelineRunner:
     def systems(self) -> list[PipelineSystem]:
         return list(self._systems)
 
-    async def run(self, inbound: InboundMessage, channel: Channel) -> TurnContext:
+    def interrupt(self, session_id: str) -> bool:
+        """Cancel a chat's run if it has not replied yet (`/stop`); False when there is none.
+
+        Only the part before the reply can be interrupted: once the reply is out, memory and RAG
+        writes for it always complete.
+        """
+        task = self._interruptible_runs.get(session_id)
+        if task is None or task.done():
+            return False
+        self._stopped_by_user.add(session_id)
+        task.cancel()
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _interruptible(self, ctx: TurnContext) -> AsyncIterator[None]:
+        session_id = ctx.session.id
+        task = asyncio.current_task()
+        assert task is not None
+        self._interruptible_runs[session_id] = task
+        try:
+            yield
+        except asyncio.CancelledError:
+            # Stopped by the user: settled, not to be answered after a restart. Cancelled by a
+            # shutdown: left unanswered on purpose, so the next start answers it.
+            if session_id in self._stopped_by_user:
+                await asyncio.shield(self._settle(ctx))
+            raise
+        finally:
+            self._interruptible_runs.pop(session_id, None)
+            self._stopped_by_user.discard(session_id)
+
+    async def _settle(self, ctx: TurnContext) -> None:
+        """Mark the turn's message as dealt with although it has no answer."""
+        ctx.session.metadata[SETTLED_KEY] = ctx.user_message.id
+        try:
+            await self._sessions.save(ctx.session)
+        except SessionPersistError as error:
+            ctx.storage_problem = str(error)
+
+    async def run(self, inbound: InboundMessage, channel: Channel) -> TurnContext | None:
         """Answer one message. The caller guarantees one run per chat at a time."""
         started = time.monotonic()
+        self._metrics.messages_in.labels(inbound.channel_type).inc()
         config = await self._config_store.current()
         session = await self._sessions.get_or_create(inbound.channel_type, inbound.chat_id)
         async with self._sessions.lock_for(session.id):
             await self._tell_about_recovery(session.metadata, channel, inbound.chat_id)
-            user_message = Message.user(inbound.text)
-            await self._sessions.append_messages(session, [user_message])
+            pending = unanswered_user_message(session) if inbound.resumed else None
+            if inbound.resumed and pending is None:
+                return None
             ctx = TurnContext(
                 inbound=inbound,
                 session=session,
                 config=config,
-                user_message=user_message,
+                user_message=pending or Message.user(inbound.text),
                 model=self._model_override or config.llm.model,
+                reply_stream=channel.open_stream(inbound.chat_id) if config.tool_loop.streaming else None,
             )
-            async with _typing(channel, inbound.chat_id):
+            if pending is None:
+                await store_turn_messages(self._sessions, ctx, [ctx.user_message])
+            else:
+                log.info("[Pipeline] Answering %s's message left unanswered by the last stop", session.id)
+            async with _typing(channel, inbound.chat_id), self._interruptible(ctx):
                 failure_reply = await self._run_systems(ctx, after_reply=False)
+            if failure_reply is not None:
+                await self._settle(ctx)
             await self._deliver(ctx, channel, failure_reply)
+            if ctx.reply_delivered:
+                self._metrics.replies_out.labels(inbound.channel_type).inc()
             if failure_reply is None:
                 await self._run_systems(ctx, after_reply=True)
         log.info("[Pipeline] %s answered in %.0f ms", session.id, (time.monotonic() - started) * 1000)
@@ -91,7 +150,8 @@ class PipelineRunner:
             if system.after_reply != after_reply or not system.enabled(ctx):
                 continue
             try:
-                await system.process(ctx)
+                with self._metrics.stage_seconds.labels(system.name).time():
+                    await system.process(ctx)
             except asyncio.CancelledError:
                 raise
             except (UserFacingError, LlmError) as error:
@@ -101,13 +161,18 @@ class PipelineRunner:
                 return error.user_message
             except Exception:
                 log.exception("[%s] Failed", system.name)
+                self._metrics.errors.labels(f"system_{system.name}").inc()
                 if not after_reply:
                     return GENERIC_FAILURE_REPLY
         return None
 
     async def _deliver(self, ctx: TurnContext, channel: Channel, failure_reply: str | None) -> None:
         text = failure_reply if failure_reply is not None else ctx.reply_text
-        if not text or (failure_reply is None and ctx.reply_delivered):
+        if ctx.storage_problem is not None:
+            note = STORAGE_PROBLEM_NOTE.format(problem=ctx.storage_problem)
+            # A streamed reply is already out; the note then follows as a message of its own.
+            text = note if (failure_reply is None and ctx.reply_delivered) else f"{text}\n\n{note}"
+        elif not text or (failure_reply is None and ctx.reply_delivered):
             return
         try:
             await channel.send_text(ctx.inbound.chat_id, text)
@@ -116,6 +181,7 @@ class PipelineRunner:
             raise
         except Exception as error:
             # The turn is already in the session; the user can ask again or see it in the history.
+            self._metrics.errors.labels("delivery").inc()
             log.error("[Pipeline] Reply to %s could not be delivered: %s", ctx.session.id, error)
 
     async def _tell_about_recovery(self, metadata: dict[str, object], channel: Channel, chat_id: str) -> None:

@@ -1,1 +1,10 @@
-"""The LightRAG knowledge graph over past conversations (filled in by the RAG work)."""
+"""The fourth memory layer: a LightRAG knowledge graph over every past conversation.
+
+- `documents`: what a finished exchange becomes (`conv_{session}_{YYYYMMDD_HHmmss}`), which are skipped.
+- `store`: the durable indexing queue and the record of indexed documents (`workspace/rag/documents.jsonl`).
+- `service`: `RagService`: enqueue (RagIndexingSystem, 55), flush (the scheduler), retrieve (`# Relevant
+  Memory` at ContextBuilding, 20), search (the `rag_query` tool), forget, status.
+- `backend`: the `RagBackend` protocol; `embedded` (lightrag-hku in the process, file or PostgreSQL
+  storages) and `server` (a LightRAG server over HTTP) implement it; `factory` picks one at start.
+- `tokenizer`: the offline tokenizer LightRAG is given, so nothing is downloaded at run time.
+"""

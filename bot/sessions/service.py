@@ -23,6 +23,11 @@ log = logging.getLogger(__name__)
 RECOVERED_FROM_KEY = "recoveredFrom"
 
 
+class SessionPersistError(Exception):
+    """A session could not be written (disk full, read-only workspace). Nothing is lost: the session
+    stays in memory, and what was not written goes out with the next save that succeeds."""
+
+
 class SessionService:
     """The live sessions of every chat: one cached `AgentSession` per id, persisted on every change."""
 
@@ -31,6 +36,8 @@ class SessionService:
         self.archive = MessageArchive(sessions_dir / "archive")
         self._cache: dict[str, AgentSession] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Messages whose archive append failed, written ahead of the next append so the archive stays whole.
+        self._unarchived: dict[str, list[Message]] = {}
 
     def lock_for(self, session_id: str) -> asyncio.Lock:
         lock = self._locks.get(session_id)
@@ -68,13 +75,28 @@ class SessionService:
     async def append_messages(self, session: AgentSession, messages: list[Message]) -> None:
         """Add messages: one archive append, then one atomic rewrite of the live session."""
         session.messages.extend(messages)
-        await self.archive.append(session.id, messages)
+        pending = self._unarchived.pop(session.id, []) + messages
+        try:
+            await self.archive.append(session.id, pending)
+        except OSError as error:
+            self._unarchived[session.id] = pending
+            log.error("[Session] Could not archive %d messages of %s: %s", len(pending), session.id, error)
+            raise SessionPersistError(_describe(error)) from error
         await self.save(session)
 
     async def save(self, session: AgentSession) -> None:
         session.updated_at = utc_now()
         self._cache[session.id] = session
-        await self.store.save(session)
+        try:
+            await self.store.save(session)
+        except OSError as error:
+            log.error("[Session] Could not save %s: %s", session.id, error)
+            raise SessionPersistError(_describe(error)) from error
+
+    async def replace_messages(self, session: AgentSession, messages: list[Message]) -> None:
+        """Rewrite the live conversation once (compaction); the archive already holds every message."""
+        session.messages = list(messages)
+        await self.save(session)
 
     async def clear_messages(self, session: AgentSession) -> int:
         """Empty the live conversation (`/new`); the archive keeps everything. Returns how many went."""
@@ -94,3 +116,7 @@ class SessionService:
 
     def stored_ids(self) -> list[str]:
         return self.store.list_ids()
+
+
+def _describe(error: OSError) -> str:
+    return error.strerror or type(error).__name__

@@ -97,6 +97,19 @@ async def append_lines(path: Path, lines: list[str]) -> None:
     await asyncio.to_thread(append_lines_sync, path, lines)
 
 
+def append_text_sync(path: Path, text: str) -> None:
+    """Append `text` exactly as given, durably (a file the model or a person writes, not a log)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        handle.write(text.encode("utf-8", "backslashreplace"))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+async def append_text(path: Path, text: str) -> None:
+    await asyncio.to_thread(append_text_sync, path, text)
+
+
 def read_text_sync(path: Path) -> str | None:
     """The file's text, or None when it does not exist. Undecodable bytes are replaced, not fatal."""
     try:

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from bot.domain.message import ToolCall
+from bot.metrics import BotMetrics
 from bot.settings import RuntimeConfig
 
 log = logging.getLogger(__name__)
@@ -68,24 +69,30 @@ class ToolOutcome:
 class ToolRegistry:
     """All tools available to the model, by name."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: BotMetrics | None = None) -> None:
+        self._metrics = metrics or BotMetrics()
         self._tools: dict[str, Tool[Any]] = {}
+        # Built once: generating JSON schemas is costly and they are sent with every model call.
+        self._schemas: list[dict[str, Any]] = []
 
     def register(self, tool: Tool[Any]) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool
+        self._schemas.append(tool.schema())
 
     def names(self) -> list[str]:
         return list(self._tools)
 
     def schemas(self) -> list[dict[str, Any]]:
-        return [tool.schema() for tool in self._tools.values()]
+        return list(self._schemas)
 
     async def execute(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         started = time.monotonic()
         content, is_error = await self._run(call, context)
         outcome = ToolOutcome(content, is_error, (time.monotonic() - started) * 1000)
+        self._metrics.tool_calls.labels(call.name if call.name in self._tools else "unknown",
+                                        "error" if is_error else "ok").inc()  # fmt: skip
         log.info(
             "[ToolLoop] %s %s in %.0f ms, %d chars",
             call.name, "failed" if is_error else "ran", outcome.duration_ms, len(content),

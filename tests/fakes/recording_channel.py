@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from bot.channels.base import Channel, InboundHandler
 from bot.domain.inbound import InboundMessage
+from bot.domain.turn import ReplyStream
 
 
 class RecordingChannel(Channel):
@@ -14,8 +15,10 @@ class RecordingChannel(Channel):
 
     channel_type = "test"
 
-    def __init__(self, fail_sends: int = 0) -> None:
+    def __init__(self, fail_sends: int = 0, streaming: bool = False) -> None:
         self.sent: dict[str, list[str]] = defaultdict(list)
+        self.stream_updates: dict[str, list[str]] = defaultdict(list)
+        self._streaming = streaming
         self.typing: dict[str, int] = defaultdict(int)
         self.handler: InboundHandler | None = None
         self._fail_sends = fail_sends
@@ -39,6 +42,9 @@ class RecordingChannel(Channel):
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         self.sent[chat_id][int(message_id) - 1] = text
 
+    def open_stream(self, chat_id: str) -> ReplyStream | None:
+        return _RecordingStream(self, chat_id) if self._streaming else None
+
     async def send_typing(self, chat_id: str) -> None:
         self.typing[chat_id] += 1
 
@@ -50,3 +56,20 @@ class RecordingChannel(Channel):
         async with asyncio.timeout(timeout), self._changed:
             await self._changed.wait_for(lambda: len(self.sent[chat_id]) >= count)
         return self.sent[chat_id][:count]
+
+
+class _RecordingStream:
+    """Keeps every update; the final text counts as the one message sent."""
+
+    def __init__(self, channel: RecordingChannel, chat_id: str) -> None:
+        self._channel = channel
+        self._chat_id = chat_id
+        self.finished = False
+
+    async def update(self, text: str) -> None:
+        self._channel.stream_updates[self._chat_id].append(text)
+
+    async def finish(self, text: str) -> None:
+        assert not self.finished, "a stream is finished once"
+        self.finished = True
+        await self._channel.send_text(self._chat_id, text)

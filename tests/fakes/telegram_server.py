@@ -19,6 +19,7 @@ connections, slow answers that were nevertheless applied, a whole outage).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import json
@@ -39,6 +40,7 @@ __all__ = [
     "BotApiError",
     "DraftRecord",
     "EditRecord",
+    "EntityParseError",
     "FakeTelegram",
     "Fault",
     "FaultKind",
@@ -46,6 +48,7 @@ __all__ = [
     "RecordedCall",
     "SentMessage",
     "UploadedFile",
+    "detect_entities",
     "format_text",
     "parse_html",
     "utf16_len",
@@ -1296,97 +1299,76 @@ async def _as_coroutine(awaitable: Awaitable[_T]) -> _T:
     return await awaitable
 
 
-_NGINX_502: Final = (
-    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
-    "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.18.0</center>\r\n"
-    "</body>\r\n</html>\r\n"
-)
+def _fault_error(fault: Fault) -> BotApiError | None:
+    """The error answer a fault stands for; None for faults about the connection itself."""
+    if fault.kind == "rate_limit":
+        return BotApiError(429, f"Too Many Requests: retry after {fault.retry_after}", retry_after=fault.retry_after)
+    if fault.kind == "server_error":
+        return BotApiError(fault.status, _status_phrase(fault.status))
+    if fault.kind == "cant_parse_entities":
+        return _bad_request('can\'t parse entities: Unsupported start tag "injected" at byte offset 0')
+    if fault.kind == "too_long":
+        return _bad_request("message is too long")
+    return None
+
+
+def _status_phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _nginx_page(status: int) -> str:
+    title = f"{status} {_status_phrase(status)}"
+    return (
+        f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>"
+        "\r\n<hr><center>nginx/1.18.0</center>\r\n</body>\r\n</html>\r\n"
+    )
 
 
 # --------------------------------------------------------------------------------------------
-# The public fake
+# The HTTP server
 # --------------------------------------------------------------------------------------------
 
 
-class FakeTelegram:
-    """A fake Telegram Bot API server on 127.0.0.1 for tests (see the module docstring).
+class _HttpServer:
+    """The aiohttp side: routes requests to `_BotApi`, long-polls getUpdates, injects faults."""
 
-    Use as a context manager or call `start()`/`stop()`.  Feed the bot with `push_*`, inspect
-    what it did with `calls`, `sent_messages`, `visible_text`, ..., wait for it with
-    `wait_for_messages` / `await_messages`, and break things with `fail_next` / `go_down`.
-    """
-
-    def __init__(
-        self,
-        token: str = "123456:TEST",
-        bot_username: str = "test_bot",
-        *,
-        strict_ampersand: bool = True,
-    ) -> None:
-        """`strict_ampersand`: also reject HTML with a bare '&' (real Telegram tolerates it)."""
+    def __init__(self, token: str, api: _BotApi, queue: _UpdateQueue, log: _CallLog, faults: _FaultPlan) -> None:
         self._token = token
-        bot_id = int(token.split(":", 1)[0]) if token.split(":", 1)[0].isdigit() else 123456
-        self.bot_user: JsonDict = {"id": bot_id, "is_bot": True, "first_name": "Test Bot", "username": bot_username}
-        self._world = _World(self.bot_user)
-        self._queue = _UpdateQueue()
-        self._api = _BotApi(self._world, self._queue, strict_ampersand=strict_ampersand)
-        self._api.on_webhook_change = self._wake_pollers
-        self._extra_methods: dict[str, SyncMethod] = {}
-        self._log = _CallLog()
-        self._faults = _FaultPlan()
+        self._api = api
+        self._queue = queue
+        self._log = log
+        self._faults = faults
         self._thread = _LoopThread()
         self._runner: web.AppRunner | None = None
-        self._port: int | None = None
+        self.port: int | None = None
         self._closing = False
         self._poll_generation = 0
         self._poll_wakeup: asyncio.Event | None = None
-        self._callback_seq = itertools.count(1)
 
-    # ------------------------------------------------------------------ lifecycle
-    @property
-    def token(self) -> str:
-        """The bot token the fake accepts (any other token gets 401 Unauthorized)."""
-        return self._token
-
-    @property
-    def root(self) -> str:
-        """Base URL of the fake, e.g. ``http://127.0.0.1:PORT`` (the bot's TELEGRAM_API_BASE_URL)."""
-        if self._port is None:
-            raise RuntimeError("FakeTelegram is not started")
-        return f"http://127.0.0.1:{self._port}"
-
-    @property
-    def api_url(self) -> str:
-        """``{root}/bot{token}``: the prefix of every method URL."""
-        return f"{self.root}/bot{self._token}"
-
-    def start(self) -> FakeTelegram:
-        """Start the server in its own thread; returns self."""
-        if self._port is not None:
-            return self
-        self._closing = False
-        self._thread.start()
-        self._port = self._thread.run(self._serve())
-        return self
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> int:
+        if self.port is None:
+            self._closing = False
+            self._thread.start()
+            self.port = self._thread.run(self._serve())
+        return self.port
 
     def stop(self) -> None:
-        """Stop the server (pending long polls are answered first) and its thread."""
-        if self._port is None:
+        if self.port is None:
             return
         self._closing = True
         try:
             self._thread.run(self._shutdown(), timeout=15)
         finally:
             self._thread.stop()
-            self._port = None
+            self.port = None
 
-    def __enter__(self) -> FakeTelegram:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def run(self, coro: Awaitable[_T], timeout: float) -> _T:
+        """Run `coro` on the server's loop and wait for its result (from another thread)."""
+        return self._thread.run(coro, timeout)
 
     async def _serve(self) -> int:
         self._poll_wakeup = asyncio.Event()
@@ -1395,110 +1377,94 @@ class FakeTelegram:
         app.router.add_get("/file/bot{token}/{path:.+}", self._handle_file)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        address = self._runner.addresses[0]
-        return int(address[1])
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        return int(self._runner.addresses[0][1])
 
     async def _shutdown(self) -> None:
-        self._wake_pollers()
+        self.wake_pollers()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
-    # ------------------------------------------------------------------ HTTP layer
+    # -- requests --------------------------------------------------------------------------
     async def _handle_file(self, request: web.Request) -> web.StreamResponse:
-        stored = self._world.file_by_path(request.match_info["path"])
+        stored = self._api.world.file_by_path(request.match_info["path"])
         if request.match_info["token"] != self._token or stored is None:
             return web.json_response(BotApiError(404, "Not Found").to_json(), status=404)
         return web.Response(body=stored.content, content_type="application/octet-stream")
 
     def _resolve(self, name: str) -> tuple[str, SyncMethod | None] | None:
-        """Canonical method name and its implementation (None for getUpdates); None if unknown."""
+        """Canonical method name and implementation (None for getUpdates); None if unknown."""
         if name.lower() == "getupdates":
             return "getUpdates", None
-        for table in (self._extra_methods, self._api.methods):
-            for canonical, impl in table.items():
-                if canonical.lower() == name.lower():
-                    return canonical, impl
+        for canonical, impl in self._api.methods.items():
+            if canonical.lower() == name.lower():
+                return canonical, impl
         return None
 
     async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         params = await _read_params(request)
         resolved = self._resolve(request.match_info["method"])
-        method = resolved[0] if resolved else request.match_info["method"]
-        call = self._log.start(method, params)
+        call = self._log.start(resolved[0] if resolved else request.match_info["method"], params)
         try:
-            if self._faults.outage is not None:
-                return await self._inject(request, call, self._faults.outage, None)
+            outage = self._faults.outage
+            if outage is not None:
+                return await self._inject(call, outage, None)
             if request.match_info["token"] != self._token:
                 raise BotApiError(401, "Unauthorized")
             if resolved is None:
                 raise BotApiError(404, "Not Found")
-            fault = self._faults.take(method)
+            fault = self._faults.take(call.method)
             if fault is not None:
-                return await self._inject(request, call, fault, resolved[1])
-            return self._answer(call, await self._run(resolved[1], params, request))
-        except BotApiError as error:
-            return self._answer_error(call, error)
-        except _DropConnection:
-            self._log.finish(call, status=None, error="connection dropped", fault=call.fault)
-            _drop(request)
-
-    async def _run(self, impl: SyncMethod | None, params: JsonDict, request: web.Request) -> Any:
-        if impl is None:
-            return await self._get_updates(params)
-        with self._world.lock:
-            return impl(params)
-
-    def _answer(self, call: RecordedCall, result: Any) -> web.Response:
-        self._log.finish(call, status=200, result=copy.deepcopy(result))
-        return web.json_response(_ok(result))
-
-    def _answer_error(self, call: RecordedCall, error: BotApiError) -> web.Response:
-        self._log.finish(call, status=error.error_code, error=error.description)
-        return web.json_response(error.to_json(), status=error.error_code)
-
-    async def _inject(
-        self, request: web.Request, call: RecordedCall, fault: Fault, impl: SyncMethod | None
-    ) -> web.StreamResponse:
-        call.fault = fault.kind
-        if fault.kind == "rate_limit":
-            description = f"Too Many Requests: retry after {fault.retry_after}"
-            raise BotApiError(429, description, retry_after=fault.retry_after)
-        if fault.kind == "server_error":
-            phrase = HTTPStatus(fault.status).phrase if fault.status in HTTPStatus._value2member_map_ else "Error"
-            if fault.html_body:
-                self._log.finish(call, status=fault.status, error=phrase)
-                return web.Response(status=fault.status, text=_NGINX_502, content_type="text/html")
-            raise BotApiError(fault.status, phrase)
-        if fault.kind == "cant_parse_entities":
-            raise _bad_request('can\'t parse entities: Unsupported start tag "injected" at byte offset 0')
-        if fault.kind == "too_long":
-            raise _bad_request("message is too long")
-        if fault.kind == "drop_connection":
-            raise _DropConnection
-        # timeout
-        if not fault.apply:
-            await self._sleep(fault.seconds)
-            raise _DropConnection
-        try:
-            result = await self._run(impl, call.params, request)
+                return await self._inject(call, fault, resolved[1])
+            result = await self._run(resolved[1], params)
         except BotApiError as error:
             self._log.finish(call, status=error.error_code, error=error.description)
-            await self._sleep(fault.seconds)
             return web.json_response(error.to_json(), status=error.error_code)
+        except _DropConnection:
+            self._log.finish(call, status=None, error="connection dropped")
+            _drop(request)
         self._log.finish(call, status=200, result=copy.deepcopy(result))
-        await self._sleep(fault.seconds)
         return web.json_response(_ok(result))
+
+    async def _run(self, impl: SyncMethod | None, params: JsonDict) -> Any:
+        if impl is None:
+            return await self._get_updates(params)
+        with self._api.world.lock:
+            return impl(params)
+
+    async def _inject(self, call: RecordedCall, fault: Fault, impl: SyncMethod | None) -> web.StreamResponse:
+        """Answer `call` as `fault` dictates (raises BotApiError / _DropConnection or answers)."""
+        call.fault = fault.kind
+        error = _fault_error(fault)
+        if fault.kind == "server_error" and fault.html_body:
+            self._log.finish(call, status=fault.status, error=_status_phrase(fault.status))
+            return web.Response(status=fault.status, text=_nginx_page(fault.status), content_type="text/html")
+        if error is not None:
+            raise error
+        if fault.kind == "drop_connection":
+            raise _DropConnection
+        if not fault.apply:  # a timeout that loses the call
+            await self._sleep(fault.seconds)
+            raise _DropConnection
+        try:  # a timeout after the call took effect
+            body, status = _ok(await self._run(impl, call.params)), 200
+            self._log.finish(call, status=200, result=copy.deepcopy(body["result"]))
+        except BotApiError as failure:
+            body, status = failure.to_json(), failure.error_code
+            self._log.finish(call, status=status, error=failure.description)
+        await self._sleep(fault.seconds)
+        return web.json_response(body, status=status)
 
     async def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not self._closing and time.monotonic() < deadline:
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
-    # ------------------------------------------------------------------ getUpdates
-    def _wake_pollers(self) -> None:
+    # -- getUpdates ------------------------------------------------------------------------
+    def wake_pollers(self) -> None:
+        """Make every pending getUpdates re-check its situation (callable from any thread)."""
+
         def wake() -> None:
             if self._poll_wakeup is not None:
                 self._poll_wakeup.set()
@@ -1515,40 +1481,55 @@ class FakeTelegram:
             )
         offset = _as_int(params.get("offset"), 0)
         limit = min(max(_as_int(params.get("limit"), 100), 1), 100)
-        timeout = max(_as_int(params.get("timeout"), 0), 0)
+        deadline = time.monotonic() + max(_as_int(params.get("timeout"), 0), 0)
         if "allowed_updates" in params:
             allowed = params["allowed_updates"]
             self._queue.set_allowed(allowed if isinstance(allowed, list) else None)
         self._poll_generation += 1
         generation = self._poll_generation
-        self._wake_pollers()  # an older long poll gets 409, like Telegram
+        self.wake_pollers()  # an older long poll gets 409, like Telegram
         self._queue.acknowledge(offset)
-        deadline = time.monotonic() + timeout
         while True:
             wakeup = self._poll_wakeup
-            if self._faults.outage is not None:
-                raise _DropConnection
-            if generation != self._poll_generation:
-                raise BotApiError(
-                    409,
-                    "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
-                )
-            if self._api.webhook.url:
-                raise BotApiError(409, "Conflict: terminated by setWebhook request")
+            self._check_poll_still_wanted(generation)
             updates = self._queue.take(offset, limit)
             remaining = deadline - time.monotonic()
             if updates or remaining <= 0 or self._closing or wakeup is None:
                 return updates
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), remaining)
-            except TimeoutError:
-                pass
 
-    # ------------------------------------------------------------------ inbound updates
+    def _check_poll_still_wanted(self, generation: int) -> None:
+        if self._faults.outage is not None:
+            raise _DropConnection
+        if generation != self._poll_generation:
+            raise BotApiError(
+                409,
+                "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
+            )
+        if self._api.webhook.url:
+            raise BotApiError(409, "Conflict: terminated by setWebhook request")
+
+
+# --------------------------------------------------------------------------------------------
+# Inbound updates (what users do) and inspection (what the bot did)
+# --------------------------------------------------------------------------------------------
+
+
+class _InboundUpdates:
+    """Mixin of `FakeTelegram`: build realistic updates for what users do and queue them."""
+
+    bot_user: JsonDict
+    _world: _World
+    _queue: _UpdateQueue
+    _api: _BotApi
+    _server: _HttpServer
+    _callback_seq: Iterator[int]
+
     def push_update(self, update: JsonDict) -> int:
         """Queue a raw Update dict (update_id is assigned when missing); returns the update_id."""
         update_id = self._queue.push(copy.deepcopy(update))
-        self._wake_pollers()
+        self._server.wake_pollers()
         return update_id
 
     def redeliver(self, update_id: int) -> int:
@@ -1557,7 +1538,7 @@ class FakeTelegram:
         It is returned by the next getUpdates even if the bot's offset is already past it.
         """
         self._queue.redeliver(update_id)
-        self._wake_pollers()
+        self._server.wake_pollers()
         return update_id
 
     def update(self, update_id: int) -> JsonDict:
@@ -1582,7 +1563,8 @@ class FakeTelegram:
         chat_type defaults to "private" for positive ids, "supergroup" for -100... ids, else
         "group"; user_id defaults to chat_id in private chats and to 1001 elsewhere.  Without
         explicit `entities`, bot_command and mention entities are added like Telegram does.
-        reply_to_bot makes it a reply to the bot's latest message in the chat.
+        reply_to_bot makes it a reply to the bot's latest message in the chat (an invented one
+        if the bot wrote nothing there yet); reply_to_message_id replies to a given message.
         """
         content: JsonDict = {"text": text}
         found = detect_entities(text) if entities is None else entities
@@ -1603,20 +1585,26 @@ class FakeTelegram:
         height: int = 600,
         **sender: Any,
     ) -> int:
-        """A user sends a photo (downloadable via getFile); `sender` as in `push_message`."""
+        """A user sends a photo; the largest size (the last) is downloadable via getFile.
+
+        `sender` takes the keyword arguments of `push_message` (user_id, chat_type, ...).
+        """
         stored = self._world.add_file(content, "photo.jpg", "photos")
-        sizes = []
-        for scale in (4, 1):
-            sizes.append(
-                {
-                    "file_id": f"{stored.file_id}_{scale}" if scale != 1 else stored.file_id,
-                    "file_unique_id": f"{stored.file_unique_id}_{scale}" if scale != 1 else stored.file_unique_id,
-                    "width": width // scale,
-                    "height": height // scale,
-                    "file_size": len(content) // scale,
-                }
-            )
-        return self._push_media(chat_id, {"photo": sizes}, caption, sender)
+        thumbnail = {
+            "file_id": f"{stored.file_id}_thumb",
+            "file_unique_id": f"{stored.file_unique_id}_thumb",
+            "width": width // 4,
+            "height": height // 4,
+            "file_size": len(content) // 4,
+        }
+        full = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "width": width,
+            "height": height,
+            "file_size": len(content),
+        }
+        return self._push_media(chat_id, {"photo": [thumbnail, full]}, caption, sender)
 
     def push_voice(
         self,
@@ -1675,6 +1663,70 @@ class FakeTelegram:
         }
         return self._push_media(chat_id, {"sticker": sticker}, None, sender)
 
+    def push_edited_message(
+        self, chat_id: int, message_id: int, text: str, *, entities: list[JsonDict] | None = None
+    ) -> int:
+        """The user edits their earlier message `message_id` to `text`; returns the update_id."""
+        with self._world.lock:
+            stored = self._world.message(chat_id, message_id)
+            if stored is None or stored.from_bot:
+                raise KeyError(f"chat {chat_id} has no user message {message_id}")
+            stored.payload["text"] = text
+            stored.payload["edit_date"] = int(time.time())
+            found = detect_entities(text) if entities is None else entities
+            if found:
+                stored.payload["entities"] = found
+            else:
+                stored.payload.pop("entities", None)
+            message = copy.deepcopy(stored.payload)
+        return self.push_update({"edited_message": message})
+
+    def push_callback_query(
+        self,
+        chat_id: int,
+        data: str,
+        *,
+        message_id: int | None = None,
+        user_id: int | None = None,
+        username: str | None = None,
+    ) -> int:
+        """The user presses an inline button with callback `data` under a bot message.
+
+        message_id defaults to the bot's latest message in the chat.  The query id is accepted
+        by answerCallbackQuery.  Returns the update_id.
+        """
+        with self._world.lock:
+            stored = self._target_message(chat_id, message_id)
+            chat = self._world.chat(chat_id)
+            sender_id = user_id if user_id is not None else (chat_id if chat["type"] == "private" else 1001)
+            query_id = f"{next(self._callback_seq)}{sender_id}"
+            self._api.callback_ids.add(query_id)
+            query = {
+                "id": query_id,
+                "from": self._world.user(sender_id, username),
+                "message": copy.deepcopy(stored.payload),
+                "chat_instance": f"ci{chat_id}",
+                "data": data,
+            }
+        return self.push_update({"callback_query": query})
+
+    def add_file(self, content: bytes, file_name: str = "file.bin") -> str:
+        """Make `content` downloadable via getFile + the file URL; returns its file_id."""
+        return self._world.add_file(content, file_name, "documents").file_id
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _target_message(self, chat_id: int, message_id: int | None) -> _StoredMessage:
+        """Message `message_id` of the chat, or the bot's latest message there when None."""
+        if message_id is not None:
+            stored = self._world.message(chat_id, message_id)
+            if stored is None:
+                raise KeyError(f"chat {chat_id} has no message {message_id}")
+            return stored
+        mine = self._world.messages(chat_id, from_bot=True)
+        if not mine:
+            raise KeyError(f"the bot sent no message to chat {chat_id}")
+        return mine[-1]
+
     def _push_media(self, chat_id: int, media: JsonDict, caption: str | None, sender: Mapping[str, Any]) -> int:
         content = dict(media)
         if caption is not None:
@@ -1711,10 +1763,7 @@ class FakeTelegram:
 
     def _reply_payload(self, chat_id: int, to_bot: bool, message_id: int | None) -> JsonDict | None:
         if message_id is not None:
-            stored = self._world.message(chat_id, message_id)
-            if stored is None:
-                raise KeyError(f"chat {chat_id} has no message {message_id}")
-            return _without_reply(stored.payload)
+            return _without_reply(self._target_message(chat_id, message_id).payload)
         if not to_bot:
             return None
         mine = self._world.messages(chat_id, from_bot=True)
@@ -1728,137 +1777,15 @@ class FakeTelegram:
             "text": "(an earlier message of the bot)",
         }
 
-    def push_edited_message(
-        self, chat_id: int, message_id: int, text: str, *, entities: list[JsonDict] | None = None
-    ) -> int:
-        """The user edits their earlier message `message_id` to `text`; returns the update_id."""
-        with self._world.lock:
-            stored = self._world.message(chat_id, message_id)
-            if stored is None or stored.from_bot:
-                raise KeyError(f"chat {chat_id} has no user message {message_id}")
-            stored.payload["text"] = text
-            stored.payload["edit_date"] = int(time.time())
-            found = detect_entities(text) if entities is None else entities
-            if found:
-                stored.payload["entities"] = found
-            else:
-                stored.payload.pop("entities", None)
-            message = copy.deepcopy(stored.payload)
-        return self.push_update({"edited_message": message})
 
-    def push_callback_query(
-        self,
-        chat_id: int,
-        data: str,
-        *,
-        message_id: int | None = None,
-        user_id: int | None = None,
-        username: str | None = None,
-    ) -> int:
-        """The user presses an inline button with callback `data` under a bot message.
+class _CallInspection:
+    """Mixin of `FakeTelegram`: what the bot did, and waiting for it."""
 
-        message_id defaults to the bot's latest message in the chat.  The query id is accepted
-        by answerCallbackQuery.  Returns the update_id.
-        """
-        with self._world.lock:
-            if message_id is None:
-                mine = self._world.messages(chat_id, from_bot=True)
-                if not mine:
-                    raise KeyError(f"the bot sent no message to chat {chat_id}")
-                stored: _StoredMessage | None = mine[-1]
-            else:
-                stored = self._world.message(chat_id, message_id)
-            if stored is None:
-                raise KeyError(f"chat {chat_id} has no message {message_id}")
-            chat = self._world.chat(chat_id)
-            sender_id = user_id if user_id is not None else (chat_id if chat["type"] == "private" else 1001)
-            query_id = f"{next(self._callback_seq)}{sender_id}"
-            self._api.callback_ids.add(query_id)
-            query = {
-                "id": query_id,
-                "from": self._world.user(sender_id, username),
-                "message": copy.deepcopy(stored.payload),
-                "chat_instance": f"ci{chat_id}",
-                "data": data,
-            }
-        return self.push_update({"callback_query": query})
+    _log: _CallLog
+    _world: _World
+    _queue: _UpdateQueue
+    _api: _BotApi
 
-    def add_file(self, content: bytes, file_name: str = "file.bin") -> str:
-        """Make `content` downloadable via getFile + the file URL; returns its file_id."""
-        return self._world.add_file(content, file_name, "documents").file_id
-
-    # ------------------------------------------------------------------ webhooks
-    @property
-    def webhook_url(self) -> str:
-        """The URL the bot registered with setWebhook ("" when none)."""
-        return self._api.webhook.url
-
-    @property
-    def webhook_secret(self) -> str | None:
-        """The secret_token the bot registered with setWebhook."""
-        return self._api.webhook.secret_token
-
-    async def post_webhook_update(
-        self, update: JsonDict | int, *, secret: str | EllipsisType | None = ..., timeout: float = 10.0
-    ) -> int:
-        """POST an update (a dict, or the id of a pushed one) to the registered webhook URL.
-
-        secret=... (default) sends the secret_token the bot registered in
-        X-Telegram-Bot-Api-Secret-Token, None sends no header, a string sends that string.
-        Runs in the caller's loop (so a receiver in the same loop can answer); returns the HTTP
-        status.  From sync code use `post_webhook_update_sync`.
-        """
-        url = self._api.webhook.url
-        if not url:
-            raise RuntimeError("the bot registered no webhook")
-        body = self.update(update) if isinstance(update, int) else update
-        token = self._api.webhook.secret_token if isinstance(secret, EllipsisType) else secret
-        headers = {"X-Telegram-Bot-Api-Secret-Token": token} if token else {}
-        client_timeout = aiohttp.ClientTimeout(total=timeout)
-        async with (
-            aiohttp.ClientSession(timeout=client_timeout) as session,
-            session.post(url, json=body, headers=headers) as response,
-        ):
-            return response.status
-
-    def post_webhook_update_sync(
-        self, update: JsonDict | int, *, secret: str | EllipsisType | None = ..., timeout: float = 10.0
-    ) -> int:
-        """Blocking `post_webhook_update`, run on the fake's own loop (for sync tests)."""
-        return self._thread.run(self.post_webhook_update(update, secret=secret, timeout=timeout), timeout + 5)
-
-    # ------------------------------------------------------------------ faults
-    def fail_next(self, method: str, kind: Fault | FaultKind, times: int = 1, **options: Any) -> None:
-        """Make the next `times` calls of `method` (case-insensitive, "*" = any) fail with `kind`.
-
-        `kind` is a `Fault` (``Fault.rate_limit(3)``) or its name with options
-        (``fail_next("sendMessage", "timeout", seconds=2, apply=True)``).
-        """
-        fault = kind if isinstance(kind, Fault) else Fault.named(kind, **options)
-        self._faults.arm(method, fault, times)
-
-    def clear_faults(self) -> None:
-        """Forget all faults not consumed yet."""
-        self._faults.clear()
-
-    def go_down(self, fault: Fault | None = None) -> None:
-        """Simulate an outage: every request (and any open long poll) gets `fault`.
-
-        Default: the connection is dropped without an answer.  Pass e.g.
-        ``Fault.server_error(502)`` to answer 502 instead.  Ends with `come_up`.
-        """
-        self._faults.outage = fault or Fault.drop_connection()
-        self._wake_pollers()
-
-    def come_up(self) -> None:
-        """End an outage started by `go_down`."""
-        self._faults.outage = None
-
-    def register_method(self, name: str, handler: Callable[[JsonDict], Any]) -> None:
-        """Serve an extra Bot API method: handler(params) returns the result or raises BotApiError."""
-        self._extra_methods[name] = handler
-
-    # ------------------------------------------------------------------ inspection
     @property
     def calls(self) -> list[RecordedCall]:
         """Every request received so far, in arrival order (including failed ones)."""
@@ -1871,11 +1798,6 @@ class FakeTelegram:
     def reset_calls(self) -> None:
         """Forget the recorded calls (state such as messages and updates is kept)."""
         self._log.clear()
-
-    def _ok_calls(self, method: str, chat_id: int | None) -> Iterator[RecordedCall]:
-        for call in self.calls_to(method):
-            if call.ok and (chat_id is None or call.params.get("chat_id") == chat_id):
-                yield call
 
     def sent_messages(self, chat_id: int | None = None) -> list[SentMessage]:
         """Successful sendMessage calls (optionally to one chat), oldest first."""
@@ -1940,15 +1862,14 @@ class FakeTelegram:
         """Updates not acknowledged by the bot yet."""
         return len(self._queue)
 
-    # ------------------------------------------------------------------ waiting
     def wait_until(self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-        """Block until `condition()` is true (re-checked on every call the bot makes)."""
+        """Block until `condition()` is true (re-checked whenever the bot makes a call)."""
         deadline = time.monotonic() + timeout
-        with self._log.condition:
-            while not condition():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        while not condition():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            with self._log.condition:
                 self._log.condition.wait(min(remaining, 0.05))
 
     async def await_until(self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -1959,33 +1880,175 @@ class FakeTelegram:
                 raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
             await asyncio.sleep(0.01)
 
-    def _messages_condition(self, chat_id: int, count: int) -> tuple[Callable[[], bool], Callable[[], str]]:
-        def done() -> bool:
-            return len(self.sent_messages(chat_id)) >= count
-
-        def what() -> str:
-            texts = [m.text for m in self.sent_messages(chat_id)]
-            return f"{count} message(s) to chat {chat_id}; got {len(texts)}: {texts!r}"
-
-        return done, what
-
     def wait_for_messages(self, chat_id: int, count: int = 1, timeout: float = 10.0) -> list[SentMessage]:
         """Block until at least `count` messages were sent to `chat_id`; returns them all."""
-        done, what = self._messages_condition(chat_id, count)
         try:
-            self.wait_until(done, timeout)
+            self.wait_until(lambda: len(self.sent_messages(chat_id)) >= count, timeout)
         except TimeoutError:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what()}") from None
+            raise TimeoutError(self._missing_messages(chat_id, count, timeout)) from None
         return self.sent_messages(chat_id)
 
     async def await_messages(self, chat_id: int, count: int = 1, timeout: float = 10.0) -> list[SentMessage]:
         """Async `wait_for_messages` that keeps the caller's event loop running."""
-        done, what = self._messages_condition(chat_id, count)
         try:
-            await self.await_until(done, timeout)
+            await self.await_until(lambda: len(self.sent_messages(chat_id)) >= count, timeout)
         except TimeoutError:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what()}") from None
+            raise TimeoutError(self._missing_messages(chat_id, count, timeout)) from None
         return self.sent_messages(chat_id)
+
+    def _missing_messages(self, chat_id: int, count: int, timeout: float) -> str:
+        texts = [m.text for m in self.sent_messages(chat_id)]
+        return f"timed out after {timeout}s waiting for {count} message(s) to chat {chat_id}; got {texts!r}"
+
+    def _ok_calls(self, method: str, chat_id: int | None) -> Iterator[RecordedCall]:
+        for call in self.calls_to(method):
+            if call.ok and (chat_id is None or call.params.get("chat_id") == chat_id):
+                yield call
+
+
+# --------------------------------------------------------------------------------------------
+# The public fake
+# --------------------------------------------------------------------------------------------
+
+
+class FakeTelegram(_InboundUpdates, _CallInspection):
+    """A fake Telegram Bot API server on 127.0.0.1 for tests (see the module docstring).
+
+    Use as a context manager or call `start()`/`stop()`.  Feed the bot with `push_*`, inspect
+    what it did with `calls`, `sent_messages`, `visible_text`, ..., wait for it with
+    `wait_for_messages` / `await_messages`, and break things with `fail_next` / `go_down`.
+    """
+
+    def __init__(
+        self,
+        token: str = "123456:TEST",
+        bot_username: str = "test_bot",
+        *,
+        strict_ampersand: bool = True,
+    ) -> None:
+        """`strict_ampersand`: also reject HTML with a bare '&' (real Telegram tolerates it)."""
+        self._token = token
+        bot_id = token.split(":", 1)[0]
+        self.bot_user: JsonDict = {
+            "id": int(bot_id) if bot_id.isdigit() else 123456,
+            "is_bot": True,
+            "first_name": "Test Bot",
+            "username": bot_username,
+        }
+        self._world = _World(self.bot_user)
+        self._queue = _UpdateQueue()
+        self._api = _BotApi(self._world, self._queue, strict_ampersand=strict_ampersand)
+        self._log = _CallLog()
+        self._faults = _FaultPlan()
+        self._server = _HttpServer(token, self._api, self._queue, self._log, self._faults)
+        self._api.on_webhook_change = self._server.wake_pollers
+        self._callback_seq = itertools.count(1)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def token(self) -> str:
+        """The bot token the fake accepts (any other token gets 401 Unauthorized)."""
+        return self._token
+
+    @property
+    def root(self) -> str:
+        """Base URL of the fake, e.g. ``http://127.0.0.1:PORT`` (the bot's TELEGRAM_API_BASE_URL)."""
+        if self._server.port is None:
+            raise RuntimeError("FakeTelegram is not started")
+        return f"http://127.0.0.1:{self._server.port}"
+
+    @property
+    def api_url(self) -> str:
+        """``{root}/bot{token}``: the prefix of every method URL."""
+        return f"{self.root}/bot{self._token}"
+
+    def start(self) -> FakeTelegram:
+        """Start the server in its own thread (idempotent); returns self."""
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (open long polls are answered first) and its thread (idempotent)."""
+        self._server.stop()
+
+    def __enter__(self) -> FakeTelegram:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- webhooks --------------------------------------------------------------------------
+    @property
+    def webhook_url(self) -> str:
+        """The URL the bot registered with setWebhook ("" when none)."""
+        return self._api.webhook.url
+
+    @property
+    def webhook_secret(self) -> str | None:
+        """The secret_token the bot registered with setWebhook."""
+        return self._api.webhook.secret_token
+
+    async def post_webhook_update(
+        self, update: JsonDict | int, *, secret: str | EllipsisType | None = ..., timeout: float = 10.0
+    ) -> int:
+        """POST an update (a dict, or the id of a pushed one) to the registered webhook URL.
+
+        secret=... (default) sends the secret_token the bot registered in
+        X-Telegram-Bot-Api-Secret-Token, None sends no header, a string sends that string.
+        Runs in the caller's loop (so a receiver in the same loop can answer); returns the HTTP
+        status.  From sync code use `post_webhook_update_sync`.
+        """
+        url = self._api.webhook.url
+        if not url:
+            raise RuntimeError("the bot registered no webhook")
+        body = self.update(update) if isinstance(update, int) else update
+        token = self._api.webhook.secret_token if isinstance(secret, EllipsisType) else secret
+        headers = {"X-Telegram-Bot-Api-Secret-Token": token} if token else {}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            session.post(url, json=body, headers=headers) as response,
+        ):
+            return response.status
+
+    def post_webhook_update_sync(
+        self, update: JsonDict | int, *, secret: str | EllipsisType | None = ..., timeout: float = 10.0
+    ) -> int:
+        """Blocking `post_webhook_update`, run on the fake's own loop (for sync tests)."""
+        return self._server.run(self.post_webhook_update(update, secret=secret, timeout=timeout), timeout + 5)
+
+    # -- faults and extensions -------------------------------------------------------------
+    def fail_next(self, method: str, kind: Fault | FaultKind, times: int = 1, **options: Any) -> None:
+        """Make the next `times` calls of `method` (case-insensitive, "*" = any) fail with `kind`.
+
+        `kind` is a `Fault` (``Fault.rate_limit(3)``) or its name with options
+        (``fail_next("sendMessage", "timeout", seconds=2, apply=True)``).
+        """
+        fault = kind if isinstance(kind, Fault) else Fault.named(kind, **options)
+        self._faults.arm(method, fault, times)
+
+    def clear_faults(self) -> None:
+        """Forget all faults not consumed yet."""
+        self._faults.clear()
+
+    def go_down(self, fault: Fault | None = None) -> None:
+        """Simulate an outage: every request (and any open long poll) gets `fault`.
+
+        Default: the connection is dropped without an answer.  Pass e.g.
+        ``Fault.server_error(502, html_body=True)`` to answer like nginx instead.  Ends with
+        `come_up`.
+        """
+        self._faults.outage = fault or Fault.drop_connection()
+        self._server.wake_pollers()
+
+    def come_up(self) -> None:
+        """End an outage started by `go_down`."""
+        self._faults.outage = None
+
+    def register_method(self, name: str, handler: Callable[[JsonDict], Any]) -> None:
+        """Serve an extra Bot API method: handler(params) returns the result or raises BotApiError."""
+        self._api.methods[name] = handler
 
 
 def _without_reply(payload: JsonDict) -> JsonDict:

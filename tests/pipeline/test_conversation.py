@@ -167,3 +167,100 @@ async def test_a_path_is_not_a_command(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     assert await say(services, channel, "1", "/usr/bin is where it lives") == "echo: /usr/bin is where it lives"
+
+
+async def test_a_disk_failure_still_gets_an_answer_that_says_memory_was_not_saved(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    await say(services, channel, "1", "first")
+    # The session file's name is taken by a folder: every rewrite now fails the way a full disk does.
+    live = workspace_dir / "sessions" / "test:1.json"
+    live.unlink()
+    live.mkdir()
+    reply = await say(services, channel, "1", "second")
+    assert reply.startswith("echo: second\n\n(I could not save this conversation to disk:")
+
+    live.rmdir()  # the disk recovers: the next save writes everything kept in memory
+    await say(services, channel, "1", "third")
+    stored = json.loads(live.read_text())
+    assert [m["content"] for m in stored["messages"]] == [
+        "first",
+        "echo: first",
+        "second",
+        "echo: second",
+        "third",
+        "echo: third",
+    ]
+
+
+async def test_an_archive_failure_loses_nothing_once_the_disk_recovers(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    archive = workspace_dir / "sessions" / "archive" / "test:1.jsonl"
+    archive.mkdir(parents=True)
+    assert "could not save this conversation" in await say(services, channel, "1", "kept in memory")
+    archive.rmdir()
+    await say(services, channel, "1", "disk is back")
+    lines = [json.loads(line)["content"] for line in archive.read_text().splitlines()]
+    assert lines == ["kept in memory", "echo: kept in memory", "disk is back", "echo: disk is back"]
+
+
+async def test_a_damaged_session_file_is_reported_to_the_user(
+    services: BotServices, channel: RecordingChannel, workspace_dir: Path
+) -> None:
+    (workspace_dir / "sessions" / "test:1.json").write_text("{ torn")
+    await services.router.accept(channel.message("1", "hello"), channel)
+    notice, answer = await channel.wait_for("1", 2)
+    assert "conversation file was damaged" in notice and "test:1.json.corrupt-" in notice
+    assert answer == "echo: hello"
+
+
+async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_restart(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    from bot.app import build_services, resume_unanswered, shutdown
+    from bot.domain.message import Message
+    from tests.conftest import env_for
+
+    await say(services, channel, "1", "answered before the crash")
+    session = await services.sessions.get_or_create("test", "1")
+    await services.sessions.append_messages(session, [Message.user("sent just before the crash")])
+    other = await services.sessions.get_or_create("test", "2")
+    await services.sessions.append_messages(
+        other,
+        [
+            Message.user("a model error"),
+        ],
+    )
+    other.metadata["settledUserMessage"] = other.messages[-1].id  # the user was told of the failure
+    await services.sessions.save(other)
+
+    restarted = build_services(env_for(workspace_dir, fake_openai))
+    fresh = RecordingChannel()
+    assert await resume_unanswered(restarted, [fresh]) == 1
+    assert await fresh.wait_for("1", 1) == ["echo: sent just before the crash"]
+    await restarted.router.dispatcher.drain()
+    assert fresh.sent["2"] == []
+    users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+    assert users == ["answered before the crash", "sent just before the crash"]  # stored once, not twice
+    assert await resume_unanswered(restarted, [fresh]) == 0  # answered: nothing left to resume
+    await shutdown(restarted, [])
+
+
+async def test_a_stopped_run_is_not_resumed_after_a_restart(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    from bot.app import build_services, resume_unanswered, shutdown
+    from tests.conftest import env_for
+
+    fake_openai.script(Reply(text="too slow", delay=5))
+    await services.router.accept(channel.message("1", "long question"), channel)
+    while not services.router.dispatcher.queue_depths():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    await services.router.accept(channel.message("1", "/stop"), channel)
+    assert await channel.wait_for("1", 1) == ["Stopped."]
+    await services.router.dispatcher.drain()
+    restarted = build_services(env_for(workspace_dir, fake_openai))
+    assert await resume_unanswered(restarted, [RecordingChannel()]) == 0
+    await shutdown(restarted, [])

@@ -24,7 +24,7 @@ def test_sigkill_while_saving_never_leaves_a_broken_session(tmp_path: Path) -> N
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "saving"
         time.sleep(chance.uniform(0.0, 0.15))
         writer.kill()
         writer.wait()

@@ -1,8 +1,10 @@
 """ContextBuildingSystem (20): builds the system prompt the model is sent.
 
 It is the one place the system prompt is assembled: the persona from the workspace's
-`preferences/system-prompt.md` (hand-editable; a built-in default when absent) and the current date
-and time in the bot's time zone. Memory sections plug in here as parts of their own.
+`preferences/system-prompt.md` (hand-editable; a built-in default when absent), the current date
+and time in the bot's time zone, then `# Memory` (MEMORY.md, the structured pack or the daily notes),
+then `# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never failing the turn).
+It runs before MemoryPersist (50), so the model sees memory as it was before this exchange.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from __future__ import annotations
 import logging
 
 from bot.clock import Clock
+from bot.compaction.budget import fit_prompt_parts
+from bot.compaction.service import CompactionService
 from bot.domain.turn import TurnContext
+from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
+from bot.rag.service import RagService
 from bot.storage.files import read_text
 from bot.workspace import Workspace
 
@@ -28,9 +34,19 @@ class ContextBuildingSystem(PipelineSystem):
     order = 20
     name = "Context"
 
-    def __init__(self, workspace: Workspace, clock: Clock) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        clock: Clock,
+        memory: MemoryService | None = None,
+        rag: RagService | None = None,
+        compaction: CompactionService | None = None,
+    ) -> None:
         self._workspace = workspace
         self._clock = clock
+        self._memory = memory
+        self._rag = rag
+        self._compaction = compaction
 
     async def process(self, ctx: TurnContext) -> None:
         persona = await read_text(self._workspace.system_prompt_file)
@@ -39,4 +55,50 @@ class ContextBuildingSystem(PipelineSystem):
         ctx.system_prompt_parts["time"] = (
             f"Current date and time: {now.strftime('%A, %Y-%m-%d %H:%M')} ({now.tzname()})."
         )
+        memory = await self._memory_part(ctx)
+        if memory:
+            ctx.system_prompt_parts["memory"] = memory
+        relevant = await self._rag_part(ctx)
+        if relevant:
+            ctx.system_prompt_parts["rag"] = relevant
+        self._fit_to_budget(ctx)
         log.debug("[Context] System prompt: %d chars", len(ctx.system_prompt))
+
+    def _fit_to_budget(self, ctx: TurnContext) -> None:
+        """Each part within its share of the prompt budget; an overflowing one is cut with a visible marker,
+        so it never silently pushes the conversation out of the model's window."""
+        if self._compaction is None:
+            return
+        budget = self._compaction.budget(ctx.model, ctx.config)
+        fitted, usage = fit_prompt_parts(ctx.system_prompt_parts, budget, self._compaction.estimator, ctx.model)
+        for share in usage:
+            if share.cut:
+                log.warning("[Context] %s cut to its share: %d of %d tokens", share.name, share.cap, share.tokens)
+        ctx.system_prompt_parts = fitted
+
+    async def _memory_part(self, ctx: TurnContext) -> str:
+        if self._memory is None or not ctx.config.memory.enabled:
+            return ""
+        in_conversation = frozenset(message.id for message in ctx.session.messages)
+        try:
+            prompt = await self._memory.build_prompt(
+                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation
+            )
+        except Exception:
+            # Memory is worth a lot, but never the answer itself.
+            log.exception("[Context] Memory could not be read; answering without it")
+            return ""
+        log.info("[Context] Memory context: %d chars", len(prompt.text))
+        return prompt.text
+
+    async def _rag_part(self, ctx: TurnContext) -> str:
+        if self._rag is None or not ctx.config.rag.enabled:
+            return ""
+        try:
+            retrieved = await self._rag.retrieve(
+                ctx.config, ctx.session.id, ctx.user_message.content, ctx.system_prompt_parts.get("memory", "")
+            )
+        except Exception:
+            log.exception("[RAG] Relevant Memory could not be read; answering without it")
+            return ""
+        return retrieved.text

@@ -1,53 +1,161 @@
-"""ToolLoopExecutionSystem (30): asks the model for the answer to the turn.
+"""ToolLoopExecutionSystem (30): the model answers the turn, calling tools as often as it needs.
 
-It sends the system prompt built at 20 and the session's messages, records the usage the provider
-reports, and stores the assistant's message in the session before the reply is delivered, so a
-failed delivery loses nothing.
+Each round: close tool calls left without a result, prune old tool output from what is sent, call
+the model with the tool schemas (streaming the text to the channel when it can show it), store the
+assistant's message, run the requested tools concurrently and store their results, and go again
+until the model answers without tools or `toolLoop.maxIterations` is reached. Every message is in
+the session before the next step, so a crash or `/stop` loses nothing that happened.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 
-from bot.domain.message import Message
+from bot.compaction.recovery import with_payload_recovery
+from bot.compaction.service import CompactionService
+from bot.domain.message import Message, ToolCall
 from bot.domain.turn import TurnContext
-from bot.llm.client import ChatRequest, LlmClient
+from bot.llm.client import ChatRequest, ChatResult, LlmClient, TextDelta
 from bot.llm.wire import to_openai_messages
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.sessions.service import SessionService
-from bot.tools.registry import ToolRegistry
+from bot.pipeline.turn_storage import store_turn_messages
+from bot.sessions.service import SessionPersistError, SessionService
+from bot.tools.eviction import evict_if_large
+from bot.tools.orphans import close_orphaned_tool_calls
+from bot.tools.output_pruning import prune_tool_results
+from bot.tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 
 EMPTY_ANSWER_REPLY = "The model sent an empty answer. Please try again or rephrase."
 
 
+def iteration_cap_reply(iterations: int) -> str:
+    return (
+        f"I stopped after {iterations} rounds of tool calls without reaching an answer. "
+        "Tell me to continue if you want me to keep going."
+    )
+
+
 class ToolLoopExecutionSystem(PipelineSystem):
     order = 30
     name = "ToolLoop"
 
-    def __init__(self, llm: LlmClient, sessions: SessionService, tools: ToolRegistry) -> None:
+    def __init__(
+        self,
+        llm: LlmClient,
+        sessions: SessionService,
+        tools: ToolRegistry,
+        workspace_root: Path,
+        compaction: CompactionService | None = None,
+    ) -> None:
         self._llm = llm
         self._sessions = sessions
         self._tools = tools
+        self._workspace_root = workspace_root
+        self._compaction = compaction
 
     async def process(self, ctx: TurnContext) -> None:
-        llm_config = ctx.config.llm
-        request = ChatRequest(
-            model=ctx.model,
-            messages=to_openai_messages(ctx.system_prompt, ctx.session.messages),
-            temperature=llm_config.temperature,
-            timeout_seconds=llm_config.request_timeout_seconds,
-            max_retries=llm_config.max_retries,
-        )
-        result = await self._llm.complete(request)
+        loop_config = ctx.config.tool_loop
+        tool_context = ToolContext(ctx.session.id, ctx.session.channel_type, ctx.session.chat_id, ctx.config)
+        for _ in range(loop_config.max_iterations):
+            await self._close_orphans(ctx)
+            result = await self._ask_model(ctx)
+            if not result.tool_calls:
+                await self._finish(ctx, result)
+                return
+            calls = Message.assistant(result.text, tool_calls=result.tool_calls)
+            await self._store(ctx, [calls])
+            log.info("[ToolLoop] %s asked for %s", ctx.model, ", ".join(call.name for call in result.tool_calls))
+            outputs = await asyncio.gather(*(self._run_tool(call, tool_context) for call in result.tool_calls))
+            await self._store(
+                ctx,
+                [Message.tool_result(call, output) for call, output in zip(result.tool_calls, outputs, strict=True)],
+            )
+        log.warning("[ToolLoop] %s reached the cap of %d iterations", ctx.session.id, loop_config.max_iterations)
+        await self._finish(ctx, ChatResult(iteration_cap_reply(loop_config.max_iterations)))
+
+    async def _ask_model(self, ctx: TurnContext) -> ChatResult:
+        config = ctx.config
+        tools = self._tools.schemas() or None
+
+        async def call() -> ChatResult:
+            # Built from the session on every try: after a payload-too-large refusal it was compacted.
+            wire_messages = to_openai_messages(
+                ctx.system_prompt, prune_tool_results(ctx.session.messages, config.tool_loop)
+            )
+            request = ChatRequest(
+                model=ctx.model,
+                messages=wire_messages,
+                tools=tools,
+                temperature=config.llm.temperature,
+                timeout_seconds=config.llm.request_timeout_seconds,
+                max_retries=config.llm.max_retries,
+            )
+            if ctx.reply_stream is not None and config.tool_loop.streaming:
+                result = await self._stream(ctx, request)
+            else:
+                result = await self._llm.complete(request)
+            if result.usage is not None and self._compaction is not None:
+                self._compaction.estimator.observe_request(ctx.model, wire_messages, tools, result.usage.prompt_tokens)
+            return result
+
+        if self._compaction is None:
+            result = await call()
+        else:
+            attempts = config.compaction.recovery_attempts
+            result = await with_payload_recovery(self._compaction, ctx.session, ctx.model, attempts, call)
         if result.usage is not None:
             ctx.usages.append(result.usage)
             ctx.session.metadata["lastUsage"] = result.usage.to_json_dict()
+        return result
+
+    async def _stream(self, ctx: TurnContext, request: ChatRequest) -> ChatResult:
+        assert ctx.reply_stream is not None
+        text = ""
+        async for event in self._llm.stream(request):
+            if isinstance(event, TextDelta):
+                text += event.text
+                await ctx.reply_stream.update(text)
+            else:
+                return event
+        raise UserFacingError("The model's answer ended early. Please try again.")
+
+    async def _run_tool(self, call: ToolCall, tool_context: ToolContext) -> str:
+        loop_config = tool_context.config.tool_loop
+        try:
+            outcome = await asyncio.wait_for(self._tools.execute(call, tool_context), loop_config.tool_timeout_seconds)
+            content = outcome.content
+        except TimeoutError:
+            log.warning("[ToolLoop] %s timed out after %.0f s", call.name, loop_config.tool_timeout_seconds)
+            content = f"Error: {call.name} did not finish within {loop_config.tool_timeout_seconds:.0f} seconds."
+        return await evict_if_large(
+            content, call.id, self._workspace_root, loop_config.eviction_chars, loop_config.eviction_preview_lines
+        )
+
+    async def _finish(self, ctx: TurnContext, result: ChatResult) -> None:
         if not result.text.strip():
             log.warning("[ToolLoop] %s answered with no text (finish reason %s)", ctx.model, result.finish_reason)
             raise UserFacingError(EMPTY_ANSWER_REPLY)
-        answer = Message.assistant(result.text)
-        await self._sessions.append_messages(ctx.session, [answer])
-        ctx.new_messages.append(answer)
+        await self._store(ctx, [Message.assistant(result.text)])
         ctx.reply_text = result.text
+        if ctx.reply_stream is not None and ctx.config.tool_loop.streaming:
+            await ctx.reply_stream.finish(result.text)
+            ctx.reply_delivered = True
+
+    async def _store(self, ctx: TurnContext, messages: list[Message]) -> None:
+        await store_turn_messages(self._sessions, ctx, messages)
+        ctx.new_messages.extend(messages)
+
+    async def _close_orphans(self, ctx: TurnContext) -> None:
+        patched, added = close_orphaned_tool_calls(ctx.session.messages)
+        if added:
+            log.info("[ToolLoop] Closed %d interrupted tool calls in %s", len(added), ctx.session.id)
+            ctx.session.messages[:] = patched
+            try:
+                await self._sessions.archive.append(ctx.session.id, added)
+                await self._sessions.save(ctx.session)
+            except (OSError, SessionPersistError) as error:
+                ctx.storage_problem = str(error)

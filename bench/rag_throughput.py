@@ -1,0 +1,106 @@
+"""RAG: indexing throughput and retrieval latency of embedded LightRAG (file storages).
+
+An in-process instant model answers LightRAG's extraction and keyword prompts (three entities and two
+relations per document) and gives deterministic 64-dimension vectors, so the figures are LightRAG's
+own cost plus the bot's adapter, not a provider's. For each corpus size: documents/s when indexing
+in batches of `rag.batchSize` through `RagService.flush` (the scheduler's job), then the median and
+p95 latency of `# Relevant Memory` retrieval per query mode.
+
+Run: `.venv/bin/python -m bench.rag_throughput [--sizes 100 1000] [--queries 20]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bot.compaction.estimator import TokenEstimator
+from bot.llm.client import ChatRequest, ChatResult
+from bot.rag.embedded import EmbeddedLightRag
+from bot.rag.service import RagService
+from bot.rag.store import RagDocumentStore
+from bot.settings import RuntimeConfig
+from tests.fakes.openai_server import Reply, fake_embedding
+from tests.rag.helpers import lightrag_responder
+
+TOPICS = ["Lisbon", "Falcon", "Marta", "Orion", "Nautilus", "Hermes", "Quartz", "Zephyr", "Gulbenkian", "Texas"]
+
+
+class InstantModel:
+    """Stands in for `LlmClient`: LightRAG's prompts answered at once, vectors from the fake's hash."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        self.calls += 1
+        reply = lightrag_responder({"messages": request.messages})
+        return ChatResult(reply.text or "" if isinstance(reply, Reply) else "")
+
+    async def embed(self, texts: list[str], model: str, timeout_seconds: float = 30.0) -> list[list[float]]:
+        return [fake_embedding(text) for text in texts]
+
+
+def exchange(number: int) -> tuple[str, str]:
+    a, b, c = TOPICS[number % 10], TOPICS[(number * 3 + 1) % 10], TOPICS[(number * 7 + 2) % 10]
+    user = f"Note {number}: {a} met {b} about the {c} plan on day {number % 28 + 1}, budget {number * 13} euros."
+    return user, f"Noted: {a} and {b} discussed {c} (entry {number})."
+
+
+async def run_size(size: int, queries: int, root: Path) -> dict[str, Any]:
+    config = RuntimeConfig.model_validate(
+        {"rag": {"embeddingDimensions": 64, "minExchangeChars": 10, "cosineThreshold": -1.0}, "memory": {}}
+    )
+    model = InstantModel()
+    backend = EmbeddedLightRag(root / "rag", model, lambda: config.rag, lambda: "instant")  # type: ignore[arg-type]
+    service = RagService(RagDocumentStore(root / "rag" / "documents.jsonl"), backend, lambda: config, TokenEstimator())
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for number in range(size):
+        user, assistant = exchange(number)
+        await service.enqueue(config, "bench:1", start + timedelta(minutes=number), user, assistant, [])
+    started = time.perf_counter()
+    indexed = await service.flush_all()
+    index_seconds = time.perf_counter() - started
+    figures: dict[str, Any] = {
+        "documents": indexed,
+        "index_docs_per_s": round(indexed / index_seconds, 1),
+        "index_ms_per_doc": round(1000 * index_seconds / indexed, 1),
+        "model_calls": model.calls,
+    }
+    for mode in ("naive", "local", "global", "hybrid", "mix"):
+        mode_config = config.model_copy(update={"rag": config.rag.model_copy(update={"query_mode": mode})})
+        latencies = []
+        for number in range(queries):
+            a, b = TOPICS[number % 10], TOPICS[(number + 3) % 10]
+            sent = time.perf_counter()
+            result = await service.retrieve(mode_config, "bench:1", f"What did {a} and {b} decide?", "")
+            latencies.append((time.perf_counter() - sent) * 1000)
+            assert result.outcome == "ok", result
+        figures[f"{mode}_ms_p50"] = round(statistics.median(latencies), 1)
+        figures[f"{mode}_ms_p95"] = round(sorted(latencies)[int(0.95 * (len(latencies) - 1))], 1)
+    await service.close()
+    return figures
+
+
+async def main(sizes: list[int], queries: int) -> None:
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as folder:
+            figures = await run_size(size, queries, Path(folder))
+        print(json.dumps({"size": size, **figures}), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--queries", type=int, default=20)
+    arguments = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(main(arguments.sizes, arguments.queries))

@@ -1,0 +1,82 @@
+"""`AccessPolicy`: decides, before anything is stored or any model is called, whether a sender is admitted.
+
+Telegram senders are admitted when their user id is in `access.allowedUsers` or was approved with a
+pairing code. Anyone else is refused: one log line, no model call, nothing written, except that in a
+private chat, while `access.allowedUsers` is empty and `pairing.enabled`, they get a one-time code
+(the pairing request is the only thing stored). In groups a stranger is ignored without a word, so
+codes are never posted where others read them. Other channels (the terminal) are the owner's own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from bot.access.pairing import PairingStore
+from bot.domain.inbound import InboundMessage
+from bot.runtime_config import RuntimeConfigStore
+
+log = logging.getLogger(__name__)
+
+GUARDED_CHANNELS = frozenset({"telegram"})
+NOT_ALLOWED_REPLY = "Sorry, this is a private assistant and you are not on its list of users."
+PAIRING_FULL_REPLY = "Sorry, this is a private assistant. Too many access requests are waiting; try again later."
+
+
+@dataclass(frozen=True)
+class AccessDecision:
+    """`admitted`, or the reply a refused sender gets (None: refused in silence)."""
+
+    admitted: bool
+    reply: str | None = None
+
+
+ADMITTED = AccessDecision(admitted=True)
+
+
+def pairing_reply(code: str, minutes: int) -> str:
+    return (
+        "Hi! This is a private assistant, and I don't know you yet.\n\n"
+        f"Your pairing code: {code}\n\n"
+        f"Ask the owner to run `python -m bot pairing approve {code}`. The code works for {minutes} minutes."
+    )
+
+
+class AccessPolicy:
+    """The access check the router runs on every inbound message."""
+
+    def __init__(self, config_store: RuntimeConfigStore, pairing: PairingStore) -> None:
+        self._config_store = config_store
+        self._pairing = pairing
+
+    async def check(self, inbound: InboundMessage) -> AccessDecision:
+        if inbound.channel_type not in GUARDED_CHANNELS:
+            return ADMITTED
+        config = await self._config_store.current()
+        user_id = _as_int(inbound.user_id)
+        if user_id is not None and (
+            user_id in config.access.allowed_users or user_id in await self._pairing.approved_ids()
+        ):
+            return ADMITTED
+        who = f"user {inbound.user_id} (@{inbound.username or '-'}) in {inbound.session_id}"
+        if inbound.is_group or user_id is None:
+            log.info("[Access] Ignored a message from %s: not an allowed user", who)
+            return AccessDecision(admitted=False)
+        if config.access.allowed_users or not config.pairing.enabled:
+            log.info("[Access] Refused a message from %s: not an allowed user", who)
+            return AccessDecision(admitted=False, reply=NOT_ALLOWED_REPLY)
+        ttl = timedelta(minutes=config.pairing.code_ttl_minutes)
+        request = await self._pairing.request(user_id, inbound.username, ttl, config.pairing.max_pending)
+        if request is None:
+            log.warning("[Access] Refused %s: %d pairing requests already wait", who, config.pairing.max_pending)
+            return AccessDecision(admitted=False, reply=PAIRING_FULL_REPLY)
+        log.info("[Access] Stranger %s got pairing code %s", who, request.code)
+        return AccessDecision(admitted=False, reply=pairing_reply(request.code, config.pairing.code_ttl_minutes))
+
+
+def _as_int(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -1,0 +1,151 @@
+"""`AiogramBackend`: the Telegram channel over aiogram 3 (`TELEGRAM_BACKEND=aiogram`).
+
+Long polling runs through aiogram's `Dispatcher` with one outer middleware for every update, which
+hands the update to the channel and returns (updates are processed one at a time, in order: the channel only
+queues them). aiogram does not delete a webhook before polling, so this backend does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.exceptions import (
+    AiogramError,
+    ClientDecodeError,
+    TelegramBadRequest,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
+from aiogram.types import BotCommand, MessageEntity, TelegramObject, Update
+
+from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient, UpdateHandler
+from bot.channels.telegram_updates import BotIdentity
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+CONNECTION_LIMIT = 100
+
+
+class AiogramBackend:
+    """Bot API calls and long polling through aiogram."""
+
+    name = "aiogram"
+
+    def __init__(self, token: str, api_root: str) -> None:
+        session = AiohttpSession(api=TelegramAPIServer.from_base(api_root.rstrip("/")), limit=CONNECTION_LIMIT)
+        self._bot = Bot(token, session=session)
+        self._dispatcher: Dispatcher | None = None
+        self._polling: asyncio.Task[None] | None = None
+
+    async def connect(self) -> BotIdentity:
+        me = await _translated(self._bot.get_me)
+        return BotIdentity(id=me.id, username=me.username or "")
+
+    async def close(self) -> None:
+        await self._bot.session.close()
+
+    async def start_polling(self, on_update: UpdateHandler, timeout_seconds: int, allowed_updates: list[str]) -> None:
+        await _translated(lambda: self._bot.delete_webhook(drop_pending_updates=False))
+        dispatcher = Dispatcher()
+
+        async def hand_over(_: object, update: TelegramObject, __: dict[str, Any]) -> bool:
+            # An outer middleware on every update: the channel routes it, aiogram's routers are skipped.
+            assert isinstance(update, Update)
+            await on_update(update.model_dump(mode="json", by_alias=True, exclude_none=True))
+            return True
+
+        dispatcher.update.outer_middleware(hand_over)
+        self._dispatcher = dispatcher
+        self._polling = asyncio.create_task(
+            dispatcher.start_polling(
+                self._bot,
+                polling_timeout=timeout_seconds,
+                handle_as_tasks=False,  # in order; the channel's handler returns at once
+                allowed_updates=allowed_updates,
+                handle_signals=False,
+                close_bot_session=False,  # replies still go out after polling stops
+            ),
+            name="telegram aiogram polling",
+        )
+
+    async def stop_polling(self) -> None:
+        if self._dispatcher is None or self._polling is None:
+            return
+        with contextlib.suppress(RuntimeError):  # polling had not got going yet
+            await self._dispatcher.stop_polling()
+        if not self._polling.done():
+            self._polling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._polling
+        self._dispatcher, self._polling = None, None
+
+    async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None:
+        await _translated(lambda: self._bot.set_webhook(url, secret_token=secret, allowed_updates=allowed_updates))
+
+    async def set_my_commands(self, commands: list[tuple[str, str]]) -> None:
+        menu = [BotCommand(command=name, description=description) for name, description in commands]
+        await _translated(lambda: self._bot.set_my_commands(menu))
+
+    async def send_message(
+        self, chat_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+    ) -> int:
+        message = await _translated(
+            lambda: self._bot.send_message(
+                chat_id, text, entities=_entities(entities), request_timeout=max(1, round(answer_timeout))
+            )
+        )
+        return int(message.message_id)
+
+    async def edit_message_text(
+        self, chat_id: int, message_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+    ) -> None:
+        await _translated(
+            lambda: self._bot.edit_message_text(
+                text=text,
+                chat_id=chat_id,
+                message_id=message_id,
+                entities=_entities(entities),
+                request_timeout=max(1, round(answer_timeout)),
+            )
+        )
+
+    async def send_chat_action(self, chat_id: int, action: str) -> None:
+        await _translated(lambda: self._bot.send_chat_action(chat_id, action))
+
+    async def answer_callback_query(self, query_id: str, text: str | None) -> None:
+        await _translated(lambda: self._bot.answer_callback_query(query_id, text=text))
+
+
+def _entities(entities: list[dict[str, object]] | None) -> list[MessageEntity] | None:
+    if not entities:
+        return None
+    return [MessageEntity.model_validate(entity) for entity in entities]
+
+
+async def _translated(call: Callable[[], Awaitable[_T]]) -> _T:
+    """Run an aiogram call, raising the channel's error classes instead of aiogram's."""
+    try:
+        return await call()
+    except TelegramRetryAfter as error:
+        raise RetryAfter(error.message, float(error.retry_after)) from error
+    except TelegramBadRequest as error:
+        raise BadRequest(error.message) from error
+    except TelegramServerError as error:
+        raise Transient(error.message) from error
+    except TelegramNetworkError as error:
+        if isinstance(error.__cause__, TimeoutError):
+            raise AnswerTimedOut(error.message) from error
+        raise Transient(error.message) from error
+    except ClientDecodeError as error:  # a proxy's HTML error page instead of Telegram's JSON
+        raise Transient(str(error)) from error
+    except AiogramError as error:  # forbidden, unauthorized, not found, conflict ...
+        raise Refused(str(error)) from error

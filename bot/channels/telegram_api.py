@@ -1,0 +1,102 @@
+"""`TelegramBackend`: the few Bot API calls the channel needs, and the errors they raise.
+
+python-telegram-bot (`telegram_ptb.py`) and aiogram (`telegram_aiogram.py`) each implement this; the
+rest of the channel (updates, delivery with retries, dedup, webhook) is shared and never sees a library
+type. Each backend translates its library's exceptions into the classes below, which is what the retry
+policy in `telegram_delivery.py` decides on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from bot.channels.telegram_updates import BotIdentity
+
+UpdateHandler = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class TelegramApiError(Exception):
+    """A Bot API call failed; `description` is Telegram's (or the transport's) explanation."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+class RetryAfter(TelegramApiError):
+    """429 flood control: the call was not applied; it may be repeated after `retry_after` seconds."""
+
+    def __init__(self, description: str, retry_after: float) -> None:
+        super().__init__(description)
+        self.retry_after = retry_after
+
+
+class Transient(TelegramApiError):
+    """A 5xx answer or a connection that failed before an answer: not applied, safe to repeat."""
+
+
+class AnswerTimedOut(TelegramApiError):
+    """The request went out but no answer came in time: it may have been applied, so never repeat it."""
+
+
+class BadRequest(TelegramApiError):
+    """400: Telegram refused the call as made (bad entities, text too long, message not modified ...)."""
+
+    @property
+    def cant_parse_entities(self) -> bool:
+        return "can't parse entities" in self.description.lower() or "can't parse messageentity" in (
+            self.description.lower()
+        )
+
+    @property
+    def not_modified(self) -> bool:
+        return "message is not modified" in self.description.lower()
+
+
+class Refused(TelegramApiError):
+    """401/403/404/409 and the like: repeating will not help (bot blocked, chat gone, bad token)."""
+
+
+class TelegramBackend(Protocol):
+    """One Telegram client library behind the channel. Chat ids are Telegram's integers."""
+
+    name: str
+
+    async def connect(self) -> BotIdentity:
+        """Open the client and ask Telegram who the bot is (getMe)."""
+        ...
+
+    async def close(self) -> None:
+        """Release the client's connections."""
+        ...
+
+    async def start_polling(self, on_update: UpdateHandler, timeout_seconds: int, allowed_updates: list[str]) -> None:
+        """Delete any webhook, then long-poll getUpdates in the background, awaiting `on_update` per update.
+
+        `on_update` returns at once (the update is queued behind the channel), so updates are handed over
+        one at a time, in order. Polling recovers from network errors and outages by itself.
+        """
+        ...
+
+    async def stop_polling(self) -> None:
+        """Stop polling, acknowledging what was handed over."""
+        ...
+
+    async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None: ...
+
+    async def set_my_commands(self, commands: list[tuple[str, str]]) -> None: ...
+
+    async def send_message(
+        self, chat_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+    ) -> int:
+        """sendMessage; returns the new message's id."""
+        ...
+
+    async def edit_message_text(
+        self, chat_id: int, message_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+    ) -> None: ...
+
+    async def send_chat_action(self, chat_id: int, action: str) -> None: ...
+
+    async def answer_callback_query(self, query_id: str, text: str | None) -> None: ...

@@ -1,0 +1,203 @@
+"""`TelegramChannel`: Telegram as a `Channel`, over either client library (`TelegramBackend`).
+
+Receiving: long polling through the library, or the webhook route on the bot's `HttpListener` (the
+secret is checked on every request: a wrong or missing one gets 401 and nothing is processed). Each
+update is checked against the ids already seen (`SeenUpdates`), turned into an `InboundMessage`
+(`telegram_updates`) and handed to the handler, which only queues it: the per-chat queues behind the
+handler keep each chat in order and run chats concurrently, so this side never waits for a reply.
+
+Sending: `TelegramDelivery` (formatting, splitting, retries), and `TelegramReplyStream` for replies
+shown while they are written. The slash commands are registered with setMyCommands at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from bot.channels.base import Channel, InboundHandler
+from bot.channels.telegram_api import TelegramApiError, TelegramBackend
+from bot.channels.telegram_dedup import SeenUpdates
+from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
+from bot.channels.telegram_stream import TelegramReplyStream
+from bot.channels.telegram_updates import ALLOWED_UPDATES, CHANNEL_TYPE, BotIdentity, inbound_from_update
+from bot.domain.turn import ReplyStream
+from bot.http.listener import HttpListener
+from bot.settings import RuntimeConfig
+
+log = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+STALE_BUTTON_TEXT = "This button is no longer active."
+
+
+class TelegramStartError(RuntimeError):
+    """The bot could not start on Telegram (a wrong token, Telegram unreachable); the message says which."""
+
+
+@dataclass(frozen=True)
+class WebhookSetup:
+    """Webhook mode: the public URL Telegram posts to, the secret it sends, the listener serving it."""
+
+    url: str
+    secret: str
+    listener: HttpListener
+
+    @property
+    def path(self) -> str:
+        return urlsplit(self.url).path or "/"
+
+
+class TelegramChannel(Channel):
+    """A Telegram bot: receives updates, answers in the chats they came from."""
+
+    channel_type = CHANNEL_TYPE
+
+    def __init__(
+        self,
+        backend: TelegramBackend,
+        config: Callable[[], RuntimeConfig],
+        commands: list[tuple[str, str]],
+        seen: SeenUpdates,
+        webhook: WebhookSetup | None = None,
+    ) -> None:
+        """`config` gives the runtime-config in force; `webhook` None means long polling."""
+        self._backend = backend
+        self._config = config
+        self._commands = commands
+        self._seen = seen
+        self._webhook = webhook
+        self._delivery = TelegramDelivery(backend)
+        self._handler: InboundHandler | None = None
+        self._identity: BotIdentity | None = None
+        self._receiving = False
+        self._polling = False
+        self._background: set[asyncio.Task[None]] = set()
+        if webhook is not None:
+            webhook.listener.add_route("POST", webhook.path, self._on_webhook)
+
+    async def start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        config = self._config().telegram
+        try:
+            self._identity = await call_with_retries(self._backend.connect, config, "getMe")
+        except DeliveryFailed as error:
+            raise TelegramStartError(f"Telegram refused or could not be reached: {error}") from error
+        await self._seen.load()
+        await self._register_commands()
+        self._receiving = True
+        webhook = self._webhook
+        if webhook is not None:
+            try:
+                await call_with_retries(
+                    lambda: self._backend.set_webhook(webhook.url, webhook.secret, ALLOWED_UPDATES),
+                    config,
+                    "setWebhook",
+                )
+            except DeliveryFailed as error:
+                raise TelegramStartError(f"Telegram did not take the webhook: {error}") from error
+            log.info("[Telegram] @%s receiving by webhook (%s)", self._identity.username, self._backend.name)
+        else:
+            await self._backend.start_polling(self._on_update, config.polling_timeout_seconds, ALLOWED_UPDATES)
+            self._polling = True
+            log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)
+
+    async def _register_commands(self) -> None:
+        try:
+            await call_with_retries(
+                lambda: self._backend.set_my_commands(self._commands),
+                self._config().telegram,
+                "setMyCommands",
+            )
+        except DeliveryFailed as error:
+            # The commands still work when typed; only Telegram's menu lacks them.
+            log.warning("[Telegram] Could not register the command menu: %s", error)
+
+    async def stop_receiving(self) -> None:
+        if self._polling:
+            self._polling = False
+            # Updates already fetched (and so acknowledged) are still handed over while polling stops.
+            await self._backend.stop_polling()
+        self._receiving = False
+
+    async def stop(self) -> None:
+        await self.stop_receiving()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._seen.close()
+        await self._backend.close()
+
+    # Receiving.
+
+    async def _on_update(self, update: dict[str, Any]) -> None:
+        """Hand one update over; returns once it is queued (never waits for the reply)."""
+        if not self._receiving or self._handler is None or self._identity is None:
+            return
+        update_id = update.get("update_id")
+        if isinstance(update_id, int) and self._seen.check_and_mark(update_id):
+            log.info("[Telegram] Update %d was delivered again; already handled", update_id)
+            return
+        query = update.get("callback_query")
+        if isinstance(query, dict):
+            # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
+            self._in_background(self._answer_callback(str(query.get("id", ""))))
+            return
+        inbound = inbound_from_update(update, self._identity, self._config().telegram.groups)
+        if inbound is None:
+            return
+        try:
+            await self._handler(inbound)
+        except Exception:
+            log.exception("[Telegram] Handing over update %s failed", update_id)
+
+    async def _on_webhook(self, request: web.Request) -> web.StreamResponse:
+        assert self._webhook is not None
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self._webhook.secret.encode()):
+            log.warning("[Telegram] Webhook request with a wrong or missing secret refused")
+            return web.Response(status=401, text="unauthorized")
+        if not self._receiving:
+            return web.Response(status=503, text="stopping")  # Telegram delivers it again later
+        try:
+            update = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.Response(status=400, text="not JSON")
+        if not isinstance(update, dict):
+            return web.Response(status=400, text="not an update")
+        await self._on_update(update)
+        return web.Response(text="ok")
+
+    async def _answer_callback(self, query_id: str) -> None:
+        try:
+            await self._backend.answer_callback_query(query_id, STALE_BUTTON_TEXT)
+        except TelegramApiError as error:
+            log.info("[Telegram] Could not answer a button press: %s", error)
+
+    def _in_background(self, coroutine: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # Sending.
+
+    async def send_text(self, chat_id: str, text: str) -> str | None:
+        message_id = await self._delivery.send(int(chat_id), text, self._config().telegram)
+        return None if message_id is None else str(message_id)
+
+    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+        await self._delivery.edit(int(chat_id), int(message_id), text, self._config().telegram)
+
+    def open_stream(self, chat_id: str) -> ReplyStream | None:
+        return TelegramReplyStream(self._delivery, int(chat_id), self._config)
+
+    async def send_typing(self, chat_id: str) -> None:
+        # One try: a missed indicator is harmless, and retrying it would only delay the reply.
+        await self._backend.send_chat_action(int(chat_id), "typing")

@@ -1,0 +1,180 @@
+"""`PtbBackend`: the Telegram channel over python-telegram-bot (`TELEGRAM_BACKEND=ptb`, the default).
+
+Uses PTB's `Bot` for the calls and its `Updater` for long polling, without an `Application`: each
+update goes straight from the Updater's queue to the channel, which only queues it per chat. PTB's
+handler machinery (and its `concurrent_updates`, which got slower as it grew) is not needed for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dtm
+import logging
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import telegram
+from telegram.error import BadRequest as PtbBadRequest
+from telegram.error import InvalidToken, NetworkError, TelegramError, TimedOut
+from telegram.error import RetryAfter as PtbRetryAfter
+from telegram.ext import Updater
+from telegram.request import HTTPXRequest
+
+from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient, UpdateHandler
+from bot.channels.telegram_updates import BotIdentity
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+# Replies to many chats go out at once: PTB's default pool of one connection would queue them all. A bigger
+# pool measured slower (httpcore looks at every pooled connection on each request).
+CONNECTION_POOL_SIZE = 8
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+class PtbBackend:
+    """Bot API calls and long polling through python-telegram-bot."""
+
+    name = "ptb"
+
+    def __init__(self, token: str, api_root: str) -> None:
+        root = api_root.rstrip("/")
+        self._bot = telegram.Bot(
+            token,
+            base_url=f"{root}/bot",
+            base_file_url=f"{root}/file/bot",
+            request=HTTPXRequest(
+                connection_pool_size=CONNECTION_POOL_SIZE,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                pool_timeout=CONNECT_TIMEOUT_SECONDS,
+            ),
+            get_updates_request=HTTPXRequest(connect_timeout=CONNECT_TIMEOUT_SECONDS),
+        )
+        self._updater: Updater | None = None
+        self._consumer: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+
+    async def connect(self) -> BotIdentity:
+        await _translated(self._bot.initialize)
+        return BotIdentity(id=self._bot.id, username=self._bot.username)
+
+    async def close(self) -> None:
+        with contextlib.suppress(TelegramError):
+            await self._bot.shutdown()
+
+    async def start_polling(self, on_update: UpdateHandler, timeout_seconds: int, allowed_updates: list[str]) -> None:
+        self._updater = Updater(self._bot, self._queue)
+        await self._updater.initialize()
+        await self._updater.start_polling(
+            timeout=dtm.timedelta(seconds=timeout_seconds),
+            allowed_updates=allowed_updates,
+            bootstrap_retries=-1,  # deleteWebhook until it works: an outage at start is waited out
+            error_callback=_log_polling_error,
+        )
+        self._consumer = asyncio.create_task(self._consume(on_update), name="telegram ptb updates")
+
+    async def _consume(self, on_update: UpdateHandler) -> None:
+        while True:
+            update = await self._queue.get()
+            try:
+                if isinstance(update, telegram.Update):
+                    await on_update(update.to_dict())
+            finally:
+                self._queue.task_done()
+
+    async def stop_polling(self) -> None:
+        if self._updater is None:
+            return
+        if self._updater.running:
+            await self._updater.stop()  # acknowledges what was fetched
+        await self._updater.shutdown()
+        self._updater = None
+        # Hand over what was fetched (and so acknowledged) before stopping.
+        await self._queue.join()
+        if self._consumer is not None:
+            self._consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._consumer
+            self._consumer = None
+
+    async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None:
+        await _translated(lambda: self._bot.set_webhook(url, secret_token=secret, allowed_updates=allowed_updates))
+
+    async def set_my_commands(self, commands: list[tuple[str, str]]) -> None:
+        await _translated(lambda: self._bot.set_my_commands(commands))
+
+    async def send_message(
+        self, chat_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+    ) -> int:
+        message = await _translated(
+            lambda: self._bot.send_message(
+                chat_id,
+                text,
+                entities=_entities(entities),
+                read_timeout=answer_timeout,
+                write_timeout=answer_timeout,
+            )
+        )
+        return message.message_id
+
+    async def edit_message_text(
+        self, chat_id: int, message_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+    ) -> None:
+        await _translated(
+            lambda: self._bot.edit_message_text(
+                text,
+                chat_id=chat_id,
+                message_id=message_id,
+                entities=_entities(entities),
+                read_timeout=answer_timeout,
+                write_timeout=answer_timeout,
+            )
+        )
+
+    async def send_chat_action(self, chat_id: int, action: str) -> None:
+        await _translated(lambda: self._bot.send_chat_action(chat_id, action))
+
+    async def answer_callback_query(self, query_id: str, text: str | None) -> None:
+        await _translated(lambda: self._bot.answer_callback_query(query_id, text=text))
+
+
+def _entities(entities: list[dict[str, object]] | None) -> list[telegram.MessageEntity] | None:
+    if not entities:
+        return None
+    return [telegram.MessageEntity(**entity) for entity in entities]  # type: ignore[arg-type]
+
+
+def _log_polling_error(error: TelegramError) -> None:
+    # PTB keeps polling after this with its own backoff; one line per failure is enough.
+    log.warning("[Telegram] Polling failed, retrying: %s", error)
+
+
+async def _translated(call: Callable[[], Awaitable[_T]]) -> _T:
+    """Run a PTB call, raising the channel's error classes instead of PTB's."""
+    try:
+        return await call()
+    except PtbRetryAfter as error:
+        raise RetryAfter(str(error), _seconds(error)) from error
+    except TimedOut as error:
+        # Waiting for a connection or for the connect is before anything was sent.
+        if isinstance(error.__cause__, httpx.ConnectTimeout | httpx.PoolTimeout):
+            raise Transient(str(error)) from error
+        raise AnswerTimedOut(str(error)) from error
+    except PtbBadRequest as error:
+        raise BadRequest(error.message) from error
+    except NetworkError as error:  # 5xx answers and failed connections
+        raise Transient(str(error)) from error
+    except InvalidToken as error:  # PTB's message quotes the token itself
+        raise Refused("Unauthorized: the bot token was rejected") from error
+    except TelegramError as error:  # Forbidden, Conflict, ChatMigrated ...
+        raise Refused(str(error)) from error
+
+
+def _seconds(error: PtbRetryAfter) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PTB warns that `retry_after` becomes a timedelta
+        value: Any = error.retry_after
+    return value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)

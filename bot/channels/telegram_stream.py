@@ -1,0 +1,74 @@
+"""`TelegramReplyStream`: a reply shown in Telegram while the model writes it.
+
+Nothing is sent until `toolLoop.streamEditIntervalSeconds` has passed (the typing indicator covers the
+wait), so a quick answer is one plain message. After that the text so far is shown at most once per
+interval: the first part with sendMessage, then editMessageText. The text is split like any reply,
+so when it grows past what one message holds it rolls over into a new message instead of failing;
+a part whose rendering changed (a code block closed later) is edited to match.
+
+Updates are best effort: one that fails is logged and live updates stop. `finish` shows the final
+text with the full retry policy; if that fails it is logged (the turn is in the session either way).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from bot.channels.telegram_api import TelegramApiError
+from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery
+from bot.channels.telegram_format import TelegramText, split_for_telegram
+from bot.settings import RuntimeConfig
+
+log = logging.getLogger(__name__)
+
+
+class TelegramReplyStream:
+    """One streamed reply in one chat: the messages it occupies and what each shows."""
+
+    def __init__(self, delivery: TelegramDelivery, chat_id: int, config: Callable[[], RuntimeConfig]) -> None:
+        self._delivery = delivery
+        self._chat_id = chat_id
+        self._config = config
+        self._opened = time.monotonic()
+        self._last_shown: float | None = None
+        self._messages: list[tuple[int, TelegramText]] = []  # (message id, the part as shown)
+        self._live = True
+
+    async def update(self, text: str) -> None:
+        if not self._live or not text.strip():
+            return
+        interval = self._config().tool_loop.stream_edit_interval_seconds
+        now = time.monotonic()
+        if now - (self._last_shown if self._last_shown is not None else self._opened) < interval:
+            return
+        self._last_shown = now
+        try:
+            await self._show(text, with_retries=False)
+        except (DeliveryFailed, TelegramApiError) as error:
+            self._live = False
+            log.warning(
+                "[Telegram] Live update of a reply to %s failed; the final text follows: %s", self._chat_id, error
+            )
+
+    async def finish(self, text: str) -> None:
+        self._live = False
+        try:
+            await self._show(text, with_retries=True)
+        except (DeliveryFailed, TelegramApiError) as error:
+            log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat_id, error)
+
+    async def _show(self, markdown: str, *, with_retries: bool) -> None:
+        config = self._config().telegram
+        if not with_retries:
+            config = config.model_copy(update={"delivery_attempts": 1})
+        for index, part in enumerate(split_for_telegram(markdown)):
+            if index < len(self._messages):
+                message_id, shown = self._messages[index]
+                if shown != part:
+                    await self._delivery.edit_part(self._chat_id, message_id, part, config)
+                    self._messages[index] = (message_id, part)
+            else:
+                message_id = await self._delivery.send_part(self._chat_id, part, config)
+                self._messages.append((message_id, part))

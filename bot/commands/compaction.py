@@ -1,0 +1,113 @@
+"""`/compact [N] [focus]` and `/context`: compacting by hand, and seeing what the context holds."""
+
+from __future__ import annotations
+
+from bot.commands.registry import Command, CommandRegistry, CommandRequest
+from bot.compaction.budget import RECENT, SUMMARY
+from bot.compaction.events import EVENTS_KEY, CompactionMethod, CompactionStatus
+from bot.compaction.service import COUNT_KEY, CompactionService, ContextPlan, reserve_description, split_summary
+from bot.domain.message import Role
+from bot.domain.session import AgentSession
+from bot.runtime_config import RuntimeConfigStore
+from bot.sessions.service import SessionService
+
+BAR_WIDTH = 30
+LARGEST_MESSAGES_SHOWN = 3
+
+
+def parse_compact_args(args: str, default_keep: int) -> tuple[int, str | None]:
+    """`N` (messages to keep) and the focus: `/compact`, `/compact 4`, `/compact 4 the API`, `/compact the API`."""
+    words = args.split(maxsplit=1)
+    if words and words[0].isdigit():
+        return int(words[0]), (words[1].strip() if len(words) > 1 else None) or None
+    return default_keep, args.strip() or None
+
+
+def usage_bar(used: int, total: int, width: int = BAR_WIDTH) -> str:
+    share = 0.0 if total <= 0 else min(1.0, used / total)
+    filled = round(share * width)
+    return "█" * filled + "░" * (width - filled) + f" {round(100 * used / max(total, 1))}%"
+
+
+def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> str:
+    """The `/context` text: a usage bar, tokens against the threshold, compactions, the largest parts."""
+    budget = plan.budget
+    prefix, body = split_summary(session.messages)
+    lines = [
+        "Context usage",
+        usage_bar(plan.total_tokens, budget.trigger_tokens),
+        f"Tokens: ~{plan.total_tokens:,} of {budget.trigger_tokens:,} (compaction threshold; {model}: "
+        f"input {budget.model.max_input_tokens:,}, output {budget.model.max_output_tokens:,})",
+        f"Conversation: ~{plan.message_tokens:,} tokens in {len(session.messages)} messages; "
+        f"compacted when over ~{plan.room_for_messages:,}",
+        f"Compactions: {session.metadata.get(COUNT_KEY, 0)}" + _last_compaction(session),
+        "Largest parts (tokens / share):",
+    ]
+    parts = [
+        ("recent messages", plan.recent_tokens, budget.cap(RECENT), ""),
+        ("summary", plan.summary_tokens, budget.cap(SUMMARY), ""),
+    ]
+    parts += [
+        (name, tokens, budget.cap(key), "" if key == "tools" else " reserved")
+        for (name, tokens), key in zip(reserve_description(plan.reserve), plan.reserve, strict=True)
+    ]
+    for name, tokens, cap, note in sorted(parts, key=lambda part: part[1], reverse=True):
+        lines.append(f"  {name}: ~{tokens:,} / {cap:,}{note}")
+    largest = sorted(body, key=lambda m: len(m.content), reverse=True)[:LARGEST_MESSAGES_SHOWN]
+    if largest:
+        lines.append("Largest messages:")
+        for message in largest:
+            preview = message.content.replace("\n", " ")[:50]
+            lines.append(f"  {message.role.value}: {len(message.content):,} chars, {preview!r}")
+    if prefix and prefix[0].role is Role.SYSTEM:
+        lines.append(f"Summary: {len(prefix[0].content):,} chars (first message of the session)")
+    return "\n".join(lines)
+
+
+def _last_compaction(session: AgentSession) -> str:
+    events = session.metadata.get(EVENTS_KEY) or []
+    if not events:
+        return ""
+    last = events[-1]
+    what = f"removed {last.get('removed', 0)}, kept {last.get('kept', 0)}"
+    if last.get("status") == CompactionStatus.FAILED.value:
+        what = "failed"
+    return f" (last: {last.get('reason')}, {last.get('method', '')} {what})".replace("  ", " ")
+
+
+def register_compaction_commands(
+    registry: CommandRegistry, sessions: SessionService, compaction: CompactionService, config_store: RuntimeConfigStore
+) -> None:
+    async def compact(request: CommandRequest) -> str:
+        config = await config_store.current()
+        keep, focus = parse_compact_args(request.args, config.compaction.keep_last_messages)
+        inbound = request.inbound
+        session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
+        model = compaction.chat_model(config)
+        async with sessions.lock_for(session.id):
+            event = await compaction.compact(session, model, config, keep_messages=keep, focus=focus)
+        if event is None:
+            _, body = split_summary(session.messages)
+            return f"Nothing to compact: the conversation has {len(body)} messages and the last {keep} are kept."
+        if event.status is CompactionStatus.FAILED:
+            return f"Compaction failed ({event.error}). The conversation is unchanged."
+        how = (
+            "with an LLM summary" if event.method is CompactionMethod.SUMMARY else "by truncation (the summary failed)"
+        )
+        return (
+            f"Compacted {how}: removed {event.removed} messages, kept {event.kept}. "
+            f"Context ~{event.tokens_before:,} → ~{event.tokens_after:,} tokens."
+            + (f" Focus: {focus}." if focus else "")
+        )
+
+    async def context(request: CommandRequest) -> str:
+        config = await config_store.current()
+        inbound = request.inbound
+        session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
+        model = compaction.chat_model(config)
+        return describe_context(session, compaction.plan(session, model, config), model)
+
+    registry.register(
+        Command("compact", "summarize all but the last N messages (optional focus)", compact, "[N] [focus]")
+    )
+    registry.register(Command("context", "context usage: tokens, threshold, compactions, largest parts", context))

@@ -1,0 +1,62 @@
+"""`/memory`: the user sees and steers the structured memory from the chat.
+
+`/memory [text]` lists the items matching `text` (the newest without it) with their ids;
+`/memory forget ID` removes one from its file and every index; `/memory pin ID` puts one into every
+prompt (`/memory unpin ID` undoes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bot.commands.registry import Command, CommandRegistry, CommandRequest
+from bot.domain.memory import MemoryItem
+from bot.memory.service import MemoryService
+from bot.memory.tools import describe_item
+from bot.memory.write_service import MemoryWriteService, UnknownMemoryItem
+from bot.runtime_config import RuntimeConfigStore
+
+LIST_LIMIT = 10
+USAGE = "[text] | forget ID | pin ID | unpin ID"
+
+
+def register_memory_commands(
+    registry: CommandRegistry, memory: MemoryService, config_store: RuntimeConfigStore
+) -> None:
+    async def handle(request: CommandRequest) -> str:
+        config = (await config_store.current()).memory
+        if not config.enabled:
+            return "Memory is switched off (memory.enabled is false in runtime-config.json)."
+        session_id = request.inbound.session_id
+        action, _, rest = request.args.partition(" ")
+        item_id = rest.strip()
+        now = memory.now()
+
+        async def edit(change: Callable[[MemoryWriteService], MemoryItem]) -> MemoryItem | None:
+            try:
+                return await memory.change(config, session_id, change)
+            except UnknownMemoryItem:
+                return None
+
+        if action.lower() in ("forget", "pin", "unpin"):
+            if not item_id:
+                return f"Which item? /memory {action.lower()} ID (the ids are in /memory)."
+            if action.lower() == "forget":
+                forgotten = await edit(lambda writer: writer.forget(item_id))
+                return f"Forgotten: {forgotten.content}" if forgotten else f"No memory item {item_id}."
+            pinned = action.lower() == "pin"
+            changed = await edit(lambda writer: writer.pin(item_id, now, pinned))
+            if changed is None:
+                return f"No memory item {item_id}."
+            return f"Pinned: {changed.content}" if pinned else f"Unpinned: {changed.content}"
+
+        query = request.args.strip()
+        found = await memory.search(config, session_id, query, LIST_LIMIT)
+        if not found:
+            return f"Nothing in memory matches “{query}”." if query else "The structured memory is empty so far."
+        title = f"Memory matching “{query}”:" if query else f"Newest {len(found)} memory items:"
+        lines = [title, *(describe_item(item) for item, _ in found)]
+        lines.append("Forget one with /memory forget ID, keep one in every prompt with /memory pin ID.")
+        return "\n".join(lines)
+
+    registry.register(Command("memory", "see and steer what I remember", handle, USAGE))

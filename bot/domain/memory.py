@@ -1,0 +1,140 @@
+"""Memory V2's plain data: `MemoryItem` (one JSONL line), `MemoryQuery`, `MemoryPack`, `TurnMemoryEvent`.
+
+The item is stored exactly as CONTRACT describes (`memory/items/**.jsonl`, camelCase keys); fields
+beyond the contract's (`key`, `supersededBy`, `pinned`, ...) are documented on the class. Unknown keys
+a person adds by hand are kept on rewrite.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from bot.domain.model import CamelModel, utc_now
+
+
+class MemoryLayer(StrEnum):
+    """What kind of knowledge an item is: a trace of a turn, a durable fact, or how to do something."""
+
+    EPISODIC = "EPISODIC"
+    SEMANTIC = "SEMANTIC"
+    PROCEDURAL = "PROCEDURAL"
+
+
+def new_memory_id() -> str:
+    return "m" + uuid.uuid4().hex[:11]
+
+
+class MemoryItem(CamelModel):
+    """One remembered thing, one line of a `memory/items/**.jsonl` file.
+
+    `key` names the slot a fact fills ("my name", "lives in"): a newer fact with the same key and
+    different content supersedes the older one, which stays in the file with `supersededBy` set and is
+    no longer retrieved. `pinned` items go into every prompt. `lastAccessedAt` and `decayedAt` drive the
+    salience decay after `decayDays` without use.
+    """
+
+    id: str = Field(default_factory=new_memory_id)
+    layer: MemoryLayer
+    type: str
+    content: str
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+    confidence: float = Field(0.5, ge=0, le=1)
+    salience: float = Field(0.5, ge=0, le=1)
+    tags: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+    fingerprint: str = ""
+    source: str = ""
+    key: str | None = None
+    superseded_by: str | None = None
+    pinned: bool = False
+    last_accessed_at: datetime | None = None
+    decayed_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether retrieval may return it (superseded items are kept only for history)."""
+        return self.superseded_by is None
+
+    @property
+    def last_used_at(self) -> datetime:
+        return max(self.updated_at, self.last_accessed_at or self.updated_at)
+
+
+@dataclass(frozen=True)
+class TurnMemoryEvent:
+    """A finished exchange, as the write stage (50) hands it to memory."""
+
+    session_id: str
+    user_text: str
+    assistant_text: str
+    timestamp: datetime
+    user_message_id: str | None = None
+    assistant_message_id: str | None = None
+    tool_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemoryQuery:
+    """What to retrieve for one prompt: the message, top-k per layer and the prompt budgets."""
+
+    text: str
+    session_id: str
+    now: datetime
+    working_top_k: int = 6
+    episodic_top_k: int = 8
+    semantic_top_k: int = 6
+    procedural_top_k: int = 4
+    soft_budget_tokens: int = 1800
+    max_budget_tokens: int = 3500
+    active_skill: str | None = None
+    # References (message ids) already in the live conversation: not worth repeating in the prompt.
+    exclude_references: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ScoredItem:
+    """An item with the score retrieval gave it (0..1) and the parts that made it up."""
+
+    item: MemoryItem
+    score: float
+    section: str
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PackDiagnostics:
+    """What the pack saw and kept, for the `[Context]` log line and `/status`."""
+
+    candidates: int = 0
+    selected: int = 0
+    tokens: int = 0
+    dropped_for_budget: int = 0
+    top_scores: tuple[float, ...] = ()
+    embeddings_used: bool = False
+
+    def describe(self) -> str:
+        scores = ", ".join(f"{score:.2f}" for score in self.top_scores) or "-"
+        vectors = "hybrid" if self.embeddings_used else "lexical"
+        return (
+            f"{self.candidates} candidates, {self.selected} selected, ~{self.tokens} tokens, "
+            f"{self.dropped_for_budget} over budget, top scores {scores} ({vectors})"
+        )
+
+
+@dataclass(frozen=True)
+class MemoryPack:
+    """The structured memory chosen for one prompt, and its rendering under the budgets."""
+
+    items: tuple[ScoredItem, ...] = ()
+    rendered: str = ""
+    diagnostics: PackDiagnostics = PackDiagnostics()
+
+    @property
+    def empty(self) -> bool:
+        return not self.items

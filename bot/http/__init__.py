@@ -1,0 +1,1 @@
+"""The bot's own HTTP listener (webhook, `/healthz`)."""

@@ -1,0 +1,41 @@
+"""`TextFileCache`: a file's text, re-read only when the file changed (size, mtime or inode).
+
+MEMORY.md and the daily notes are read for every message; most of the time they have not changed,
+and a read through the shared worker threads can wait behind other stores' fsyncs under load. The
+check is one `stat` (microseconds, done inline); the read, when needed, runs in a thread. A change
+is always seen: the cache is keyed by the file's signature, so nothing stale survives an edit.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bot.storage.files import read_text
+
+Signature = tuple[int, int, int]
+
+
+class TextFileCache:
+    """Texts of files by path, each valid for one signature of its file."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Path, tuple[Signature, str]] = {}
+
+    async def read(self, path: Path) -> str | None:
+        """The file's text, or None when it does not exist (raises OSError when it cannot be read)."""
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            self._entries.pop(path, None)
+            return None
+        signature = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        cached = self._entries.get(path)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        text = await read_text(path)
+        if text is None:
+            self._entries.pop(path, None)
+            return None
+        self._entries[path] = (signature, text)
+        return text

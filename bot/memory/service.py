@@ -1,0 +1,393 @@
+"""`MemoryService`: the memory facade the pipeline, the commands and the tools use.
+
+It keeps one `MemoryScope` per memory root (one in `global` scope, one per chat in `chat` scope),
+each with its item store, indexes and lock, built on first use. It builds the `# Memory` prompt
+section (MEMORY.md, then the structured pack, or the daily notes when the pack is empty) and records
+finished turns (daily note + structured items).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from bot.clock import Clock
+from bot.compaction.estimator import TokenEstimator
+from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
+from bot.domain.message import Message
+from bot.llm.client import LlmClient
+from bot.memory.budget import TextBudget
+from bot.memory.daily_notes import DailyNotes
+from bot.memory.embeddings import Embedder, EndpointEmbedder, Vector, VectorIndex
+from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
+from bot.memory.items_store import MemoryItemStore
+from bot.memory.legacy_context import read_daily_notes, render_daily_notes
+from bot.memory.lexical_index import Bm25Index
+from bot.memory.llm_extraction import LlmMemoryExtractor
+from bot.memory.local_embeddings import LOCAL_MODEL, LocalEmbedder
+from bot.memory.long_term import LongTermMemory
+from bot.memory.paths import MemoryPaths, memory_paths_for
+from bot.memory.prompt_pack import MemoryPromptPackService
+from bot.memory.retrieval import MemoryRetrievalService
+from bot.memory.write_service import MemoryWriteService, WriteReport
+from bot.settings import MemoryConfig
+from bot.workspace import Workspace
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MEMORY_HEADER = "# Memory"
+INLINE_WORK_MAX_ITEMS = 2000
+LONG_TERM_HEADER = "## Long-term Memory"
+
+
+@dataclass
+class MemoryScope:
+    """Everything one memory root needs at run time; `lock` serialises its reads and writes."""
+
+    paths: MemoryPaths
+    store: MemoryItemStore
+    lexical: Bm25Index
+    vectors: VectorIndex
+    retrieval: MemoryRetrievalService
+    writer: MemoryWriteService
+    notes: DailyNotes
+    long_term: LongTermMemory
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loaded: bool = False
+    # When the last refresh from disk started (time.monotonic()).
+    refreshed_at: float = -1.0
+    # Items put in a prompt since the last decay pass, and when (persisted by `decay`).
+    accessed: dict[str, datetime] = field(default_factory=dict)
+    last_decay: date | None = None
+    last_pack: MemoryPack | None = None
+
+
+@dataclass(frozen=True)
+class MemoryPrompt:
+    """The `# Memory` section for one turn and the pack behind it (None when the pack was not used)."""
+
+    text: str
+    pack: MemoryPack | None
+
+
+class MemoryService:
+    """One entry point to every memory layer, for any chat."""
+
+    def __init__(
+        self, workspace: Workspace, clock: Clock, llm: LlmClient, estimator: TokenEstimator | None = None
+    ) -> None:
+        self._workspace = workspace
+        self._clock = clock
+        self._llm = llm
+        self._estimator = estimator or TokenEstimator()
+        self._scopes: dict[MemoryPaths, MemoryScope] = {}
+        self._rules = RuleBasedExtractor()
+        self._local_embedder: LocalEmbedder | None = None
+        self._pack = MemoryPromptPackService(self._estimator, clock.zone)
+        # Memory's own worker thread for the reads done under a scope's lock, so they never queue
+        # behind the fsyncs of session writes in the shared default pool.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
+
+    async def _off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
+        """Run a read of the scope in memory's thread, or inline while the scope is small.
+
+        Below `INLINE_WORK_MAX_ITEMS` the work (a few `stat`s, scoring a few hundred items) takes less
+        than handing it to a thread does, and under load a hand-off waits for the GIL while the scope's
+        lock is held, which serialises every chat behind it.
+        """
+        if len(scope.store) <= INLINE_WORK_MAX_ITEMS:
+            return function(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args))
+
+    # -- scopes -----------------------------------------------------------------------------------
+
+    def paths_for(self, config: MemoryConfig, session_id: str) -> MemoryPaths:
+        return memory_paths_for(self._workspace, config.scope, session_id)
+
+    async def scope(self, config: MemoryConfig, session_id: str) -> MemoryScope:
+        """The chat's memory scope (created on first use; `fresh` reads its files)."""
+        paths = self.paths_for(config, session_id)
+        scope = self._scopes.get(paths)
+        if scope is None:
+            store = MemoryItemStore(paths, self._clock.zone)
+            lexical, vectors = Bm25Index(), VectorIndex()
+            store.subscribe(lexical)
+            store.subscribe(vectors)
+            scope = MemoryScope(
+                paths=paths,
+                store=store,
+                lexical=lexical,
+                vectors=vectors,
+                retrieval=MemoryRetrievalService(store, lexical, vectors),
+                writer=MemoryWriteService(store),
+                notes=DailyNotes(paths),
+                long_term=LongTermMemory(paths),
+            )
+            self._scopes[paths] = scope
+        return scope
+
+    @contextlib.asynccontextmanager
+    async def fresh(self, scope: MemoryScope) -> AsyncIterator[MemoryScope]:
+        """Hold the scope's lock with its items re-read from any file that changed on disk.
+
+        Waiters share refreshes: a refresh that started after this call was made has seen the files as
+        they are now, so it is not repeated. Hand edits and deletions are picked up on the next use.
+        """
+        requested = time.monotonic()
+        async with scope.lock:
+            if scope.refreshed_at < requested:
+                started = scope.refreshed_at = time.monotonic()
+                if scope.loaded:
+                    await self._off_loop_if_large(scope, scope.store.refresh_sync)
+                else:  # the first load reads every file: never on the event loop
+                    await asyncio.get_running_loop().run_in_executor(self._executor, scope.store.refresh_sync)
+                if not scope.loaded:
+                    scope.loaded = True
+                    log.info(
+                        "[Memory] Loaded %d items from %s in %.0f ms",
+                        len(scope.store),
+                        scope.paths.items_dir,
+                        (time.monotonic() - started) * 1000,
+                    )
+            yield scope
+
+    def embedder(self, config: MemoryConfig) -> Embedder | None:
+        """The endpoint's embedding model, the local one (`"local"`), or None: lexical retrieval only."""
+        if not config.embeddings_model:
+            return None
+        if config.embeddings_model == LOCAL_MODEL:
+            if self._local_embedder is None:
+                self._local_embedder = LocalEmbedder()
+            return self._local_embedder
+        return EndpointEmbedder(self._llm, config.embeddings_model)
+
+    async def query_vector(self, scope: MemoryScope, config: MemoryConfig, text: str) -> Vector | None:
+        """The message's embedding (items without one yet are scored lexically meanwhile)."""
+        embedder = self.embedder(config)
+        if embedder is None or not text.strip():
+            return None
+        return await scope.vectors.embed_query(embedder, text)
+
+    async def embed_new_items(self, scope: MemoryScope, config: MemoryConfig) -> None:
+        """Embed items that have no vector yet, without holding the scope's lock during the call."""
+        embedder = self.embedder(config)
+        if embedder is None:
+            return
+        async with scope.lock:
+            todo = scope.vectors.pending()
+        if not todo:
+            return
+        vectors = await scope.vectors.embed_texts(embedder, [text for _, text in todo])
+        if vectors is not None:
+            async with scope.lock:
+                scope.vectors.put([fingerprint for fingerprint, _ in todo], vectors)
+
+    # -- the prompt -------------------------------------------------------------------------------
+
+    async def build_prompt(
+        self, config: MemoryConfig, session_id: str, text: str, exclude_references: frozenset[str] = frozenset()
+    ) -> MemoryPrompt:
+        """The `# Memory` section for a message to `session_id`; empty text when there is no memory."""
+        now = self._clock.now()
+        scope = await self.scope(config, session_id)
+        budget = TextBudget(config.max_prompt_budget_tokens, self._estimator)
+        sections: list[str] = []
+        long_term = await self._read_long_term(scope)
+        if long_term:
+            kept, _ = budget.take(long_term)
+            sections.append(f"{LONG_TERM_HEADER}\n{kept}")
+        pack = await self._build_pack(scope, config, session_id, text, now, exclude_references, budget.remaining)
+        if pack is not None and not pack.empty:
+            sections.append(pack.rendered)
+        elif config.legacy_daily_notes_enabled and budget.remaining > 0:
+            notes = await read_daily_notes(scope.notes, now.date(), config.recent_days)
+            sections += render_daily_notes(notes, budget)
+        if not sections:
+            return MemoryPrompt("", pack)
+        return MemoryPrompt("\n\n".join([MEMORY_HEADER, *sections]), pack)
+
+    async def _read_long_term(self, scope: MemoryScope) -> str:
+        try:
+            return await scope.long_term.read()
+        except OSError as error:
+            log.warning("[Memory] Could not read %s: %s", scope.paths.long_term_file, error)
+            return ""
+
+    async def _build_pack(
+        self,
+        scope: MemoryScope,
+        config: MemoryConfig,
+        session_id: str,
+        text: str,
+        now: datetime,
+        exclude_references: frozenset[str],
+        remaining_tokens: int,
+    ) -> MemoryPack | None:
+        query = MemoryQuery(
+            text=text,
+            session_id=session_id,
+            now=now,
+            working_top_k=config.working_top_k,
+            episodic_top_k=config.episodic_top_k,
+            semantic_top_k=config.semantic_top_k,
+            procedural_top_k=config.procedural_top_k,
+            soft_budget_tokens=min(config.soft_prompt_budget_tokens, remaining_tokens),
+            max_budget_tokens=remaining_tokens,
+            exclude_references=exclude_references,
+        )
+        vector = await self.query_vector(scope, config, text)
+        try:
+            async with self.fresh(scope):
+                result = await self._off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
+        except OSError as error:
+            log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
+            return None
+        pack = self._pack.build(result.items, result.candidates, query.soft_budget_tokens, query.max_budget_tokens)
+        pack = dataclasses.replace(
+            pack, diagnostics=dataclasses.replace(pack.diagnostics, embeddings_used=result.used_vectors)
+        )
+        for scored in pack.items:
+            scope.accessed[scored.item.id] = now
+        scope.last_pack = pack
+        log.info("[Context] Memory pack: %s", pack.diagnostics.describe())
+        return pack
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    async def append_daily_note(self, config: MemoryConfig, event: TurnMemoryEvent) -> str:
+        scope = await self.scope(config, event.session_id)
+        return await scope.notes.append(event.timestamp, event.user_text, event.assistant_text)
+
+    async def record_turn(
+        self, config: MemoryConfig, event: TurnMemoryEvent, previous_assistant_text: str = "", model: str = ""
+    ) -> WriteReport:
+        """The structured write of a finished turn: the episodic item and what extraction found."""
+        candidates = await self._extract(config, event, previous_assistant_text, model)
+        scope = await self.scope(config, event.session_id)
+        async with self.fresh(scope):
+            report = scope.writer.record_turn(event, candidates, config)
+            self._decay_daily(scope, config, event.timestamp)
+        await scope.store.flush()
+        await self.embed_new_items(scope, config)
+        return report
+
+    async def record_missing_turns(
+        self, config: MemoryConfig, session_id: str, turns: list[tuple[Message, Message]]
+    ) -> int:
+        """Record the (user, assistant) turns no item refers to yet; returns how many were recorded.
+
+        Before a compaction takes messages out of the live session, this makes sure each of them
+        reached structured memory (a turn may have been missed while memory was off or a write failed).
+        """
+        scope = await self.scope(config, session_id)
+        recorded = 0
+        async with self.fresh(scope):
+            missing = [(user, answer) for user, answer in turns if not scope.store.is_referenced(user.id)]
+            for user, answer in missing:
+                event = TurnMemoryEvent(
+                    session_id,
+                    user.content,
+                    answer.content,
+                    user.timestamp.astimezone(self._clock.zone),
+                    user.id,
+                    answer.id,
+                )
+                extracted = self._rules.extract(event, code_aware=config.code_aware_extraction_enabled)
+                scope.writer.record_turn(event, extracted, config)
+                recorded += 1
+        await scope.store.flush()
+        if recorded:
+            log.info("[Memory] Recorded %d turns of %s before compaction", recorded, session_id)
+        return recorded
+
+    async def _extract(
+        self, config: MemoryConfig, event: TurnMemoryEvent, previous_assistant_text: str, model: str
+    ) -> list[MemoryCandidate]:
+        code_aware = config.code_aware_extraction_enabled
+        if config.llm_extraction_enabled and model:
+            extracted = await LlmMemoryExtractor(self._llm, model).extract(event)
+            if extracted is not None:
+                procedures = self._rules.extract(
+                    dataclasses.replace(event, user_text=""),
+                    code_aware=code_aware,
+                    previous_assistant_text=previous_assistant_text,
+                )
+                return extracted + procedures
+        return self._rules.extract(event, code_aware=code_aware, previous_assistant_text=previous_assistant_text)
+
+    def _decay_daily(self, scope: MemoryScope, config: MemoryConfig, now: datetime) -> None:
+        if scope.last_decay == now.date():
+            return
+        scope.last_decay = now.date()
+        decayed = scope.writer.decay(now, config, scope.accessed)
+        scope.accessed.clear()
+        if decayed:
+            log.info("[Memory] Salience decayed for %d items unused for %d days", decayed, config.decay_days)
+
+    # -- reading for tools, commands and /status --------------------------------------------------
+
+    async def search(
+        self, config: MemoryConfig, session_id: str, text: str, limit: int
+    ) -> list[tuple[MemoryItem, float]]:
+        scope = await self.scope(config, session_id)
+        vector = await self.query_vector(scope, config, text)
+        async with self.fresh(scope):
+            if not text.strip():
+                recent = sorted(
+                    (item for item in scope.store.items() if item.active),
+                    key=lambda item: item.updated_at,
+                    reverse=True,
+                )
+                return [(item, 0.0) for item in recent[:limit]]
+            return scope.retrieval.search(text, limit, vector)
+
+    async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
+        """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""
+        scope = await self.scope(config, session_id)
+        async with self.fresh(scope):
+            result = edit(scope.writer)
+        await scope.store.flush()
+        return result
+
+    async def long_term(self, config: MemoryConfig, session_id: str) -> LongTermMemory:
+        return (await self.scope(config, session_id)).long_term
+
+    async def status(self, config: MemoryConfig, session_id: str) -> MemoryStatus:
+        """What `/status` shows of the chat's memory."""
+        scope = await self.scope(config, session_id)
+        async with self.fresh(scope):
+            counts = scope.store.count_by_layer()
+        long_term = await self._read_long_term(scope)
+        today = (await read_daily_notes(scope.notes, self._clock.now().date(), 0)).today
+        return MemoryStatus(
+            root=scope.paths.root,
+            long_term_chars=len(long_term),
+            items_per_layer={layer.value: count for layer, count in counts.items()},
+            today_note_lines=len(today.splitlines()) if today else 0,
+            last_pack=scope.last_pack,
+        )
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+
+@dataclass(frozen=True)
+class MemoryStatus:
+    """The memory of one chat's scope at a glance."""
+
+    root: Path
+    long_term_chars: int
+    items_per_layer: dict[str, int]
+    today_note_lines: int
+    last_pack: MemoryPack | None

@@ -1,0 +1,265 @@
+"""`MemoryWriteService`: every change to the structured items: turns, facts, dedup, supersede,
+promotion, decay, pins and forgetting.
+
+- The same content twice (same fingerprint) is one item whose confidence rises by
+  `REINFORCEMENT_STEP`, not two items.
+- A new fact filling the same slot (`key`) as an older, different one supersedes it: the old item
+  stays in its file with `supersededBy` and is no longer retrieved.
+- An EPISODIC fact whose confidence reaches `promotionMinConfidence` moves to SEMANTIC (same id).
+- Salience halves for items unused for `decayDays` (at most once per `decayDays` per item).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from bot.domain.memory import MemoryItem, MemoryLayer, TurnMemoryEvent
+from bot.memory.daily_notes import one_line
+from bot.memory.extraction import MemoryCandidate
+from bot.memory.items_store import MemoryItemStore
+from bot.settings import MemoryConfig
+
+log = logging.getLogger(__name__)
+
+REINFORCEMENT_STEP = 0.15
+DECAY_FACTOR = 0.5
+TURN_USER_LIMIT = 300
+TURN_ASSISTANT_LIMIT = 500
+TURN_CONFIDENCE = 1.0
+TURN_SALIENCE = 0.4
+PROMOTED_TAG = "promoted"
+# Shorter contents ("ok") are too common to remove every exchange that contains them.
+MIN_TRACE_CHARS = 8
+_NOT_WORD = re.compile(r"[^\w]+")
+
+
+def fingerprint_of(content: str) -> str:
+    """The same text up to case, punctuation and spacing gives the same fingerprint."""
+    normalized = _normalized(content)
+    return hashlib.sha256(normalized.encode("utf-8")).hexdigest()[:20]
+
+
+def turn_content(event: TurnMemoryEvent) -> str:
+    user = one_line(event.user_text, TURN_USER_LIMIT)
+    assistant = one_line(event.assistant_text, TURN_ASSISTANT_LIMIT)
+    return f"User: {user} | Assistant: {assistant}"
+
+
+@dataclass
+class WriteReport:
+    """What one write did, for the log line and the tests."""
+
+    added: list[MemoryItem] = field(default_factory=list)
+    reinforced: list[MemoryItem] = field(default_factory=list)
+    superseded: list[MemoryItem] = field(default_factory=list)
+    promoted: list[MemoryItem] = field(default_factory=list)
+
+    def merge(self, other: WriteReport) -> None:
+        self.added += other.added
+        self.reinforced += other.reinforced
+        self.superseded += other.superseded
+        self.promoted += other.promoted
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.added)} added, {len(self.reinforced)} reinforced, "
+            f"{len(self.superseded)} superseded, {len(self.promoted)} promoted"
+        )
+
+
+class UnknownMemoryItem(KeyError):
+    """No active item has the given id."""
+
+
+class MemoryWriteService:
+    """Changes one memory scope's items in memory; callers hold the scope's lock and then `flush` the store."""
+
+    def __init__(self, store: MemoryItemStore) -> None:
+        self._store = store
+
+    def record_turn(
+        self, event: TurnMemoryEvent, candidates: list[MemoryCandidate], config: MemoryConfig
+    ) -> WriteReport:
+        """The turn as an EPISODIC item, and every candidate extracted from it."""
+        references = [ref for ref in (event.user_message_id, event.assistant_message_id) if ref]
+        turn = MemoryCandidate(MemoryLayer.EPISODIC, "turn", turn_content(event), TURN_CONFIDENCE, TURN_SALIENCE)
+        report = self.add(turn, event.session_id, event.timestamp, config, references, tags=event.tool_names)
+        for candidate in candidates:
+            report.merge(self.add(candidate, event.session_id, event.timestamp, config, references))
+        return report
+
+    def add(
+        self,
+        candidate: MemoryCandidate,
+        source: str,
+        now: datetime,
+        config: MemoryConfig,
+        references: list[str] | None = None,
+        tags: tuple[str, ...] = (),
+    ) -> WriteReport:
+        """Add `candidate`, or reinforce the item that already says the same."""
+        report = WriteReport()
+        fingerprint = fingerprint_of(candidate.content)
+        existing = self._store.find_by_fingerprint(fingerprint)
+        if existing is not None:
+            reinforced = existing.model_copy(
+                update={
+                    "confidence": min(1.0, existing.confidence + REINFORCEMENT_STEP),
+                    "salience": max(existing.salience, candidate.salience),
+                    "updated_at": now,
+                    "references": _merged(existing.references, references or []),
+                    "tags": _merged(existing.tags, [*candidate.tags, *tags]),
+                }
+            )
+            self._store.replace([reinforced])
+            report.reinforced.append(reinforced)
+            if self._promotable(reinforced, config):
+                report.promoted.append(self._promote(reinforced, now))
+            return report
+        item = MemoryItem(
+            layer=candidate.layer,
+            type=candidate.type,
+            content=candidate.content,
+            created_at=now,
+            updated_at=now,
+            confidence=candidate.confidence,
+            salience=candidate.salience,
+            tags=_merged([], [*candidate.tags, *tags]),
+            references=list(references or []),
+            fingerprint=fingerprint,
+            source=source,
+            key=candidate.key,
+        )
+        report.superseded = self._supersede_slot(item, now)
+        self._store.append([item])
+        report.added.append(item)
+        return report
+
+    def _supersede_slot(self, newer: MemoryItem, now: datetime) -> list[MemoryItem]:
+        if not newer.key:
+            return []
+        older = [
+            item
+            for layer in (MemoryLayer.SEMANTIC, MemoryLayer.EPISODIC)
+            for item in self._store.find_by_key(newer.key, layer)
+            if item.fingerprint != newer.fingerprint
+        ]
+        marked = [item.model_copy(update={"superseded_by": newer.id, "updated_at": now}) for item in older]
+        if marked:
+            self._store.replace(marked)
+            log.info("[Memory] %d items superseded by %s (%s)", len(marked), newer.id, newer.key)
+        return marked
+
+    def _promotable(self, item: MemoryItem, config: MemoryConfig) -> bool:
+        return (
+            config.promotion_enabled
+            and item.layer is MemoryLayer.EPISODIC
+            and item.type != "turn"
+            and item.confidence >= config.promotion_min_confidence
+        )
+
+    def _promote(self, item: MemoryItem, now: datetime) -> MemoryItem:
+        promoted = item.model_copy(
+            update={"layer": MemoryLayer.SEMANTIC, "updated_at": now, "tags": _merged(item.tags, [PROMOTED_TAG])}
+        )
+        self._store.relocate(promoted)
+        log.info("[Memory] Promoted %s to SEMANTIC (confidence %.2f)", item.id, item.confidence)
+        return promoted
+
+    # -- explicit changes (tools, /memory) ----------------------------------------------------------
+
+    def _active(self, item_id: str) -> MemoryItem:
+        item = self._store.get(item_id)
+        if item is None or not item.active:
+            raise UnknownMemoryItem(item_id)
+        return item
+
+    def update(self, item_id: str, content: str, now: datetime) -> MemoryItem:
+        """New content for an item; the old version is kept as superseded history."""
+        old = self._active(item_id)
+        newer = MemoryItem(
+            layer=old.layer,
+            type=old.type,
+            content=content.strip(),
+            created_at=now,
+            updated_at=now,
+            confidence=max(old.confidence, 0.9),
+            salience=old.salience,
+            tags=old.tags,
+            references=old.references,
+            fingerprint=fingerprint_of(content),
+            source=old.source,
+            key=old.key,
+            pinned=old.pinned,
+        )
+        self._store.replace([old.model_copy(update={"superseded_by": newer.id, "updated_at": now})])
+        self._store.append([newer])
+        return newer
+
+    def promote(self, item_id: str, now: datetime) -> MemoryItem:
+        item = self._active(item_id)
+        if item.layer is not MemoryLayer.EPISODIC:
+            return item
+        return self._promote(item.model_copy(update={"confidence": max(item.confidence, 0.8)}), now)
+
+    def forget(self, item_id: str) -> MemoryItem:
+        """Remove the item from its file (atomic rewrite) and from every index.
+
+        The recorded exchanges that contain it go too: forgetting "the lock code is 4242" must not
+        leave the turn where it was said to bring it back into a prompt.
+        """
+        item = self._active(item_id)
+        traces = [
+            other.id
+            for other in self._store.items()
+            if other.id != item_id and other.layer is MemoryLayer.EPISODIC and _contains(other.content, item.content)
+        ]
+        removed = self._store.remove([item_id, *traces])
+        if traces:
+            log.info("[Memory] Forgot %s and %d exchanges that contained it", item_id, len(traces))
+        return removed[0]
+
+    def pin(self, item_id: str, now: datetime, pinned: bool = True) -> MemoryItem:
+        item = self._active(item_id)
+        changed = item.model_copy(update={"pinned": pinned, "updated_at": now})
+        self._store.replace([changed])
+        return changed
+
+    def decay(self, now: datetime, config: MemoryConfig, accessed: dict[str, datetime]) -> int:
+        """Record last uses, and halve the salience of items unused for `decayDays`; returns how many decayed."""
+        period = timedelta(days=config.decay_days)
+        changed: list[MemoryItem] = []
+        decayed = 0
+        for item in list(self._store.items()):
+            update: dict[str, object] = {}
+            used = accessed.get(item.id)
+            if used is not None and (item.last_accessed_at is None or used > item.last_accessed_at):
+                update["last_accessed_at"] = used
+            last_used = max(item.last_used_at, used or item.last_used_at)
+            due = item.decayed_at is None or now - item.decayed_at >= period
+            if config.decay_enabled and item.active and not item.pinned and now - last_used >= period and due:
+                update["salience"] = round(item.salience * DECAY_FACTOR, 4)
+                update["decayed_at"] = now
+                decayed += 1
+            if update:
+                changed.append(item.model_copy(update=update))
+        if changed:
+            self._store.replace(changed)
+        return decayed
+
+
+def _normalized(text: str) -> str:
+    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
+
+
+def _contains(text: str, part: str) -> bool:
+    needle = _normalized(part)
+    return len(needle) >= MIN_TRACE_CHARS and needle in _normalized(text)
+
+
+def _merged(first: list[str], second: list[str] | tuple[str, ...]) -> list[str]:
+    return list(dict.fromkeys([*first, *second]))

@@ -1,0 +1,34 @@
+"""Writing a turn's messages to its session, the same way for the runner and every system."""
+
+from __future__ import annotations
+
+from bot.domain.message import Message, Role
+from bot.domain.session import AgentSession
+from bot.domain.turn import TurnContext
+from bot.sessions.service import SessionPersistError, SessionService
+
+
+async def store_turn_messages(sessions: SessionService, ctx: TurnContext, messages: list[Message]) -> None:
+    """Persist messages of the turn; a disk failure is noted on the turn instead of ending it."""
+    try:
+        await sessions.append_messages(ctx.session, messages)
+    except SessionPersistError as error:
+        ctx.storage_problem = str(error)
+
+
+# Session metadata: the id of the last user message whose turn ended without an answer on purpose
+# (the user was told of a failure, or stopped it), so a restart does not answer it again.
+SETTLED_KEY = "settledUserMessage"
+
+
+def unanswered_user_message(session: AgentSession) -> Message | None:
+    """The user message a stopped bot left without an answer, if the conversation ends on one."""
+    if not session.messages or session.messages[-1].role is Role.SYSTEM:
+        return None
+    last = session.messages[-1]
+    if last.role is Role.ASSISTANT and not last.tool_calls:
+        return None  # answered
+    for message in reversed(session.messages):
+        if message.role is Role.USER:
+            return None if session.metadata.get(SETTLED_KEY) == message.id else message
+    return None

@@ -1,0 +1,55 @@
+"""`RagBackend`: what the bot needs from a LightRAG, whichever way it runs (embedded or a server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from bot.rag.documents import RagDocument
+
+QueryMode = Literal["naive", "local", "global", "hybrid", "mix"]
+
+
+class RagBackendError(Exception):
+    """The backend refused or failed an operation; the message says what, in plain words."""
+
+
+@dataclass(frozen=True)
+class RagQuery:
+    """One retrieval: the text, the mode, and the limits LightRAG applies while building context."""
+
+    text: str
+    mode: QueryMode
+    top_k: int
+    chunk_top_k: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class RagSnippet:
+    """One piece of retrieved context: an entity, a relation or a chunk of a past exchange."""
+
+    kind: Literal["entity", "relation", "chunk", "text"]
+    text: str
+
+
+class RagBackend(Protocol):
+    """A LightRAG store. Every call names the LightRAG workspace it acts on (one per chat with
+    `memory.scope: chat`), and nothing crosses between workspaces."""
+
+    name: str
+
+    async def insert(self, workspace: str, documents: list[RagDocument]) -> dict[str, str]:
+        """Index `documents` and wait until they are processed. Returns each document's id in the
+        backend (its own id when the backend keeps ours). Raises `RagBackendError` on failure."""
+        ...
+
+    async def query(self, workspace: str, query: RagQuery) -> list[RagSnippet]:
+        """The context LightRAG retrieves for `query` (no answer is generated)."""
+        ...
+
+    async def delete(self, workspace: str, backend_ids: list[str]) -> None:
+        """Remove documents and everything extracted only from them; unknown ids are not an error."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,325 @@
+"""`EmbeddedLightRag`: lightrag-hku inside the bot, one LightRAG instance per LightRAG workspace.
+
+Storages are LightRAG's file backends in `workspace/rag/{ragWorkspace}/` (`storage: files`) or its
+PostgreSQL backends (`storage: postgres`: KV, pgvector, a plain-table graph; the connection comes from
+LightRAG's POSTGRES_* environment variables). Every model call goes through the bot's `LlmClient`
+(extraction and keywords with the extraction model, vectors from the endpoint's `/embeddings`); the
+tokenizer is `OfflineTokenizer`, so nothing is downloaded. Everything LightRAG would otherwise read
+from the environment that changes its behaviour (workspace, top-k, token budgets) is passed
+explicitly. The query cache is off, so a forgotten document cannot come back from it, and each
+document's extraction cache is deleted with it.
+
+LightRAG keeps some state module-wide, keyed by workspace name: instances in one process must differ
+in `workspace`, and the process-wide state is released when the last adapter closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from bot.llm.client import ChatRequest, LlmClient
+from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
+from bot.rag.documents import RagDocument
+from bot.rag.tokenizer import OfflineTokenizer
+from bot.settings import RagConfig
+
+log = logging.getLogger(__name__)
+
+StorageKind = Literal["files", "postgres"]
+_FILE_STORAGES = {
+    "kv_storage": "JsonKVStorage",
+    "vector_storage": "NanoVectorDBStorage",
+    "graph_storage": "NetworkXStorage",
+    "doc_status_storage": "JsonDocStatusStorage",
+}
+_POSTGRES_STORAGES = {
+    "kv_storage": "PGKVStorage",
+    "vector_storage": "PGVectorStorage",
+    "graph_storage": "PGTableGraphStorage",
+    "doc_status_storage": "PGDocStatusStorage",
+}
+# A delete is refused while LightRAG's pipeline is busy; it is tried again this often.
+DELETE_ATTEMPTS = 5
+DELETE_RETRY_SECONDS = 0.5
+STATUS_POLL_SECONDS = 0.05
+# Room LightRAG's total budget keeps for its own (unused here) answer prompt and the query.
+LIGHTRAG_PROMPT_TOKENS = 3000
+MIN_PART_TOKENS = 200
+# LightRAG's own defaults, passed explicitly so CHUNK_SIZE and friends in the environment cannot change them.
+CHUNK_TOKENS = 1200
+CHUNK_OVERLAP_TOKENS = 100
+WORKER_SHUTDOWN_SECONDS = 5.0
+# Adapters in this process that have opened a LightRAG instance and not closed yet.
+_open_adapters = 0
+
+
+def _import_lightrag() -> Any:
+    """Import lightrag (about a second of CPU)."""
+    module = importlib.import_module("lightrag")
+    # `lightrag` loads its submodules lazily; `utils` sets the logger up when it is first imported.
+    importlib.import_module("lightrag.lightrag")
+    _route_lightrag_logs()
+    return module
+
+
+def _route_lightrag_logs() -> None:
+    """LightRAG logs to its own console handler at INFO, a dozen lines per document. Its warnings and
+    errors go through the bot's logging instead (one format, secrets scrubbed); the rest is dropped."""
+    for name in ("lightrag", "nano-vectordb"):
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+        logger.setLevel(logging.WARNING)
+
+
+class EmbeddedLightRag:
+    """LightRAG running in this process."""
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        working_dir: Path,
+        llm: LlmClient,
+        config: Callable[[], RagConfig],
+        default_model: Callable[[], str],
+        storage: StorageKind = "files",
+    ) -> None:
+        self._working_dir = working_dir
+        self._llm = llm
+        self._config = config
+        self._default_model = default_model
+        self._storage = storage
+        self._instances: dict[str, Any] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._create_lock = asyncio.Lock()
+        self._lightrag: Any = None
+        self._closed = False
+        self._opened = False
+
+    async def insert(self, workspace: str, documents: list[RagDocument]) -> dict[str, str]:
+        rag = await self._instance(workspace)
+        ids = [doc.id for doc in documents]
+        async with self._lock(workspace):
+            await rag.ainsert([doc.text for doc in documents], ids=ids, file_paths=ids)
+            statuses = await self._wait_processed(rag, ids)
+        failed = {doc_id: status for doc_id, status in statuses.items() if status["status"] == "failed"}
+        if failed:
+            first = next(iter(failed.values()))
+            raise RagBackendError(f"{len(failed)} of {len(ids)} documents failed: {first.get('error_msg') or '?'}")
+        return {doc_id: doc_id for doc_id in ids}
+
+    async def _wait_processed(self, rag: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
+        # `ainsert` may return before its documents are processed when the pipeline was busy.
+        deadline = time.monotonic() + self._config().insert_timeout_seconds
+        while True:
+            found = await rag.aget_docs_by_ids(ids)
+            statuses = {doc_id: {**_as_dict(value), "status": _status(value)} for doc_id, value in found.items()}
+            # Identical content is dropped silently by LightRAG (no status): it is in the graph already.
+            if all(status["status"] in ("processed", "failed") for status in statuses.values()):
+                return statuses
+            if time.monotonic() > deadline:
+                raise RagBackendError(f"documents still processing after {self._config().insert_timeout_seconds:.0f}s")
+            await asyncio.sleep(STATUS_POLL_SECONDS)
+
+    async def query(self, workspace: str, query: RagQuery) -> list[RagSnippet]:
+        rag = await self._instance(workspace)
+        lightrag = self._lightrag
+        param = lightrag.QueryParam(
+            mode=query.mode,
+            only_need_context=True,
+            top_k=query.top_k,
+            chunk_top_k=query.chunk_top_k,
+            # LightRAG's total counts its own answer prompt too; the exact budget is applied by the service.
+            max_entity_tokens=max(MIN_PART_TOKENS, query.max_tokens // 2),
+            max_relation_tokens=max(MIN_PART_TOKENS, query.max_tokens // 2),
+            max_total_tokens=query.max_tokens + LIGHTRAG_PROMPT_TOKENS,
+            enable_rerank=False,
+        )
+        result = await rag.aquery_data(query.text, param=param)
+        if result.get("status") != "success":  # nothing relevant found: not an error
+            log.debug("[RAG] No context from LightRAG: %s", result.get("message"))
+            return []
+        return snippets_from_data(result.get("data") or {})
+
+    async def delete(self, workspace: str, backend_ids: list[str]) -> None:
+        rag = await self._instance(workspace)
+        async with self._lock(workspace):
+            for doc_id in backend_ids:
+                for attempt in range(1, DELETE_ATTEMPTS + 1):
+                    result = await rag.adelete_by_doc_id(doc_id, delete_llm_cache=True)
+                    if result.status in ("success", "not_found") or result.status_code == 404:
+                        break
+                    if attempt == DELETE_ATTEMPTS:
+                        raise RagBackendError(f"could not delete {doc_id}: {result.message}")
+                    await asyncio.sleep(DELETE_RETRY_SECONDS)
+
+    async def close(self) -> None:
+        global _open_adapters
+        if self._closed:
+            return
+        self._closed = True
+        for workspace, rag in list(self._instances.items()):
+            try:
+                await _stop_call_workers(rag)
+                await rag.finalize_storages()
+            except Exception as error:
+                log.warning("[RAG] Closing LightRAG workspace %s failed: %s", workspace, error)
+        self._instances.clear()
+        if self._opened:
+            _open_adapters -= 1
+            if _open_adapters == 0:
+                _release_shared_state()
+
+    def _lock(self, workspace: str) -> asyncio.Lock:
+        return self._locks.setdefault(workspace, asyncio.Lock())
+
+    async def _instance(self, workspace: str) -> Any:
+        rag = self._instances.get(workspace)
+        if rag is not None:
+            return rag
+        async with self._create_lock:
+            if workspace not in self._instances:
+                self._instances[workspace] = await self._create(workspace)
+        return self._instances[workspace]
+
+    async def _create(self, workspace: str) -> Any:
+        if self._closed:
+            raise RagBackendError("the RAG backend is closed")
+        if self._lightrag is None:
+            self._lightrag = await asyncio.to_thread(_import_lightrag)
+        global _open_adapters
+        if not self._opened:
+            if _open_adapters == 0:
+                _release_shared_state()  # whatever an adapter that was never closed left behind
+            _open_adapters += 1
+            self._opened = True
+        lightrag = self._lightrag
+        utils = importlib.import_module("lightrag.utils")
+        config = self._config()
+        self._working_dir.mkdir(parents=True, exist_ok=True)
+        storages = dict(_POSTGRES_STORAGES if self._storage == "postgres" else _FILE_STORAGES)
+        if self._storage == "postgres":
+            _check_postgres_environment()
+            if config.postgres_vectors == "files":
+                storages["vector_storage"] = _FILE_STORAGES["vector_storage"]
+        dimensions = config.embedding_dimensions
+
+        # Plain functions, not bound methods: LightRAG deep-copies its fields, and a bound method would
+        # drag this adapter (and the model client's locks) into the copy.
+        async def complete(prompt: str, system_prompt: str | None = None, **kwargs: Any) -> str:
+            return await self._complete(prompt, system_prompt, kwargs.get("history_messages"))
+
+        async def embed(texts: list[str], **_: Any) -> np.ndarray:
+            return await self._embed(texts)
+
+        rag = lightrag.LightRAG(
+            working_dir=str(self._working_dir),
+            workspace=workspace,
+            **storages,
+            llm_model_func=complete,
+            llm_model_name=config.extraction_model or self._default_model(),
+            embedding_func=utils.EmbeddingFunc(embedding_dim=dimensions, func=embed, max_token_size=8192),
+            tokenizer=utils.Tokenizer("offline", OfflineTokenizer()),
+            chunk_token_size=CHUNK_TOKENS,
+            chunk_overlap_token_size=CHUNK_OVERLAP_TOKENS,
+            top_k=config.top_k,
+            chunk_top_k=config.chunk_top_k,
+            # One extraction pass: an exchange is short, and a second ("gleaning") pass doubles the cost.
+            entity_extract_max_gleaning=0,
+            enable_llm_cache=False,
+            enable_llm_cache_for_entity_extract=True,
+            vector_db_storage_cls_kwargs={"cosine_better_than_threshold": config.cosine_threshold},
+        )
+        await rag.initialize_storages()
+        log.info("[RAG] LightRAG workspace %s opened (%s storages)", workspace, self._storage)
+        return rag
+
+    async def _complete(
+        self, prompt: str, system_prompt: str | None, history_messages: list[dict[str, Any]] | None
+    ) -> str:
+        """LightRAG's model function: extraction, summaries and keywords, with the extraction model."""
+        messages: list[dict[str, Any]] = []
+        if system_prompt:
+            messages.append({"role": "system", "content": system_prompt})
+        messages.extend(history_messages or [])
+        messages.append({"role": "user", "content": prompt})
+        config = self._config()
+        request = ChatRequest(model=config.extraction_model or self._default_model(), messages=messages, temperature=0)
+        return (await self._llm.complete(request)).text
+
+    async def _embed(self, texts: list[str]) -> np.ndarray:
+        config = self._config()
+        vectors = await self._llm.embed(list(texts), config.embedding_model)
+        if vectors and len(vectors[0]) != config.embedding_dimensions:
+            raise RagBackendError(
+                f"the embedding model {config.embedding_model} gives {len(vectors[0])} dimensions; "
+                f"runtime-config rag.embeddingDimensions says {config.embedding_dimensions}"
+            )
+        return np.array(vectors, dtype=np.float32)
+
+
+def _release_shared_state() -> None:
+    """LightRAG keeps namespaces (KV data, document status) module-wide, keyed by workspace name only:
+    release them so the next adapter reads its own files, not what another working folder left."""
+    importlib.import_module("lightrag.kg.shared_storage").finalize_share_data()
+
+
+def _check_postgres_environment() -> None:
+    # LightRAG puts every workspace into POSTGRES_WORKSPACE when it is set: chats would share one graph.
+    if os.environ.get("POSTGRES_WORKSPACE"):
+        raise RagBackendError("unset POSTGRES_WORKSPACE: the bot names LightRAG workspaces itself (memory.scope)")
+    if not os.environ.get("POSTGRES_DATABASE") or not os.environ.get("POSTGRES_USER"):
+        raise RagBackendError("rag.backend postgres needs POSTGRES_HOST, POSTGRES_PORT, POSTGRES_USER, ... set")
+
+
+async def _stop_call_workers(rag: Any) -> None:
+    """Stop the worker tasks LightRAG runs its model and embedding calls on (`finalize_storages` leaves
+    them running, and one still waiting on a model call would hold up the event loop's shutdown)."""
+    wrapped = [getattr(state, "wrapped", None) for state in getattr(rag, "_role_llm_states", {}).values()]
+    wrapped += [getattr(rag.embedding_func, "func", None), getattr(rag, "rerank_model_func", None)]
+    for function in wrapped:
+        shutdown = getattr(function, "shutdown", None)
+        if callable(shutdown):
+            await asyncio.wait_for(shutdown(graceful=False), WORKER_SHUTDOWN_SECONDS)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    return dict(getattr(value, "__dict__", {}))
+
+
+def _status(value: Any) -> str:
+    status = _as_dict(value).get("status")
+    return str(getattr(status, "value", status))
+
+
+def snippets_from_data(data: dict[str, Any]) -> list[RagSnippet]:
+    """LightRAG's structured context (`aquery_data`, `/query/data`) as snippets: facts first, then excerpts."""
+    snippets: list[RagSnippet] = []
+    for entity in data.get("entities") or []:
+        name, kind = entity.get("entity_name", ""), entity.get("entity_type", "")
+        label = f"{name} ({kind})" if kind and kind != "UNKNOWN" else name
+        snippets.append(RagSnippet("entity", f"{label}: {_one_line(entity.get('description', ''))}"))
+    for relation in data.get("relationships") or []:
+        head = f"{relation.get('src_id', '')} → {relation.get('tgt_id', '')}"
+        snippets.append(RagSnippet("relation", f"{head}: {_one_line(relation.get('description', ''))}"))
+    for chunk in data.get("chunks") or []:
+        if chunk.get("content"):
+            snippets.append(RagSnippet("chunk", str(chunk["content"]).strip()))
+    return snippets
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).replace("<SEP>", "; ").split())

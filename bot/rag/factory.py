@@ -1,0 +1,43 @@
+"""Builds the RAG layer for the configured backend (read once at start; a change needs a restart)."""
+
+from __future__ import annotations
+
+import logging
+
+from bot.compaction.estimator import TokenEstimator
+from bot.llm.client import LlmClient
+from bot.rag.backend import RagBackend
+from bot.rag.embedded import EmbeddedLightRag, StorageKind
+from bot.rag.server import LightRagServerBackend
+from bot.rag.service import RagService
+from bot.rag.store import RagDocumentStore
+from bot.runtime_config import RuntimeConfigStore
+from bot.settings import EnvSettings
+from bot.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+def build_rag_service(
+    workspace: Workspace,
+    env: EnvSettings,
+    llm: LlmClient,
+    config_store: RuntimeConfigStore,
+    estimator: TokenEstimator,
+) -> RagService:
+    config = config_store.config
+
+    def chat_model() -> str:
+        current = config_store.config.llm
+        return current.balanced_model or env.bot_model or current.model
+
+    backend: RagBackend
+    if config.rag.backend == "server":
+        api_key = env.lightrag_api_key.get_secret_value() if env.lightrag_api_key else None
+        backend = LightRagServerBackend(lambda: config_store.config.rag, api_key)
+    else:
+        storage: StorageKind = "postgres" if config.rag.backend == "postgres" else "files"
+        backend = EmbeddedLightRag(workspace.rag_dir, llm, lambda: config_store.config.rag, chat_model, storage)
+    log.info("[RAG] Backend: %s%s", config.rag.backend, "" if config.rag.enabled else " (disabled)")
+    store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
+    return RagService(store, backend, lambda: config_store.config, estimator)

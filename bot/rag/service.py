@@ -1,0 +1,316 @@
+"""`RagService`: the fourth memory layer: queue exchanges, index them in batches, retrieve, forget.
+
+Writing never touches the reply path: `enqueue` only appends to the durable queue, and the scheduler's
+`flush` indexes due documents in batches, per LightRAG workspace, retrying failures with backoff.
+Reading (`retrieve`) is bounded by `queryTimeoutSeconds` and never fails the turn: on timeout or error
+the reply goes on without `# Relevant Memory`, and the log says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from bot.compaction.estimator import TokenEstimator
+from bot.rag.backend import QueryMode, RagBackend, RagQuery, RagSnippet
+from bot.rag.documents import RagDocument, document_id, document_text, rag_workspace_for, worth_indexing
+from bot.rag.store import RagDocumentStore
+from bot.settings import RuntimeConfig
+
+log = logging.getLogger(__name__)
+
+RELEVANT_MEMORY_HEADER = "# Relevant Memory"
+_NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_LABEL = re.compile(r"^\s*(user|assistant)\s*:\s*", re.IGNORECASE)
+# A segment shorter than this says too little to call it shown already.
+MIN_DEDUP_SEGMENT_CHARS = 12
+# An excerpt cut shorter than this is not worth its place.
+MIN_EXCERPT_TOKENS = 16
+# The memory pack cuts user text to 200 characters; a shown segment matches on this prefix.
+DEDUP_PREFIX_CHARS = 150
+
+
+@dataclass(frozen=True)
+class RagStatus:
+    """What `/status` shows about the RAG layer."""
+
+    enabled: bool
+    backend: str
+    indexed: int
+    queued: int
+    failed: int
+    last_error: str | None
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "RAG: disabled"
+        error = f"; last error: {self.last_error}" if self.last_error else ""
+        failed = f", {self.failed} given up" if self.failed else ""
+        return f"RAG ({self.backend}): {self.indexed} documents indexed, {self.queued} queued{failed}{error}"
+
+
+@dataclass(frozen=True)
+class RetrievedContext:
+    """The `# Relevant Memory` section (empty when there is nothing new to show) and why."""
+
+    text: str
+    snippets: int
+    dropped_as_shown: int
+    outcome: str  # ok | empty | skipped | timeout | error
+
+
+class RagService:
+    """The RAG layer's one entry point for the pipeline, the tools, the scheduler and /status."""
+
+    def __init__(
+        self,
+        store: RagDocumentStore,
+        backend: RagBackend,
+        config: Callable[[], RuntimeConfig],
+        estimator: TokenEstimator,
+    ) -> None:
+        self._store = store
+        self._backend = backend
+        self._config = config
+        self._estimator = estimator
+        self._mutation_lock = asyncio.Lock()
+        self.last_error: str | None = None
+
+    @property
+    def store(self) -> RagDocumentStore:
+        return self._store
+
+    @property
+    def backend(self) -> RagBackend:
+        return self._backend
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        config: RuntimeConfig,
+        session_id: str,
+        at: datetime,
+        user_text: str,
+        assistant_text: str,
+        message_ids: list[str],
+    ) -> RagDocument | None:
+        """Put one finished exchange on the durable queue; None when it is not worth indexing."""
+        if not worth_indexing(user_text, assistant_text, config.rag):
+            log.debug("[RAG] Skipped a short exchange or greeting in %s", session_id)
+            return None
+        doc = RagDocument(
+            id=document_id(session_id, at),
+            session_id=session_id,
+            rag_workspace=rag_workspace_for(session_id, config.memory.scope),
+            text=document_text(session_id, at, user_text, assistant_text),
+            created_at=at.isoformat(),
+            message_ids=message_ids,
+        )
+        doc = await self._store.add(doc)
+        log.info("[RAG] Queued %s (%d chars)", doc.id, len(doc.text))
+        return doc
+
+    async def flush(self) -> int:
+        """Index one batch of due documents; returns how many were indexed. Failures are retried later."""
+        config = self._config().rag
+        if not config.enabled:
+            return 0
+        async with self._mutation_lock:
+            due = await self._store.due(time.time(), config.batch_size)
+            if not due:
+                return 0
+            by_workspace: dict[str, list[RagDocument]] = defaultdict(list)
+            for doc in due:
+                by_workspace[doc.rag_workspace].append(doc)
+            indexed = 0
+            for workspace, docs in by_workspace.items():
+                indexed += await self._index(workspace, docs)
+            return indexed
+
+    async def _index(self, workspace: str, docs: list[RagDocument]) -> int:
+        config = self._config().rag
+        started = time.monotonic()
+        try:
+            backend_ids = await asyncio.wait_for(
+                self._backend.insert(workspace, docs), timeout=config.insert_timeout_seconds
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            self.last_error = reason
+            await self._store.mark_failed(docs, reason, config)
+            attempts = max(doc.attempts for doc in docs)
+            given_up = [doc.id for doc in docs if doc.status == "failed"]
+            log.warning(
+                "[RAG] Indexing %d documents into %s failed (try %d): %s%s",
+                len(docs), workspace, attempts, reason,
+                f"; gave up on {', '.join(given_up)}" if given_up else "; will retry with backoff",
+            )  # fmt: skip
+            return 0
+        for doc in docs:
+            doc.backend_id = backend_ids.get(doc.id, doc.id)
+        await self._store.mark_indexed(docs)
+        self.last_error = None
+        elapsed = time.monotonic() - started
+        log.info("[RAG] Indexed %d documents into %s in %.2fs", len(docs), workspace, elapsed)
+        return len(docs)
+
+    async def flush_all(self, max_seconds: float | None = None) -> int:
+        """Flush batch after batch until nothing is due, or `max_seconds` have passed (the scheduler's
+        job gives itself one interval, so a backlog drains without one run holding the queue for long)."""
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        total = 0
+        while deadline is None or time.monotonic() < deadline:
+            count = await self.flush()
+            if count == 0:
+                break
+            total += count
+        return total
+
+    # -- forgetting ---------------------------------------------------------------------------------
+
+    async def forget_documents(self, doc_ids: list[str]) -> list[str]:
+        """Delete documents from LightRAG and from the queue; returns the ids that were removed.
+
+        The memory tools call this when the user forgets something: `documents_for_messages` finds the
+        ids. A document still queued is simply dropped; an indexed one is deleted from the graph, with
+        the entities and relations only it supported, and its cached extraction.
+        """
+        removed: list[str] = []
+        async with self._mutation_lock:
+            for doc_id in doc_ids:
+                doc = await self._store.get(doc_id)
+                if doc is None or doc.status == "forgotten":
+                    continue
+                if doc.status == "indexed":
+                    await self._backend.delete(doc.rag_workspace, [doc.backend_id or doc.id])
+                removed.append(doc_id)
+            await self._store.forget(removed)
+        if removed:
+            log.info("[RAG] Forgot %d documents: %s", len(removed), ", ".join(removed))
+        return removed
+
+    async def documents_for_messages(self, message_ids: list[str]) -> list[str]:
+        """Ids of the documents made from any of these messages."""
+        return [doc.id for doc in await self._store.find(message_ids=message_ids)]
+
+    async def documents_for_session(self, session_id: str) -> list[str]:
+        return [doc.id for doc in await self._store.find(session_id=session_id)]
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    async def retrieve(self, config: RuntimeConfig, session_id: str, query_text: str, shown: str) -> RetrievedContext:
+        """`# Relevant Memory` for `query_text`, without what `shown` (the memory part) already says."""
+        rag = config.rag
+        workspace = rag_workspace_for(session_id, config.memory.scope)
+        if not rag.enabled or rag.max_context_tokens == 0 or not query_text.strip():
+            return RetrievedContext("", 0, 0, "skipped")
+        if not await self._store.has_indexed(workspace):
+            return RetrievedContext("", 0, 0, "empty")
+        query = RagQuery(query_text, rag.query_mode, rag.top_k, rag.chunk_top_k, rag.max_context_tokens)
+        started = time.monotonic()
+        try:
+            snippets = await asyncio.wait_for(self._backend.query(workspace, query), timeout=rag.query_timeout_seconds)
+        except TimeoutError:
+            log.warning(
+                "[RAG] Retrieval timed out after %.1fs (%s mode); answering without Relevant Memory",
+                rag.query_timeout_seconds, rag.query_mode,
+            )  # fmt: skip
+            return RetrievedContext("", 0, 0, "timeout")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
+            return RetrievedContext("", 0, 0, "error")
+        fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown)]
+        text = self.render(fresh, rag.max_context_tokens, RELEVANT_MEMORY_HEADER)
+        log.info(
+            "[RAG] Retrieved %d snippets (%d already in memory) in %.0f ms, %s mode: %d chars",
+            len(snippets), len(snippets) - len(fresh), (time.monotonic() - started) * 1000, rag.query_mode, len(text),
+        )  # fmt: skip
+        return RetrievedContext(text, len(fresh), len(snippets) - len(fresh), "ok" if text else "empty")
+
+    async def search(
+        self, config: RuntimeConfig, session_id: str, query_text: str, mode: QueryMode | None = None
+    ) -> str:
+        """Deeper retrieval for the `rag_query` tool: a bigger budget, the tool's timeout; errors raise."""
+        rag = config.rag
+        workspace = rag_workspace_for(session_id, config.memory.scope)
+        if not await self._store.has_indexed(workspace):
+            return ""
+        chosen = mode or rag.query_mode
+        query = RagQuery(query_text, chosen, rag.top_k, rag.chunk_top_k * 2, rag.tool_max_tokens)
+        snippets = await self._backend.query(workspace, query)
+        return self.render(snippets, rag.tool_max_tokens, "")
+
+    def render(self, snippets: list[RagSnippet], max_tokens: int, header: str) -> str:
+        """Facts, then excerpts of past exchanges, added while they fit in `max_tokens`."""
+        facts = [s for s in snippets if s.kind in ("entity", "relation")]
+        excerpts = [s for s in snippets if s.kind not in ("entity", "relation")]
+        lines: list[str] = [header, "From past conversations; it may be outdated."] if header else []
+        used = self._estimator.text("\n".join(lines))
+        sections: list[tuple[str, list[RagSnippet]]] = [("## Facts", facts), ("## Past Exchanges", excerpts)]
+        added = 0
+        for title, group in sections:
+            title_added = False
+            for snippet in group:
+                entry = "- " + snippet.text.replace("\n", "\n  ")
+                title_cost = 0 if title_added else self._estimator.text(title) + 1
+                cost = self._estimator.text(entry) + title_cost + 1
+                if used + cost > max_tokens:
+                    # The first excerpt that does not fit is cut to the room left, when that is worth it.
+                    room = max_tokens - used - title_cost - 2
+                    if room < MIN_EXCERPT_TOKENS:
+                        continue
+                    entry = entry[: int(room * self._estimator.ratio_for(None)) - 1].rstrip() + "…"
+                    cost = self._estimator.text(entry) + title_cost + 1
+                if not title_added:
+                    lines.append(title)
+                    title_added = True
+                lines.append(entry)
+                used += cost
+                added += 1
+        return "\n".join(lines) if added else ""
+
+    async def status(self) -> RagStatus:
+        config = self._config().rag
+        counts = await self._store.counts()
+        return RagStatus(
+            config.enabled, self._backend.name, counts["indexed"], counts["queued"], counts["failed"], self.last_error
+        )
+
+    async def close(self) -> None:
+        await self._backend.close()
+
+
+def normalized(text: str) -> str:
+    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
+
+
+def already_shown(snippet: str, shown: str) -> bool:
+    """Whether everything a snippet says is already in the memory part (as a daily note, an item...).
+
+    A snippet is cut into segments (lines, and `User: ... | Assistant: ...` halves); it is shown when
+    each segment long enough to mean something appears, by its first words, in the memory text.
+    """
+    if not shown:
+        return False
+    shown_norm = normalized(shown)
+    segments = []
+    for line in snippet.replace(" | ", "\n").splitlines():
+        if line.lower().startswith("conversation in chat "):
+            continue  # the document's date-and-chat header, never in the memory pack as such
+        segment = normalized(_LABEL.sub("", line))
+        if len(segment) >= MIN_DEDUP_SEGMENT_CHARS:
+            segments.append(
+                segment[:DEDUP_PREFIX_CHARS].rsplit(" ", 1)[0] if len(segment) > DEDUP_PREFIX_CHARS else segment
+            )
+    return bool(segments) and all(segment in shown_norm for segment in segments)

@@ -1,0 +1,167 @@
+"""`RagDocumentStore`: the durable indexing queue and the record of every indexed document.
+
+One append-only JSONL journal, `workspace/rag/documents.jsonl`: each line is the whole record of one
+document at one moment, and the last line for an id wins. An exchange is appended (fsynced) before
+anything else happens to it, so a crash at any moment loses nothing: on start the journal is replayed
+and whatever was still `queued` is indexed by the next flush. Indexed documents keep their origin
+(session, message ids) so forgetting a memory can find them. The journal is rewritten atomically
+when it has grown well past the live records, and at once after a forget, so forgotten text does not
+linger on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bot.rag.documents import RagDocument
+from bot.settings import RagConfig
+from bot.storage.files import append_lines, write_atomic
+from bot.storage.jsonl import dumps_line, read_jsonl_sync
+
+log = logging.getLogger(__name__)
+
+# The journal is compacted once it holds this many lines more than twice the live records.
+COMPACTION_SLACK_LINES = 500
+
+
+class RagDocumentStore:
+    """Documents by id with their state: `queued`, `indexed`, `failed` (given up) or `forgotten`."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._docs: dict[str, RagDocument] | None = None
+        self._lines = 0
+        self._lock = asyncio.Lock()
+        self._load_lock = asyncio.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    async def _loaded(self) -> dict[str, RagDocument]:
+        if self._docs is None:
+            async with self._load_lock:  # one read, however many chats ask at once
+                if self._docs is None:
+                    self._load(await asyncio.to_thread(read_jsonl_sync, self._path))
+        assert self._docs is not None
+        return self._docs
+
+    def _load(self, records: list[dict[str, Any]]) -> None:
+        docs: dict[str, RagDocument] = {}
+        for record in records:
+            try:
+                doc = RagDocument.from_json(record)
+            except (KeyError, TypeError, ValueError) as error:
+                log.warning("[RAG] Skipped a bad line of %s: %s", self._path, error)
+                continue
+            previous = docs.get(doc.id)
+            if previous is not None and not doc.text:
+                doc.text = previous.text
+            docs[doc.id] = doc
+        self._docs = docs
+        self._lines = len(records)
+        queued = sum(1 for d in docs.values() if d.status == "queued")
+        if queued:
+            log.info("[RAG] %d exchanges waiting in the indexing queue from before", queued)
+
+    async def add(self, doc: RagDocument) -> RagDocument:
+        """Queue a new document durably; an id already taken gets a `_2`, `_3` ... suffix."""
+        async with self._lock:
+            docs = await self._loaded()
+            base, suffix = doc.id, 2
+            while doc.id in docs:
+                doc.id = f"{base}_{suffix}"
+                suffix += 1
+            await self._append([doc], with_text=True)
+            docs[doc.id] = doc
+            return doc
+
+    async def due(self, now: float, limit: int) -> list[RagDocument]:
+        """Queued documents whose retry time has come, oldest first."""
+        docs = await self._loaded()
+        ready = [d for d in docs.values() if d.status == "queued" and d.next_attempt_at <= now]
+        return ready[:limit]
+
+    async def mark_indexed(self, indexed: Iterable[RagDocument]) -> None:
+        async with self._lock:
+            changed = []
+            for doc in indexed:
+                doc.status, doc.last_error = "indexed", None
+                changed.append(doc)
+            await self._append(changed, with_text=False)
+            await self._maybe_compact()
+
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
+        """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside."""
+        async with self._lock:
+            changed = []
+            for doc in failed:
+                doc.attempts += 1
+                doc.last_error = error[:500]
+                backoff = min(config.retry_backoff_seconds * 2 ** (doc.attempts - 1), config.max_retry_backoff_seconds)
+                doc.next_attempt_at = time.time() + backoff
+                if doc.attempts >= config.max_attempts:
+                    doc.status = "failed"
+                changed.append(doc)
+            await self._append(changed, with_text=False)
+
+    async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
+        """Mark documents forgotten and rewrite the journal without their text; returns the ones known."""
+        async with self._lock:
+            docs = await self._loaded()
+            forgotten = []
+            for doc_id in doc_ids:
+                doc = docs.get(doc_id)
+                if doc is not None and doc.status != "forgotten":
+                    doc.status, doc.text = "forgotten", ""
+                    forgotten.append(doc)
+            if forgotten:
+                await self._compact()
+            return forgotten
+
+    async def get(self, doc_id: str) -> RagDocument | None:
+        return (await self._loaded()).get(doc_id)
+
+    async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
+        """Live documents that carry any of `message_ids`, or (with `session_id`) all of one chat's."""
+        wanted = set(message_ids)
+        return [
+            doc
+            for doc in (await self._loaded()).values()
+            if doc.status != "forgotten"
+            and ((wanted and wanted.intersection(doc.message_ids)) or (session_id and doc.session_id == session_id))
+        ]
+
+    async def counts(self) -> Counter[str]:
+        return Counter(doc.status for doc in (await self._loaded()).values())
+
+    async def has_indexed(self, rag_workspace: str) -> bool:
+        docs = await self._loaded()
+        return any(doc.status == "indexed" and doc.rag_workspace == rag_workspace for doc in docs.values())
+
+    async def _append(self, docs: list[RagDocument], *, with_text: bool) -> None:
+        if docs:
+            await append_lines(self._path, [dumps_line(doc.to_json(with_text)) for doc in docs])
+            self._lines += len(docs)
+
+    async def _maybe_compact(self) -> None:
+        docs = await self._loaded()
+        if self._lines > 2 * len(docs) + COMPACTION_SLACK_LINES:
+            await self._compact()
+
+    async def _compact(self) -> None:
+        # Indexed documents need no text here any more (the backend has it); queued ones keep theirs.
+        docs = await self._loaded()
+        live = [doc for doc in docs.values() if doc.status != "forgotten"]
+        lines = [dumps_line(doc.to_json(with_text=doc.status != "indexed")) + "\n" for doc in live]
+        await write_atomic(self._path, "".join(lines).encode("utf-8", "backslashreplace"))
+        for doc in list(docs.values()):
+            if doc.status == "forgotten":
+                del docs[doc.id]
+        self._lines = len(live)

@@ -1,0 +1,143 @@
+"""The filesystem tools: `read_file`, `write_file`, `append_file`, `list_dir`, confined to the workspace.
+
+Every path is relative to the workspace. Absolute paths, `..`, and symlinks that lead outside are
+refused whatever the model asks, and so is `sessions/`: other chats' conversations are not the
+model's to read (a chat's own history is searched with `search_history`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, Field
+
+from bot.storage.files import append_text, read_text_sync, write_atomic
+from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
+
+# Top-level folders the tools never touch.
+PRIVATE_FOLDERS = frozenset({"sessions"})
+
+
+class WorkspaceJail:
+    """Turns a path the model gave into a real path inside the workspace, or refuses it."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root.resolve()
+
+    def resolve(self, raw: str) -> Path:
+        text = raw.strip()
+        if not text or text == ".":
+            return self._root
+        if "\0" in text:
+            raise ToolError("the path contains a NUL character")
+        relative = PurePosixPath(text.replace("\\", "/"))
+        if relative.is_absolute() or text.startswith("~"):
+            raise ToolError(f"{raw!r} is absolute; paths are relative to the workspace")
+        if ".." in relative.parts:
+            raise ToolError(f"{raw!r} leads outside the workspace")
+        if relative.parts and relative.parts[0] in PRIVATE_FOLDERS:
+            raise ToolError(f"{relative.parts[0]}/ is private to the bot")
+        candidate = (self._root / relative).resolve()  # follows symlinks, so one pointing out is caught here
+        if not candidate.is_relative_to(self._root):
+            raise ToolError(f"{raw!r} leads outside the workspace")
+        inside = candidate.relative_to(self._root).parts
+        if inside and inside[0] in PRIVATE_FOLDERS:
+            raise ToolError(f"{inside[0]}/ is private to the bot")
+        return candidate
+
+    def display(self, path: Path) -> str:
+        return path.relative_to(self._root).as_posix() or "."
+
+
+class ReadFileArgs(BaseModel):
+    path: str = Field(description="file path relative to the workspace, e.g. memory/MEMORY.md")
+    offset: int = Field(0, ge=0, description="first line to read, counting from 0")
+    limit: int = Field(200, ge=1, le=5000, description="how many lines to read")
+
+
+class WriteFileArgs(BaseModel):
+    path: str = Field(description="file path relative to the workspace")
+    content: str = Field(description="the whole new content of the file")
+
+
+class AppendFileArgs(BaseModel):
+    path: str = Field(description="file path relative to the workspace")
+    content: str = Field(description="text to add at the end of the file")
+
+
+class ListDirArgs(BaseModel):
+    path: str = Field(".", description="folder path relative to the workspace")
+
+
+def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) -> None:
+    jail = WorkspaceJail(workspace_root)
+
+    async def read_file(args: ReadFileArgs, ctx: ToolContext) -> str:
+        path = jail.resolve(args.path)
+        if path.is_dir():
+            raise ToolError(f"{args.path!r} is a folder; use list_dir")
+        text = await asyncio.to_thread(read_text_sync, path)
+        if text is None:
+            raise ToolError(f"{args.path!r} does not exist")
+        lines = text.splitlines()
+        chosen = lines[args.offset : args.offset + args.limit]
+        body = "\n".join(chosen)
+        max_chars = ctx.config.tool_loop.max_read_chars
+        cut = ""
+        if len(body) > max_chars:
+            body, cut = body[:max_chars], f"; cut at {max_chars} characters, read fewer lines for the rest"
+        last = args.offset + len(chosen)
+        more = f"; {len(lines) - last} more lines, read with offset={last}" if last < len(lines) else ""
+        header = f"[{jail.display(path)}: lines {args.offset + 1}-{last} of {len(lines)}{more}{cut}]"
+        return f"{header}\n{body}"
+
+    async def write_file(args: WriteFileArgs, ctx: ToolContext) -> str:
+        _check_size(args.content, ctx)
+        path = jail.resolve(args.path)
+        if path.is_dir():
+            raise ToolError(f"{args.path!r} is a folder")
+        await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
+        return f"Wrote {len(args.content)} characters to {jail.display(path)}."
+
+    async def append_file(args: AppendFileArgs, ctx: ToolContext) -> str:
+        _check_size(args.content, ctx)
+        path = jail.resolve(args.path)
+        if path.is_dir():
+            raise ToolError(f"{args.path!r} is a folder")
+        await append_text(path, args.content)
+        return f"Appended {len(args.content)} characters to {jail.display(path)}."
+
+    async def list_dir(args: ListDirArgs, ctx: ToolContext) -> str:
+        path = jail.resolve(args.path)
+        if not path.is_dir():
+            raise ToolError(f"{args.path!r} is not a folder")
+        entries = await asyncio.to_thread(_describe_entries, path, jail)
+        return "\n".join(entries) if entries else f"{jail.display(path)} is empty."
+
+    registry.register(Tool("read_file", "Read lines of a text file in the workspace.", ReadFileArgs, read_file))
+    registry.register(Tool("write_file", "Create or replace a text file in the workspace.", WriteFileArgs, write_file))
+    registry.register(
+        Tool("append_file", "Add text to the end of a file in the workspace.", AppendFileArgs, append_file)
+    )
+    registry.register(Tool("list_dir", "List a folder of the workspace.", ListDirArgs, list_dir))
+
+
+def _check_size(content: str, ctx: ToolContext) -> None:
+    limit = ctx.config.tool_loop.max_write_chars
+    if len(content) > limit:
+        raise ToolError(f"the content is {len(content)} characters; at most {limit} can be written at once")
+
+
+def _describe_entries(folder: Path, jail: WorkspaceJail) -> list[str]:
+    entries = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.name in PRIVATE_FOLDERS and Path(entry.path).parent == jail.resolve("."):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            entries.append(f"{entry.name}/")
+        else:
+            size = entry.stat(follow_symlinks=False).st_size
+            entries.append(f"{entry.name} ({size} bytes)")
+    return entries[:500]

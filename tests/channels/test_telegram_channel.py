@@ -1,0 +1,446 @@
+"""The Telegram channel end to end, once per backend (ptb, aiogram): what the user sends on Telegram
+(through the fake Bot API server), what the model is asked, and what the bot sends back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from bot.access.pairing import PairingStore, pairing_file
+from bot.app import build_channels, build_services
+from bot.channels.telegram_channel import TelegramStartError
+from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, render_markdown, utf16_len
+from bot.channels.telegram_updates import ALLOWED_UPDATES
+from tests.channels.telegram_harness import (
+    GROUP,
+    OWNER,
+    WEBHOOK_SECRET,
+    RunningBot,
+    start_bot,
+    start_webhook_bot,
+)
+from tests.conftest import env_for
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import BotApiError, FakeTelegram, Fault
+
+STRANGER = 5555
+
+
+def users_said(fake_openai: FakeOpenAI) -> list[str]:
+    return [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+
+
+async def ask(fake_telegram: FakeTelegram, chat: int, text: str, **options: object) -> str:
+    """Send `text` in `chat` and return the bot's next reply there."""
+    before = len(fake_telegram.sent_messages(chat))
+    fake_telegram.push_message(chat, text, **options)  # type: ignore[arg-type]
+    return (await fake_telegram.await_messages(chat, before + 1))[-1].text
+
+
+async def test_a_conversation(bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI) -> None:
+    fake_openai.script("Hello **Ann**!", "You are Ann.")
+    fake_telegram.push_message(OWNER, "my name is Ann")
+    first = (await fake_telegram.await_messages(OWNER, 1))[0]
+    assert (first.text, first.entities) == ("Hello Ann!", [{"type": "bold", "offset": 6, "length": 3}])
+    assert await ask(fake_telegram, OWNER, "who am I?") == "You are Ann."
+    assert users_said(fake_openai) == ["my name is Ann", "who am I?"]
+    assert "typing" in fake_telegram.chat_actions(OWNER)
+    assert (bot.workspace / "sessions" / f"telegram:{OWNER}.json").is_file()
+    polls = fake_telegram.calls_to("getUpdates")
+    assert polls and polls[-1].params["allowed_updates"] == ALLOWED_UPDATES
+
+
+async def test_every_command_is_registered_and_answered(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    commands = bot.services.commands.commands()
+    assert [c["command"] for c in fake_telegram.commands()] == [c.name for c in commands]
+    await ask(fake_telegram, OWNER, "hello")
+    for command in commands:
+        reply = await ask(fake_telegram, OWNER, f"/{command.name}")
+        assert reply.strip(), f"/{command.name} got an empty reply"
+    assert "Unknown command /frobnicate" in await ask(fake_telegram, OWNER, "/frobnicate")
+    assert "/new" in await ask(fake_telegram, OWNER, "/help")
+    assert "Messages: 0" in await ask(fake_telegram, OWNER, "/status")  # /new above cleared it
+
+
+async def test_a_long_reply_is_split_into_valid_parts(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    paragraphs = [f"Paragraph {n}: **important** point, with `code` and a <tag> & more. " * 4 for n in range(32)]
+    reply = "\n\n".join(paragraphs) + "\n\n```python\n" + "print('x')\n" * 80 + "```"
+    assert len(reply) > 9000
+    fake_openai.script(reply)
+    fake_telegram.push_message(OWNER, "tell me everything")
+    await fake_telegram.await_messages(OWNER, 3)
+    await bot.services.router.dispatcher.drain()
+    parts = fake_telegram.sent_messages(OWNER)
+    assert len(parts) >= 3
+    assert all(0 < utf16_len(part.text) <= TELEGRAM_MESSAGE_LIMIT for part in parts)
+    assert all(part.entities for part in parts)  # every part kept its formatting
+    whole = render_markdown(reply).text
+    assert "".join(part.text for part in parts).replace("\n", "") == whole.replace("\n", "")
+    assert fake_telegram.visible_text(OWNER) == [part.text for part in parts]
+
+
+async def test_edits_replace_the_text_and_an_identical_edit_is_fine(
+    bot: RunningBot, fake_telegram: FakeTelegram
+) -> None:
+    channel = bot.channels[0]
+    message_id = await channel.send_text(str(OWNER), "draft **one**")
+    assert message_id is not None
+    await channel.edit_text(str(OWNER), message_id, "final **two**")
+    await channel.edit_text(str(OWNER), message_id, "final **two**")  # Telegram: "message is not modified"
+    assert fake_telegram.visible_text(OWNER) == ["final two"]
+    assert [e.entities for e in fake_telegram.edits(OWNER)] == [[{"type": "bold", "offset": 6, "length": 3}]]
+
+
+async def test_a_streamed_reply_is_edited_in_place_and_rolls_over_before_the_limit(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(
+        workspace_dir, fake_openai, fake_telegram, backend, {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
+    )
+    try:
+        stream = bot.channels[0].open_stream(str(OWNER))
+        assert stream is not None
+        await stream.update("Thinking")  # too soon: nothing is shown yet
+        assert fake_telegram.sent_messages(OWNER) == []
+        await asyncio.sleep(0.15)
+        await stream.update("First **part**")
+        assert fake_telegram.visible_text(OWNER) == ["First part"]
+        long_text = "First **part**\n\n" + "word " * 1000
+        await asyncio.sleep(0.15)
+        await stream.update(long_text)
+        await stream.update(long_text + "more")  # within the interval: skipped
+        await stream.finish(long_text + "the end.")
+        shown = fake_telegram.visible_text(OWNER)
+        # The first paragraph stays where it was shown; the words fill a message and roll over into the next.
+        assert len(shown) == 3 and all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
+        assert shown[0] == "First part" and shown[2].endswith("the end.")
+        assert len(fake_telegram.sent_messages(OWNER)) == 3
+    finally:
+        await bot.stop()
+
+
+async def test_a_quick_streamed_reply_is_one_message(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    assert bot.services.config_store.config.tool_loop.streaming
+    fake_openai.script("A **quick** answer.")
+    assert await ask(fake_telegram, OWNER, "hi") == "A quick answer."
+    assert fake_telegram.edits(OWNER) == []
+
+
+async def test_refused_formatting_is_sent_again_as_plain_text(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script("This is **bold** and `code`.")
+    fake_telegram.fail_next("sendMessage", Fault.cant_parse_entities())
+    assert await ask(fake_telegram, OWNER, "format something") == "This is bold and code."
+    refused, delivered = fake_telegram.calls_to("sendMessage")
+    assert refused.status == 400 and refused.params["entities"]
+    assert delivered.ok and "entities" not in delivered.params
+    assert len(fake_telegram.sent_messages(OWNER)) == 1
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PTB's RetryAfter warns about its own retry_after
+async def test_flood_control_is_waited_out_and_delivers_once(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    fake_telegram.fail_next("sendMessage", Fault.rate_limit(retry_after=1))
+    assert await ask(fake_telegram, OWNER, "hi") == "echo: hi"
+    limited, delivered = fake_telegram.calls_to("sendMessage")
+    assert limited.status == 429 and delivered.ok
+    assert delivered.time - limited.time >= 0.95
+    await bot.services.router.dispatcher.drain()
+    assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: hi"]
+
+
+async def test_server_errors_and_dropped_connections_are_retried_without_duplicates(
+    bot: RunningBot, fake_telegram: FakeTelegram
+) -> None:
+    fake_telegram.fail_next("sendMessage", Fault.server_error(502, html_body=True))
+    fake_telegram.fail_next("sendMessage", Fault.drop_connection())
+    fake_telegram.fail_next("sendMessage", Fault.server_error(500))
+    assert await ask(fake_telegram, OWNER, "hi") == "echo: hi"
+    await bot.services.router.dispatcher.drain()
+    assert [c.fault for c in fake_telegram.calls_to("sendMessage")] == [
+        "server_error", "drop_connection", "server_error", None,
+    ]  # fmt: skip
+    assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: hi"]
+
+
+async def test_a_slow_answer_is_not_sent_twice(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, {"telegram": {"sendTimeoutSeconds": 0.5}})
+    try:
+        # Telegram applies the send but answers after the bot stopped waiting: a retry would duplicate it.
+        fake_telegram.fail_next("sendMessage", Fault.timeout(1.5, apply=True))
+        fake_telegram.push_message(OWNER, "hi")
+        await fake_telegram.await_messages(OWNER, 1)
+        assert await ask(fake_telegram, OWNER, "again") == "echo: again"
+        assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: hi", "echo: again"]
+    finally:
+        await bot.stop()
+
+
+async def test_an_undeliverable_reply_is_logged_and_the_turn_kept(
+    bot: RunningBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_telegram.fail_next("sendMessage", Fault.server_error(503), times=4)  # every try (deliveryAttempts)
+    fake_telegram.push_message(OWNER, "remember the milk")
+    await fake_telegram.await_until(lambda: len(fake_telegram.calls_to("sendMessage")) >= 4)
+    await bot.services.router.dispatcher.drain()
+    session = await bot.services.sessions.get(f"telegram:{OWNER}")
+    assert session is not None
+    assert [m.content for m in session.messages] == ["remember the milk", "echo: remember the milk"]
+    assert fake_telegram.sent_messages(OWNER) == []
+    assert "could not be delivered" in caplog.text
+    assert await ask(fake_telegram, OWNER, "still there?") == "echo: still there?"
+
+
+async def test_a_blocked_bot_does_not_retry_and_keeps_the_turn(
+    bot: RunningBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    def blocked(params: dict[str, object]) -> object:
+        raise BotApiError(403, "Forbidden: bot was blocked by the user")
+
+    fake_telegram.register_method("sendMessage", blocked)
+    fake_telegram.push_message(OWNER, "bye")
+    await fake_telegram.await_until(lambda: bool(fake_telegram.calls_to("sendMessage")))
+    await bot.services.router.dispatcher.drain()
+    assert len(fake_telegram.calls_to("sendMessage")) == 1  # repeating cannot help
+    assert "blocked by the user" in caplog.text
+    session = await bot.services.sessions.get(f"telegram:{OWNER}")
+    assert session is not None and [m.content for m in session.messages] == ["bye", "echo: bye"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PTB's RetryAfter warns about its own retry_after
+async def test_a_flood_wait_longer_than_allowed_gives_the_reply_up(
+    bot: RunningBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_telegram.fail_next("sendMessage", Fault.rate_limit(retry_after=3600))
+    fake_telegram.push_message(OWNER, "hi")
+    await fake_telegram.await_until(lambda: bool(fake_telegram.calls_to("sendMessage")))
+    await bot.services.router.dispatcher.drain()
+    assert "flood control" in caplog.text
+    assert await ask(fake_telegram, OWNER, "next") == "echo: next"  # the chat is not held for an hour
+
+
+async def test_a_redelivered_update_is_answered_once(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    first = fake_telegram.push_message(OWNER, "one")
+    await fake_telegram.await_messages(OWNER, 1)
+    fake_telegram.redeliver(first)
+    assert await ask(fake_telegram, OWNER, "two") == "echo: two"
+    assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: one", "echo: two"]
+
+
+async def test_an_update_redelivered_after_a_restart_is_answered_once(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    first = fake_telegram.push_message(OWNER, "one")
+    await fake_telegram.await_messages(OWNER, 1)
+    await bot.stop()
+    fake_telegram.redeliver(first)  # as if the acknowledgement had been lost in the restart
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    try:
+        assert await ask(fake_telegram, OWNER, "two") == "echo: two"
+        assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: one", "echo: two"]
+    finally:
+        await bot.stop()
+
+
+async def test_in_groups_only_messages_for_the_bot_are_answered(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_telegram.push_message(GROUP, "hello everyone")
+    fake_telegram.push_message(GROUP, "/help@other_bot")
+    assert await ask(fake_telegram, GROUP, "@test_bot what time is it?") == "echo: what time is it?"
+    assert await ask(fake_telegram, GROUP, "and tomorrow?", reply_to_bot=True) == "echo: and tomorrow?"
+    assert "Commands:" in await ask(fake_telegram, GROUP, "/help@test_bot")
+    assert "Messages: 4" in await ask(fake_telegram, GROUP, "/status")
+    fake_telegram.push_message(GROUP, "talking among ourselves", reply_to_message_id=1)
+    assert await ask(fake_telegram, GROUP, "thanks @test_bot") == "echo: thanks"
+    assert users_said(fake_openai) == ["what time is it?", "and tomorrow?", "thanks"]
+    assert len(fake_telegram.sent_messages(GROUP)) == 5
+    assert (bot.workspace / "sessions" / f"telegram:{GROUP}.json").is_file()
+
+
+async def test_group_gating_follows_runtime_config(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(
+        workspace_dir, fake_openai, fake_telegram, backend, {"telegram": {"groups": {"answerAllMessages": True}}}
+    )
+    try:
+        assert await ask(fake_telegram, GROUP, "hello everyone") == "echo: hello everyone"
+    finally:
+        await bot.stop()
+
+
+async def test_other_content_gets_a_clear_reply_or_is_ignored(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_telegram.push_photo(OWNER)
+    assert "can't see images" in (await fake_telegram.await_messages(OWNER, 1))[-1].text
+    fake_telegram.push_voice(OWNER)
+    assert "voice" in (await fake_telegram.await_messages(OWNER, 2))[-1].text
+    fake_telegram.push_document(OWNER, caption="summarize this please")
+    assert (await fake_telegram.await_messages(OWNER, 3))[-1].text == "echo: summarize this please"
+    fake_telegram.push_sticker(OWNER)  # ignored by design
+    fake_telegram.push_edited_message(OWNER, message_id=1, text="edited")  # ignored by design
+    fake_telegram.push_callback_query(OWNER, "stale button")
+    assert await ask(fake_telegram, OWNER, "done") == "echo: done"
+    assert len(fake_telegram.sent_messages(OWNER)) == 4
+    assert users_said(fake_openai) == ["summarize this please", "done"]
+    await fake_telegram.await_until(lambda: any(c.ok for c in fake_telegram.calls_to("answerCallbackQuery")))
+
+
+@pytest.fixture
+async def pairing_bot(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> AsyncIterator[RunningBot]:
+    """A bot whose `access.allowedUsers` is empty: strangers get pairing codes."""
+    running = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, {"access": {"allowedUsers": []}})
+    yield running
+    await running.stop()
+
+
+async def test_a_stranger_is_refused_with_nothing_stored(
+    pairing_bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = pairing_bot
+    workspace_before = {p for p in bot.workspace.rglob("*") if p.is_file()}
+    reply = await ask(fake_telegram, STRANGER, "let me in", username="mallory")
+    assert "pairing code" in reply.lower()
+    assert await ask(fake_telegram, STRANGER, "/status") == reply  # same code, commands refused too
+    await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0)
+    await bot.services.router.dispatcher.drain()
+    assert fake_openai.chat_requests() == []
+    assert bot.session_files() == []
+    new_files = {p for p in bot.workspace.rglob("*") if p.is_file()} - workspace_before
+    assert {p.relative_to(bot.workspace).as_posix() for p in new_files} <= {
+        "access/pairing.json",
+        "state/telegram-updates.json",  # update ids only
+    }
+    stored = (bot.workspace / "access" / "pairing.json").read_text()
+    assert "let me in" not in stored and "mallory" in stored
+
+
+async def test_pairing_approve_admits_the_stranger(pairing_bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    bot = pairing_bot
+    await ask(fake_telegram, STRANGER, "hello?")
+    store = PairingStore(pairing_file(bot.workspace))
+    [request] = store.pending()
+    assert request.user_id == STRANGER
+    store.approve(request.code.lower())
+    assert await ask(fake_telegram, STRANGER, "hello again") == "echo: hello again"
+    assert store.pending() == []
+
+
+async def test_with_allowed_users_set_a_stranger_gets_no_code(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    assert "not on its list" in await ask(fake_telegram, STRANGER, "hi")
+    assert fake_openai.chat_requests() == []
+    assert not pairing_file(bot.workspace).exists()
+
+
+async def test_a_stranger_in_a_group_is_ignored(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    fake_telegram.push_message(GROUP, "@test_bot hi", user_id=STRANGER)
+    assert await ask(fake_telegram, GROUP, "@test_bot hi") == "echo: hi"
+    assert len(fake_telegram.sent_messages(GROUP)) == 1
+    assert not pairing_file(bot.workspace).exists()
+
+
+async def test_webhook_with_the_right_and_a_wrong_secret(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_webhook_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    try:
+        assert fake_telegram.webhook_url.endswith("/telegram/webhook")
+        assert fake_telegram.webhook_secret == WEBHOOK_SECRET
+        forged = fake_telegram.push_message(OWNER, "forged")
+        assert await fake_telegram.post_webhook_update(forged, secret="wrong") == 401
+        assert await fake_telegram.post_webhook_update(forged, secret=None) == 401
+        real = fake_telegram.push_message(OWNER, "real")
+        assert await fake_telegram.post_webhook_update(real) == 200
+        assert [m.text for m in await fake_telegram.await_messages(OWNER, 1)] == ["echo: real"]
+        assert await fake_telegram.post_webhook_update(real) == 200  # Telegram retrying: answered once
+        await bot.services.router.dispatcher.drain()
+        assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: real"]
+        assert users_said(fake_openai) == ["real"]
+        assert bot.listener is not None
+        assert fake_telegram.calls_to("getUpdates") == []
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{bot.listener.port}/healthz") as health,
+        ):
+            assert health.status == 200 and (await health.json()) == {"status": "ok"}
+    finally:
+        await bot.stop()
+
+
+async def test_polling_recovers_after_an_outage(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    await fake_telegram.await_until(lambda: bool(fake_telegram.calls_to("getUpdates")))
+    fake_telegram.go_down()
+    await fake_telegram.await_until(lambda: any(c.error for c in fake_telegram.calls_to("getUpdates")))
+    fake_telegram.push_message(OWNER, "are you there?")
+    fake_telegram.come_up()
+    assert [m.text for m in await fake_telegram.await_messages(OWNER, 1, timeout=15)] == ["echo: are you there?"]
+
+
+async def test_fifty_chats_at_once_are_all_answered_once_in_order(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    chats = list(range(7000, 7050))
+    # What is measured here is the channel and the queues: memory and RAG (tested elsewhere) stay off.
+    config = {"access": {"allowedUsers": chats}, "memory": {"enabled": False}, "rag": {"enabled": False}}
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, config)
+    try:
+        for number in range(10):
+            for chat in chats:
+                fake_telegram.push_message(chat, f"{chat}-{number}")
+        started = time.monotonic()
+        while len(fake_telegram.sent_messages()) < 500:  # checked rarely: each check walks every recorded call
+            assert time.monotonic() - started < 60, f"{len(fake_telegram.sent_messages())} of 500 replies in 60 s"
+            await asyncio.sleep(0.25)
+        elapsed = time.monotonic() - started
+        await bot.services.router.dispatcher.drain()
+        for chat in chats:
+            assert fake_telegram.visible_text(chat) == [f"echo: {chat}-{n}" for n in range(10)]
+        assert len(fake_telegram.sent_messages()) == 500, f"{elapsed:.1f}s"
+    finally:
+        await bot.stop()
+
+
+async def test_shutdown_is_quick_and_saves_what_was_seen(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    assert await ask(fake_telegram, OWNER, "hi") == "echo: hi"
+    started = time.monotonic()
+    await asyncio.wait_for(bot.stop(), 10)
+    assert time.monotonic() - started < 5
+    seen = json.loads((bot.workspace / "state" / "telegram-updates.json").read_text())
+    assert len(seen["seenUpdateIds"]) == 1
+
+
+async def test_a_wrong_token_stops_the_start_with_a_clear_error(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    settings = env_for(
+        workspace_dir,
+        fake_openai,
+        telegram_bot_token="999:WRONG",
+        telegram_api_base_url=fake_telegram.root,
+        telegram_backend=backend,
+    )
+    services = build_services(settings)
+    [channel] = build_channels(settings, services)
+    with pytest.raises(TelegramStartError, match="Unauthorized") as raised:
+        await channel.start(lambda inbound: asyncio.sleep(0))
+    assert "WRONG" not in str(raised.value)  # the error is printed: it must not carry the token
+    await channel.stop()

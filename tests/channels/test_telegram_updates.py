@@ -1,0 +1,110 @@
+"""Which Telegram updates become messages for the bot, and what they carry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bot.channels.base import CHANNEL_NOTICE
+from bot.channels.telegram_updates import BotIdentity, inbound_from_update
+from bot.settings import TelegramGroupsConfig
+from tests.fakes.telegram_server import detect_entities
+
+BOT = BotIdentity(id=99, username="test_bot")
+GROUPS = TelegramGroupsConfig()
+
+
+def message_update(
+    text: str | None = None, *, chat_id: int = 42, chat_type: str = "private", **fields: Any
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "message_id": 7,
+        "date": 0,
+        "chat": {"id": chat_id, "type": chat_type},
+        "from": {"id": 42 if chat_type == "private" else 1001, "is_bot": False, "first_name": "Ann", "username": "ann"},
+        **fields,
+    }
+    if text is not None:
+        message["text"] = text
+        entities = detect_entities(text)
+        if entities:
+            message["entities"] = entities
+    return {"update_id": 1000, "message": message}
+
+
+def test_a_private_text_becomes_a_message_with_its_ids() -> None:
+    inbound = inbound_from_update(message_update("hello"), BOT, GROUPS)
+    assert inbound is not None
+    assert (inbound.channel_type, inbound.chat_id, inbound.user_id, inbound.text) == ("telegram", "42", "42", "hello")
+    assert (inbound.message_id, inbound.username, inbound.is_group, inbound.dedup_key) == ("7", "ann", False, "1000")
+    assert inbound.session_id == "telegram:42"
+
+
+def test_a_caption_counts_as_text() -> None:
+    update = message_update(photo=[{"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}], caption="what?")
+    inbound = inbound_from_update(update, BOT, GROUPS)
+    assert inbound is not None and inbound.text == "what?" and inbound.extra == {"attachment": "photo"}
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [
+        ("photo", "can't see images"),
+        ("voice", "voice messages"),
+        ("video_note", "video messages"),
+        ("document", "can't open files"),
+        ("location", "only read text"),
+    ],
+)
+def test_media_without_caption_gets_a_notice(field: str, words: str) -> None:
+    inbound = inbound_from_update(message_update(**{field: {"file_id": "f"}}), BOT, GROUPS)
+    assert inbound is not None and inbound.text == ""
+    assert words in inbound.extra[CHANNEL_NOTICE]
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        message_update(sticker={"file_id": "s", "emoji": "👍"}),
+        message_update(new_chat_members=[{"id": 5, "is_bot": False, "first_name": "B"}]),
+        {"update_id": 1, "edited_message": message_update("edited")["message"]},
+        {"update_id": 1, "channel_post": {"message_id": 1, "chat": {"id": -100, "type": "channel"}, "text": "x"}},
+        message_update("from a bot", **{"from": {"id": 5, "is_bot": True, "first_name": "B"}}),
+    ],
+    ids=["sticker", "service message", "edit", "channel post", "another bot"],
+)
+def test_what_is_ignored_by_design(update: dict[str, Any]) -> None:
+    assert inbound_from_update(update, BOT, GROUPS) is None
+
+
+def group(text: str, **fields: Any) -> dict[str, Any]:
+    return message_update(text, chat_id=-100555, chat_type="supergroup", **fields)
+
+
+def test_in_a_group_only_what_is_addressed_to_the_bot_counts() -> None:
+    assert inbound_from_update(group("hello all"), BOT, GROUPS) is None
+    mentioned = inbound_from_update(group("hey @Test_Bot, what's up?"), BOT, GROUPS)
+    assert mentioned is not None and mentioned.text == "hey , what's up?" and mentioned.is_group
+    reply = inbound_from_update(group("and you?", reply_to_message={"message_id": 1, "from": {"id": 99}}), BOT, GROUPS)
+    assert reply is not None and reply.text == "and you?"
+    not_to_us = group("and you?", reply_to_message={"message_id": 1, "from": {"id": 5}})
+    assert inbound_from_update(not_to_us, BOT, GROUPS) is None
+    command = inbound_from_update(group("/status"), BOT, GROUPS)
+    assert command is not None and command.text == "/status" and command.user_id == "1001"
+    assert inbound_from_update(group("/status@test_bot"), BOT, GROUPS) is not None
+    assert inbound_from_update(group("/status@other_bot"), BOT, GROUPS) is None
+
+
+def test_group_gating_is_configurable() -> None:
+    quiet = TelegramGroupsConfig(answer_mentions=False, answer_commands=False)
+    assert inbound_from_update(group("@test_bot hi"), BOT, quiet) is None
+    assert inbound_from_update(group("/status"), BOT, quiet) is None
+    everything = TelegramGroupsConfig(answer_all_messages=True)
+    assert inbound_from_update(group("hello all"), BOT, everything) is not None
+    assert inbound_from_update(group("@test_bot hi"), BOT, TelegramGroupsConfig(enabled=False)) is None
+
+
+def test_a_mention_alone_keeps_its_text() -> None:
+    inbound = inbound_from_update(group("@test_bot"), BOT, GROUPS)
+    assert inbound is not None and inbound.text == "@test_bot"

@@ -1,0 +1,70 @@
+"""The budget: the threshold for a model, each part's share, and parts cut visibly to their share."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.compaction.budget import ContextBudget, fit_prompt_parts, share_for_part
+from bot.compaction.estimator import TokenEstimator
+from bot.llm.models import ModelSpec, Tier
+from bot.settings import BudgetShares, CompactionConfig, MemoryConfig, RagConfig, RuntimeConfig
+
+
+def spec(max_input: int, max_output: int) -> ModelSpec:
+    return ModelSpec("m", max_input, max_output, Tier.BALANCED, True)
+
+
+@pytest.mark.parametrize(
+    ("max_input", "max_output", "expected"),
+    [
+        (128_000, 16_384, 50_000),  # maxContextTokens binds
+        (32_768, 4_096, 26_214),  # 0.8 × maxInputTokens binds
+        (16_385, 8_000, 7_565),  # maxInput − maxOutput − 5% binds
+        (4_000, 500, 3_200),
+    ],
+)
+def test_the_threshold_is_the_smallest_of_the_three_limits(max_input: int, max_output: int, expected: int) -> None:
+    assert ContextBudget.for_model(spec(max_input, max_output), CompactionConfig()).trigger_tokens == expected
+
+
+def test_the_threshold_follows_the_configuration() -> None:
+    config = CompactionConfig(max_context_tokens=2000, safety_margin_share=0.0, input_window_share=1.0)
+    assert ContextBudget.for_model(spec(4000, 500), config).trigger_tokens == 2000
+
+
+def test_shares_must_not_add_up_to_more_than_the_whole() -> None:
+    with pytest.raises(ValueError, match="add up to"):
+        BudgetShares(system=0.5, memory=0.5, recent=0.5)
+
+
+def test_reserve_plans_parts_built_later_at_their_caps_and_disabled_parts_at_nothing() -> None:
+    budget = ContextBudget.for_model(spec(4000, 500), CompactionConfig())
+    reserve = budget.reserve(RuntimeConfig(), tool_tokens=150)
+    assert reserve == {"system": 320, "memory": 480, "rag": 320, "tools": 150}
+    assert budget.room_for_messages(reserve) == 3200 - 1270
+    disabled = RuntimeConfig(memory=MemoryConfig(enabled=False), rag=RagConfig(enabled=False))
+    assert budget.reserve(disabled, tool_tokens=0) == {"system": 320, "memory": 0, "rag": 0, "tools": 0}
+    assert budget.keep_recent_tokens == 640 and budget.summary_cap_tokens == 480
+
+
+def test_a_part_over_its_share_is_cut_with_a_visible_marker_and_others_are_untouched() -> None:
+    budget = ContextBudget.for_model(spec(4000, 500), CompactionConfig())  # memory cap 480 tokens
+    estimator = TokenEstimator()
+    long_memory = "\n".join(f"- remembered fact number {n}" for n in range(300))
+    parts = {"base": "You are helpful.", "memory": long_memory, "rag": "# Relevant Memory\nsomething"}
+
+    fitted, report = fit_prompt_parts(parts, budget, estimator)
+
+    assert fitted["base"] == parts["base"] and fitted["rag"] == parts["rag"]
+    assert fitted["memory"].startswith("- remembered fact number 0\n")
+    assert fitted["memory"].endswith("]") and "memory cut here: it exceeded its share" in fitted["memory"]
+    assert estimator.text(fitted["memory"]) <= budget.cap("memory")
+    usage = {part.name: part for part in report}
+    assert usage["memory"].cut and not usage["system"].cut
+    assert usage["memory"].tokens == estimator.text(long_memory)
+
+
+def test_prompt_parts_draw_on_the_share_their_name_says() -> None:
+    assert [share_for_part(n) for n in ("base", "time", "memory", "memory_pack", "rag")] == [
+        "system", "system", "memory", "memory", "rag",
+    ]  # fmt: skip

@@ -1,0 +1,125 @@
+"""Hybrid retrieval with the endpoint's embeddings, the optional LLM extractor, and the compaction sink."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from bot.app import BotServices
+from bot.domain.memory import MemoryItem, MemoryLayer
+from bot.domain.message import Message
+from bot.llm.errors import LlmError, LlmFailure
+from bot.memory.compaction_sink import PreCompactionMemory, pair_turns
+from bot.memory.embeddings import VectorIndex
+from bot.memory.service import MemoryService
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.recording_channel import RecordingChannel
+from tests.memory.helpers import configure_memory, memory_section, read_items, say
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def embedding_requests(fake_openai: FakeOpenAI) -> list[dict[str, object]]:
+    return [r.json for r in fake_openai.requests if r.path == "/v1/embeddings" and isinstance(r.json, dict)]
+
+
+async def test_with_an_embedding_model_retrieval_is_hybrid(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    configure_memory(services, embeddingsModel="fake-embedding")
+    await say(services, channel, "1", "Remember that the garage door code is 9876.")
+    await say(services, channel, "2", "open the garage door please")
+    requests = embedding_requests(fake_openai)
+    assert requests and all(r["model"] == "fake-embedding" for r in requests)
+    embedded = [text for r in requests for text in (r["input"] if isinstance(r["input"], list) else [r["input"]])]
+    assert "open the garage door please" in embedded  # the query
+    assert "the garage door code is 9876." in embedded  # items, embedded once each
+    assert embedded.count("the garage door code is 9876.") == 1
+    assert "the garage door code is 9876." in (memory_section(fake_openai.system_prompts()[-1]) or "")
+    status = await say(services, channel, "2", "/status")
+    assert "(hybrid)" in status
+
+
+class FailingEmbedder:
+    name = "broken-model"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        raise LlmError(LlmFailure.UNREACHABLE, "connection refused")
+
+
+async def test_a_failing_embedding_endpoint_means_lexical_only_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    index = VectorIndex()
+    index.add(MemoryItem(layer=MemoryLayer.SEMANTIC, type="fact", content="anything", fingerprint="f1"))
+    embedder = FailingEmbedder()
+    with caplog.at_level(logging.WARNING):
+        assert await index.fill(embedder) is False
+        assert await index.embed_query(embedder, "query") is None  # paused: no second call
+    assert embedder.calls == 1
+    assert len([r for r in caplog.records if "Embeddings from broken-model failed" in r.getMessage()]) == 1
+
+
+async def test_the_llm_extractor_is_used_when_enabled_and_the_rules_when_it_fails(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    configure_memory(services, llmExtractionEnabled=True)
+    extracted = {"items": [{"layer": "SEMANTIC", "type": "fact", "content": "The user owns a red bike.",
+                            "key": "bike", "confidence": 0.9}]}  # fmt: skip
+    fake_openai.script("Nice bike!", json.dumps(extracted))
+    await say(services, channel, "1", "Got myself a new bicycle, it's red")
+    semantic = read_items(services.workspace.items_dir / "semantic.jsonl")
+    assert [(r["content"], r["key"]) for r in semantic] == [("The user owns a red bike.", "bike")]
+    extraction_request = fake_openai.chat_requests()[-1]
+    assert extraction_request["messages"][0]["content"].startswith("You extract long-term memory")
+
+    fake_openai.script("Hi Ann!", "Sure, here are your facts: none")  # prose instead of JSON
+    await say(services, channel, "1", "My name is Ann.")
+    semantic = read_items(services.workspace.items_dir / "semantic.jsonl")
+    assert "My name is Ann." in [r["content"] for r in semantic]  # the rules took over
+
+
+async def test_turns_about_to_be_compacted_reach_memory_first(services: BotServices) -> None:
+    memory = MemoryService(services.workspace, services.clock, services.llm)
+    sink = PreCompactionMemory(memory, services.config_store)
+    configure_memory(services, legacyDailyNotesEnabled=True)
+    messages = [
+        Message.user("My name is Ann."),
+        Message.assistant("Hello Ann."),
+        Message.user("and?"),
+        Message.assistant("", tool_calls=None),
+        Message.assistant("Nothing else."),
+    ]
+    assert [(u.content, a.content) for u, a in pair_turns(messages)] == [
+        ("My name is Ann.", "Hello Ann."),
+        ("and?", "Nothing else."),
+    ]
+    await sink.remember_before_compaction("test:1", messages)
+    await sink.remember_before_compaction("test:1", messages)  # already recorded: nothing twice
+    episodic = [r for path in (services.workspace.items_dir / "episodic").glob("*.jsonl") for r in read_items(path)]
+    assert sorted(r["content"] for r in episodic) == [
+        "User: My name is Ann. | Assistant: Hello Ann.",
+        "User: and? | Assistant: Nothing else.",
+    ]
+    assert [r["content"] for r in read_items(services.workspace.items_dir / "semantic.jsonl")] == ["My name is Ann."]
+
+
+async def test_local_embeddings_without_the_extra_say_how_to_install_it(caplog: pytest.LogCaptureFixture) -> None:
+    import importlib.util
+
+    from bot.memory.local_embeddings import MODEL_PACKAGE, LocalEmbedder
+
+    if importlib.util.find_spec(MODEL_PACKAGE) is not None:
+        pytest.skip("the local-embeddings extra is installed")
+    index = VectorIndex()
+    index.add(MemoryItem(layer=MemoryLayer.SEMANTIC, type="fact", content="anything", fingerprint="f1"))
+    with caplog.at_level(logging.WARNING):
+        assert await index.fill(LocalEmbedder()) is False
+    assert any("pip install '.[local-embeddings]'" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,70 @@
+"""Lexical index, scoring and the prompt pack's budgets, in isolation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from bot.compaction.estimator import TokenEstimator
+from bot.domain.memory import MemoryLayer, MemoryQuery, ScoredItem
+from bot.memory.lexical_index import Bm25Index, tokenize
+from bot.memory.prompt_pack import ITEM_CHAR_LIMIT, MemoryPromptPackService
+from bot.memory.retrieval import Section
+from tests.memory.helpers import item
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+S = MemoryLayer.SEMANTIC
+
+
+def test_tokenize_drops_stopwords_and_folds_simple_suffixes() -> None:
+    assert tokenize("The dogs were barking at the cats!") == ["dog", "bark", "cat"]
+
+
+def test_bm25_ranks_rarer_and_denser_matches_higher_and_follows_removals() -> None:
+    index = Bm25Index()
+    index.add(item(S, "deploy the service with docker compose", NOW, item_id="a"))
+    index.add(item(S, "docker docker docker images are large", NOW, item_id="b"))
+    index.add(item(S, "the kubernetes cluster runs the service", NOW, item_id="c"))
+    scores = index.search("docker compose", 10)
+    assert list(sorted(scores, key=scores.__getitem__, reverse=True)) == ["a", "b"]
+    index.remove("a")
+    assert list(index.search("docker compose", 10)) == ["b"]
+    index.add(item(S, "superseded docker note", NOW, item_id="d", superseded_by="b"))
+    assert "d" not in index.search("docker", 10)
+
+
+def scored(content: str, score: float, section: str = Section.SEMANTIC, **extra: object) -> ScoredItem:
+    return ScoredItem(item(S, content, NOW, **extra), score, section)
+
+
+def test_the_pack_fills_the_soft_budget_then_only_high_scores_up_to_the_max() -> None:
+    pack_service = MemoryPromptPackService(TokenEstimator(), UTC)
+    items = [
+        scored("low score but first in the file", 0.2),
+        scored("a high scoring fact about the garden", 0.9),
+        scored("a medium scoring fact about the garage", 0.5),
+        scored("another high scoring fact about the kitchen", 0.8),
+        scored("always shown because it is pinned", 0.1, Section.PINNED, pinned=True),
+    ]
+    pack = pack_service.build(items, candidates=5, soft_tokens=25, max_tokens=55)
+    assert pack.rendered == (
+        "## Pinned Memory\n- always shown because it is pinned\n\n"
+        "## Facts and Preferences\n"
+        "- a high scoring fact about the garden\n"
+        "- another high scoring fact about the kitchen"
+    )
+    assert pack.diagnostics.selected == 3 and pack.diagnostics.dropped_for_budget == 2
+    assert pack.diagnostics.tokens <= 55
+
+
+def test_a_long_item_is_cut_with_a_visible_marker() -> None:
+    pack = MemoryPromptPackService(TokenEstimator(), UTC).build([scored("x" * 2000, 0.9)], 1, 1800, 3500)
+    assert pack.rendered.startswith("## Facts and Preferences\n- " + "x" * ITEM_CHAR_LIMIT + " [… 1300 more characters")
+
+
+def test_recency_favours_newer_items_with_equal_relevance() -> None:
+    from bot.memory.retrieval import recency
+
+    query = MemoryQuery(text="", session_id="test:1", now=NOW)
+    fresh = item(S, "a", NOW - timedelta(days=1))
+    old = item(S, "b", NOW - timedelta(days=28))
+    assert recency(fresh, query) > 0.9 and 0.2 < recency(old, query) < 0.3

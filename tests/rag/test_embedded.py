@@ -1,0 +1,51 @@
+"""lightrag-hku embedded: documents indexed through the fake model, retrieved, deleted; files in the workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.llm.client import LlmClient
+from bot.rag.backend import RagQuery
+from bot.rag.documents import RagDocument
+from bot.rag.embedded import EmbeddedLightRag
+from bot.settings import RagConfig
+from tests.fakes.openai_server import FakeOpenAI
+from tests.rag.helpers import FAST_RAG, lightrag_responder
+
+
+def doc(doc_id: str, text: str) -> RagDocument:
+    return RagDocument(id=doc_id, session_id="test:1", rag_workspace="global", text=text, created_at="")
+
+
+async def test_insert_query_delete_with_the_files_in_the_workspace(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    fake_openai.set_responder(lightrag_responder)
+    llm = LlmClient("sk-test", fake_openai.base_url)
+    config = RagConfig.model_validate(FAST_RAG)
+    backend = EmbeddedLightRag(tmp_path / "rag", llm, lambda: config, lambda: "fake-model")
+    try:
+        ids = await backend.insert(
+            "global",
+            [
+                doc("conv_a", "User: my sister Marta lives in Lisbon\nAssistant: Lisbon is lovely in spring."),
+                doc("conv_b", "User: the Falcon rocket launch is on Friday\nAssistant: I will remind you."),
+            ],
+        )
+        assert ids == {"conv_a": "conv_a", "conv_b": "conv_b"}
+        found = await backend.query("global", RagQuery("where does Marta live", "naive", 10, 5, 1000))
+        assert any("Lisbon" in snippet.text and snippet.kind == "chunk" for snippet in found)
+        graph = await backend.query("global", RagQuery("Marta Lisbon", "local", 10, 5, 1000))
+        assert any(snippet.kind == "entity" and snippet.text.startswith("Marta") for snippet in graph)
+
+        await backend.delete("global", ["conv_a"])
+        after = await backend.query("global", RagQuery("where does Marta live", "naive", 10, 5, 1000))
+        assert not any("Lisbon" in snippet.text for snippet in after)
+    finally:
+        await backend.close()
+        await llm.close()
+    stored = tmp_path / "rag" / "global"
+    assert (stored / "kv_store_full_docs.json").is_file()
+    on_disk = "".join(path.read_text(errors="replace") for path in stored.iterdir() if path.is_file())
+    assert "Marta lives in Lisbon" not in on_disk  # nothing of the deleted document is left, caches included
+    assert "Falcon rocket" in on_disk
+    # Embeddings came from the endpoint, extraction from its chat model: both through LlmClient.
+    assert any(r.path == "/v1/embeddings" for r in fake_openai.requests)

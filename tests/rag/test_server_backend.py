@@ -1,0 +1,87 @@
+"""`rag.backend: server`: the bot indexes into, retrieves from and deletes in a LightRAG server over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.app import build_services, shutdown
+from bot.rag.backend import RagQuery
+from bot.rag.documents import RagDocument
+from bot.rag.server import LightRagServerBackend
+from bot.settings import RagConfig
+from tests.conftest import env_for
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.recording_channel import RecordingChannel
+from tests.rag.fake_lightrag_server import FakeLightRagServer
+from tests.rag.helpers import rag_of, say, wait_until, write_runtime_config
+
+API_KEY = "lightrag-test-key"
+
+
+@pytest.fixture
+async def lightrag_server() -> AsyncIterator[FakeLightRagServer]:
+    server = await FakeLightRagServer(api_key=API_KEY).start()
+    yield server
+    await server.stop()
+
+
+async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, lightrag_server: FakeLightRagServer
+) -> None:
+    write_runtime_config(
+        workspace_dir,
+        {"backend": "server", "serverUrl": lightrag_server.url},
+        memory={"enabled": False, "scope": "chat"},
+    )
+    services = build_services(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
+    rag = rag_of(services)
+    try:
+        await say(services, channel, "7", "Our wifi password is written under the Hermes statue.")
+
+        async def queued() -> bool:
+            return (await rag.store.counts())["queued"] == 1
+
+        await wait_until(queued)
+        assert await rag.flush() == 1
+        (doc_id,) = await rag.documents_for_session("test:7")
+        stored = lightrag_server.documents["chat_test_7"]
+        (server_id,) = stored
+        assert server_id.startswith("doc-") and stored[server_id]["file_path"] == doc_id
+        assert (await rag.store.get(doc_id)).backend_id == server_id  # type: ignore[union-attr]
+
+        await say(services, channel, "7", "Where is the wifi password written?")
+        assert "Hermes statue" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory")[1]
+        assert ("POST", "/query/data", "chat_test_7") in lightrag_server.requests
+
+        assert await rag.forget_documents([doc_id]) == [doc_id]
+        assert lightrag_server.documents["chat_test_7"] == {}
+        assert ("DELETE", "/documents/delete_document", "chat_test_7") in lightrag_server.requests
+    finally:
+        await shutdown(services, [])
+        await rag.close()
+
+
+async def test_a_server_without_query_data_is_read_through_query_context() -> None:
+    server = await FakeLightRagServer(legacy=True).start()
+    backend = LightRagServerBackend(lambda: RagConfig(serverUrl=server.url), None)
+    try:
+        assert (await backend.health())["status"] == "healthy"
+        await backend.insert("global", [RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")])
+        found = await backend.query("global", RagQuery("what colour is the Nautilus", "naive", 5, 5, 500))
+        assert [s.text for s in found] == ["User: the Nautilus is blue"]
+        assert await backend.query("global", RagQuery("unrelated words entirely", "naive", 5, 5, 500)) == []
+    finally:
+        await backend.close()
+        await server.stop()
+
+
+async def test_a_wrong_api_key_is_a_clear_error(lightrag_server: FakeLightRagServer) -> None:
+    backend = LightRagServerBackend(lambda: RagConfig(serverUrl=lightrag_server.url), "wrong")
+    try:
+        with pytest.raises(Exception, match="HTTP 403"):
+            await backend.query("global", RagQuery("anything", "naive", 5, 5, 500))
+    finally:
+        await backend.close()

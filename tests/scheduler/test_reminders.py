@@ -1,0 +1,132 @@
+"""Reminders: scheduled by the model's tools, stored in the workspace, delivered once at their time."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from bot.app import BotServices, start
+from bot.scheduler.reminders import InvalidReminder, ReminderService, next_cron_time, parse_delay
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
+from tests.fakes.recording_channel import RecordingChannel
+from tests.pipeline.test_conversation import say
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+class Outbox:
+    def __init__(self, fail: bool = False) -> None:
+        self.sent: list[tuple[str, str, str]] = []
+        self.fail = fail
+
+    async def __call__(self, channel_type: str, chat_id: str, text: str) -> None:
+        if self.fail:
+            raise ConnectionError("channel down")
+        self.sent.append((channel_type, chat_id, text))
+
+
+def service(tmp_path: Path, outbox: Outbox | None = None) -> ReminderService:
+    reminders = ReminderService(tmp_path / "reminders.json", BERLIN, "Europe/Berlin")
+    if outbox is not None:
+        reminders.connect(outbox, {"telegram"})
+    return reminders
+
+
+def test_delays_and_cron_expressions() -> None:
+    assert parse_delay("1h30m") == timedelta(hours=1, minutes=30)
+    assert parse_delay("2d") == timedelta(days=2)
+    with pytest.raises(InvalidReminder):
+        parse_delay("soon")
+    # 09:00 on weekdays in Berlin is 08:00 UTC in winter.
+    after = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)  # a Friday
+    assert next_cron_time("0 9 * * 1-5", BERLIN, after) == datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+    with pytest.raises(InvalidReminder):
+        next_cron_time("every day", BERLIN, after)
+
+
+async def test_a_reminder_is_delivered_once_at_its_time_and_survives_a_restart(tmp_path: Path) -> None:
+    reminders = service(tmp_path)
+    reminder = await reminders.add("telegram:1", "telegram", "1", "call mum", delay="10m")
+
+    outbox = Outbox()
+    restarted = service(tmp_path, outbox)  # a new process reads the same file
+    assert [r.id for r in restarted.pending("telegram:1")] == [reminder.id]
+    assert await restarted.fire_due(now=reminder.due_at - timedelta(seconds=1)) == 0
+    assert await restarted.fire_due(now=reminder.due_at + timedelta(seconds=3)) == 1
+    assert outbox.sent == [("telegram", "1", "⏰ Reminder: call mum")]
+    assert await restarted.fire_due(now=reminder.due_at + timedelta(minutes=5)) == 0
+    assert service(tmp_path).pending("telegram:1") == []
+
+
+async def test_a_reminder_missed_while_down_comes_late_once_with_a_note(tmp_path: Path) -> None:
+    reminder = await service(tmp_path).add("telegram:1", "telegram", "1", "water the plants", at="2030-01-01T08:00")
+    outbox = Outbox()
+    after_downtime = service(tmp_path, outbox)
+    await after_downtime.fire_due(now=reminder.due_at + timedelta(hours=3))
+    await after_downtime.fire_due(now=reminder.due_at + timedelta(hours=4))
+    assert len(outbox.sent) == 1
+    assert outbox.sent[0][2] == (
+        "⏰ Reminder: water the plants\n(This was due at 2030-01-01 08:00; I was offline then, so it comes late.)"
+    )
+
+
+async def test_a_failed_delivery_is_never_repeated(tmp_path: Path) -> None:
+    reminder = await service(tmp_path).add("telegram:1", "telegram", "1", "once only", delay="1m")
+    failing = service(tmp_path, Outbox(fail=True))
+    assert await failing.fire_due(now=reminder.due_at) == 0
+    outbox = Outbox()
+    assert await service(tmp_path, outbox).fire_due(now=reminder.due_at + timedelta(minutes=1)) == 0
+    assert outbox.sent == []
+
+
+async def test_repeating_reminders_move_to_their_next_time(tmp_path: Path) -> None:
+    outbox = Outbox()
+    reminders = service(tmp_path, outbox)
+    reminder = await reminders.add("telegram:1", "telegram", "1", "stand-up", cron="0 9 * * 1-5")
+    first = reminder.due_at
+    await reminders.fire_due(now=first)
+    assert reminders.pending("telegram:1")[0].due_at > first
+    assert json.loads((tmp_path / "reminders.json").read_text())[0]["firedCount"] == 1
+
+
+async def test_only_the_chat_that_asked_can_cancel(tmp_path: Path) -> None:
+    reminders = service(tmp_path)
+    reminder = await reminders.add("telegram:1", "telegram", "1", "mine", delay="1h")
+    assert not await reminders.cancel("telegram:2", reminder.id)
+    assert await reminders.cancel("telegram:1", reminder.id)
+    with pytest.raises(InvalidReminder):
+        await reminders.add("telegram:1", "telegram", "1", "past", at="2001-01-01T00:00")
+    with pytest.raises(InvalidReminder):
+        await reminders.add("telegram:1", "telegram", "1", "both", at="2030-01-01T00:00", delay="1h")
+
+
+async def test_the_model_schedules_a_reminder_that_the_running_scheduler_delivers(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script(
+        Reply(tool_calls=[ToolCallSpec("schedule_reminder", {"text": "stretch", "delay": "1s"}, id="call_r")]),
+        "I'll remind you in a second.",
+    )
+    assert await say(services, channel, "1", "remind me to stretch in a second") == "I'll remind you in a second."
+    assert "stretch" in await say(services, channel, "1", "/reminders")
+
+    services.scheduler.add_interval_job("reminders", 0.2, lambda: services.reminders.fire_due())
+    await start(services, [channel])
+    replies = await channel.wait_for("1", 3, timeout=10)
+    assert replies[2] == "⏰ Reminder: stretch"
+    assert await say(services, channel, "1", "/reminders") == "No reminders are pending."
+    session = await services.sessions.get("test:1")
+    assert session is not None and "⏰ Reminder: stretch" in [m.content for m in session.messages]
+
+
+def test_cron_day_of_week_follows_standard_cron() -> None:
+    monday_noon = datetime(2026, 11, 23, 11, 0, tzinfo=UTC)
+    assert next_cron_time("0 9 * * 0", BERLIN, monday_noon).strftime("%a") == "Sun"
+    assert next_cron_time("0 9 * * 7", BERLIN, monday_noon).strftime("%a") == "Sun"
+    assert next_cron_time("0 9 * * 6", BERLIN, monday_noon).strftime("%a") == "Sat"
+    assert next_cron_time("0 9 * * mon-fri", BERLIN, monday_noon).strftime("%a") == "Tue"
+    assert next_cron_time("0 9 * * 1,3", BERLIN, monday_noon).strftime("%a") == "Wed"

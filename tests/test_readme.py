@@ -1,0 +1,41 @@
+"""The README stays true: its commands are the ones CI runs, and every configuration key is documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from bot.settings import RuntimeConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys += config_keys(annotation, f"{key}.")
+        else:
+            keys.append(key)
+    return keys
+
+
+def test_every_runtime_config_key_is_documented() -> None:
+    missing = [key for key in config_keys(RuntimeConfig) if f"`{key}`" not in README]
+    assert missing == []
+
+
+def test_the_readme_has_no_unfinished_parts() -> None:
+    assert not re.search(r"[A-Z_]+_PLACEHOLDER|TODO|TBD", README)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    commands = re.findall(r"```sh\n(.*?)\n```", README, re.DOTALL)
+    setup_and_run, setup_and_test = commands[0], commands[1]
+    assert setup_and_run.endswith("python -m bot run")
+    assert setup_and_test in (ROOT / ".ci" / "run").read_text()

@@ -1,0 +1,92 @@
+"""The workspace file tools, pruning and orphan closing, called directly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.domain.message import Message, ToolCall
+from bot.settings import RuntimeConfig, ToolLoopConfig
+from bot.tools.orphans import INTERRUPTED_RESULT, close_orphaned_tool_calls
+from bot.tools.output_pruning import HARD_CLEAR_PLACEHOLDER, prune_tool_results
+from bot.tools.registry import ToolContext, ToolRegistry
+from bot.tools.workspace_files import register_workspace_file_tools
+
+CONTEXT = ToolContext("test:1", "test", "1", RuntimeConfig())
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> ToolRegistry:
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "memory").mkdir()
+    tools = ToolRegistry()
+    register_workspace_file_tools(tools, tmp_path)
+    return tools
+
+
+async def run(registry: ToolRegistry, name: str, **arguments: object) -> str:
+    outcome = await registry.execute(ToolCall(id="c", name=name, arguments=json.dumps(arguments)), CONTEXT)
+    return outcome.content
+
+
+async def test_read_with_offset_and_limit(registry: ToolRegistry, tmp_path: Path) -> None:
+    (tmp_path / "memory" / "list.md").write_text("\n".join(f"item {n}" for n in range(10)))
+    result = await run(registry, "read_file", path="memory/list.md", offset=2, limit=3)
+    assert result == "[memory/list.md: lines 3-5 of 10; 5 more lines, read with offset=5]\nitem 2\nitem 3\nitem 4"
+
+
+async def test_write_append_and_list(registry: ToolRegistry, tmp_path: Path) -> None:
+    assert await run(registry, "write_file", path="notes/a.md", content="one\n") == "Wrote 4 characters to notes/a.md."
+    assert (
+        await run(registry, "append_file", path="notes/a.md", content="two\n") == "Appended 4 characters to notes/a.md."
+    )
+    assert (tmp_path / "notes" / "a.md").read_text() == "one\ntwo\n"
+    listing = await run(registry, "list_dir")
+    assert "notes/" in listing and "memory/" in listing and "sessions" not in listing
+    assert await run(registry, "list_dir", path="notes") == "a.md (8 bytes)"
+
+
+async def test_refusals_are_plain_errors(registry: ToolRegistry, tmp_path: Path) -> None:
+    assert "does not exist" in await run(registry, "read_file", path="nope.md")
+    assert "is a folder" in await run(registry, "read_file", path="memory")
+    assert "private to the bot" in await run(registry, "list_dir", path="sessions")
+    assert "private to the bot" in await run(registry, "write_file", path="./sessions/x.json", content="{}")
+    assert "leads outside" in await run(registry, "list_dir", path="memory/../..")
+    assert "is absolute" in await run(registry, "append_file", path="/tmp/x", content="x")
+    huge = "x" * (RuntimeConfig().tool_loop.max_write_chars + 1)
+    assert "at most" in await run(registry, "write_file", path="big.txt", content=huge)
+    assert not (tmp_path / "big.txt").exists()
+
+
+def tool_turn(call_id: str, output: str) -> list[Message]:
+    call = ToolCall(id=call_id, name="read_file")
+    return [Message.assistant("", tool_calls=[call]), Message.tool_result(call, output)]
+
+
+def test_pruning_never_touches_user_or_assistant_text_and_skips_images() -> None:
+    config = ToolLoopConfig(tool_soft_trim_chars=100, tool_soft_trim_head=10, tool_soft_trim_tail=10,
+                            tool_hard_clear_after=2, keep_last_tool_results=0)  # fmt: skip
+    long_text = "u" * 500
+    messages = [Message.user(long_text), *tool_turn("a", "data:image/png;base64," + "A" * 500)]
+    messages += [*tool_turn("b", "b" * 500), Message.assistant(long_text), *tool_turn("c", "c" * 500)]
+    pruned = prune_tool_results(messages, config)
+    assert pruned[0].content == long_text and pruned[5].content == long_text
+    assert pruned[2].content.startswith("data:image/png")  # images are never pruned
+    assert pruned[4].content.startswith("b" * 10 + "\n\n--- trimmed (kept 10 head + 10 tail of 500 chars) ---")
+    assert pruned[7].content.endswith("c" * 10)
+    assert messages[4].content == "b" * 500  # the input is not changed
+    config_clear = config.model_copy(update={"tool_hard_clear_after": 1})
+    assert prune_tool_results(messages, config_clear)[4].content == HARD_CLEAR_PLACEHOLDER
+
+
+def test_orphans_are_closed_right_after_their_call() -> None:
+    calls = [ToolCall(id="x", name="list_dir"), ToolCall(id="y", name="list_dir")]
+    messages = [Message.user("go"), Message.assistant("", tool_calls=calls), Message.tool_result(calls[0], "ok"),
+                Message.user("next")]  # fmt: skip
+    patched, added = close_orphaned_tool_calls(messages)
+    assert [m.role.value for m in patched] == ["user", "assistant", "tool", "tool", "user"]
+    assert patched[3].tool_call_id == "y" and patched[3].content == INTERRUPTED_RESULT
+    assert added == [patched[3]]
+    assert close_orphaned_tool_calls(patched)[1] == []
