@@ -46,6 +46,7 @@ from bot.rag.factory import build_rag_service
 from bot.rag.service import RagService
 from bot.rag.tool import rag_query_tool
 from bot.runtime_config import RuntimeConfigStore
+from bot.scheduler.idle_compaction import IdleCompactor
 from bot.scheduler.reminder_tools import register_reminder_tools
 from bot.scheduler.reminders import Deliver, ReminderService
 from bot.scheduler.service import BotScheduler
@@ -158,6 +159,13 @@ def build_services(env: EnvSettings) -> BotServices:
         await reminders.fire_due(late_after=late_after)
 
     scheduler.add_interval_job("reminders", scheduler_config.reminder_check_seconds, fire_reminders)
+    idle = IdleCompactor(sessions, compaction, config_store, lambda sid: sid in router.dispatcher.queue_depths(),
+                         env.bot_model)  # fmt: skip
+
+    async def compact_idle() -> None:
+        await idle.run()
+
+    scheduler.add_interval_job("idle compaction", scheduler_config.idle_check_seconds, compact_idle)
     return BotServices(
         env,
         workspace,

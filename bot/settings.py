@@ -207,6 +207,11 @@ class SchedulerConfig(ConfigSection):
     reminder_check_seconds: float = Field(5.0, ge=1, le=300)
     # A reminder more than this late (the bot was down at its time) says so when it arrives.
     reminder_late_after_seconds: float = Field(120.0, ge=0)
+    # A chat quiet this long is compacted in the background, so its next message starts fast; 0 = never.
+    idle_compaction_minutes: float = Field(60.0, ge=0)
+    # ... but only when its conversation fills at least this share of the room it has.
+    idle_compaction_fill_ratio: float = Field(0.5, gt=0, le=1)
+    idle_check_seconds: float = Field(300.0, ge=1)
 
 
 class RagConfig(ConfigSection):

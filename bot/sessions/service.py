@@ -114,6 +114,10 @@ class SessionService:
         session = await self.get(session_id)
         return 0 if session is None else len(session.messages)
 
+    def cached(self) -> list[AgentSession]:
+        """The sessions this process has loaded (the chats active since it started)."""
+        return list(self._cache.values())
+
     def stored_ids(self) -> list[str]:
         return self.store.list_ids()
 
