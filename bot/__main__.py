@@ -19,6 +19,7 @@ from bot.app import (
     start,
     stop_on_signals,
 )
+from bot.channels.base import Channel
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
@@ -44,8 +45,9 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _run(env: EnvSettings) -> None:
     services = build_services(env)
-    listener = build_listener(env)
-    channels = build_channels(env, services, listener)
+    channels: list[Channel] = []
+    listener = build_listener(env, services, lambda: channels)
+    channels.extend(build_channels(env, services, listener))
     until = asyncio.Event()
     stop_on_signals(until)
     await serve(services, channels, until, listener)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import secrets
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -186,12 +187,26 @@ def build_services(env: EnvSettings) -> BotServices:
     )
 
 
-def build_listener(env: EnvSettings) -> HttpListener | None:
-    """The HTTP listener, in webhook mode or when `BOT_LISTEN_PORT` is set; routes are added by channels."""
+def build_listener(
+    env: EnvSettings, services: BotServices, channels: Callable[[], list[Channel]]
+) -> HttpListener | None:
+    """The HTTP listener, in webhook mode or when `BOT_LISTEN_PORT` is set; channels add their routes."""
     if env.telegram_mode != "webhook" and env.bot_listen_port is None:
         return None
     port = env.bot_listen_port if env.bot_listen_port is not None else DEFAULT_LISTEN_PORT
-    return HttpListener(env.bot_listen_host, port)
+    return HttpListener(env.bot_listen_host, port, lambda: health_report(services, channels()), services.metrics.render)
+
+
+def health_report(services: BotServices, channels: list[Channel]) -> tuple[bool, dict[str, object]]:
+    """`/healthz`: healthy while every channel receives and the scheduler runs."""
+    receiving = {channel.channel_type: channel.receiving for channel in channels}
+    last = services.llm.last_call
+    details: dict[str, object] = {
+        "channels": receiving,
+        "scheduler": services.scheduler.running,
+        "lastModelCall": {"at": last[0].isoformat(), "outcome": last[1]} if last else None,
+    }
+    return all(receiving.values()) and services.scheduler.running, details
 
 
 def build_channels(env: EnvSettings, services: BotServices, listener: HttpListener | None = None) -> list[Channel]:

@@ -12,8 +12,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
 
 class _QueueDepthCollector(Collector):
     """Messages waiting per chat, read when scraped (only chats with a queue appear)."""

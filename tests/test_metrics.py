@@ -51,3 +51,18 @@ async def test_queue_depth_per_chat_is_visible_while_messages_wait(
     assert samples(services)[("bot_chat_queue_depth", (("chat", "test:7"),))] == 3
     await services.router.dispatcher.drain()
     assert not any(name == "bot_chat_queue_depth" for name, _ in samples(services))
+
+
+async def test_health_reports_channels_scheduler_and_the_last_model_call(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    from bot.app import health_report, start
+
+    healthy, details = health_report(services, [channel])
+    assert not healthy and details["scheduler"] is False and details["lastModelCall"] is None
+    await start(services, [channel])
+    fake_openai.script(Fault.status(401, "bad key"))
+    await say(services, channel, "1", "hi")
+    healthy, details = health_report(services, [channel])
+    assert healthy and details["channels"] == {"test": True}
+    assert details["lastModelCall"]["outcome"] == "auth"  # type: ignore[index]

@@ -30,6 +30,11 @@ class Channel(ABC):
     async def start(self, handler: InboundHandler) -> None:
         """Begin receiving; each inbound message is awaited through `handler`. Returns once running."""
 
+    @property
+    def receiving(self) -> bool:
+        """Whether messages can arrive now (for `/healthz`)."""
+        return True
+
     async def stop_receiving(self) -> None:
         """Take no more messages, but keep delivering replies (shutdown lets runs in progress finish)."""
         return None

@@ -110,6 +110,10 @@ class TelegramChannel(Channel):
             self._polling = True
             log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)
 
+    @property
+    def receiving(self) -> bool:
+        return self._receiving
+
     async def _register_commands(self) -> None:
         try:
             await call_with_retries(

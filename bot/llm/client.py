@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2
@@ -67,6 +68,8 @@ class LlmClient:
         self, api_key: str | None, base_url: str | None, metrics: BotMetrics | None = None, max_connections: int = 32
     ) -> None:
         self._metrics = metrics or BotMetrics()
+        # When the last model call ended and how ("ok" or the failure), for /healthz.
+        self.last_call: tuple[datetime, str] | None = None
         # A bounded pool: the HTTP library checks every pooled connection on each request, so a pool
         # grown to hundreds of idle connections cost more CPU than the requests themselves.
         limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
@@ -150,8 +153,10 @@ class LlmClient:
         except LlmError as error:
             self._metrics.model_calls.labels(model, error.failure.value).inc()
             self._metrics.errors.labels(f"model_{error.failure.value}").inc()
+            self.last_call = (datetime.now(UTC), error.failure.value)
             raise
         self._metrics.model_calls.labels(model, "ok").inc()
+        self.last_call = (datetime.now(UTC), "ok")
 
     def _client_for(self, request: ChatRequest) -> AsyncOpenAI:
         return self._client.with_options(timeout=request.timeout_seconds, max_retries=request.max_retries)

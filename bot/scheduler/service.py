@@ -35,6 +35,10 @@ class BotScheduler:
             replace_existing=True,
         )
 
+    @property
+    def running(self) -> bool:
+        return bool(self._scheduler.running)
+
     def start(self) -> None:
         self._scheduler.start()
         log.info("[Scheduler] Started with %d jobs", len(self._scheduler.get_jobs()))

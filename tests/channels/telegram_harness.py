@@ -79,8 +79,9 @@ async def start_bot(
         **env,
     )
     services = build_services(settings)
-    listener = build_listener(settings)
-    channels = build_channels(settings, services, listener)
+    channels: list[Channel] = []
+    listener = build_listener(settings, services, lambda: channels)
+    channels.extend(build_channels(settings, services, listener))
     running = RunningBot(services, channels, listener, workspace)
     try:
         await start(services, channels, listener)

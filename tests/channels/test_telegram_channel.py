@@ -377,11 +377,18 @@ async def test_webhook_with_the_right_and_a_wrong_secret(
         assert users_said(fake_openai) == ["real"]
         assert bot.listener is not None
         assert fake_telegram.calls_to("getUpdates") == []
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(f"http://127.0.0.1:{bot.listener.port}/healthz") as health,
-        ):
-            assert health.status == 200 and (await health.json()) == {"status": "ok"}
+        root = f"http://127.0.0.1:{bot.listener.port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{root}/healthz") as health:
+                report = await health.json()
+                assert health.status == 200 and report["status"] == "ok"
+                assert report["channels"] == {"telegram": True} and report["scheduler"] is True
+                assert report["lastModelCall"]["outcome"] == "ok"
+            async with http.get(f"{root}/metrics") as metrics:
+                assert metrics.status == 200 and metrics.headers["Content-Type"].startswith("text/plain")
+                text = await metrics.text()
+                assert 'bot_messages_in_total{channel="telegram"} 1.0' in text
+                assert 'bot_replies_out_total{channel="telegram"} 1.0' in text
     finally:
         await bot.stop()
 
