@@ -1,5 +1,6 @@
-"""Eviction of large tool outputs: the whole output goes to `tool_results/{tool_call_id}`, and the
-conversation keeps a preview (head and tail lines) with a reference the model can read back."""
+"""Eviction of large tool outputs: the whole output goes to `tool_results/{session}/{tool_call_id}`
+(one folder per chat, so no chat can read another's), and the conversation keeps a preview (head and
+tail lines) with a reference the model can read back."""
 
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ def eviction_preview(content: str, relative_path: str, preview_lines: int) -> st
 
 
 async def evict_if_large(
-    content: str, tool_call_id: str, workspace_root: Path, limit_chars: int, preview_lines: int
+    content: str, tool_call_id: str, session_id: str, workspace_root: Path, limit_chars: int, preview_lines: int
 ) -> str:
-    """`content` itself when small; else saved to `tool_results/` and replaced by its preview."""
+    """`content` itself when small; else saved to `tool_results/{session}/` and replaced by its preview."""
     if len(content) <= limit_chars:
         return content
-    relative_path = f"tool_results/{evicted_file_name(tool_call_id)}"
+    relative_path = f"tool_results/{session_id}/{evicted_file_name(tool_call_id)}"
     await write_atomic(workspace_root / relative_path, content.encode("utf-8", "backslashreplace"))
     return eviction_preview(content, relative_path, preview_lines)

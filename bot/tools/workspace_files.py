@@ -1,8 +1,10 @@
 """The filesystem tools: `read_file`, `write_file`, `append_file`, `list_dir`, confined to the workspace.
 
 Every path is relative to the workspace. Absolute paths, `..`, and symlinks that lead outside are
-refused whatever the model asks, and so is `sessions/`: other chats' conversations are not the
-model's to read (a chat's own history is searched with `search_history`).
+refused whatever the model asks, and so is whatever belongs to other chats or to the bot itself:
+conversations (`sessions/`; a chat's own history is searched with `search_history`), per-chat
+memory (`memory/chats/`; a chat's own is reached through the memory tools), the knowledge graph
+(`rag/`), access and channel state, and other chats' evicted tool outputs under `tool_results/`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pydantic import BaseModel, Field
 from bot.storage.files import append_text, read_text_sync, write_atomic
 from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
-# Top-level folders the tools never touch.
-PRIVATE_FOLDERS = frozenset({"sessions"})
+# Folders the tools never touch: other chats' data, and the bot's own bookkeeping.
+PRIVATE_FOLDERS = (("sessions",), ("memory", "chats"), ("rag",), ("access",), ("state",))
+TOOL_RESULTS = "tool_results"
 
 
 class WorkspaceJail:
@@ -26,7 +29,8 @@ class WorkspaceJail:
     def __init__(self, root: Path) -> None:
         self._root = root.resolve()
 
-    def resolve(self, raw: str) -> Path:
+    def resolve(self, raw: str, session_id: str) -> Path:
+        """The real path for `raw` as the chat `session_id` may use it; `ToolError` when it may not."""
         text = raw.strip()
         if not text or text == ".":
             return self._root
@@ -37,15 +41,20 @@ class WorkspaceJail:
             raise ToolError(f"{raw!r} is absolute; paths are relative to the workspace")
         if ".." in relative.parts:
             raise ToolError(f"{raw!r} leads outside the workspace")
-        if relative.parts and relative.parts[0] in PRIVATE_FOLDERS:
-            raise ToolError(f"{relative.parts[0]}/ is private to the bot")
+        self._check_allowed(relative.parts, session_id)
         candidate = (self._root / relative).resolve()  # follows symlinks, so one pointing out is caught here
         if not candidate.is_relative_to(self._root):
             raise ToolError(f"{raw!r} leads outside the workspace")
-        inside = candidate.relative_to(self._root).parts
-        if inside and inside[0] in PRIVATE_FOLDERS:
-            raise ToolError(f"{inside[0]}/ is private to the bot")
+        self._check_allowed(candidate.relative_to(self._root).parts, session_id)
         return candidate
+
+    @staticmethod
+    def _check_allowed(parts: tuple[str, ...], session_id: str) -> None:
+        for private in PRIVATE_FOLDERS:
+            if parts[: len(private)] == private:
+                raise ToolError(f"{'/'.join(private)}/ is private to the bot")
+        if len(parts) >= 2 and parts[0] == TOOL_RESULTS and parts[1] != session_id:
+            raise ToolError("that tool output belongs to another chat")
 
     def display(self, path: Path) -> str:
         return path.relative_to(self._root).as_posix() or "."
@@ -75,7 +84,7 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
     jail = WorkspaceJail(workspace_root)
 
     async def read_file(args: ReadFileArgs, ctx: ToolContext) -> str:
-        path = jail.resolve(args.path)
+        path = jail.resolve(args.path, ctx.session_id)
         if path.is_dir():
             raise ToolError(f"{args.path!r} is a folder; use list_dir")
         text = await asyncio.to_thread(read_text_sync, path)
@@ -95,7 +104,7 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
 
     async def write_file(args: WriteFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
-        path = jail.resolve(args.path)
+        path = jail.resolve(args.path, ctx.session_id)
         if path.is_dir():
             raise ToolError(f"{args.path!r} is a folder")
         await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
@@ -103,17 +112,17 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
 
     async def append_file(args: AppendFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
-        path = jail.resolve(args.path)
+        path = jail.resolve(args.path, ctx.session_id)
         if path.is_dir():
             raise ToolError(f"{args.path!r} is a folder")
         await append_text(path, args.content)
         return f"Appended {len(args.content)} characters to {jail.display(path)}."
 
     async def list_dir(args: ListDirArgs, ctx: ToolContext) -> str:
-        path = jail.resolve(args.path)
+        path = jail.resolve(args.path, ctx.session_id)
         if not path.is_dir():
             raise ToolError(f"{args.path!r} is not a folder")
-        entries = await asyncio.to_thread(_describe_entries, path, jail)
+        entries = await asyncio.to_thread(_describe_entries, path, jail, ctx.session_id)
         return "\n".join(entries) if entries else f"{jail.display(path)} is empty."
 
     registry.register(Tool("read_file", "Read lines of a text file in the workspace.", ReadFileArgs, read_file))
@@ -130,11 +139,13 @@ def _check_size(content: str, ctx: ToolContext) -> None:
         raise ToolError(f"the content is {len(content)} characters; at most {limit} can be written at once")
 
 
-def _describe_entries(folder: Path, jail: WorkspaceJail) -> list[str]:
+def _describe_entries(folder: Path, jail: WorkspaceJail, session_id: str) -> list[str]:
     entries = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if entry.name in PRIVATE_FOLDERS and Path(entry.path).parent == jail.resolve("."):
-            continue
+        try:
+            jail.resolve(jail.display(Path(entry.path)), session_id)
+        except ToolError:
+            continue  # not listed: the tools could not open it anyway
         if entry.is_dir(follow_symlinks=False):
             entries.append(f"{entry.name}/")
         else:

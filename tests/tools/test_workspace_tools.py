@@ -60,6 +60,31 @@ async def test_refusals_are_plain_errors(registry: ToolRegistry, tmp_path: Path)
     assert not (tmp_path / "big.txt").exists()
 
 
+async def test_other_chats_data_and_the_bots_bookkeeping_are_out_of_reach(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    """Even when a remembered "fact" tells the model to, it cannot read another chat's files."""
+    secrets = {
+        "memory/chats/telegram:2/MEMORY.md": "the other chat's secret",
+        "tool_results/telegram:2/call_x": "the other chat's tool output",
+        "rag/kv_store_full_docs.json": "every conversation",
+        "access/pairing.json": "who may talk",
+        "state/telegram-updates.json": "updates",
+    }
+    for relative, text in secrets.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    (tmp_path / "tool_results" / "test:1").mkdir()
+    (tmp_path / "tool_results" / "test:1" / "call_mine").write_text("my own output")
+    (tmp_path / "memory" / "escape").symlink_to(tmp_path / "memory" / "chats")
+    for relative in [*secrets, "memory/escape/telegram:2/MEMORY.md"]:
+        result = await run(registry, "read_file", path=relative)
+        assert result.startswith("Error:") and "secret" not in result, relative
+    assert "my own output" in await run(registry, "read_file", path="tool_results/test:1/call_mine")
+    assert await run(registry, "list_dir", path="tool_results") == "test:1/"
+    assert "chats" not in await run(registry, "list_dir", path="memory")
+
+
 def tool_turn(call_id: str, output: str) -> list[Message]:
     call = ToolCall(id=call_id, name="read_file")
     return [Message.assistant("", tool_calls=[call]), Message.tool_result(call, output)]

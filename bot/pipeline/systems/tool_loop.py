@@ -132,7 +132,12 @@ class ToolLoopExecutionSystem(PipelineSystem):
             log.warning("[ToolLoop] %s timed out after %.0f s", call.name, loop_config.tool_timeout_seconds)
             content = f"Error: {call.name} did not finish within {loop_config.tool_timeout_seconds:.0f} seconds."
         return await evict_if_large(
-            content, call.id, self._workspace_root, loop_config.eviction_chars, loop_config.eviction_preview_lines
+            content,
+            call.id,
+            tool_context.session_id,
+            self._workspace_root,
+            loop_config.eviction_chars,
+            loop_config.eviction_preview_lines,
         )
 
     async def _finish(self, ctx: TurnContext, result: ChatResult) -> None:
