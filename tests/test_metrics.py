@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.app import BotServices
-from tests.fakes.openai_server import Fault, FakeOpenAI, Reply, ToolCallSpec, Usage
+from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec, Usage
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
 

@@ -185,7 +185,8 @@ async def test_a_huge_tool_output_is_evicted_to_a_file_with_a_preview(
     result = next(m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "tool")
     total = len(saved.read_text())
     assert result == (
-        f"[Output too large for the conversation: {total} characters, 1001 lines. Saved to tool_results/test:1/call_big; "
+        f"[Output too large for the conversation: {total} characters, 1001 lines. "
+        "Saved to tool_results/test:1/call_big; "
         "read it with read_file(path='tool_results/test:1/call_big', offset=..., limit=...).]\n"
         "[huge.txt: lines 1-1000 of 1000]\nrow 0\n[... 997 lines not shown ...]\nrow 998\nrow 999"
     )
