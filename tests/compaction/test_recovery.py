@@ -106,3 +106,20 @@ def test_other_failures_are_not_payload_problems() -> None:
     assert is_payload_too_large(LlmError(LlmFailure.BAD_REQUEST, "Error code: 413 - too large"))
     assert not is_payload_too_large(LlmError(LlmFailure.BAD_REQUEST, "Error code: 400 - bad"))
     assert not is_payload_too_large(LlmError(LlmFailure.TIMEOUT, "Error code: 413"))
+
+
+async def test_the_tool_loop_recovers_a_refused_payload_and_the_user_gets_an_answer(
+    small_services: BotServices, fake_openai: FakeOpenAI
+) -> None:
+    from tests.fakes.recording_channel import RecordingChannel
+
+    await conversation(small_services, turns=6)  # fits: no compaction before the call
+    fake_openai.script(Fault.context_length_exceeded(4000, 4100))
+    channel = RecordingChannel()
+    await small_services.router.accept(channel.message("1", "and one more question"), channel)
+    (reply,) = await channel.wait_for("1", 1)
+    assert "too long" not in reply
+    chats = [r for r in fake_openai.chat_requests() if not is_summary_request(r)]
+    assert len(chats) == 2 and provider_tokens(chats[1]) < provider_tokens(chats[0])
+    assert chats[1]["messages"][1]["content"].startswith("[Conversation summary]")
+    assert chats[1]["messages"][-1]["content"] == "and one more question"
