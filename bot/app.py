@@ -119,6 +119,11 @@ def build_services(env: EnvSettings) -> BotServices:
     tools.register(search_history_tool(HistorySearch(sessions.archive)))
     rag = build_rag_service(workspace, env, llm, config_store, estimator)
     tools.register(rag_query_tool(rag))
+
+    async def forget_in_rag(message_ids: list[str]) -> None:
+        await rag.forget_documents(await rag.documents_for_messages(message_ids))
+
+    memory.on_forget(forget_in_rag)
     compaction = CompactionService(
         sessions, Summarizer(llm, models, estimator), estimator, models, config_store, tools.schemas, env.bot_model
     )

@@ -42,8 +42,11 @@ def register_memory_commands(
             if not item_id:
                 return f"Which item? /memory {action.lower()} ID (the ids are in /memory)."
             if action.lower() == "forget":
-                forgotten = await edit(lambda writer: writer.forget(item_id))
-                return f"Forgotten: {forgotten.content}" if forgotten else f"No memory item {item_id}."
+                try:
+                    forgotten = await memory.forget(config, session_id, item_id)
+                except UnknownMemoryItem:
+                    return f"No memory item {item_id}."
+                return f"Forgotten: {forgotten.content}"
             pinned = action.lower() == "pin"
             changed = await edit(lambda writer: writer.pin(item_id, now, pinned))
             if changed is None:

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -44,6 +44,9 @@ from bot.settings import MemoryConfig
 from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
+
+# Given the ids of the session messages behind forgotten items.
+ForgetListener = Callable[[list[str]], Awaitable[object]]
 T = TypeVar("T")
 
 MEMORY_HEADER = "# Memory"
@@ -98,6 +101,7 @@ class MemoryService:
         # Memory's own worker thread for the reads done under a scope's lock, so they never queue
         # behind the fsyncs of session writes in the shared default pool.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
+        self._forget_listeners: list[ForgetListener] = []
 
     async def _off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
         """Run a read of the scope in memory's thread, or inline while the scope is small.
@@ -359,6 +363,22 @@ class MemoryService:
             result = edit(scope.writer)
         await scope.store.flush()
         return result
+
+    def on_forget(self, listener: ForgetListener) -> None:
+        """Told the message ids behind everything forgotten, so other stores (the knowledge graph)
+        forget what came from those messages too."""
+        self._forget_listeners.append(listener)
+
+    async def forget(self, config: MemoryConfig, session_id: str, item_id: str) -> MemoryItem:
+        """Forget one item (and the recorded exchanges containing it) here and in every listener."""
+        removed = await self.change(config, session_id, lambda writer: writer.forget(item_id))
+        message_ids = sorted({reference for item in removed for reference in item.references})
+        for listener in self._forget_listeners:
+            try:
+                await listener(message_ids)
+            except Exception:
+                log.exception("[Memory] Forgot %s here, but another store could not forget it", item_id)
+        return removed[0]
 
     async def long_term(self, config: MemoryConfig, session_id: str) -> LongTermMemory:
         return (await self.scope(config, session_id)).long_term

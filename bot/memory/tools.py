@@ -139,8 +139,10 @@ class MemoryTools:
                 return "Nothing in memory matches; nothing was forgotten."
             item_id = found[0][0].id
             others = [item for item, _ in found[1:]]
-        forgotten_id = item_id
-        item = await self._edit(ctx, lambda writer: writer.forget(forgotten_id))
+        try:
+            item = await self._memory.forget(ctx.config.memory, ctx.session_id, item_id)
+        except UnknownMemoryItem as error:
+            raise ToolError(f"no memory item has the id {error.args[0]!r}; memory_search shows the ids") from error
         text = f"Forgotten {item.id}: {item.content}"
         if others:
             text += "\nOther items that also matched (forget them by id if meant):\n"

@@ -206,8 +206,9 @@ class MemoryWriteService:
             return item
         return self._promote(item.model_copy(update={"confidence": max(item.confidence, 0.8)}), now)
 
-    def forget(self, item_id: str) -> MemoryItem:
-        """Remove the item from its file (atomic rewrite) and from every index.
+    def forget(self, item_id: str) -> list[MemoryItem]:
+        """Remove the item from its file (atomic rewrite) and from every index; returns what was removed,
+        the item first.
 
         The recorded exchanges that contain it go too: forgetting "the lock code is 4242" must not
         leave the turn where it was said to bring it back into a prompt.
@@ -221,7 +222,7 @@ class MemoryWriteService:
         removed = self._store.remove([item_id, *traces])
         if traces:
             log.info("[Memory] Forgot %s and %d exchanges that contained it", item_id, len(traces))
-        return removed[0]
+        return removed
 
     def pin(self, item_id: str, now: datetime, pinned: bool = True) -> MemoryItem:
         item = self._active(item_id)

@@ -62,3 +62,18 @@ async def test_an_unreadable_memory_file_does_not_stop_the_answer(
     services.workspace.long_term_memory_file.mkdir()
     assert await say(services, channel, "1", "hello") == "echo: hello"
     assert "# Memory" not in (fake_openai.system_prompts()[-1] or "")
+
+
+async def test_forgetting_a_fact_also_removes_it_from_the_knowledge_graph(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    await say(
+        services, channel, "1", "Remember that the garage door code is 4242, please keep it for me somewhere safe."
+    )
+    rag_files = services.workspace.rag_dir
+    assert any("4242" in path.read_text() for path in rag_files.rglob("*") if path.is_file())
+
+    listing = await say(services, channel, "1", "/memory garage door code")
+    item_id = next(word for word in listing.split() if word.strip("[]").startswith("m") and len(word.strip("[]")) == 12)
+    assert "Forgotten" in await say(services, channel, "1", f"/memory forget {item_id.strip('[]')}")
+    assert not any("4242" in path.read_text() for path in rag_files.rglob("*") if path.is_file())
