@@ -32,6 +32,7 @@ from bot.http.listener import HttpListener
 from bot.llm.client import LlmClient
 from bot.llm.models import ModelRegistry
 from bot.memory.compaction_sink import PreCompactionMemory
+from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
 from bot.memory.tools import register_memory_tools
 from bot.metrics import BotMetrics
@@ -46,7 +47,8 @@ from bot.pipeline.turn_storage import unanswered_user_message
 from bot.rag.factory import build_rag_service
 from bot.rag.service import RagService
 from bot.rag.tool import rag_query_tool
-from bot.runtime_config import RuntimeConfigStore
+from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore
+from bot.scheduler.cron import InvalidCron
 from bot.scheduler.idle_compaction import IdleCompactor
 from bot.scheduler.reminder_tools import register_reminder_tools
 from bot.scheduler.reminders import Deliver, ReminderService
@@ -87,6 +89,7 @@ class BotServices:
     reminders: ReminderService
     metrics: BotMetrics
     rag: RagService
+    memory: MemoryService
 
 
 def prepare_workspace(env: EnvSettings) -> Workspace:
@@ -172,6 +175,14 @@ def build_services(env: EnvSettings) -> BotServices:
         await idle.run()
 
     scheduler.add_interval_job("idle compaction", scheduler_config.idle_check_seconds, compact_idle)
+
+    async def maintain_memory() -> None:
+        await run_maintenance(memory, (await config_store.current()).memory, clock.now())
+
+    try:
+        scheduler.add_cron_job("memory maintenance", scheduler_config.maintenance_cron, clock.zone, maintain_memory)
+    except InvalidCron as error:
+        raise InvalidRuntimeConfig(f"{workspace.runtime_config_file}: scheduler.maintenanceCron: {error}") from error
     return BotServices(
         env,
         workspace,
@@ -189,6 +200,7 @@ def build_services(env: EnvSettings) -> BotServices:
         reminders,
         metrics,
         rag,
+        memory,
     )
 
 

@@ -73,6 +73,10 @@ class MemoryConfig(ConfigSection):
     # Embeddings for hybrid retrieval: the endpoint's model by name, "local" for the bundled
     # all-MiniLM-L6-v2 (the `local-embeddings` extra), or null for lexical retrieval only.
     embeddings_model: str | None = None
+    # Nightly maintenance: daily notes older than this many days move into `archive/YYYY-MM.md` (0 keeps them).
+    note_retention_days: int = Field(0, ge=0)
+    # Nightly maintenance: superseded items (kept as history) older than this are dropped (0 keeps them).
+    history_retention_days: int = Field(180, ge=0)
 
 
 class BudgetShares(ConfigSection):
@@ -212,6 +216,8 @@ class SchedulerConfig(ConfigSection):
     # ... but only when its conversation fills at least this share of the room it has.
     idle_compaction_fill_ratio: float = Field(0.5, gt=0, le=1)
     idle_check_seconds: float = Field(300.0, ge=1)
+    # When memory maintenance runs: a 5-field cron expression in BOT_TIMEZONE.
+    maintenance_cron: str = "30 3 * * *"
 
 
 class RagConfig(ConfigSection):

@@ -36,7 +36,7 @@ from bot.memory.lexical_index import Bm25Index
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.memory.long_term import LongTermMemory
-from bot.memory.paths import MemoryPaths, memory_paths_for
+from bot.memory.paths import CHAT_SCOPES_DIR, MemoryPaths, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService, WriteReport
@@ -121,7 +121,18 @@ class MemoryService:
 
     async def scope(self, config: MemoryConfig, session_id: str) -> MemoryScope:
         """The chat's memory scope (created on first use; `fresh` reads its files)."""
-        paths = self.paths_for(config, session_id)
+        return self._scope_at(self.paths_for(config, session_id))
+
+    def scopes_on_disk(self) -> list[MemoryScope]:
+        """Every memory root in the workspace: the global one and each chat's (whatever the scope now)."""
+        chats = self._workspace.memory_dir / CHAT_SCOPES_DIR
+        roots = [
+            self._workspace.memory_dir,
+            *(sorted(p for p in chats.iterdir() if p.is_dir()) if chats.is_dir() else []),
+        ]
+        return [self._scope_at(MemoryPaths(root)) for root in roots]
+
+    def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
         scope = self._scopes.get(paths)
         if scope is None:
             store = MemoryItemStore(paths, self._clock.zone)

@@ -170,6 +170,50 @@ class MemoryWriteService:
         log.info("[Memory] Promoted %s to SEMANTIC (confidence %.2f)", item.id, item.confidence)
         return promoted
 
+    # -- maintenance (the nightly job) --------------------------------------------------------------
+
+    def promote_due(self, now: datetime, config: MemoryConfig) -> int:
+        """Promote every episodic fact already confident enough (a lowered threshold, a hand edit)."""
+        due = [
+            item
+            for item in self._store.in_layer(MemoryLayer.EPISODIC)
+            if item.active and self._promotable(item, config)
+        ]
+        for item in due:
+            self._promote(item, now)
+        return len(due)
+
+    def merge_duplicates(self, now: datetime) -> int:
+        """One item per fingerprint and layer (hand edits can copy lines): the oldest stays, reinforced."""
+        groups: dict[tuple[MemoryLayer, str], list[MemoryItem]] = {}
+        for item in self._store.items():
+            if item.active:
+                groups.setdefault((item.layer, item.fingerprint), []).append(item)
+        merged = 0
+        for duplicates in groups.values():
+            if len(duplicates) < 2:
+                continue
+            keeper, *others = sorted(duplicates, key=lambda item: (item.created_at, item.id))
+            references = keeper.references
+            for other in others:
+                references = _merged(references, other.references)
+            confidence = min(1.0, keeper.confidence + REINFORCEMENT_STEP * len(others))
+            self._store.replace([keeper.model_copy(update={"confidence": confidence, "references": references,
+                                                           "updated_at": now})])  # fmt: skip
+            self._store.remove([other.id for other in others])
+            merged += len(others)
+        return merged
+
+    def drop_old_history(self, now: datetime, keep_days: int) -> int:
+        """Remove superseded items older than `keep_days` (0 keeps history forever)."""
+        if keep_days == 0:
+            return 0
+        cutoff = now - timedelta(days=keep_days)
+        old = [item.id for item in self._store.items() if not item.active and item.updated_at < cutoff]
+        if old:
+            self._store.remove(old)
+        return len(old)
+
     # -- explicit changes (tools, /memory) ----------------------------------------------------------
 
     def _active(self, item_id: str) -> MemoryItem:

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 
-from apscheduler.triggers.cron import CronTrigger
 from pydantic import Field, ValidationError
 
 from bot.domain.model import CamelModel, utc_now
+from bot.scheduler.cron import InvalidCron, cron_trigger
 from bot.storage.files import read_text_sync, write_atomic
 
 log = logging.getLogger(__name__)
@@ -63,45 +63,12 @@ def parse_delay(text: str) -> timedelta:
     return delay
 
 
-_WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-_DOW_ITEM = re.compile(r"^(\*|\d+)(?:-(\d+))?(?:/(\d+))?$")
-
-
-def _standard_day_of_week(field: str) -> str:
-    """Cron's day-of-week field (0 or 7 = Sunday) as weekday names.
-
-    APScheduler 3 numbers days from Monday = 0, so a standard `1-5` (Monday to Friday) would mean
-    Tuesday to Saturday there; names mean the same in both.
-    """
-    days: list[int] = []
-    for item in field.split(","):
-        match = _DOW_ITEM.match(item)
-        if match is None:
-            return field  # names (mon-fri) and anything else pass through unchanged
-        start, end, step = match.groups()
-        if start == "*":
-            if step is None:
-                return field
-            first, last = 0, 6
-        else:
-            first = int(start)
-            last = int(end) if end is not None else (6 if step is not None else first)
-        if not (0 <= first <= 7 and 0 <= last <= 7 and first <= last):
-            raise InvalidReminder(f"day of week {item!r} must be between 0 and 7")
-        days.extend(day % 7 for day in range(first, last + 1, int(step or 1)))
-    return ",".join(_WEEKDAY_NAMES[day] for day in sorted(set(days)))
-
-
 def next_cron_time(expression: str, zone: tzinfo, after: datetime) -> datetime:
     """The first time at or after `after` that the 5-field cron `expression` names, in UTC."""
-    fields = expression.split()
-    if len(fields) != 5:
-        raise InvalidReminder(f"{expression!r} is not a 5-field cron expression like '0 9 * * 1-5'")
-    fields[4] = _standard_day_of_week(fields[4])
     try:
-        trigger = CronTrigger.from_crontab(" ".join(fields), timezone=zone)
-    except ValueError as error:
-        raise InvalidReminder(f"{expression!r} is not a cron expression like '0 9 * * 1-5': {error}") from error
+        trigger = cron_trigger(expression, zone)
+    except InvalidCron as error:
+        raise InvalidReminder(str(error)) from error
     fire_time: datetime | None = trigger.get_next_fire_time(None, after)
     if fire_time is None:
         raise InvalidReminder(f"{expression!r} never fires")

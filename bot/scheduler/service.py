@@ -9,8 +9,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import tzinfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from bot.scheduler.cron import cron_trigger
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,16 @@ class BotScheduler:
             coalesce=True,
             replace_existing=True,
         )
+
+    def add_cron_job(self, name: str, expression: str, zone: tzinfo, job: Job) -> None:
+        """Run `job` on a 5-field cron schedule in `zone`; raises `InvalidCron` for a bad expression."""
+        self._scheduler.add_job(
+            _logged(name, job), cron_trigger(expression, zone), id=name, name=name,
+            max_instances=1, coalesce=True, replace_existing=True,
+        )  # fmt: skip
+
+    def job_names(self) -> list[str]:
+        return sorted(job.name for job in self._scheduler.get_jobs())
 
     @property
     def running(self) -> bool:

@@ -130,3 +130,20 @@ def test_cron_day_of_week_follows_standard_cron() -> None:
     assert next_cron_time("0 9 * * 6", BERLIN, monday_noon).strftime("%a") == "Sat"
     assert next_cron_time("0 9 * * mon-fri", BERLIN, monday_noon).strftime("%a") == "Tue"
     assert next_cron_time("0 9 * * 1,3", BERLIN, monday_noon).strftime("%a") == "Wed"
+
+
+async def test_the_bot_registers_its_background_jobs(services: BotServices) -> None:
+    assert services.scheduler.job_names() == [
+        "idle compaction", "memory maintenance", "rag indexing", "reminders", "runtime-config check"
+    ]  # fmt: skip
+
+
+def test_a_bad_maintenance_schedule_is_refused_at_start(workspace_dir: Path, fake_openai: FakeOpenAI) -> None:
+    from bot.app import build_services
+    from bot.runtime_config import InvalidRuntimeConfig
+    from tests.conftest import env_for
+
+    (workspace_dir / "preferences").mkdir(parents=True)
+    (workspace_dir / "preferences" / "runtime-config.json").write_text('{"scheduler": {"maintenanceCron": "nightly"}}')
+    with pytest.raises(InvalidRuntimeConfig, match=r"scheduler\.maintenanceCron"):
+        build_services(env_for(workspace_dir, fake_openai))

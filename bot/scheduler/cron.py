@@ -1,0 +1,53 @@
+"""Cron expressions as people write them (5 fields, Sunday = 0 or 7), for APScheduler."""
+
+from __future__ import annotations
+
+import re
+from datetime import tzinfo
+
+from apscheduler.triggers.cron import CronTrigger
+
+
+class InvalidCron(ValueError):
+    """A cron expression that cannot be used; the message says why."""
+
+
+_WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_DOW_ITEM = re.compile(r"^(\*|\d+)(?:-(\d+))?(?:/(\d+))?$")
+
+
+def _standard_day_of_week(field: str) -> str:
+    """Cron's day-of-week field (0 or 7 = Sunday) as weekday names.
+
+    APScheduler 3 numbers days from Monday = 0, so a standard `1-5` (Monday to Friday) would mean
+    Tuesday to Saturday there; names mean the same in both.
+    """
+    days: list[int] = []
+    for item in field.split(","):
+        match = _DOW_ITEM.match(item)
+        if match is None:
+            return field  # names (mon-fri) and anything else pass through unchanged
+        start, end, step = match.groups()
+        if start == "*":
+            if step is None:
+                return field
+            first, last = 0, 6
+        else:
+            first = int(start)
+            last = int(end) if end is not None else (6 if step is not None else first)
+        if not (0 <= first <= 7 and 0 <= last <= 7 and first <= last):
+            raise InvalidCron(f"day of week {item!r} must be between 0 and 7")
+        days.extend(day % 7 for day in range(first, last + 1, int(step or 1)))
+    return ",".join(_WEEKDAY_NAMES[day] for day in sorted(set(days)))
+
+
+def cron_trigger(expression: str, zone: tzinfo) -> CronTrigger:
+    """An APScheduler trigger for a standard 5-field cron expression in `zone`."""
+    fields = expression.split()
+    if len(fields) != 5:
+        raise InvalidCron(f"{expression!r} is not a 5-field cron expression like '0 9 * * 1-5'")
+    fields[4] = _standard_day_of_week(fields[4])
+    try:
+        return CronTrigger.from_crontab(" ".join(fields), timezone=zone)
+    except ValueError as error:
+        raise InvalidCron(f"{expression!r} is not a cron expression like '0 9 * * 1-5': {error}") from error
