@@ -36,6 +36,7 @@ from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
 from bot.memory.tools import register_memory_tools
 from bot.metrics import BotMetrics
+from bot.pipeline.inbox import Inbox
 from bot.pipeline.router import InboundRouter
 from bot.pipeline.runner import PipelineRunner
 from bot.pipeline.systems.auto_compaction import AutoCompactionSystem
@@ -90,6 +91,7 @@ class BotServices:
     metrics: BotMetrics
     rag: RagService
     memory: MemoryService
+    inbox: Inbox
 
 
 def prepare_workspace(env: EnvSettings) -> Workspace:
@@ -146,7 +148,8 @@ def build_services(env: EnvSettings) -> BotServices:
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
-    router = InboundRouter(runner, commands, access)
+    inbox = Inbox(workspace.root / "state" / "inbox.jsonl")
+    router = InboundRouter(runner, commands, access, inbox)
     metrics.watch_queues(router.dispatcher.queue_depths)
     scheduler = BotScheduler()
 
@@ -201,6 +204,7 @@ def build_services(env: EnvSettings) -> BotServices:
         metrics,
         rag,
         memory,
+        inbox,
     )
 
 
@@ -283,6 +287,7 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
     services.reminders.connect(_reminder_delivery(services, channels), {c.channel_type for c in channels})
     services.scheduler.start()
     await resume_unanswered(services, channels)
+    await replay_inbox(services, channels)
 
 
 async def resume_unanswered(services: BotServices, channels: list[Channel]) -> int:
@@ -298,11 +303,34 @@ async def resume_unanswered(services: BotServices, channels: list[Channel]) -> i
             continue
         pending = unanswered_user_message(session)
         if pending is not None:
-            services.router.resume(InboundMessage(channel_type, chat_id, "", pending.content, resumed=True), channel)
+            unanswered = InboundMessage(channel_type, chat_id, "", pending.content, resumed=True, journal_id=pending.id)
+            services.router.resubmit(unanswered, channel)
             resumed += 1
     if resumed:
         log.info("[App] Answering %d chats whose last message was left unanswered", resumed)
     return resumed
+
+
+async def replay_inbox(services: BotServices, channels: list[Channel]) -> int:
+    """Queue again every message the last run took but never stored (it waited behind another, or
+    the bot died before its turn began). Returns how many were queued."""
+    by_type = {channel.channel_type: channel for channel in channels}
+    replayed = 0
+    for inbound in await services.inbox.pending():
+        channel = by_type.get(inbound.channel_type)
+        if channel is None or inbound.journal_id is None:
+            continue  # its channel is not running now: it waits for a start that has it
+        session = await services.sessions.get(inbound.session_id)
+        if session is not None and any(message.id == inbound.journal_id for message in session.messages):
+            unanswered = unanswered_user_message(session)
+            if unanswered is None or unanswered.id != inbound.journal_id:
+                await services.inbox.done(inbound.journal_id)  # stored and answered: nothing to do
+            continue  # stored but unanswered: `resume_unanswered` queued it
+        services.router.resubmit(inbound, channel)
+        replayed += 1
+    if replayed:
+        log.info("[App] Handling %d messages taken but not handled before the last stop", replayed)
+    return replayed
 
 
 def _reminder_delivery(services: BotServices, channels: list[Channel]) -> Deliver:

@@ -50,6 +50,16 @@ class AccessPolicy:
         self._config_store = config_store
         self._pairing = pairing
 
+    async def admits(self, inbound: InboundMessage) -> bool:
+        """Whether the sender may talk to the bot; no side effect (no pairing code, no log line)."""
+        if inbound.channel_type not in GUARDED_CHANNELS:
+            return True
+        config = await self._config_store.current()
+        user_id = _as_int(inbound.user_id)
+        return user_id is not None and (
+            user_id in config.access.allowed_users or user_id in await self._pairing.approved_ids()
+        )
+
     async def check(self, inbound: InboundMessage) -> AccessDecision:
         if inbound.channel_type not in GUARDED_CHANNELS:
             return ADMITTED

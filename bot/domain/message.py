@@ -50,8 +50,8 @@ class Message(CamelModel):
         return scrub_surrogates(value)
 
     @classmethod
-    def user(cls, text: str) -> Message:
-        return cls(role=Role.USER, content=text)
+    def user(cls, text: str, message_id: str | None = None) -> Message:
+        return cls(role=Role.USER, content=text, id=message_id or new_message_id())
 
     @classmethod
     def assistant(cls, text: str, tool_calls: list[ToolCall] | None = None) -> Message:

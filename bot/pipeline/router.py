@@ -6,6 +6,7 @@ Commands marked immediate (`/stop`) skip the queue: they act on the run in progr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from bot.access.policy import AccessPolicy
@@ -13,6 +14,7 @@ from bot.channels.base import CHANNEL_NOTICE, Channel
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.inbound import InboundMessage
 from bot.pipeline.dispatcher import ChatDispatcher
+from bot.pipeline.inbox import Inbox
 from bot.pipeline.runner import PipelineRunner
 
 log = logging.getLogger(__name__)
@@ -21,10 +23,19 @@ log = logging.getLogger(__name__)
 class InboundRouter:
     """Takes messages from every channel and answers each in its chat's order."""
 
-    def __init__(self, runner: PipelineRunner, commands: CommandRegistry, access: AccessPolicy | None = None) -> None:
+    def __init__(
+        self,
+        runner: PipelineRunner,
+        commands: CommandRegistry,
+        access: AccessPolicy | None = None,
+        inbox: Inbox | None = None,
+    ) -> None:
         self._runner = runner
         self._commands = commands
         self._access = access
+        self._inbox = inbox
+        # The journal entry each chat is handling now, so /stop can settle it.
+        self._handling: dict[str, str] = {}
         self.dispatcher = ChatDispatcher(self._handle)
         commands.register(
             Command(
@@ -36,20 +47,45 @@ class InboundRouter:
         )
 
     async def accept(self, inbound: InboundMessage, channel: Channel) -> None:
-        """Queue the message for its chat and return at once."""
+        """Journal the message (a sender who may talk), queue it for its chat, and return."""
         if self._commands.is_immediate(inbound.text):
             if await self._admitted(inbound, channel):
                 await self._answer_command(inbound, channel)
             return
+        if self._inbox is not None and (self._access is None or await self._access.admits(inbound)):
+            inbound = await self._inbox.record(inbound)
         if not self.dispatcher.submit(inbound, channel):
             log.warning("[Router] Shutting down; message for %s not taken", inbound.session_id)
 
-    def resume(self, inbound: InboundMessage, channel: Channel) -> None:
-        """Queue a message already in the session (left unanswered by the last stop); no access check:
-        its sender was admitted when it arrived."""
+    def resubmit(self, inbound: InboundMessage, channel: Channel) -> None:
+        """Queue a message the last stop left unhandled (from the journal or the session), as it is."""
         self.dispatcher.submit(inbound, channel)
 
     async def _handle(self, inbound: InboundMessage, channel: Channel) -> None:
+        journal_id = inbound.journal_id
+        if journal_id is not None:
+            self._handling[inbound.session_id] = journal_id
+        try:
+            await self._handle_now(inbound, channel)
+        except asyncio.CancelledError:
+            raise  # a shutdown cut it short: it stays in the journal and is handled after the restart
+        except Exception:
+            await self._settle(journal_id)  # failed for good: replaying it would fail again
+            raise
+        else:
+            await self._settle(journal_id)
+        finally:
+            self._handling.pop(inbound.session_id, None)
+
+    async def _settle(self, journal_id: str | None) -> None:
+        if self._inbox is None or journal_id is None:
+            return
+        try:
+            await self._inbox.done(journal_id)
+        except OSError as error:
+            log.error("[Router] Could not mark a message handled (%s); it may be answered again", error)
+
+    async def _handle_now(self, inbound: InboundMessage, channel: Channel) -> None:
         if inbound.resumed:
             await self._runner.run(inbound, channel)
             return
@@ -82,6 +118,7 @@ class InboundRouter:
         session_id = request.inbound.session_id
         if not self._runner.interrupt(session_id):
             return "Nothing is running."
+        await self._settle(self._handling.get(session_id))
         queued = self.dispatcher.pending(session_id)
         after = f" I'll answer the {queued} queued message(s) next." if queued else ""
         return "Stopped." + after

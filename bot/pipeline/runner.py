@@ -124,7 +124,7 @@ class PipelineRunner:
                 inbound=inbound,
                 session=session,
                 config=config,
-                user_message=pending or Message.user(inbound.text),
+                user_message=pending or Message.user(inbound.text, inbound.journal_id),
                 model=self._model_override or config.llm.model,
                 reply_stream=channel.open_stream(inbound.chat_id) if config.tool_loop.streaming else None,
             )

@@ -268,3 +268,29 @@ async def test_a_stopped_run_is_not_resumed_after_a_restart(
     restarted = build_services(env_for(workspace_dir, fake_openai))
     assert await resume_unanswered(restarted, [RecordingChannel()]) == 0
     await shutdown(restarted, [])
+
+
+async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_after_the_restart(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    from bot.app import build_services, replay_inbox, resume_unanswered, shutdown
+    from tests.conftest import env_for
+
+    fake_openai.script(Reply(text="never delivered", delay=30))
+    await services.router.accept(channel.message("1", "first, slow"), channel)
+    await services.router.accept(channel.message("1", "second, waiting"), channel)
+    while not fake_openai.chat_requests():  # the first run is waiting for the model
+        await asyncio.sleep(0.01)
+    await services.router.dispatcher.close(0)  # the process dies: runs cut short, nothing settled
+
+    restarted = build_services(env_for(workspace_dir, fake_openai))
+    fresh = RecordingChannel()
+    assert await resume_unanswered(restarted, [fresh]) == 1
+    assert await replay_inbox(restarted, [fresh]) == 1
+    assert await fresh.wait_for("1", 2) == ["echo: first, slow", "echo: second, waiting"]
+    await restarted.router.dispatcher.drain()
+    session = await restarted.sessions.get("test:1")
+    assert session is not None
+    assert [m.content for m in session.messages if m.role.value == "user"] == ["first, slow", "second, waiting"]
+    assert await restarted.inbox.pending() == []  # everything handled: nothing to replay next time
+    await shutdown(restarted, [])

@@ -1,0 +1,68 @@
+"""`Inbox`: a write-ahead journal of admitted messages, so none is lost between arrival and its turn.
+
+A message is recorded (durably) before it joins its chat's queue and marked done once handled. A
+crash while it waits behind a long run, or in the middle of its own, leaves it pending, and the next
+start hands the pending ones back to their chats in order. The message's journal id becomes the id
+of its user message in the session, so a replay knows whether it was already stored. The file holds
+only what is not yet handled: it is rewritten, atomically, when read at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bot.domain.inbound import InboundMessage
+from bot.storage.files import append_lines, write_atomic
+from bot.storage.jsonl import dumps_line, read_jsonl
+
+log = logging.getLogger(__name__)
+
+
+class Inbox:
+    """The journal of messages taken but not yet handled."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = asyncio.Lock()
+
+    async def record(self, inbound: InboundMessage) -> InboundMessage:
+        """Journal `inbound`; returns it with its journal id."""
+        recorded = dataclasses.replace(inbound, journal_id=uuid.uuid4().hex)
+        record = {field.name: getattr(recorded, field.name) for field in dataclasses.fields(recorded)}
+        await append_lines(self._path, [dumps_line({"message": record})])
+        return recorded
+
+    async def done(self, journal_id: str) -> None:
+        await append_lines(self._path, [dumps_line({"done": journal_id})])
+
+    async def pending(self) -> list[InboundMessage]:
+        """Messages recorded and never marked done, in arrival order; the file keeps only those."""
+        async with self._lock:
+            records = await read_jsonl(self._path)
+            finished = {record["done"] for record in records if "done" in record}
+            waiting: list[InboundMessage] = []
+            for record in records:
+                message = _inbound_from(record.get("message"))
+                if message is not None and message.journal_id not in finished:
+                    waiting.append(message)
+            lines = "".join(dumps_line({"message": dataclasses.asdict(m)}) + "\n" for m in waiting)
+            await write_atomic(self._path, lines.encode("utf-8", "backslashreplace"))
+        if waiting:
+            log.info("[Inbox] %d messages were taken but not answered before the last stop", len(waiting))
+        return waiting
+
+
+def _inbound_from(raw: Any) -> InboundMessage | None:
+    if not isinstance(raw, dict):
+        return None
+    names = {field.name for field in dataclasses.fields(InboundMessage)}
+    try:
+        return InboundMessage(**{key: value for key, value in raw.items() if key in names})
+    except TypeError:
+        log.warning("[Inbox] Skipped an unreadable journal entry")
+        return None
