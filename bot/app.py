@@ -278,7 +278,10 @@ async def serve(
 
 
 async def start(services: BotServices, channels: list[Channel], listener: HttpListener | None = None) -> None:
-    """Start the HTTP listener (its routes are in place), then every channel, then the scheduler."""
+    """Start the HTTP listener (its routes are in place), then every channel, then the scheduler; then
+    answer what the last run left unanswered."""
+    # Read before anything can arrive, so a message taken now is never mistaken for an old one.
+    backlog = await unfinished_messages(services, {channel.channel_type for channel in channels})
     if listener is not None:
         await listener.start()
     for channel in channels:
@@ -286,51 +289,40 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
         log.info("[App] Channel %s started", channel.channel_type)
     services.reminders.connect(_reminder_delivery(services, channels), {c.channel_type for c in channels})
     services.scheduler.start()
-    await resume_unanswered(services, channels)
-    await replay_inbox(services, channels)
+    resubmit(services, channels, backlog)
 
 
-async def resume_unanswered(services: BotServices, channels: list[Channel]) -> int:
-    """Queue every chat whose last user message the previous run left without an answer (a crash,
-    or a shutdown that cut a run short). Returns how many chats were queued."""
-    by_type = {channel.channel_type: channel for channel in channels}
-    resumed = 0
+async def unfinished_messages(services: BotServices, channel_types: set[str]) -> list[InboundMessage]:
+    """What the last run left unanswered, oldest first per chat: a stored message whose turn a crash or
+    a shutdown cut short, then messages it took (journaled) but never began."""
+    backlog: list[InboundMessage] = []
     for session_id in services.sessions.stored_ids():
         channel_type, _, chat_id = session_id.partition(":")
-        channel = by_type.get(channel_type)
-        session = await services.sessions.get(session_id) if channel else None
-        if channel is None or session is None:
-            continue
-        pending = unanswered_user_message(session)
+        session = await services.sessions.get(session_id) if channel_type in channel_types else None
+        pending = unanswered_user_message(session) if session is not None else None
         if pending is not None:
-            unanswered = InboundMessage(channel_type, chat_id, "", pending.content, resumed=True, journal_id=pending.id)
-            services.router.resubmit(unanswered, channel)
-            resumed += 1
-    if resumed:
-        log.info("[App] Answering %d chats whose last message was left unanswered", resumed)
-    return resumed
-
-
-async def replay_inbox(services: BotServices, channels: list[Channel]) -> int:
-    """Queue again every message the last run took but never stored (it waited behind another, or
-    the bot died before its turn began). Returns how many were queued."""
-    by_type = {channel.channel_type: channel for channel in channels}
-    replayed = 0
+            backlog.append(
+                InboundMessage(channel_type, chat_id, "", pending.content, resumed=True, journal_id=pending.id)
+            )
     for inbound in await services.inbox.pending():
-        channel = by_type.get(inbound.channel_type)
-        if channel is None or inbound.journal_id is None:
+        if inbound.channel_type not in channel_types or inbound.journal_id is None:
             continue  # its channel is not running now: it waits for a start that has it
         session = await services.sessions.get(inbound.session_id)
         if session is not None and any(message.id == inbound.journal_id for message in session.messages):
             unanswered = unanswered_user_message(session)
             if unanswered is None or unanswered.id != inbound.journal_id:
                 await services.inbox.done(inbound.journal_id)  # stored and answered: nothing to do
-            continue  # stored but unanswered: `resume_unanswered` queued it
-        services.router.resubmit(inbound, channel)
-        replayed += 1
-    if replayed:
-        log.info("[App] Handling %d messages taken but not handled before the last stop", replayed)
-    return replayed
+            continue  # stored but unanswered: already in the backlog as a resumed message
+        backlog.append(inbound)
+    if backlog:
+        log.info("[App] %d messages were left unanswered by the last stop; answering them", len(backlog))
+    return backlog
+
+
+def resubmit(services: BotServices, channels: list[Channel], backlog: list[InboundMessage]) -> None:
+    by_type = {channel.channel_type: channel for channel in channels}
+    for inbound in backlog:
+        services.router.resubmit(inbound, by_type[inbound.channel_type])
 
 
 def _reminder_delivery(services: BotServices, channels: list[Channel]) -> Deliver:

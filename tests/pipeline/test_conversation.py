@@ -222,7 +222,7 @@ async def test_a_damaged_session_file_is_reported_to_the_user(
 async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    from bot.app import build_services, resume_unanswered, shutdown
+    from bot.app import build_services, resubmit, shutdown, unfinished_messages
     from bot.domain.message import Message
     from tests.conftest import env_for
 
@@ -241,20 +241,22 @@ async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_r
 
     restarted = build_services(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
-    assert await resume_unanswered(restarted, [fresh]) == 1
+    backlog = await unfinished_messages(restarted, {"test"})
+    assert [m.text for m in backlog] == ["sent just before the crash"]
+    resubmit(restarted, [fresh], backlog)
     assert await fresh.wait_for("1", 1) == ["echo: sent just before the crash"]
     await restarted.router.dispatcher.drain()
     assert fresh.sent["2"] == []
     users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
     assert users == ["answered before the crash", "sent just before the crash"]  # stored once, not twice
-    assert await resume_unanswered(restarted, [fresh]) == 0  # answered: nothing left to resume
+    assert await unfinished_messages(restarted, {"test"}) == []  # answered: nothing left to resume
     await shutdown(restarted, [])
 
 
 async def test_a_stopped_run_is_not_resumed_after_a_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    from bot.app import build_services, resume_unanswered, shutdown
+    from bot.app import build_services, shutdown, unfinished_messages
     from tests.conftest import env_for
 
     fake_openai.script(Reply(text="too slow", delay=5))
@@ -266,14 +268,14 @@ async def test_a_stopped_run_is_not_resumed_after_a_restart(
     assert await channel.wait_for("1", 1) == ["Stopped."]
     await services.router.dispatcher.drain()
     restarted = build_services(env_for(workspace_dir, fake_openai))
-    assert await resume_unanswered(restarted, [RecordingChannel()]) == 0
+    assert await unfinished_messages(restarted, {"test"}) == []
     await shutdown(restarted, [])
 
 
 async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_after_the_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    from bot.app import build_services, replay_inbox, resume_unanswered, shutdown
+    from bot.app import build_services, resubmit, shutdown, unfinished_messages
     from tests.conftest import env_for
 
     fake_openai.script(Reply(text="never delivered", delay=30))
@@ -285,8 +287,9 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
 
     restarted = build_services(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
-    assert await resume_unanswered(restarted, [fresh]) == 1
-    assert await replay_inbox(restarted, [fresh]) == 1
+    backlog = await unfinished_messages(restarted, {"test"})
+    assert [(m.text, m.resumed) for m in backlog] == [("first, slow", True), ("second, waiting", False)]
+    resubmit(restarted, [fresh], backlog)
     assert await fresh.wait_for("1", 2) == ["echo: first, slow", "echo: second, waiting"]
     await restarted.router.dispatcher.drain()
     session = await restarted.sessions.get("test:1")
