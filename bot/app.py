@@ -171,8 +171,7 @@ def build_services(env: EnvSettings) -> BotServices:
         await reminders.fire_due(late_after=late_after)
 
     scheduler.add_interval_job("reminders", scheduler_config.reminder_check_seconds, fire_reminders)
-    idle = IdleCompactor(sessions, compaction, config_store, lambda sid: sid in router.dispatcher.queue_depths(),
-                         env.bot_model)  # fmt: skip
+    idle = IdleCompactor(sessions, compaction, config_store, lambda sid: sid in router.dispatcher.queue_depths())
 
     async def compact_idle() -> None:
         await idle.run()

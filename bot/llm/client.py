@@ -78,7 +78,6 @@ class LlmClient:
             base_url=base_url,
             http_client=openai.DefaultAsyncHttpxClient(limits=limits),
         )
-        self.usage_log: list[Usage] = []
 
     async def close(self) -> None:
         await self._client.close()
@@ -167,8 +166,6 @@ class LlmClient:
         usage = Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0, model)
         self._metrics.model_tokens.labels(model, "prompt").inc(usage.prompt_tokens)
         self._metrics.model_tokens.labels(model, "completion").inc(usage.completion_tokens)
-        self.usage_log.append(usage)
-        del self.usage_log[:-1000]  # bounded: only recent calls matter
         return usage
 
 

@@ -81,9 +81,6 @@ class ModelRegistry:
         entry = self._models[entry_name] if entry_name else self._default
         return ModelSpec(name, entry.max_input_tokens, entry.max_output_tokens, entry.tier, entry_name is not None)
 
-    def names(self) -> list[str]:
-        return sorted(self._models)
-
     def _match(self, name: str) -> str | None:
         for candidate in (name, name.split("/", 1)[-1]):
             if candidate in self._models:

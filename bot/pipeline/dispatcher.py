@@ -52,10 +52,6 @@ class ChatDispatcher:
         self._idle.clear()
         return True
 
-    def is_busy(self, session_id: str) -> bool:
-        chat = self._chats.get(session_id)
-        return chat is not None and chat.current is not None
-
     def pending(self, session_id: str) -> int:
         chat = self._chats.get(session_id)
         return 0 if chat is None else chat.items.qsize()

@@ -25,13 +25,11 @@ class IdleCompactor:
         compaction: CompactionService,
         config_store: RuntimeConfigStore,
         chat_is_active: Callable[[str], bool],
-        model_override: str | None,
     ) -> None:
         self._sessions = sessions
         self._compaction = compaction
         self._config_store = config_store
         self._chat_is_active = chat_is_active
-        self._model_override = model_override
 
     async def run(self, now: datetime | None = None) -> int:
         """Compact every chat that qualifies; returns how many were compacted."""
@@ -40,7 +38,7 @@ class IdleCompactor:
         if not config.compaction.enabled or settings.idle_compaction_minutes == 0:
             return 0
         quiet_since = (now or utc_now()) - timedelta(minutes=settings.idle_compaction_minutes)
-        model = self._model_override or config.llm.model
+        model = self._compaction.chat_model(config)
         compacted = 0
         for session in self._sessions.cached():
             if session.updated_at > quiet_since or self._chat_is_active(session.id):

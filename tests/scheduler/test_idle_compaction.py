@@ -39,7 +39,7 @@ async def test_a_quiet_full_chat_is_compacted_and_a_busy_or_small_one_is_not(
     busy = {"test:busy"}
     compactor = IdleCompactor(
         services.sessions, services.runner.systems[0].compaction,  # type: ignore[attr-defined]
-        services.config_store, lambda session_id: session_id in busy, None,
+        services.config_store, lambda session_id: session_id in busy,
     )  # fmt: skip
 
     assert await compactor.run(now=utc_now()) == 0  # nobody has been quiet long enough
