@@ -32,10 +32,10 @@ from bot.memory.embeddings import Embedder, VectorIndex
 from bot.memory.extraction import RuleBasedExtractor
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.paths import MemoryPaths
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService
 from bot.settings import MemoryConfig
+from bot.workspace import MemoryPaths
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,12 @@ from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import VectorIndex
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.paths import MemoryPaths
 from bot.memory.prompt_pack import MemoryPromptPackService
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import fingerprint_of
 from bot.settings import MemoryConfig
 from bot.storage.jsonl import dumps_line
+from bot.workspace import MemoryPaths
 
 SIZES = (1_000, 10_000, 100_000)
 QUERIES = 300

@@ -12,6 +12,39 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class MemoryPaths:
+    """The files of one memory scope (CONTRACT's `memory/` layout, rooted at `root`)."""
+
+    root: Path
+
+    @property
+    def long_term_file(self) -> Path:
+        return self.root / "MEMORY.md"
+
+    def daily_note_file(self, day: date) -> Path:
+        return self.root / f"{day.isoformat()}.md"
+
+    @property
+    def items_dir(self) -> Path:
+        return self.root / "items"
+
+    @property
+    def episodic_dir(self) -> Path:
+        return self.items_dir / "episodic"
+
+    def episodic_file(self, day: date) -> Path:
+        return self.episodic_dir / f"{day.isoformat()}.jsonl"
+
+    @property
+    def semantic_file(self) -> Path:
+        return self.items_dir / "semantic.jsonl"
+
+    @property
+    def procedural_file(self) -> Path:
+        return self.items_dir / "procedural.jsonl"
+
+
+@dataclass(frozen=True)
 class Workspace:
     """The paths of CONTRACT's workspace layout, rooted at `BOT_WORKSPACE`."""
 
@@ -22,12 +55,9 @@ class Workspace:
         return self.root / "memory"
 
     @property
-    def long_term_memory_file(self) -> Path:
-        return self.memory_dir / "MEMORY.md"
-
-    @property
-    def items_dir(self) -> Path:
-        return self.memory_dir / "items"
+    def memory(self) -> MemoryPaths:
+        """The global memory's files (a chat's own, with `memory.scope: chat`, are under `memory/chats/`)."""
+        return MemoryPaths(self.memory_dir)
 
     @property
     def sessions_dir(self) -> Path:
@@ -57,13 +87,10 @@ class Workspace:
     def tool_results_dir(self) -> Path:
         return self.root / "tool_results"
 
-    def daily_note_file(self, day: date) -> Path:
-        return self.memory_dir / f"{day.isoformat()}.md"
-
     def required_dirs(self) -> list[Path]:
         return [
             self.memory_dir,
-            self.items_dir / "episodic",
+            self.memory.episodic_dir,
             self.sessions_dir / "archive",
             self.preferences_dir,
             self.rag_dir,

@@ -26,7 +26,7 @@ async def test_a_100000_character_message_is_answered_and_kept_whole(
 async def test_a_10_mb_memory_file_is_cut_to_its_budget_with_a_marker(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    services.workspace.long_term_memory_file.write_text("The owner's name is Ann.\n" + "filler fact. " * 800_000)
+    services.workspace.memory.long_term_file.write_text("The owner's name is Ann.\n" + "filler fact. " * 800_000)
     await say(services, channel, "1", "hello")
     system = fake_openai.system_prompts()[-1]
     assert system is not None

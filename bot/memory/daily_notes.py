@@ -10,8 +10,8 @@ import re
 from datetime import date, datetime
 
 from bot.memory.file_cache import TextFileCache
-from bot.memory.paths import MemoryPaths
 from bot.storage.files import append_lines
+from bot.workspace import MemoryPaths
 
 USER_TEXT_LIMIT = 200
 ASSISTANT_TEXT_LIMIT = 300

@@ -27,9 +27,9 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from bot.domain.memory import MemoryItem, MemoryLayer
-from bot.memory.paths import MemoryPaths
 from bot.storage.files import append_lines, read_text_sync, write_atomic
 from bot.storage.jsonl import dumps_line
+from bot.workspace import MemoryPaths
 
 log = logging.getLogger(__name__)
 

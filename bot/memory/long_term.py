@@ -7,8 +7,8 @@ the next message. Writes are atomic rewrites.
 from __future__ import annotations
 
 from bot.memory.file_cache import TextFileCache
-from bot.memory.paths import MemoryPaths
 from bot.storage.files import write_atomic
+from bot.workspace import MemoryPaths
 
 
 class LongTermMemory:

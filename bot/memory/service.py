@@ -36,12 +36,12 @@ from bot.memory.lexical_index import Bm25Index
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.memory.long_term import LongTermMemory
-from bot.memory.paths import CHAT_SCOPES_DIR, MemoryPaths, memory_paths_for
+from bot.memory.paths import CHAT_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
-from bot.workspace import Workspace
+from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
 

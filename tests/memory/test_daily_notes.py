@@ -35,7 +35,7 @@ async def test_each_exchange_appends_one_line_to_todays_note(
     fake_openai.script("Hello!\nHow can I help?", "Sure.")
     await say(services, channel, "1", "hi there\nbot")
     await say(services, channel, "1", "help me")
-    note = services.workspace.daily_note_file(services.clock.now().date()).read_text()
+    note = services.workspace.memory.daily_note_file(services.clock.now().date()).read_text()
     lines = note.splitlines()
     assert len(lines) == 2
     assert re.fullmatch(r"\[\d\d:\d\d\] User: hi there bot \| Assistant: Hello! How can I help\?", lines[0])
@@ -50,4 +50,4 @@ async def test_a_failed_reply_writes_no_note(
     services.workspace.runtime_config_file.write_text('{"llm": {"maxRetries": 0}}')
     fake_openai.fail_next(1, Fault.status(503))
     await say(services, channel, "1", "hello?")
-    assert not services.workspace.daily_note_file(services.clock.now().date()).exists()
+    assert not services.workspace.memory.daily_note_file(services.clock.now().date()).exists()

@@ -75,14 +75,14 @@ async def test_the_llm_extractor_is_used_when_enabled_and_the_rules_when_it_fail
                             "key": "bike", "confidence": 0.9}]}  # fmt: skip
     fake_openai.script("Nice bike!", json.dumps(extracted))
     await say(services, channel, "1", "Got myself a new bicycle, it's red")
-    semantic = read_items(services.workspace.items_dir / "semantic.jsonl")
+    semantic = read_items(services.workspace.memory.items_dir / "semantic.jsonl")
     assert [(r["content"], r["key"]) for r in semantic] == [("The user owns a red bike.", "bike")]
     extraction_request = fake_openai.chat_requests()[-1]
     assert extraction_request["messages"][0]["content"].startswith("You extract long-term memory")
 
     fake_openai.script("Hi Ann!", "Sure, here are your facts: none")  # prose instead of JSON
     await say(services, channel, "1", "My name is Ann.")
-    semantic = read_items(services.workspace.items_dir / "semantic.jsonl")
+    semantic = read_items(services.workspace.memory.items_dir / "semantic.jsonl")
     assert "My name is Ann." in [r["content"] for r in semantic]  # the rules took over
 
 
@@ -103,12 +103,16 @@ async def test_turns_about_to_be_compacted_reach_memory_first(services: BotServi
     ]
     await sink.remember_before_compaction("test:1", messages)
     await sink.remember_before_compaction("test:1", messages)  # already recorded: nothing twice
-    episodic = [r for path in (services.workspace.items_dir / "episodic").glob("*.jsonl") for r in read_items(path)]
+    episodic = [
+        r for path in (services.workspace.memory.items_dir / "episodic").glob("*.jsonl") for r in read_items(path)
+    ]
     assert sorted(r["content"] for r in episodic) == [
         "User: My name is Ann. | Assistant: Hello Ann.",
         "User: and? | Assistant: Nothing else.",
     ]
-    assert [r["content"] for r in read_items(services.workspace.items_dir / "semantic.jsonl")] == ["My name is Ann."]
+    assert [r["content"] for r in read_items(services.workspace.memory.items_dir / "semantic.jsonl")] == [
+        "My name is Ann."
+    ]
 
 
 async def test_local_embeddings_without_the_extra_say_how_to_install_it(caplog: pytest.LogCaptureFixture) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from bot.domain.memory import MemoryLayer
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.paths import MemoryPaths
+from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -31,7 +31,7 @@ def write_items(path: Path, items: list[MemoryItem]) -> None:
 
 
 async def test_maintenance_changes_exactly_what_the_configuration_says(services: BotServices) -> None:
-    items_dir = services.workspace.items_dir
+    items_dir = services.workspace.memory.items_dir
     stale = item(MemoryLayer.SEMANTIC, "The user likes chess", days_old=40, salience=0.8)
     fresh = item(MemoryLayer.SEMANTIC, "The user lives in Porto", days_old=3, salience=0.8)
     duplicate_a = item(MemoryLayer.SEMANTIC, "The user's cat is called Miso", days_old=5, confidence=0.6)

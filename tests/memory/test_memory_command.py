@@ -38,7 +38,7 @@ async def test_list_forget_and_pin(services: BotServices, channel: RecordingChan
 async def test_status_shows_the_memory_and_the_last_pack(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    services.workspace.long_term_memory_file.write_text("Hello memory")
+    services.workspace.memory.long_term_file.write_text("Hello memory")
     await say(services, channel, "1", "My name is Ann.")
     await say(services, channel, "1", "who am I?")
     status = await say(services, channel, "1", "/status")

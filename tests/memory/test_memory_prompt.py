@@ -27,7 +27,7 @@ async def test_no_memory_means_no_memory_header(
 
 
 async def test_memory_md_only(services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI) -> None:
-    services.workspace.long_term_memory_file.write_text("User prefers concise responses.\nProject uses Python 3.11.\n")
+    services.workspace.memory.long_term_file.write_text("User prefers concise responses.\nProject uses Python 3.11.\n")
     await say(services, channel, "1", "hello")
     prompt = fake_openai.system_prompts()[-1]
     assert prompt is not None
@@ -40,10 +40,10 @@ async def test_a_hand_edit_of_memory_md_is_seen_on_the_next_message(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, legacyDailyNotesEnabled=False)
-    services.workspace.long_term_memory_file.write_text("The cat is called Tom.")
+    services.workspace.memory.long_term_file.write_text("The cat is called Tom.")
     await say(services, channel, "1", "hello")
     assert "The cat is called Tom." in (fake_openai.system_prompts()[-1] or "")
-    services.workspace.long_term_memory_file.write_text("The cat is called Felix.")
+    services.workspace.memory.long_term_file.write_text("The cat is called Felix.")
     await say(services, channel, "1", "and now?")
     prompt = fake_openai.system_prompts()[-1] or ""
     assert "The cat is called Felix." in prompt and "Tom" not in prompt
@@ -78,7 +78,7 @@ async def test_the_model_sees_memory_as_it_was_before_this_exchange(
     await say(services, channel, "1", "the first message")
     # The first turn was written after its reply: its own prompt had no memory of it.
     assert memory_section(fake_openai.system_prompts()[0]) is None
-    note = services.workspace.daily_note_file(services.clock.now().date()).read_text()
+    note = services.workspace.memory.daily_note_file(services.clock.now().date()).read_text()
     assert "User: the first message | Assistant: echo: the first message" in note
 
 
@@ -86,7 +86,7 @@ async def test_memory_over_the_budget_is_cut_with_a_visible_marker(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, softPromptBudgetTokens=10, maxPromptBudgetTokens=20)
-    services.workspace.long_term_memory_file.write_text("word " * 100)
+    services.workspace.memory.long_term_file.write_text("word " * 100)
     await say(services, channel, "1", "hello")
     memory = memory_section(fake_openai.system_prompts()[-1])
     assert memory is not None
@@ -99,7 +99,7 @@ async def test_memory_disabled_sends_nothing_and_writes_nothing(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, enabled=False)
-    services.workspace.long_term_memory_file.write_text("Secret plans.")
+    services.workspace.memory.long_term_file.write_text("Secret plans.")
     await say(services, channel, "1", "hello")
     assert "# Memory" not in (fake_openai.system_prompts()[-1] or "")
-    assert not services.workspace.daily_note_file(services.clock.now().date()).exists()
+    assert not services.workspace.memory.daily_note_file(services.clock.now().date()).exists()

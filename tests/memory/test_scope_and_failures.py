@@ -45,8 +45,8 @@ async def test_a_disk_error_is_one_warning_and_the_reply_is_delivered(
 ) -> None:
     # Running as root ignores permissions, so the files are made impossible to write another way.
     today = services.clock.now().date()
-    services.workspace.daily_note_file(today).mkdir(parents=True)
-    (services.workspace.items_dir / "episodic" / f"{today.isoformat()}.jsonl").mkdir(parents=True)
+    services.workspace.memory.daily_note_file(today).mkdir(parents=True)
+    (services.workspace.memory.items_dir / "episodic" / f"{today.isoformat()}.jsonl").mkdir(parents=True)
     with caplog.at_level(logging.WARNING):
         assert await say(services, channel, "1", "hello") == "echo: hello"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -58,8 +58,8 @@ async def test_a_disk_error_is_one_warning_and_the_reply_is_delivered(
 async def test_an_unreadable_memory_file_does_not_stop_the_answer(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    services.workspace.long_term_memory_file.unlink(missing_ok=True)
-    services.workspace.long_term_memory_file.mkdir()
+    services.workspace.memory.long_term_file.unlink(missing_ok=True)
+    services.workspace.memory.long_term_file.mkdir()
     assert await say(services, channel, "1", "hello") == "echo: hello"
     assert "# Memory" not in (fake_openai.system_prompts()[-1] or "")
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from bot.app import BotServices
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer
-from bot.memory.paths import MemoryPaths
+from bot.workspace import MemoryPaths
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import configure_memory, item, memory_section, say, write_items
@@ -83,14 +83,14 @@ async def test_the_legacy_notes_are_the_fallback_and_can_be_switched_off(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     today = services.clock.now().date()
-    services.workspace.daily_note_file(today).write_text("[08:00] User: good morning | Assistant: morning!\n")
+    services.workspace.memory.daily_note_file(today).write_text("[08:00] User: good morning | Assistant: morning!\n")
     await say(services, channel, "1", "hello")
     assert memory_section(fake_openai.system_prompts()[-1]) == (
         "# Memory\n\n## Today's Notes\n[08:00] User: good morning | Assistant: morning!"
     )
 
     configure_memory(services, legacyDailyNotesEnabled=False)
-    for path in services.workspace.items_dir.rglob("*.jsonl"):
+    for path in services.workspace.memory.items_dir.rglob("*.jsonl"):
         path.unlink()  # an empty pack again
     await say(services, channel, "1", "hello again")
     assert memory_section(fake_openai.system_prompts()[-1]) is None

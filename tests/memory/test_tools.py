@@ -37,7 +37,7 @@ def ctx() -> ToolContext:
 async def test_add_search_update_promote_and_forget(
     services: BotServices, tools: MemoryTools, ctx: ToolContext
 ) -> None:
-    semantic = services.workspace.items_dir / "semantic.jsonl"
+    semantic = services.workspace.memory.items_dir / "semantic.jsonl"
     added = await tools.memory_add(MemoryAddArgs(content="The user's sister is called Maria."), ctx)
     assert added.startswith("Remembered as m") and added.endswith("(semantic).")
     again = await tools.memory_add(MemoryAddArgs(content="the user's sister is called maria"), ctx)
@@ -70,7 +70,7 @@ async def test_memory_md_tools(services: BotServices, tools: MemoryTools, ctx: T
     await tools.write_memory(WriteMemoryArgs(content="- Works at ACME"), ctx)
     assert await tools.read_memory(NoArgs(), ctx) == "- Likes hiking\n- Works at ACME"
     await tools.update_memory(UpdateMemoryArgs(old_text="ACME", new_text="Initech"), ctx)
-    assert services.workspace.long_term_memory_file.read_text() == "- Likes hiking\n- Works at Initech\n"
+    assert services.workspace.memory.long_term_file.read_text() == "- Likes hiking\n- Works at Initech\n"
     with pytest.raises(ToolError, match=r"not in MEMORY\.md"):
         await tools.update_memory(UpdateMemoryArgs(old_text="ACME", new_text="x"), ctx)
 
@@ -98,7 +98,7 @@ async def test_forget_that_i_through_the_model(
     assert await say(services, channel, "1", "forget that I like jazz") == "Done."
     tool_result = [m for m in fake_openai.last_chat_request()["messages"] if m["role"] == "tool"][-1]
     assert tool_result["content"].startswith("Forgotten m") and "I like jazz." in tool_result["content"]
-    assert all("jazz" not in r["content"] for r in read_items(services.workspace.items_dir / "semantic.jsonl"))
+    assert all("jazz" not in r["content"] for r in read_items(services.workspace.memory.items_dir / "semantic.jsonl"))
 
     await say(services, channel, "1", "/new")
     await say(services, channel, "1", "what music do I like?")

@@ -10,9 +10,9 @@ import pytest
 from bot.domain.memory import MemoryLayer, TurnMemoryEvent
 from bot.memory.extraction import RuleBasedExtractor
 from bot.memory.items_store import MemoryItemStore
-from bot.memory.paths import MemoryPaths
 from bot.memory.write_service import MemoryWriteService, UnknownMemoryItem
 from bot.settings import MemoryConfig
+from bot.workspace import MemoryPaths
 from tests.memory.helpers import read_items
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
