@@ -1,19 +1,17 @@
 """`AiogramBackend`: the Telegram channel over aiogram 3 (`TELEGRAM_BACKEND=aiogram`).
 
-Long polling runs through aiogram's `Dispatcher` with one outer middleware for every update, which
-hands the update to the channel and returns (updates are processed one at a time, in order: the channel only
-queues them). aiogram does not delete a webhook before polling, so this backend does.
+Uses aiogram's `Bot` for every call, getUpdates included, without a `Dispatcher`: the channel's own
+polling loop (`telegram_polling`) acknowledges an update only once it is journaled, and the channel's
+per-chat queues do what aiogram's routers would.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from aiogram import Bot, Dispatcher
+from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
@@ -24,15 +22,17 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import BotCommand, MessageEntity, TelegramObject, Update
+from aiogram.types import BotCommand, MessageEntity
 
-from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient, UpdateHandler
+from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient
 from bot.channels.telegram_updates import BotIdentity
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 CONNECTION_LIMIT = 100
+# How long past its own timeout a long poll may take to answer before the connection counts as dead.
+POLL_ANSWER_MARGIN_SECONDS = 10
 
 
 class AiogramBackend:
@@ -43,8 +43,6 @@ class AiogramBackend:
     def __init__(self, token: str, api_root: str) -> None:
         session = AiohttpSession(api=TelegramAPIServer.from_base(api_root.rstrip("/")), limit=CONNECTION_LIMIT)
         self._bot = Bot(token, session=session)
-        self._dispatcher: Dispatcher | None = None
-        self._polling: asyncio.Task[None] | None = None
 
     async def connect(self) -> BotIdentity:
         me = await _translated(self._bot.get_me)
@@ -53,40 +51,22 @@ class AiogramBackend:
     async def close(self) -> None:
         await self._bot.session.close()
 
-    async def start_polling(self, on_update: UpdateHandler, timeout_seconds: int, allowed_updates: list[str]) -> None:
+    async def delete_webhook(self) -> None:
         await _translated(lambda: self._bot.delete_webhook(drop_pending_updates=False))
-        dispatcher = Dispatcher()
 
-        async def hand_over(_: object, update: TelegramObject, __: dict[str, Any]) -> bool:
-            # An outer middleware on every update: the channel routes it, aiogram's routers are skipped.
-            assert isinstance(update, Update)
-            await on_update(update.model_dump(mode="json", by_alias=True, exclude_none=True))
-            return True
-
-        dispatcher.update.outer_middleware(hand_over)
-        self._dispatcher = dispatcher
-        self._polling = asyncio.create_task(
-            dispatcher.start_polling(
-                self._bot,
-                polling_timeout=timeout_seconds,
-                handle_as_tasks=False,  # in order; the channel's handler returns at once
+    async def get_updates(
+        self, offset: int | None, timeout_seconds: int, allowed_updates: list[str], limit: int = 100
+    ) -> list[dict[str, Any]]:
+        updates = await _translated(
+            lambda: self._bot.get_updates(
+                offset=offset,
+                limit=limit,
+                timeout=timeout_seconds,
                 allowed_updates=allowed_updates,
-                handle_signals=False,
-                close_bot_session=False,  # replies still go out after polling stops
-            ),
-            name="telegram aiogram polling",
+                request_timeout=timeout_seconds + POLL_ANSWER_MARGIN_SECONDS,
+            )
         )
-
-    async def stop_polling(self) -> None:
-        if self._dispatcher is None or self._polling is None:
-            return
-        with contextlib.suppress(RuntimeError):  # polling had not got going yet
-            await self._dispatcher.stop_polling()
-        if not self._polling.done():
-            self._polling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._polling
-        self._dispatcher, self._polling = None, None
+        return [update.model_dump(mode="json", by_alias=True, exclude_none=True) for update in updates]
 
     async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None:
         await _translated(lambda: self._bot.set_webhook(url, secret_token=secret, allowed_updates=allowed_updates))

@@ -71,16 +71,14 @@ class TelegramBackend(Protocol):
         """Release the client's connections."""
         ...
 
-    async def start_polling(self, on_update: UpdateHandler, timeout_seconds: int, allowed_updates: list[str]) -> None:
-        """Delete any webhook, then long-poll getUpdates in the background, awaiting `on_update` per update.
-
-        `on_update` returns at once (the update is queued behind the channel), so updates are handed over
-        one at a time, in order. Polling recovers from network errors and outages by itself.
-        """
+    async def delete_webhook(self) -> None:
+        """Switch Telegram to getUpdates (a webhook set earlier makes it answer 409), keeping pending updates."""
         ...
 
-    async def stop_polling(self) -> None:
-        """Stop polling, acknowledging what was handed over."""
+    async def get_updates(
+        self, offset: int | None, timeout_seconds: int, allowed_updates: list[str], limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """One long poll: the updates from `offset` on as Bot API JSON; asking for it acknowledges those before."""
         ...
 
     async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None: ...

@@ -1,10 +1,11 @@
 """`TelegramChannel`: Telegram as a `Channel`, over either client library (`TelegramBackend`).
 
-Receiving: long polling through the library, or the webhook route on the bot's `HttpListener` (the
-secret is checked on every request: a wrong or missing one gets 401 and nothing is processed). Each
-update is checked against the ids already seen (`SeenUpdates`), turned into an `InboundMessage`
-(`telegram_updates`) and handed to the handler, which only queues it: the per-chat queues behind the
-handler keep each chat in order and run chats concurrently, so this side never waits for a reply.
+Receiving: long polling (`LongPolling`, which acknowledges an update only once it is journaled), or the
+webhook route on the bot's `HttpListener` (the secret is checked on every request: a wrong or missing one
+gets 401 and nothing is processed). Each update is checked against the ids already seen (`SeenUpdates`),
+turned into an `InboundMessage` (`telegram_updates`) and handed to the handler, which journals and queues
+it: the per-chat queues behind the handler keep each chat in order and run chats concurrently, so this
+side never waits for a reply.
 
 Sending: `TelegramDelivery` (formatting, splitting, retries), and `TelegramReplyStream` for replies
 shown while they are written. The slash commands are registered with setMyCommands at start.
@@ -27,6 +28,7 @@ from bot.channels.base import Channel, InboundHandler
 from bot.channels.telegram_api import TelegramApiError, TelegramBackend
 from bot.channels.telegram_dedup import SeenUpdates
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
+from bot.channels.telegram_polling import LongPolling
 from bot.channels.telegram_stream import TelegramReplyStream
 from bot.channels.telegram_updates import ALLOWED_UPDATES, CHANNEL_TYPE, BotIdentity, inbound_from_update
 from bot.domain.turn import ReplyStream
@@ -79,7 +81,7 @@ class TelegramChannel(Channel):
         self._handler: InboundHandler | None = None
         self._identity: BotIdentity | None = None
         self._receiving = False
-        self._polling = False
+        self._polling: LongPolling | None = None
         self._background: set[asyncio.Task[None]] = set()
         if webhook is not None:
             webhook.listener.add_route("POST", webhook.path, self._on_webhook)
@@ -106,8 +108,14 @@ class TelegramChannel(Channel):
                 raise TelegramStartError(f"Telegram did not take the webhook: {error}") from error
             log.info("[Telegram] @%s receiving by webhook (%s)", self._identity.username, self._backend.name)
         else:
-            await self._backend.start_polling(self._on_update, config.polling_timeout_seconds, ALLOWED_UPDATES)
-            self._polling = True
+            self._polling = LongPolling(
+                self._backend,
+                self._on_update,
+                self._seen.save,
+                lambda: self._config().telegram.polling_timeout_seconds,
+                ALLOWED_UPDATES,
+            )
+            self._polling.start()
             log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)
 
     @property
@@ -126,10 +134,10 @@ class TelegramChannel(Channel):
             log.warning("[Telegram] Could not register the command menu: %s", error)
 
     async def stop_receiving(self) -> None:
-        if self._polling:
-            self._polling = False
-            # Updates already fetched (and so acknowledged) are still handed over while polling stops.
-            await self._backend.stop_polling()
+        if self._polling is not None:
+            # A batch being handed over is finished, saved and acknowledged before polling stops.
+            await self._polling.stop()
+            self._polling = None
         self._receiving = False
 
     async def stop(self) -> None:

@@ -5,7 +5,8 @@ receiving and the next getUpdates, a webhook answer that did not arrive). An upd
 moment it is handed to the bot, so it is answered at most once.
 
 The file holds only numbers: the newest `capacity` update ids. Ids are increasing, so an id older than
-everything remembered (once the window is full) counts as seen too. Writes are batched: the file is
+everything remembered (once the window is full) counts as seen too. Writes are batched: long polling
+`save`s before each getUpdates (which acknowledges what was handed over); otherwise (webhook) the file is
 rewritten at most every `flush_delay` seconds while updates arrive, and on `close`.
 """
 
@@ -35,6 +36,7 @@ class SeenUpdates:
         self._ids: list[int] = []  # sorted
         self._dirty = False
         self._flusher: asyncio.Task[None] | None = None
+        self._saving = asyncio.Lock()  # two saves racing could leave the older list on disk
 
     async def load(self) -> None:
         text = await asyncio.to_thread(read_text_sync, self._path)
@@ -68,19 +70,21 @@ class SeenUpdates:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        await self._flush()
+        await self.save()
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(self._flush_delay)
-        await self._flush()
+        await self.save()
 
-    async def _flush(self) -> None:
-        if not self._dirty:
-            return
-        self._dirty = False
-        payload = json.dumps({"seenUpdateIds": self._ids}).encode("utf-8")
-        try:
-            await write_atomic(self._path, payload)
-        except OSError as error:
-            self._dirty = True
-            log.error("[Telegram] Could not save %s: %s", self._path, error)
+    async def save(self) -> None:
+        """Write the ids marked since the last save (nothing when there are none)."""
+        async with self._saving:
+            if not self._dirty:
+                return
+            self._dirty = False
+            payload = json.dumps({"seenUpdateIds": self._ids}).encode("utf-8")
+            try:
+                await write_atomic(self._path, payload)
+            except OSError as error:
+                self._dirty = True
+                log.error("[Telegram] Could not save %s: %s", self._path, error)

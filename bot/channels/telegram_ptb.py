@@ -1,13 +1,12 @@
 """`PtbBackend`: the Telegram channel over python-telegram-bot (`TELEGRAM_BACKEND=ptb`, the default).
 
-Uses PTB's `Bot` for the calls and its `Updater` for long polling, without an `Application`: each
-update goes straight from the Updater's queue to the channel, which only queues it per chat. PTB's
-handler machinery (and its `concurrent_updates`, which got slower as it grew) is not needed for that.
+Uses PTB's `Bot` for every call, getUpdates included, without an `Application` or `Updater`: the
+channel's own polling loop (`telegram_polling`) acknowledges an update only once it is journaled, and
+the channel's per-chat queues do what PTB's handlers and `concurrent_updates` would.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dtm
 import logging
@@ -20,10 +19,9 @@ import telegram
 from telegram.error import BadRequest as PtbBadRequest
 from telegram.error import InvalidToken, NetworkError, TelegramError, TimedOut
 from telegram.error import RetryAfter as PtbRetryAfter
-from telegram.ext import Updater
 from telegram.request import HTTPXRequest
 
-from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient, UpdateHandler
+from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient
 from bot.channels.telegram_updates import BotIdentity
 
 log = logging.getLogger(__name__)
@@ -53,9 +51,6 @@ class PtbBackend:
             ),
             get_updates_request=HTTPXRequest(connect_timeout=CONNECT_TIMEOUT_SECONDS),
         )
-        self._updater: Updater | None = None
-        self._consumer: asyncio.Task[None] | None = None
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
 
     async def connect(self) -> BotIdentity:
         await _translated(self._bot.initialize)
@@ -65,40 +60,18 @@ class PtbBackend:
         with contextlib.suppress(TelegramError):
             await self._bot.shutdown()
 
-    async def start_polling(self, on_update: UpdateHandler, timeout_seconds: int, allowed_updates: list[str]) -> None:
-        self._updater = Updater(self._bot, self._queue)
-        await self._updater.initialize()
-        await self._updater.start_polling(
-            timeout=dtm.timedelta(seconds=timeout_seconds),
-            allowed_updates=allowed_updates,
-            bootstrap_retries=-1,  # deleteWebhook until it works: an outage at start is waited out
-            error_callback=_log_polling_error,
+    async def delete_webhook(self) -> None:
+        await _translated(lambda: self._bot.delete_webhook(drop_pending_updates=False))
+
+    async def get_updates(
+        self, offset: int | None, timeout_seconds: int, allowed_updates: list[str], limit: int = 100
+    ) -> list[dict[str, Any]]:
+        updates = await _translated(
+            lambda: self._bot.get_updates(
+                offset=offset, limit=limit, timeout=timeout_seconds, allowed_updates=allowed_updates
+            )
         )
-        self._consumer = asyncio.create_task(self._consume(on_update), name="telegram ptb updates")
-
-    async def _consume(self, on_update: UpdateHandler) -> None:
-        while True:
-            update = await self._queue.get()
-            try:
-                if isinstance(update, telegram.Update):
-                    await on_update(update.to_dict())
-            finally:
-                self._queue.task_done()
-
-    async def stop_polling(self) -> None:
-        if self._updater is None:
-            return
-        if self._updater.running:
-            await self._updater.stop()  # acknowledges what was fetched
-        await self._updater.shutdown()
-        self._updater = None
-        # Hand over what was fetched (and so acknowledged) before stopping.
-        await self._queue.join()
-        if self._consumer is not None:
-            self._consumer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._consumer
-            self._consumer = None
+        return [update.to_dict() for update in updates]
 
     async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None:
         await _translated(lambda: self._bot.set_webhook(url, secret_token=secret, allowed_updates=allowed_updates))
@@ -145,11 +118,6 @@ def _entities(entities: list[dict[str, object]] | None) -> list[telegram.Message
     if not entities:
         return None
     return [telegram.MessageEntity(**entity) for entity in entities]  # type: ignore[arg-type]
-
-
-def _log_polling_error(error: TelegramError) -> None:
-    # PTB keeps polling after this with its own backoff; one line per failure is enough.
-    log.warning("[Telegram] Polling failed, retrying: %s", error)
 
 
 async def _translated(call: Callable[[], Awaitable[_T]]) -> _T:

@@ -5,6 +5,10 @@ crash while it waits behind a long run, or in the middle of its own, leaves it p
 start hands the pending ones back to their chats in order. The message's journal id becomes the id
 of its user message in the session, so a replay knows whether it was already stored. The file holds
 only what is not yet handled: it is rewritten, atomically, when read at start.
+
+A channel may deliver a message again after a crash (Telegram redelivers what was not acknowledged). The
+journal read at start remembers the channel's dedup keys of everything it held, so a message journaled in
+the last run is not journaled (and answered) a second time.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ class Inbox:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._lock = asyncio.Lock()
+        self._journaled_last_run: set[tuple[str, str]] = set()
 
-    async def record(self, inbound: InboundMessage) -> InboundMessage:
-        """Journal `inbound`; returns it with its journal id."""
+    async def record(self, inbound: InboundMessage) -> InboundMessage | None:
+        """Journal `inbound`; returns it with its journal id, or None when the last run journaled it already."""
+        if inbound.dedup_key is not None and (inbound.channel_type, inbound.dedup_key) in self._journaled_last_run:
+            return None
         recorded = dataclasses.replace(inbound, journal_id=uuid.uuid4().hex)
         record = {field.name: getattr(recorded, field.name) for field in dataclasses.fields(recorded)}
         await append_lines(self._path, [dumps_line({"message": record})])
@@ -48,7 +55,11 @@ class Inbox:
             waiting: list[InboundMessage] = []
             for record in records:
                 message = _inbound_from(record.get("message"))
-                if message is not None and message.journal_id not in finished:
+                if message is None:
+                    continue
+                if message.dedup_key is not None:
+                    self._journaled_last_run.add((message.channel_type, message.dedup_key))
+                if message.journal_id not in finished:
                     waiting.append(message)
             lines = "".join(dumps_line({"message": dataclasses.asdict(m)}) + "\n" for m in waiting)
             await write_atomic(self._path, lines.encode("utf-8", "backslashreplace"))

@@ -53,7 +53,16 @@ class InboundRouter:
                 await self._answer_command(inbound, channel)
             return
         if self._inbox is not None and (self._access is None or await self._access.admits(inbound)):
-            inbound = await self._inbox.record(inbound)
+            try:
+                recorded = await self._inbox.record(inbound)
+            except OSError as error:
+                # A full or read-only disk: answer anyway (the reply says memory was not saved).
+                log.error("[Router] Could not journal a message (%s); a crash before its answer would lose it", error)
+            else:
+                if recorded is None:
+                    log.info("[Router] Message %s was taken before the last stop already", inbound.dedup_key)
+                    return
+                inbound = recorded
         if not self.dispatcher.submit(inbound, channel):
             log.warning("[Router] Shutting down; message for %s not taken", inbound.session_id)
 

@@ -17,6 +17,7 @@ from bot.app import build_channels, build_services
 from bot.channels.telegram_channel import TelegramStartError
 from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, render_markdown, utf16_len
 from bot.channels.telegram_updates import ALLOWED_UPDATES
+from bot.domain.inbound import InboundMessage
 from tests.channels.telegram_harness import (
     GROUP,
     OWNER,
@@ -247,6 +248,57 @@ async def test_an_update_redelivered_after_a_restart_is_answered_once(
     await fake_telegram.await_messages(OWNER, 1)
     await bot.stop()
     fake_telegram.redeliver(first)  # as if the acknowledgement had been lost in the restart
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    try:
+        assert await ask(fake_telegram, OWNER, "two") == "echo: two"
+        assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: one", "echo: two"]
+    finally:
+        await bot.stop()
+
+
+async def test_an_update_is_acknowledged_only_once_the_bot_has_taken_it(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    settings = env_for(
+        workspace_dir,
+        fake_openai,
+        telegram_bot_token=fake_telegram.token,
+        telegram_api_base_url=fake_telegram.root,
+        telegram_backend=backend,
+    )
+    services = build_services(settings)
+    [channel] = build_channels(settings, services)
+    taken: list[str] = []
+    release = asyncio.Event()
+
+    async def slow_to_journal(inbound: InboundMessage) -> None:
+        taken.append(inbound.text)
+        await release.wait()
+
+    await channel.start(slow_to_journal)
+    try:
+        fake_telegram.push_message(OWNER, "one")
+        fake_telegram.push_message(OWNER, "two")
+        await fake_telegram.await_until(lambda: taken == ["one"])
+        await asyncio.sleep(1.5)  # longer than a long poll: no getUpdates may acknowledge "one" meanwhile
+        assert fake_telegram.pending_update_count() == 2
+        release.set()
+        await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0)
+        assert taken == ["one", "two"]
+    finally:
+        await channel.stop()
+
+
+async def test_a_message_journaled_before_a_crash_is_not_taken_again_when_redelivered(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    first = fake_telegram.push_message(OWNER, "one")
+    await fake_telegram.await_messages(OWNER, 1)
+    await bot.stop()
+    # As if the bot died after journaling "one" but before saving the seen ids and acknowledging it.
+    (workspace_dir / "state" / "telegram-updates.json").unlink()
+    fake_telegram.redeliver(first)
     bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
     try:
         assert await ask(fake_telegram, OWNER, "two") == "echo: two"

@@ -197,6 +197,16 @@ async def test_a_disk_failure_still_gets_an_answer_that_says_memory_was_not_save
     ]
 
 
+async def test_a_message_that_cannot_be_journaled_is_still_answered(
+    services: BotServices, channel: RecordingChannel, workspace_dir: Path
+) -> None:
+    journal = workspace_dir / "state" / "inbox.jsonl"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.unlink(missing_ok=True)
+    journal.mkdir()  # every append now fails the way a full disk does
+    assert await say(services, channel, "1", "hello") == "echo: hello"
+
+
 async def test_an_archive_failure_loses_nothing_once_the_disk_recovers(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
