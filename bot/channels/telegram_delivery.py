@@ -109,6 +109,14 @@ class TelegramDelivery:
 
         await self._with_plain_fallback(edit, part, config, f"editMessageText {chat_id}/{message_id}")
 
+    async def draft_part(self, chat_id: int, draft_id: int, part: TelegramText, config: TelegramConfig) -> None:
+        """Show one rendered part as the chat's draft (private chats only)."""
+
+        async def draft(entities: list[dict[str, object]] | None) -> None:
+            await self._backend.send_message_draft(chat_id, draft_id, part.text, entities)
+
+        await self._with_plain_fallback(draft, part, config, f"sendMessageDraft to {chat_id}")
+
     async def _with_plain_fallback(
         self,
         call: Callable[[list[dict[str, object]] | None], Awaitable[_T]],

@@ -107,6 +107,11 @@ class PtbBackend:
             )
         )
 
+    async def send_message_draft(
+        self, chat_id: int, draft_id: int, text: str, entities: list[dict[str, object]] | None
+    ) -> None:
+        await _translated(lambda: self._bot.send_message_draft(chat_id, draft_id, text, entities=_entities(entities)))
+
     async def send_chat_action(self, chat_id: int, action: str) -> None:
         await _translated(lambda: self._bot.send_chat_action(chat_id, action))
 

@@ -2,9 +2,14 @@
 
 Nothing is sent until `toolLoop.streamEditIntervalSeconds` has passed (the typing indicator covers the
 wait), so a quick answer is one plain message. After that the text so far is shown at most once per
-interval: the first part with sendMessage, then editMessageText. The text is split like any reply,
-so when it grows past what one message holds it rolls over into a new message instead of failing;
-a part whose rendering changed (a code block closed later) is edited to match.
+interval. The text is split like any reply, so when it grows past what one message holds it rolls over
+into a new message instead of failing; a part whose rendering changed (a code block closed later) is
+edited to match.
+
+In a private chat the part still being written is a draft (sendMessageDraft): it grows in place without
+"edited" marks, and the real sendMessage at the end replaces it. Where Telegram refuses drafts (groups
+never have them; an older Bot API server may not know the method) the stream falls back to sending the
+first part and editing it (editMessageText).
 
 Updates are best effort: one that fails is logged and live updates stop. `finish` shows the final
 text with the full retry policy; if that fails it is logged (the turn is in the session either way).
@@ -13,13 +18,14 @@ text with the full retry policy; if that fails it is logged (the turn is in the 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 
-from bot.channels.telegram_api import TelegramApiError
+from bot.channels.telegram_api import BadRequest, Refused, TelegramApiError
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery
 from bot.channels.telegram_format import TelegramText, split_for_telegram
-from bot.settings import RuntimeConfig
+from bot.settings import RuntimeConfig, TelegramConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +41,8 @@ class TelegramReplyStream:
         self._last_shown: float | None = None
         self._messages: list[tuple[int, TelegramText]] = []  # (message id, the part as shown)
         self._live = True
+        # Private chats have positive ids (the user's), groups negative; a draft id only has to be non-zero.
+        self._draft_id: int | None = secrets.randbelow(2**31 - 1) + 1 if chat_id > 0 else None
 
     async def update(self, text: str) -> None:
         if not self._live or not text.strip():
@@ -45,7 +53,7 @@ class TelegramReplyStream:
             return
         self._last_shown = now
         try:
-            await self._show(text, with_retries=False)
+            await self._show(text, final=False)
         except (DeliveryFailed, TelegramApiError) as error:
             self._live = False
             log.warning(
@@ -55,15 +63,17 @@ class TelegramReplyStream:
     async def finish(self, text: str) -> None:
         self._live = False
         try:
-            await self._show(text, with_retries=True)
+            await self._show(text, final=True)
         except (DeliveryFailed, TelegramApiError) as error:
             log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat_id, error)
 
-    async def _show(self, markdown: str, *, with_retries: bool) -> None:
+    async def _show(self, markdown: str, *, final: bool) -> None:
         config = self._config().telegram
-        if not with_retries:
+        if not final:
             config = config.model_copy(update={"delivery_attempts": 1})
-        for index, part in enumerate(split_for_telegram(markdown)):
+        parts = split_for_telegram(markdown)
+        drafting = self._draft_id is not None and not final and bool(parts)
+        for index, part in enumerate(parts[:-1] if drafting else parts):
             if index < len(self._messages):
                 message_id, shown = self._messages[index]
                 if shown != part:
@@ -72,3 +82,17 @@ class TelegramReplyStream:
             else:
                 message_id = await self._delivery.send_part(self._chat_id, part, config)
                 self._messages.append((message_id, part))
+        if drafting:
+            await self._draft(parts[-1], config)
+
+    async def _draft(self, part: TelegramText, config: TelegramConfig) -> None:
+        assert self._draft_id is not None
+        try:
+            await self._delivery.draft_part(self._chat_id, self._draft_id, part, config)
+        except DeliveryFailed as failure:
+            if not isinstance(failure.__cause__, BadRequest | Refused):
+                raise
+            log.info("[Telegram] Drafts refused in %s (%s); editing a message instead", self._chat_id, failure)
+            self._draft_id = None
+            message_id = await self._delivery.send_part(self._chat_id, part, config)
+            self._messages.append((message_id, part))

@@ -100,7 +100,36 @@ async def test_edits_replace_the_text_and_an_identical_edit_is_fine(
     assert [e.entities for e in fake_telegram.edits(OWNER)] == [[{"type": "bold", "offset": 6, "length": 3}]]
 
 
-async def test_a_streamed_reply_is_edited_in_place_and_rolls_over_before_the_limit(
+async def test_a_streamed_reply_in_a_group_is_edited_in_place_and_rolls_over_before_the_limit(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(
+        workspace_dir, fake_openai, fake_telegram, backend, {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
+    )
+    try:
+        stream = bot.channels[0].open_stream(str(GROUP))
+        assert stream is not None
+        await stream.update("Thinking")  # too soon: nothing is shown yet
+        assert fake_telegram.sent_messages(GROUP) == []
+        await asyncio.sleep(0.15)
+        await stream.update("First **part**")
+        assert fake_telegram.visible_text(GROUP) == ["First part"]
+        long_text = "First **part**\n\n" + "word " * 1000
+        await asyncio.sleep(0.15)
+        await stream.update(long_text)
+        await stream.update(long_text + "more")  # within the interval: skipped
+        await stream.finish(long_text + "the end.")
+        shown = fake_telegram.visible_text(GROUP)
+        # The first paragraph stays where it was shown; the words fill a message and roll over into the next.
+        assert len(shown) == 3 and all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
+        assert shown[0] == "First part" and shown[2].endswith("the end.")
+        assert len(fake_telegram.sent_messages(GROUP)) == 3
+        assert fake_telegram.drafts(GROUP) == []
+    finally:
+        await bot.stop()
+
+
+async def test_a_streamed_reply_in_a_private_chat_grows_as_a_draft_and_ends_as_messages(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
 ) -> None:
     bot = await start_bot(
@@ -109,21 +138,46 @@ async def test_a_streamed_reply_is_edited_in_place_and_rolls_over_before_the_lim
     try:
         stream = bot.channels[0].open_stream(str(OWNER))
         assert stream is not None
-        await stream.update("Thinking")  # too soon: nothing is shown yet
-        assert fake_telegram.sent_messages(OWNER) == []
         await asyncio.sleep(0.15)
         await stream.update("First **part**")
-        assert fake_telegram.visible_text(OWNER) == ["First part"]
+        assert [d.text for d in fake_telegram.drafts(OWNER)] == ["First part"]
+        assert fake_telegram.sent_messages(OWNER) == []
         long_text = "First **part**\n\n" + "word " * 1000
         await asyncio.sleep(0.15)
         await stream.update(long_text)
-        await stream.update(long_text + "more")  # within the interval: skipped
+        # What fills a message is sent for good; only the part still growing is a draft.
+        assert len(fake_telegram.sent_messages(OWNER)) == 2
         await stream.finish(long_text + "the end.")
         shown = fake_telegram.visible_text(OWNER)
-        # The first paragraph stays where it was shown; the words fill a message and roll over into the next.
-        assert len(shown) == 3 and all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
-        assert shown[0] == "First part" and shown[2].endswith("the end.")
-        assert len(fake_telegram.sent_messages(OWNER)) == 3
+        assert len(shown) == 3 and shown[0] == "First part" and shown[2].endswith("the end.")
+        assert all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
+        assert fake_telegram.edits(OWNER) == []
+        assert len({d.draft_id for d in fake_telegram.drafts(OWNER)}) == 1
+    finally:
+        await bot.stop()
+
+
+async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(
+        workspace_dir, fake_openai, fake_telegram, backend, {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
+    )
+
+    def unknown_method(_: dict[str, object]) -> None:
+        raise BotApiError(404, "Not Found")  # a Bot API server older than drafts
+
+    fake_telegram.register_method("sendMessageDraft", unknown_method)
+    try:
+        stream = bot.channels[0].open_stream(str(OWNER))
+        assert stream is not None
+        await asyncio.sleep(0.15)
+        await stream.update("Half an")
+        await asyncio.sleep(0.15)
+        await stream.update("Half an answer")
+        await stream.finish("Half an answer, whole.")
+        assert fake_telegram.visible_text(OWNER) == ["Half an answer, whole."]
+        assert len(fake_telegram.sent_messages(OWNER)) == 1 and len(fake_telegram.edits(OWNER)) == 2
     finally:
         await bot.stop()
 
