@@ -50,6 +50,9 @@ class TokenEstimator:
         self._samples: dict[str, int] = {}
         self._tokenizers = tokenizers or (OfflineTokenizers() if exact else None)
         self._exact_cache: dict[tuple[str, str, int], int] = {}
+        # The registry hands out the same schema dicts every turn; their JSON is made once, not per turn.
+        self._schemas_seen: list[dict[str, Any]] | None = None
+        self._schemas_text = ""
 
     def exact_counter(self, model: str | None) -> Counter | None:
         """The model's offline tokenizer, when there is one (see `OfflineTokenizers`)."""
@@ -101,7 +104,12 @@ class TokenEstimator:
         return framing + math.ceil(payload_chars(wire_messages, tools) / self.ratio_for(model))
 
     def tool_schemas(self, schemas: list[dict[str, Any]], model: str | None = None) -> int:
-        return self.text(json.dumps(schemas, ensure_ascii=False), model) if schemas else 0
+        if not schemas:
+            return 0
+        seen = self._schemas_seen
+        if seen is None or len(seen) != len(schemas) or any(a is not b for a, b in zip(seen, schemas, strict=True)):
+            self._schemas_seen, self._schemas_text = list(schemas), json.dumps(schemas, ensure_ascii=False)
+        return self.text(self._schemas_text, model)
 
     def calibrate(self, model: str, sent_chars: int, prompt_tokens: int, messages: int = 0) -> None:
         """Move `model`'s ratio towards what the provider reported for a request of `sent_chars`."""
