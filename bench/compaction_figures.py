@@ -8,20 +8,24 @@
    messages compacted with `/compact`-style calls against a summarizer that answers instantly, and the
    durations the 500-turn run recorded in its CompactionEvents.
 
-Run: `.venv/bin/python -m bench.compaction_figures`
+Run: `.venv/bin/python -m bench.compaction_figures [--turns 500] [--sizes 100 1000 5000] [--json]`
+(`--turns 0` skips the conversation; `--json` adds one JSON line of figures per part).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bot.app import build_services, shutdown
+from bot.compaction.events import CompactionEvent
 from bot.domain.message import Message
 from tests.compaction.helpers import (
     LimitedModel,
@@ -37,6 +41,7 @@ from tests.fakes.recording_channel import RecordingChannel
 MODEL = "bench-8k"
 INPUT_TOKENS, OUTPUT_TOKENS = 8192, 1024
 TURNS = 500
+SIZES = (100, 1_000, 5_000)
 
 
 def prepare(workspace: Path) -> None:
@@ -48,7 +53,7 @@ def prepare(workspace: Path) -> None:
     (preferences / "runtime-config.json").write_text(json.dumps(config))
 
 
-def percentile(values: list[float], share: float) -> float:
+def percentile(values: Sequence[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
@@ -61,14 +66,14 @@ def summary_tokens(request: dict[str, Any]) -> int:
     return 0
 
 
-async def tokens_per_turn(fake: FakeOpenAI, workspace: Path) -> None:
+async def tokens_per_turn(fake: FakeOpenAI, workspace: Path, turns: int = TURNS) -> dict[str, Any]:
     prepare(workspace)
     model = LimitedModel(limit_tokens=INPUT_TOKENS - OUTPUT_TOKENS, answer_chars=400)
     fake.set_responder(model)
     services = build_services(env_for(workspace, fake))
     channel = RecordingChannel()
     started = time.perf_counter()
-    for turn in range(TURNS):
+    for turn in range(turns):
         fact = f" FACT-{turn:03d} code word is W{turn}" if turn % 25 == 0 else ""
         await say(services, channel, "1", f"Turn {turn}: tell me about topic {turn}, with some detail.{fact}")
     elapsed = time.perf_counter() - started
@@ -78,7 +83,7 @@ async def tokens_per_turn(fake: FakeOpenAI, workspace: Path) -> None:
     session = await services.sessions.get("test:1")
     assert session is not None
     events = session.metadata.get("compactionEvents", [])
-    print(f"{TURNS} turns on a {INPUT_TOKENS}-token model ({elapsed:.1f}s):")
+    print(f"{turns} turns on a {INPUT_TOKENS}-token model ({elapsed:.1f}s):")
     print(
         f"  prompt tokens per turn: min {min(sizes)}, median {statistics.median(sizes):.0f}, "
         f"p95 {percentile(sizes, 0.95)}, max {max(sizes)} (limit {INPUT_TOKENS - OUTPUT_TOKENS}); "
@@ -97,42 +102,73 @@ async def tokens_per_turn(fake: FakeOpenAI, workspace: Path) -> None:
         f"  compactions: {session.metadata.get('compactionCount', 0)}, summary calls: {model.summary_requests}, "
         f"live messages now: {len(session.messages)}"
     )
-    if events:
-        durations = [event["durationMs"] for event in events]
+    durations = [event["durationMs"] for event in events]
+    if durations:
         print(f"  compaction time in the run (last {len(events)}): median {statistics.median(durations):.1f} ms")
-    facts = sum(1 for turn in range(0, TURNS, 25) if f"FACT-{turn:03d}" in session.messages[0].content)
-    print(f"  facts still in the summary: {facts} of {len(range(0, TURNS, 25))}")
+    facts = sum(1 for turn in range(0, turns, 25) if f"FACT-{turn:03d}" in session.messages[0].content)
+    print(f"  facts still in the summary: {facts} of {len(range(0, turns, 25))}")
     await shutdown(services, [])
+    return {
+        "part": "conversation",
+        "turns": turns,
+        "seconds": round(elapsed, 2),
+        "prompt_tokens_median": statistics.median(sizes),
+        "prompt_tokens_max": max(sizes),
+        "limit_tokens": INPUT_TOKENS - OUTPUT_TOKENS,
+        "over_limit": len(model.over_limit),
+        "compactions": session.metadata.get("compactionCount", 0),
+        "compaction_ms_median": statistics.median(durations) if durations else None,
+    }
 
 
-async def compaction_time(fake: FakeOpenAI, folder: Path) -> None:
-    for size in (100, 1_000, 5_000):
-        workspace = folder / f"w{size}"
-        prepare(workspace)
-        fake.set_responder(LimitedModel(limit_tokens=INPUT_TOKENS))
-        services = build_services(env_for(workspace, fake))
-        session = await services.sessions.get_or_create("test", "1")
-        messages: list[Message] = []
-        for number in range(size // 2):
-            messages += [Message.user(f"question {number} " + "q" * 200), Message.assistant("answer " + "a" * 300)]
-        await services.sessions.append_messages(session, messages)
-        config = await services.config_store.current()
-        started = time.perf_counter()
-        event = await compaction_of(services).compact(session, MODEL, config, keep_messages=20)
-        elapsed = (time.perf_counter() - started) * 1000
-        assert event is not None
+async def compact_once(fake: FakeOpenAI, workspace: Path, size: int) -> tuple[float, CompactionEvent]:
+    """Compact a session of `size` messages down to 20; returns the milliseconds it took and its event."""
+    prepare(workspace)
+    fake.set_responder(LimitedModel(limit_tokens=INPUT_TOKENS))
+    services = build_services(env_for(workspace, fake))
+    session = await services.sessions.get_or_create("test", "1")
+    messages: list[Message] = []
+    for number in range(size // 2):
+        messages += [Message.user(f"question {number} " + "q" * 200), Message.assistant("answer " + "a" * 300)]
+    await services.sessions.append_messages(session, messages)
+    config = await services.config_store.current()
+    started = time.perf_counter()
+    event = await compaction_of(services).compact(session, MODEL, config, keep_messages=20)
+    elapsed = (time.perf_counter() - started) * 1000
+    assert event is not None
+    await shutdown(services, [])
+    return elapsed, event
+
+
+async def compaction_time(fake: FakeOpenAI, folder: Path, sizes: list[int]) -> list[dict[str, Any]]:
+    figures: list[dict[str, Any]] = []
+    if sizes:  # the first compaction of a process pays for imports and the connection: not measured
+        await compact_once(fake, folder / "warm-up", 60)
+    for size in sizes:
+        elapsed, event = await compact_once(fake, folder / f"w{size}", size)
         print(
             f"compact {size:>5} messages: {elapsed:7.1f} ms, {event.summary_calls} summary calls, "
             f"~{event.tokens_before} -> ~{event.tokens_after} tokens"
         )
-        await shutdown(services, [])
+        figures.append({"part": "compact", "messages": size, "ms": round(elapsed, 1), "calls": event.summary_calls})
+    return figures
 
 
-async def main() -> None:
+async def main(turns: int, sizes: list[int], as_json: bool) -> None:
+    figures = []
     with tempfile.TemporaryDirectory() as scratch, FakeOpenAI() as fake:
-        await tokens_per_turn(fake, Path(scratch) / "conversation")
-        await compaction_time(fake, Path(scratch))
+        if turns:
+            figures.append(await tokens_per_turn(fake, Path(scratch) / "conversation", turns))
+        figures += await compaction_time(fake, Path(scratch), sizes)
+    if as_json:
+        for part in figures:
+            print(json.dumps(part))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=TURNS, help="turns of the conversation (0: skip it)")
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), help="session sizes to compact")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line per part")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.turns, arguments.sizes, arguments.json))

@@ -12,13 +12,15 @@ CPU) and/or `--endpoint MODEL` (OPENAI_BASE_URL / OPENAI_API_KEY). Without eithe
 uses hashed bag-of-words vectors (the test fake's), which share lexical retrieval's blind spots: a
 check of the plumbing, not of semantic recall.
 
-Run: `.venv/bin/python -m bench.memory_quality [--local] [--endpoint MODEL]`
+Run: `.venv/bin/python -m bench.memory_quality [--local] [--endpoint MODEL] [--json]` (`--json` adds one JSON
+line of figures per row).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import tempfile
@@ -330,6 +332,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local", action="store_true", help="hybrid with the local all-MiniLM-L6-v2")
     parser.add_argument("--endpoint", metavar="MODEL", help="hybrid with the endpoint's embedding model")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line of figures per row")
     args = parser.parse_args()
     rows: list[tuple[str, Embedder | None]] = [("lexical only (BM25)", None)]
     if args.local:
@@ -352,6 +355,8 @@ def main() -> None:
             f"{label:38} {r['r5']:>6.2f} {r['r10']:>6.2f}   {r['r5_same']:>6.2f} / {r['r5_para']:<5.2f} "
             f"{r['r10_same']:>7.2f} / {r['r10_para']:<5.2f} {r['seconds']:>6.1f} s"
         )
+        if args.json:
+            print(json.dumps({"label": label, **r}))
 
 
 if __name__ == "__main__":

@@ -61,13 +61,13 @@ def sentence(rng: random.Random, words: int) -> str:
     return " ".join(chosen).capitalize() + "."
 
 
-def make_items(count: int, rng: random.Random) -> dict[str, list[MemoryItem]]:
-    """`count` items: 80% episodic turns over a year, 15% semantic facts, 5% procedures."""
+def make_items(count: int, rng: random.Random, now: datetime = NOW) -> dict[str, list[MemoryItem]]:
+    """`count` items: 80% episodic turns over the year before `now`, 15% semantic facts, 5% procedures."""
     files: dict[str, list[MemoryItem]] = {}
     paths = MemoryPaths(Path("."))
     for number in range(count):
         roll = rng.random()
-        at = NOW - timedelta(days=rng.randrange(DAYS), minutes=rng.randrange(1440))
+        at = now - timedelta(days=rng.randrange(DAYS), minutes=rng.randrange(1440))
         if roll < 0.80:
             layer, kind = MemoryLayer.EPISODIC, "turn"
             content = f"User: {sentence(rng, 14)} | Assistant: {sentence(rng, 30)}"

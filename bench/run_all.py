@@ -1,0 +1,294 @@
+"""Every benchmark, each setting in its own process, and one table of the figures.
+
+Runs the scripts of this folder as subprocesses (so each row's peak RSS is its own: the largest
+resident set of that process and of every process it started, from `wait4`), reads what they
+print, and prints one Markdown table, headed by the machine it ran on:
+
+- pipeline overhead per message (p50 / p99) with an instant model, at session lengths of 10 and
+  1,000 messages and memories of 1,000 and 100,000 items (`pipeline_overhead`);
+- messages/s end to end through the fake Bot API, per backend: the whole bot, next to the bare
+  library echo bot and our channel with an echo (`telegram_throughput`);
+- memory retrieval p50 / p99 and index build at 1,000 / 10,000 / 100,000 items (`memory_retrieval`);
+- compaction time for sessions of 100 / 1,000 / 5,000 messages, and over a 500-turn conversation
+  on an 8k model (`compaction_figures`);
+- RAG indexing throughput and hybrid query latency at 100 / 1,000 documents (`rag_throughput`);
+- memory recall@5 / @10 (`memory_quality`).
+
+`--quick` uses smaller sizes (a few minutes in all); `--only` picks benchmarks by name. A part
+that fails shows as failed in the table and makes the exit code 1; the others still run.
+
+Run: `.venv/bin/python -m bench.run_all [--quick] [--only pipeline telegram retrieval compaction rag quality]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PART_TIMEOUT_SECONDS = 1800.0
+
+Parser = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One subprocess: a benchmark at one setting, and how to read its output into a table cell."""
+
+    benchmark: str  # the `--only` name
+    label: str
+    case: str
+    module: str  # `python -m` this: the module and its arguments
+    parse: Parser
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    case: str
+    figures: str
+    peak_rss_mib: float | None
+    seconds: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    peak_rss_mib: float
+
+
+def json_lines(output: str) -> list[dict[str, Any]]:
+    """The JSON objects a script printed, one per line, ignoring its human-readable lines."""
+    found = []
+    for line in output.splitlines():
+        if line.startswith("{"):
+            found.append(json.loads(line))
+    if not found:
+        raise ValueError("no JSON line in the output")
+    return found
+
+
+def ms(value: float) -> str:
+    return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
+
+
+def pipeline_cell(output: str) -> str:
+    [row] = json_lines(output)
+    return f"p50 {ms(row['p50_ms'])}, p99 {ms(row['p99_ms'])} ({row['messages']} messages)"
+
+
+THROUGHPUT_ROW = re.compile(r"^(ptb|aiogram)\s+(\d+)\s+(\d+)\s+\d+%\s+(\d+)\s+\d+%", re.MULTILINE)
+
+
+def telegram_cell(output: str) -> str:
+    """Reads `telegram_throughput`'s printed table (it has no machine-readable output)."""
+    match = THROUGHPUT_ROW.search(output)
+    if match is None:
+        raise ValueError("no backend row in telegram_throughput's table")
+    _, bare, channel, whole = match.groups()
+    return f"whole bot {whole} msg/s (bare library echo {bare}, our channel with an echo {channel})"
+
+
+def retrieval_cell(output: str) -> str:
+    [row] = json_lines(output)
+    return f"p50 {ms(row['p50_ms'])}, p99 {ms(row['p99_ms'])}, index build {row['build_s']:.2f} s"
+
+
+def compaction_cell(output: str) -> str:
+    row = json_lines(output)[-1]
+    if row["part"] == "compact":
+        return f"{ms(row['ms'])} ({row['calls']} summary calls, instant summarizer)"
+    median = row["compaction_ms_median"]
+    return (
+        f"{row['compactions']} compactions, median {ms(median) if median is not None else 'n/a'}; prompt "
+        f"median {row['prompt_tokens_median']:.0f} / max {row['prompt_tokens_max']} tokens "
+        f"(limit {row['limit_tokens']}, over it {row['over_limit']}x)"
+    )
+
+
+def rag_cell(output: str) -> str:
+    [row] = json_lines(output)
+    return (
+        f"{row['index_docs_per_s']:.1f} docs/s ({row['index_ms_per_doc']:.0f} ms/doc); "
+        f"hybrid query p50 {ms(row['hybrid_ms_p50'])}"
+    )
+
+
+def quality_cell(output: str) -> str:
+    return "; ".join(f"{row['label']}: R@5 {row['r5']:.2f}, R@10 {row['r10']:.2f}" for row in json_lines(output))
+
+
+def plan(quick: bool) -> list[Part]:
+    """What runs, in order: the sizes of the issue, or smaller ones with `--quick`."""
+    sessions = (10, 1_000)
+    memories = (1_000, 10_000) if quick else (1_000, 100_000)
+    messages = 100 if quick else 300
+    chats, per_chat = (20, 5) if quick else (50, 10)
+    retrieval_sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
+    compaction_sizes = (100, 1_000) if quick else (100, 1_000, 5_000)
+    turns = 100 if quick else 500
+    rag_sizes, rag_queries = ((100,), 5) if quick else ((100, 1_000), 20)
+
+    parts = [
+        Part(
+            "pipeline",
+            "pipeline overhead per message, instant model",
+            f"session {length:,} messages, memory {items:,} items",
+            f"bench.pipeline_overhead --session-length {length} --memory-items {items} --messages {messages} --json",
+            pipeline_cell,
+        )
+        for length in sessions
+        for items in memories
+    ]
+    parts += [
+        Part(
+            "telegram",
+            "end to end through the fake Bot API",
+            f"{backend}, {chats} chats x {per_chat} messages",
+            f"bench.telegram_throughput --chats {chats} --per-chat {per_chat} --backends {backend}",
+            telegram_cell,
+        )
+        for backend in ("ptb", "aiogram")
+    ]
+    parts += [
+        Part(
+            "retrieval",
+            "memory retrieval per message",
+            f"{size:,} items",
+            f"bench.memory_retrieval --one {size}",
+            retrieval_cell,
+        )
+        for size in retrieval_sizes
+    ]
+    parts += [
+        Part(
+            "compaction",
+            "compaction time",
+            f"session of {size:,} messages",
+            f"bench.compaction_figures --turns 0 --sizes {size} --json",
+            compaction_cell,
+        )
+        for size in compaction_sizes
+    ]
+    parts.append(
+        Part(
+            "compaction",
+            "compaction time",
+            f"{turns}-turn conversation, 8k-token model",
+            f"bench.compaction_figures --turns {turns} --sizes --json",
+            compaction_cell,
+        )
+    )
+    parts += [
+        Part(
+            "rag",
+            "RAG indexing (LightRAG, instant model)",
+            f"{size:,} documents",
+            f"bench.rag_throughput --sizes {size} --queries {rag_queries}",
+            rag_cell,
+        )
+        for size in rag_sizes
+    ]
+    parts.append(
+        Part(
+            "quality",
+            "memory recall of the evidence turn",
+            "40 questions in 640 turns",
+            "bench.memory_quality --json",
+            quality_cell,
+        )
+    )
+    return parts
+
+
+def run_child(args: list[str], timeout: float) -> Finished:
+    """Run `python args...` from the repository root; the peak RSS covers it and every process it waited for."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+        timer = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            timer.cancel()
+        process.returncode = os.waitstatus_to_exitcode(status)  # already reaped: Popen must not wait again
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        return Finished(process.returncode, out.read(), err.read(), seconds, usage.ru_maxrss / 1024)
+
+
+def run_part(part: Part) -> Row:
+    finished = run_child(["-m", *part.module.split()], PART_TIMEOUT_SECONDS)
+    if finished.returncode != 0:
+        last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
+        figures = f"FAILED (exit {finished.returncode}): {last[:200]}"
+        return Row(part.label, part.case, figures, None, finished.seconds, ok=False)
+    try:
+        figures = part.parse(finished.stdout)
+    except (ValueError, KeyError, json.JSONDecodeError) as error:
+        return Row(part.label, part.case, f"FAILED to read the output: {error}", None, finished.seconds, ok=False)
+    return Row(part.label, part.case, figures, finished.peak_rss_mib, finished.seconds, ok=True)
+
+
+def machine() -> str:
+    """nproc, CPU model, RAM and Python version, as one line."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
+    meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
+    total_kib = next((int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal:")), 0)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        f"{cores} CPUs ({model or platform.processor() or 'unknown CPU'}), {total_kib / 1024**2:.0f} GiB RAM, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| benchmark | case | figures | peak RSS | took |", "|---|---|---|---:|---:|"]
+    for row in rows:
+        rss = f"{row.peak_rss_mib:.0f} MiB" if row.peak_rss_mib is not None else "–"
+        lines.append(f"| {row.label} | {row.case} | {row.figures} | {rss} | {row.seconds:.0f} s |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes in all")
+    names = sorted({part.benchmark for part in plan(quick=True)})
+    parser.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"some of: {', '.join(names)}")
+    arguments = parser.parse_args()
+    parts = [part for part in plan(arguments.quick) if not arguments.only or part.benchmark in arguments.only]
+    command = " ".join(["python -m bench.run_all", *sys.argv[1:]])
+    started = time.perf_counter()
+    rows = []
+    for number, part in enumerate(parts, 1):
+        print(f"[{number}/{len(parts)}] {part.label}: {part.case} ...", file=sys.stderr, flush=True)
+        row = run_part(part)
+        print(f"    {row.figures} ({row.seconds:.0f} s)", file=sys.stderr, flush=True)
+        rows.append(row)
+    print(f"`{command}` on {machine()}; {time.perf_counter() - started:.0f} s in all.\n")
+    print(table(rows))
+    return 0 if all(row.ok for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
