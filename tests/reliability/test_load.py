@@ -13,13 +13,9 @@ the suite otherwise runs a short form (50 chats for 8 seconds).
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import signal
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder
 from tests.fakes.telegram_server import FakeTelegram, RecordedCall
+from tests.reliability.bot_process import bad_log_lines, start_bot, stop
 
 MODEL_SECONDS = 0.2
 IN_FLIGHT_PER_CHAT = 2
@@ -39,7 +35,6 @@ MAX_RSS_GROWTH_MIB = 20.0
 MAX_RSS_GROWTH_SHARE = 0.15
 START_TIMEOUT_SECONDS = 60.0
 DRAIN_TIMEOUT_SECONDS = 180.0
-BAD_LOG_LINE = re.compile(r"Traceback|\b(ERROR|CRITICAL)\b")
 
 BACKENDS = ["ptb", "aiogram"]
 
@@ -74,20 +69,6 @@ def rss_mib(pid: int) -> float:
 
 def slow_echo(body: dict[str, Any]) -> Reply:
     return Reply(text=echo_responder(body).text, delay=MODEL_SECONDS)
-
-
-def start_bot(
-    workspace: Path, backend: str, chats: list[int], model: FakeOpenAI, telegram: FakeTelegram, log: Path
-) -> subprocess.Popen[bytes]:
-    (workspace / "preferences").mkdir(parents=True)
-    (workspace / "preferences" / "runtime-config.json").write_text(json.dumps({"access": {"allowedUsers": chats}}))
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("BOT_", "TELEGRAM_", "OPENAI_"))}
-    env.update(
-        BOT_WORKSPACE=str(workspace), BOT_TIMEZONE="UTC", OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY=TEST_API_KEY,
-        TELEGRAM_BOT_TOKEN=telegram.token, TELEGRAM_API_BASE_URL=telegram.root, TELEGRAM_BACKEND=backend,
-    )  # fmt: skip
-    with log.open("wb") as stderr:
-        return subprocess.Popen([sys.executable, "-m", "bot", "run"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 class ReplyCounter:
@@ -149,16 +130,6 @@ def drive(telegram: FakeTelegram, process: subprocess.Popen[bytes], run: LoadRun
     run.drain_seconds = time.monotonic() - started - run.seconds
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def rss_window_seconds(run: LoadRun) -> float:
     return min(20.0, run.seconds / 3)
 
@@ -173,7 +144,7 @@ def rss_windows(run: LoadRun) -> tuple[float, float]:
 
 
 def check(run: LoadRun, telegram: FakeTelegram, model: FakeOpenAI, log: Path) -> str:
-    bad_lines = [line for line in log.read_text(errors="replace").splitlines() if BAD_LOG_LINE.search(line)]
+    bad_lines = bad_log_lines(log)
     assert not bad_lines, "errors in the bot's log:\n" + "\n".join(bad_lines[:20])
     for chat in run.chats:
         expected = [f"echo: {text_of(chat, number)}" for number in range(run.sent[chat])]
@@ -198,7 +169,8 @@ def run_load(tmp_path: Path, backend: str, chats: int, seconds: float) -> str:
     log = tmp_path / "bot-stderr.log"
     with FakeTelegram() as telegram, FakeOpenAI() as model:
         model.set_responder(slow_echo)
-        process = start_bot(tmp_path / "workspace", backend, run.chats, model, telegram, log)
+        config = {"access": {"allowedUsers": run.chats}}
+        process = start_bot(tmp_path / "workspace", backend, model, telegram, log, config)
         try:
             drive(telegram, process, run, seconds)
         finally:
