@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from pydantic import ValidationError
@@ -23,7 +24,7 @@ from bot.channels.base import Channel
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
-from bot.logging_setup import configure_logging
+from bot.logging_setup import configure_logging, redact
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
 
@@ -103,8 +104,13 @@ def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
     return 0
 
 
+# What the bot writes is its owner's private life: folders 0700 and files 0600, whoever creates them.
+PRIVATE_UMASK = 0o077
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    os.umask(PRIVATE_UMASK)
     try:
         env = EnvSettings()
     except ValidationError as error:
@@ -127,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "pairing":
             return _pairing(env, args.pairing_command, getattr(args, "code", None))
     except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError) as error:
-        print(f"Cannot start: {error}", file=sys.stderr)
+        print(f"Cannot start: {redact(str(error), env.secrets())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import signal
@@ -162,7 +163,7 @@ def build_services(env: EnvSettings) -> BotServices:
         await rag.flush_all(max_seconds=config_store.config.rag.flush_interval_seconds)
 
     scheduler.add_interval_job("rag indexing", config_store.config.rag.flush_interval_seconds, flush_rag_queue)
-    reminders = ReminderService(workspace.root / "reminders.json", clock.zone, str(clock.zone))
+    reminders = ReminderService(workspace.reminders_file, clock.zone, str(clock.zone))
     register_reminder_tools(tools, commands, reminders)
     scheduler_config = config_store.config.scheduler
     late_after = timedelta(seconds=scheduler_config.reminder_late_after_seconds)
@@ -293,7 +294,8 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
 
 async def unfinished_messages(services: BotServices, channel_types: set[str]) -> list[InboundMessage]:
     """What the last run left unanswered, oldest first per chat: a stored message whose turn a crash or
-    a shutdown cut short, then messages it took (journaled) but never began."""
+    a shutdown cut short, then the messages it took (journaled) and did not see through: never begun, or
+    answered without the delivery of the answer being recorded."""
     backlog: list[InboundMessage] = []
     for session_id in services.sessions.stored_ids():
         channel_type, _, chat_id = session_id.partition(":")
@@ -310,7 +312,9 @@ async def unfinished_messages(services: BotServices, channel_types: set[str]) ->
         if session is not None and any(message.id == inbound.journal_id for message in session.messages):
             unanswered = unanswered_user_message(session)
             if unanswered is None or unanswered.id != inbound.journal_id:
-                await services.inbox.done(inbound.journal_id)  # stored and answered: nothing to do
+                # Answered, but the journal never heard that the answer went out: the crash may have come
+                # between storing and sending it. Resumed, the stored answer is sent without a model call.
+                backlog.append(dataclasses.replace(inbound, resumed=True))
             continue  # stored but unanswered: already in the backlog as a resumed message
         backlog.append(inbound)
     if backlog:

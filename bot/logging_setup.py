@@ -1,11 +1,21 @@
-"""Log configuration: one line per event, stage prefixes in the messages, secrets scrubbed."""
+"""Log configuration: one line per event, stage prefixes in the messages, secrets scrubbed.
+
+Secrets are scrubbed when a log record is made (a log-record factory), not by one handler's filter,
+so every handler gets the scrubbed text: the stderr handler, a library's own, a test's capture.
+An uncaught exception is logged too, so its traceback is scrubbed like any other line.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any, TextIO
 
 REDACTED = "[REDACTED]"
+# Shorter values would scrub ordinary words; no real token or key is this short.
+MIN_SECRET_CHARS = 4
 # Libraries that log request URLs (Telegram puts the bot token in the URL) stay at WARNING.
 _CHATTY_LIBRARIES = (
     "httpx",
@@ -19,34 +29,59 @@ _CHATTY_LIBRARIES = (
 )
 
 
-class SecretRedactingFilter(logging.Filter):
-    """Replaces every known secret in a record's final text, whatever logged it."""
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret replaced by `[REDACTED]`."""
+    for secret in secrets:
+        if len(secret) >= MIN_SECRET_CHARS:
+            text = text.replace(secret, REDACTED)
+    return text
 
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self._secrets = [secret for secret in secrets if len(secret) >= 4]
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets:
-            return True
-        message = record.getMessage()
+class SecretScrubbingRecordFactory:
+    """Makes log records as the factory it wraps does, then replaces every known secret in their text."""
+
+    def __init__(self, base: Callable[..., logging.LogRecord], secrets: list[str]) -> None:
+        self.base = base
+        self.secrets = [secret for secret in secrets if len(secret) >= MIN_SECRET_CHARS]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.base(*args, **kwargs)
+        if self.secrets:
+            self._scrub(record)
+        return record
+
+    def _scrub(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return  # a broken format string: the handler reports it, with nothing formatted to leak
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
-        exc_text = record.exc_text or ""
-        if any(secret in message or secret in exc_text for secret in self._secrets):
-            for secret in self._secrets:
-                message = message.replace(secret, REDACTED)
-                exc_text = exc_text.replace(secret, REDACTED)
-            record.msg, record.args, record.exc_text = message, None, exc_text or None
-        return True
+        if any(secret in message for secret in self.secrets):
+            record.msg, record.args = redact(message, self.secrets), None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
 
 
-def configure_logging(level: str, secrets: list[str]) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def configure_logging(level: str, secrets: list[str], stream: TextIO | None = None) -> None:
+    """Log to `stream` (stderr) at `level`, with `secrets` scrubbed from every record and uncaught exception."""
+    factory = logging.getLogRecordFactory()
+    base = factory.base if isinstance(factory, SecretScrubbingRecordFactory) else factory
+    logging.setLogRecordFactory(SecretScrubbingRecordFactory(base, secrets))
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handler.addFilter(SecretRedactingFilter(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     for name in _CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    sys.excepthook = _log_uncaught
+
+
+def _log_uncaught(kind: type[BaseException], error: BaseException, traceback: TracebackType | None) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, error, traceback)
+        return
+    logging.getLogger("bot").critical("[App] Stopped by an unexpected error", exc_info=(kind, error, traceback))

@@ -1,12 +1,18 @@
-"""`Workspace`: where every file of the bot lives, and creating it from `workspace_template/`."""
+"""`Workspace`: where every file of the bot lives, and creating it from `workspace_template/`.
+
+The workspace holds its owner's conversations and memory: it is private to the bot's user (the top
+folder 0700, tightened at every start; what the bot creates inside is 0700/0600, see `bot.storage.files`).
+"""
 
 from __future__ import annotations
 
 import logging
-import shutil
+import stat
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+
+from bot.storage.files import PRIVATE_DIR_MODE, make_private_dirs, write_atomic_sync
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +93,10 @@ class Workspace:
     def tool_results_dir(self) -> Path:
         return self.root / "tool_results"
 
+    @property
+    def reminders_file(self) -> Path:
+        return self.root / "reminders.json"
+
     def required_dirs(self) -> list[Path]:
         return [
             self.memory_dir,
@@ -98,11 +108,14 @@ class Workspace:
         ]
 
     def complete_from(self, template: Path) -> list[Path]:
-        """Create whatever is missing, copying files from `template`; never overwrites. Returns what it made."""
+        """Create whatever is missing, copying files from `template`; never overwrites. Returns what it made.
+
+        The top folder is made private (0700) too, if an older version or a person left it open.
+        """
         created: list[Path] = []
         for folder in self.required_dirs():
             if not folder.is_dir():
-                folder.mkdir(parents=True, exist_ok=True)
+                make_private_dirs(folder)
                 created.append(folder)
         for source in sorted(template.rglob("*")):
             if not source.is_file():
@@ -110,9 +123,21 @@ class Workspace:
             target = self.root / source.relative_to(template)
             if target.exists():
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            write_atomic_sync(target, source.read_bytes())
             created.append(target)
         if created:
             log.info("[Workspace] Completed %s: %d files and folders created", self.root, len(created))
+        self._make_private()
         return created
+
+    def _make_private(self) -> None:
+        mode = stat.S_IMODE(self.root.stat().st_mode)
+        if mode & ~PRIVATE_DIR_MODE == 0:
+            return
+        try:
+            self.root.chmod(PRIVATE_DIR_MODE)
+        except OSError as error:
+            log.warning("[Workspace] %s is open to other users (%o) and could not be made private: %s",
+                        self.root, mode, error)  # fmt: skip
+            return
+        log.info("[Workspace] Made %s private to its owner (%o -> 700)", self.root, mode)

@@ -50,6 +50,10 @@ class BadRequest(TelegramApiError):
         )
 
     @property
+    def too_long(self) -> bool:
+        return "message is too long" in self.description.lower()
+
+    @property
     def not_modified(self) -> bool:
         return "message is not modified" in self.description.lower()
 

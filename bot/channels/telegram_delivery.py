@@ -2,6 +2,8 @@
 
 - The model's Markdown becomes text + entities (`telegram_format`), cut into parts that each stand alone.
 - A part Telegram refuses with "can't parse entities" is sent again as the same text without formatting.
+- A part Telegram refuses with "message is too long" (a server that counts differently) is sent again
+  cut into halves, without formatting.
 - 429: the `retry_after` Telegram asks for is waited out (up to `maxRetryAfterSeconds`), then the part is
   sent again. 5xx and connection failures are retried with a doubling backoff. Both were not applied by
   Telegram, so the retry cannot make a second copy.
@@ -26,7 +28,7 @@ from bot.channels.telegram_api import (
     TelegramBackend,
     Transient,
 )
-from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, TelegramText, split_for_telegram
+from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, TelegramText, plain_text_parts, split_for_telegram
 from bot.settings import TelegramConfig
 
 log = logging.getLogger(__name__)
@@ -78,7 +80,21 @@ class TelegramDelivery:
         return last_id
 
     async def send_part(self, chat_id: int, part: TelegramText, config: TelegramConfig) -> int:
-        """Send one rendered part (at most one message long); plain text if its formatting is refused."""
+        """Send one rendered part (at most one message long); returns the id of the (last) message sent."""
+        try:
+            return await self._send_one(chat_id, part, config)
+        except DeliveryFailed as failure:
+            refused = failure.__cause__
+            if not (isinstance(refused, BadRequest) and refused.too_long):
+                raise
+        log.warning("[Telegram] sendMessage to %s: Telegram found a part too long; sending it in halves", chat_id)
+        message_id = 0
+        for piece in plain_text_parts(part.text, TELEGRAM_MESSAGE_LIMIT // 2):
+            message_id = await self._send_one(chat_id, TelegramText(piece, []), config)
+        return message_id
+
+    async def _send_one(self, chat_id: int, part: TelegramText, config: TelegramConfig) -> int:
+        """sendMessage with one part; plain text if its formatting is refused."""
         timeout = config.send_timeout_seconds
 
         async def send(entities: list[dict[str, object]] | None) -> int:

@@ -23,6 +23,7 @@ from openai import AsyncOpenAI
 from bot.domain.message import ToolCall
 from bot.domain.turn import Usage
 from bot.llm.errors import LlmError, LlmFailure
+from bot.logging_setup import redact
 from bot.metrics import BotMetrics
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ class LlmClient:
         self, api_key: str | None, base_url: str | None, metrics: BotMetrics | None = None, max_connections: int = 32
     ) -> None:
         self._metrics = metrics or BotMetrics()
+        # An endpoint may echo the key in an error ("Incorrect API key provided: ..."); it is cut from
+        # the error's text, which is logged, shown in /status and stored with a failed RAG document.
+        self._secrets = [api_key] if api_key else []
         # When the last model call ended and how ("ok" or the failure), for /healthz.
         self.last_call: tuple[datetime, str] | None = None
         # A bounded pool: the HTTP library checks every pooled connection on each request, so a pool
@@ -85,7 +89,7 @@ class LlmClient:
     async def complete(self, request: ChatRequest) -> ChatResult:
         """A whole answer in one response."""
         started = time.monotonic()
-        with self._counted(request.model), _translated_errors(request.model):
+        with self._counted(request.model), _translated_errors(request.model, self._secrets):
             response = await self._client_for(request).chat.completions.create(**_request_arguments(request))
             if not response.choices:
                 raise LlmError(LlmFailure.BAD_RESPONSE, "the response has no choices")
@@ -110,7 +114,7 @@ class LlmClient:
         calls: dict[int, dict[str, str]] = {}
         usage: Usage | None = None
         finish_reason: str | None = None
-        with self._counted(request.model), _translated_errors(request.model):
+        with self._counted(request.model), _translated_errors(request.model, self._secrets):
             chunks = await self._client_for(request).chat.completions.create(
                 **_request_arguments(request), stream=True, stream_options={"include_usage": True}
             )
@@ -136,7 +140,7 @@ class LlmClient:
         """One embedding vector per text, in order, from the endpoint's `/embeddings`."""
         if not texts:
             return []
-        with self._counted(model), _translated_errors(model):
+        with self._counted(model), _translated_errors(model, self._secrets):
             response = await self._client.with_options(timeout=timeout_seconds).embeddings.create(
                 model=model, input=texts, encoding_format="float"
             )
@@ -185,8 +189,8 @@ def _request_arguments(request: ChatRequest) -> dict[str, Any]:
 
 
 @contextmanager
-def _translated_errors(model: str) -> Iterator[None]:
-    """Turns the openai library's exceptions into `LlmError`, logged once with the reason."""
+def _translated_errors(model: str, secrets: list[str]) -> Iterator[None]:
+    """Turns the openai library's exceptions into `LlmError`, logged once with the reason (secrets cut)."""
     try:
         yield
     except LlmError:
@@ -195,8 +199,9 @@ def _translated_errors(model: str) -> Iterator[None]:
         failure = _classify(error)
         if failure is None:
             raise
-        log.warning("[LLM] %s call failed (%s): %s", model, failure.value, _short(error))
-        raise LlmError(failure, _short(error)) from error
+        detail = _short(error, secrets)
+        log.warning("[LLM] %s call failed (%s): %s", model, failure.value, detail)
+        raise LlmError(failure, detail) from error
 
 
 def _classify(error: Exception) -> LlmFailure | None:
@@ -227,5 +232,6 @@ def _is_context_length(error: openai.APIStatusError) -> bool:
     return code == "context_length_exceeded" or "context length" in text or "context_length" in text
 
 
-def _short(error: Exception) -> str:
-    return str(error).replace("\n", " ")[:300]
+def _short(error: Exception, secrets: list[str]) -> str:
+    # Cut after redacting, so no prefix of a secret is left at the edge.
+    return redact(str(error), secrets).replace("\n", " ")[:300]

@@ -21,6 +21,9 @@ from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 SEARCH_LIMIT_MAX = 30
 EXPLICIT_SALIENCE = 0.8
 MEMORY_MD_LIMIT_CHARS = 20_000
+# Bounds on what the model sends: a query is a sentence, an id a dozen characters.
+QUERY_MAX_CHARS = 2000
+ID_MAX_CHARS = 64
 
 
 def describe_item(item: MemoryItem, score: float | None = None) -> str:
@@ -35,7 +38,7 @@ def describe_item(item: MemoryItem, score: float | None = None) -> str:
 
 
 class MemorySearchArgs(BaseModel):
-    query: str = Field(description="empty: newest items")
+    query: str = Field(max_length=QUERY_MAX_CHARS, description="empty: newest items")
     limit: int = Field(8, ge=1, le=SEARCH_LIMIT_MAX)
 
 
@@ -48,17 +51,17 @@ class MemoryAddArgs(BaseModel):
 
 
 class MemoryUpdateArgs(BaseModel):
-    id: str
+    id: str = Field(max_length=ID_MAX_CHARS)
     content: str = Field(min_length=3, max_length=2000)
 
 
 class MemoryIdArgs(BaseModel):
-    id: str
+    id: str = Field(max_length=ID_MAX_CHARS)
 
 
 class MemoryForgetArgs(BaseModel):
-    id: str | None = None
-    query: str | None = Field(None, description="instead of id: words of the item")
+    id: str | None = Field(None, max_length=ID_MAX_CHARS)
+    query: str | None = Field(None, max_length=QUERY_MAX_CHARS, description="instead of id: words of the item")
 
     @model_validator(mode="after")
     def _one_of(self) -> MemoryForgetArgs:
@@ -76,8 +79,8 @@ class WriteMemoryArgs(BaseModel):
 
 
 class UpdateMemoryArgs(BaseModel):
-    old_text: str = Field(min_length=1)
-    new_text: str = Field(description="empty deletes old_text")
+    old_text: str = Field(min_length=1, max_length=MEMORY_MD_LIMIT_CHARS)
+    new_text: str = Field(max_length=MEMORY_MD_LIMIT_CHARS, description="empty deletes old_text")
 
 
 def _report_text(report: WriteReport) -> str:

@@ -12,13 +12,15 @@ from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 class ScheduleReminderArgs(BaseModel):
     text: str = Field(min_length=1, max_length=2000, description="what to remind the user of")
-    at: str | None = Field(None, description="absolute local time, ISO 8601, e.g. 2026-12-24T18:00")
-    delay: str | None = Field(None, description="relative delay, e.g. '45m', '2h30m', '1d'")
-    cron: str | None = Field(None, description="repeat on a 5-field cron schedule in the user's time zone")
+    at: str | None = Field(None, max_length=100, description="absolute local time, ISO 8601, e.g. 2026-12-24T18:00")
+    delay: str | None = Field(None, max_length=100, description="relative delay, e.g. '45m', '2h30m', '1d'")
+    cron: str | None = Field(
+        None, max_length=200, description="repeat on a 5-field cron schedule in the user's time zone"
+    )
 
 
 class CancelReminderArgs(BaseModel):
-    id: str = Field(description="the reminder's id, as list_reminders shows it")
+    id: str = Field(max_length=100, description="the reminder's id, as list_reminders shows it")
 
 
 class NoArgs(BaseModel):

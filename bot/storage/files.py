@@ -2,7 +2,8 @@
 
 Every store (sessions, archive, memory, config) goes through these helpers so that a crash at any
 moment leaves either the old or the new version of a file, never a half-written one. The blocking
-work runs in a worker thread, never on the event loop.
+work runs in a worker thread, never on the event loop. What they create is private to the bot's user
+(folders 0700, files 0600), whatever the process umask.
 """
 
 from __future__ import annotations
@@ -13,10 +14,32 @@ import os
 import tempfile
 from pathlib import Path
 
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def make_private_dirs(folder: Path) -> None:
+    """Create `folder` and its missing parents, each 0700 (`mkdir(parents=True)` gives parents the umask's mode)."""
+    missing: list[Path] = []
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
+
+
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags, PRIVATE_FILE_MODE)
+
 
 def write_atomic_sync(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: temp file in the same folder, fsync, rename, fsync the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace `path` with `data`: temp file in the same folder, fsync, rename, fsync the folder.
+
+    The temp file is 0600 (`mkstemp`), so the file is 0600 after its first rewrite whatever it was.
+    """
+    make_private_dirs(path.parent)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as tmp:
@@ -59,10 +82,10 @@ def append_lines_sync(path: Path, lines: list[str]) -> None:
     """
     if not lines:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     # A lone surrogate (legal in JSON input, not in UTF-8) becomes a \uXXXX escape, which JSON reads back.
     payload = "".join(line.rstrip("\n") + "\n" for line in lines).encode("utf-8", "backslashreplace")
-    with open(path, "a+b") as handle:
+    with open(path, "a+b", opener=_private_opener) as handle:
         _cut_torn_tail(handle)
         handle.write(payload)
         handle.flush()
@@ -99,8 +122,8 @@ async def append_lines(path: Path, lines: list[str]) -> None:
 
 def append_text_sync(path: Path, text: str) -> None:
     """Append `text` exactly as given, durably (a file the model or a person writes, not a log)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as handle:
+    make_private_dirs(path.parent)
+    with open(path, "ab", opener=_private_opener) as handle:
         handle.write(text.encode("utf-8", "backslashreplace"))
         handle.flush()
         os.fsync(handle.fileno())

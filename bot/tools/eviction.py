@@ -4,17 +4,24 @@ tail lines) with a reference the model can read back."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
 from bot.storage.files import write_atomic
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+# Real call ids are a few dozen characters; a longer one is cut and made unique with its hash.
+MAX_FILE_NAME_CHARS = 100
 
 
 def evicted_file_name(tool_call_id: str) -> str:
-    # Call ids come from the model; keep them from naming anything but a plain file.
-    return _UNSAFE.sub("_", tool_call_id).lstrip(".") or "call"
+    # Call ids come from the model; keep them from naming anything but a plain file of a sane length.
+    name = _UNSAFE.sub("_", tool_call_id).lstrip(".") or "call"
+    if len(name) > MAX_FILE_NAME_CHARS:
+        digest = hashlib.sha256(tool_call_id.encode("utf-8", "replace")).hexdigest()[:16]
+        name = f"{name[: MAX_FILE_NAME_CHARS - len(digest) - 1]}-{digest}"
+    return name
 
 
 # When the output has few, very long lines, the preview shows this many characters at each end instead.

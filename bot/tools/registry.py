@@ -2,7 +2,8 @@
 
 A tool declares its arguments as a pydantic model. Arguments that are not JSON or do not validate
 never reach the tool: the model gets an error result that says what was wrong, so it can try again.
-A tool that raises gives an error result too; the run goes on.
+A tool that raises gives an error result too; the run goes on. Whatever the model sends (megabytes of
+argument, JSON nested too deeply to read, a name that is no tool), the result is a short error.
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ from bot.settings import RuntimeConfig
 log = logging.getLogger(__name__)
 
 Args = TypeVar("Args", bound=BaseModel)
+
+# An error result is a sentence or two; one that echoes a huge argument is cut to this.
+MAX_ERROR_CHARS = 2000
+# A tool name from the model is shown (in an error, a log line) at most this long.
+MAX_NAME_CHARS = 100
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, with a marker saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
 @dataclass(frozen=True)
@@ -91,22 +104,26 @@ class ToolRegistry:
         started = time.monotonic()
         content, is_error = await self._run(call, context)
         outcome = ToolOutcome(content, is_error, (time.monotonic() - started) * 1000)
-        self._metrics.tool_calls.labels(call.name if call.name in self._tools else "unknown",
-                                        "error" if is_error else "ok").inc()  # fmt: skip
+        known = call.name in self._tools
+        self._metrics.tool_calls.labels(call.name if known else "unknown", "error" if is_error else "ok").inc()
         log.info(
             "[ToolLoop] %s %s in %.0f ms, %d chars",
-            call.name, "failed" if is_error else "ran", outcome.duration_ms, len(content),
+            call.name if known else clip(repr(call.name), MAX_NAME_CHARS), "failed" if is_error else "ran",
+            outcome.duration_ms, len(content),
         )  # fmt: skip
         return outcome
 
     async def _run(self, call: ToolCall, context: ToolContext) -> tuple[str, bool]:
         tool = self._tools.get(call.name)
         if tool is None:
-            return f"Error: there is no tool named {call.name!r}. Available: {', '.join(self._tools)}.", True
+            name = clip(repr(call.name), MAX_NAME_CHARS)
+            return f"Error: there is no tool named {name}. Available: {', '.join(self._tools)}.", True
         try:
             raw = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as error:
             return f"Error: the arguments are not valid JSON ({error.msg} at position {error.pos}).", True
+        except RecursionError:
+            return "Error: the arguments are nested too deeply to read; send flat JSON.", True
         try:
             arguments = tool.arguments.model_validate(raw)
         except ValidationError as error:
@@ -117,7 +134,7 @@ class ToolRegistry:
         try:
             return await tool.handler(arguments, context), False
         except ToolError as error:
-            return f"Error: {error}", True
+            return clip(f"Error: {error}", MAX_ERROR_CHARS), True
         except Exception as error:
             log.exception("[ToolLoop] %s raised", call.name)
             return f"Error: {call.name} failed unexpectedly ({type(error).__name__}).", True

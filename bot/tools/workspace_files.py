@@ -4,7 +4,10 @@ Every path is relative to the workspace. Absolute paths, `..`, and symlinks that
 refused whatever the model asks, and so is whatever belongs to other chats or to the bot itself:
 conversations (`sessions/`; a chat's own history is searched with `search_history`), per-chat
 memory (`memory/chats/`; a chat's own is reached through the memory tools), the knowledge graph
-(`rag/`), access and channel state, and other chats' evicted tool outputs under `tool_results/`.
+(`rag/`), access and channel state, every chat's reminders (`reminders.json`; a chat's own are
+reached through the reminder tools), and other chats' evicted tool outputs under `tool_results/`.
+`preferences/` (runtime-config, persona, models) is the operator's: the tools read it, never change
+it, so no instruction the model is given can let a stranger in or reroute the bot.
 """
 
 from __future__ import annotations
@@ -18,9 +21,28 @@ from pydantic import BaseModel, Field
 from bot.storage.files import append_text, read_text_sync, write_atomic
 from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
-# Folders the tools never touch: other chats' data, and the bot's own bookkeeping.
-PRIVATE_FOLDERS = (("sessions",), ("memory", "chats"), ("rag",), ("access",), ("state",))
+# What the tools never touch: other chats' data, and the bot's own bookkeeping.
+PRIVATE_PATHS = ("sessions/", "memory/chats/", "rag/", "access/", "state/", "reminders.json")
+# What the tools may read but never change.
+READ_ONLY_PATHS = ("preferences/",)
 TOOL_RESULTS = "tool_results"
+# Linux's limits (PATH_MAX, NAME_MAX, in bytes); a longer path is refused before the filesystem sees it.
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+# How much of a refused path an error repeats.
+SHOWN_PATH_CHARS = 120
+
+
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(path.rstrip("/").split("/"))
+
+
+_PRIVATE = [(path, _parts(path)) for path in PRIVATE_PATHS]
+_READ_ONLY = [(path, _parts(path)) for path in READ_ONLY_PATHS]
+
+
+def _shown(raw: str) -> str:
+    return repr(raw if len(raw) <= SHOWN_PATH_CHARS else raw[:SHOWN_PATH_CHARS] + "…")
 
 
 class WorkspaceJail:
@@ -29,32 +51,54 @@ class WorkspaceJail:
     def __init__(self, root: Path) -> None:
         self._root = root.resolve()
 
-    def resolve(self, raw: str, session_id: str) -> Path:
+    def resolve(self, raw: str, session_id: str, *, for_writing: bool = False) -> Path:
         """The real path for `raw` as the chat `session_id` may use it; `ToolError` when it may not."""
         text = raw.strip()
         if not text or text == ".":
             return self._root
         if "\0" in text:
             raise ToolError("the path contains a NUL character")
-        relative = PurePosixPath(text.replace("\\", "/"))
+        normalized = text.replace("\\", "/")
+        self._check_length(normalized)
+        relative = PurePosixPath(normalized)
         if relative.is_absolute() or text.startswith("~"):
-            raise ToolError(f"{raw!r} is absolute; paths are relative to the workspace")
+            raise ToolError(f"{_shown(raw)} is absolute; paths are relative to the workspace")
         if ".." in relative.parts:
-            raise ToolError(f"{raw!r} leads outside the workspace")
-        self._check_allowed(relative.parts, session_id)
-        candidate = (self._root / relative).resolve()  # follows symlinks, so one pointing out is caught here
+            raise ToolError(f"{_shown(raw)} leads outside the workspace")
+        self._check_allowed(relative.parts, session_id, for_writing)
+        try:
+            candidate = (self._root / relative).resolve()  # follows symlinks, so one pointing out is caught here
+        except RuntimeError as error:  # how `Path.resolve` reports a symlink loop
+            raise ToolError(f"{_shown(raw)} is a loop of symbolic links") from error
+        except OSError as error:
+            raise ToolError(f"{_shown(raw)} cannot be opened: {error.strerror or type(error).__name__}") from error
         if not candidate.is_relative_to(self._root):
-            raise ToolError(f"{raw!r} leads outside the workspace")
-        self._check_allowed(candidate.relative_to(self._root).parts, session_id)
+            raise ToolError(f"{_shown(raw)} leads outside the workspace")
+        self._check_allowed(candidate.relative_to(self._root).parts, session_id, for_writing)
         return candidate
 
     @staticmethod
-    def _check_allowed(parts: tuple[str, ...], session_id: str) -> None:
-        for private in PRIVATE_FOLDERS:
+    def _check_length(text: str) -> None:
+        try:
+            encoded = text.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate, which JSON allows
+            raise ToolError("the path is not valid Unicode text") from error
+        if len(encoded) > MAX_PATH_BYTES:
+            raise ToolError(f"the path is {len(encoded)} bytes long; at most {MAX_PATH_BYTES} are allowed")
+        if any(len(name) > MAX_NAME_BYTES for name in encoded.split(b"/")):
+            raise ToolError(f"a file or folder name in the path is longer than {MAX_NAME_BYTES} bytes")
+
+    @staticmethod
+    def _check_allowed(parts: tuple[str, ...], session_id: str, for_writing: bool) -> None:
+        for shown, private in _PRIVATE:
             if parts[: len(private)] == private:
-                raise ToolError(f"{'/'.join(private)}/ is private to the bot")
+                raise ToolError(f"{shown} is private to the bot")
         if len(parts) >= 2 and parts[0] == TOOL_RESULTS and parts[1] != session_id:
             raise ToolError("that tool output belongs to another chat")
+        if for_writing:
+            for shown, read_only in _READ_ONLY:
+                if parts[: len(read_only)] == read_only:
+                    raise ToolError(f"{shown} is the operator's: it can be read, not changed")
 
     def display(self, path: Path) -> str:
         return path.relative_to(self._root).as_posix() or "."
@@ -86,10 +130,10 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
     async def read_file(args: ReadFileArgs, ctx: ToolContext) -> str:
         path = jail.resolve(args.path, ctx.session_id)
         if path.is_dir():
-            raise ToolError(f"{args.path!r} is a folder; use list_dir")
+            raise ToolError(f"{_shown(args.path)} is a folder; use list_dir")
         text = await asyncio.to_thread(read_text_sync, path)
         if text is None:
-            raise ToolError(f"{args.path!r} does not exist")
+            raise ToolError(f"{_shown(args.path)} does not exist")
         lines = text.splitlines()
         chosen = lines[args.offset : args.offset + args.limit]
         body = "\n".join(chosen)
@@ -104,24 +148,24 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
 
     async def write_file(args: WriteFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
-        path = jail.resolve(args.path, ctx.session_id)
+        path = jail.resolve(args.path, ctx.session_id, for_writing=True)
         if path.is_dir():
-            raise ToolError(f"{args.path!r} is a folder")
+            raise ToolError(f"{_shown(args.path)} is a folder")
         await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
         return f"Wrote {len(args.content)} characters to {jail.display(path)}."
 
     async def append_file(args: AppendFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
-        path = jail.resolve(args.path, ctx.session_id)
+        path = jail.resolve(args.path, ctx.session_id, for_writing=True)
         if path.is_dir():
-            raise ToolError(f"{args.path!r} is a folder")
+            raise ToolError(f"{_shown(args.path)} is a folder")
         await append_text(path, args.content)
         return f"Appended {len(args.content)} characters to {jail.display(path)}."
 
     async def list_dir(args: ListDirArgs, ctx: ToolContext) -> str:
         path = jail.resolve(args.path, ctx.session_id)
         if not path.is_dir():
-            raise ToolError(f"{args.path!r} is not a folder")
+            raise ToolError(f"{_shown(args.path)} is not a folder")
         entries = await asyncio.to_thread(_describe_entries, path, jail, ctx.session_id)
         return "\n".join(entries) if entries else f"{jail.display(path)} is empty."
 

@@ -203,6 +203,21 @@ async def test_refused_formatting_is_sent_again_as_plain_text(
     assert len(fake_telegram.sent_messages(OWNER)) == 1
 
 
+async def test_a_part_telegram_finds_too_long_is_sent_again_in_halves(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    answer = "\n".join(f"Line {n} of a long **answer**." for n in range(150))
+    fake_openai.script(answer)
+    fake_telegram.fail_next("sendMessage", Fault.too_long())
+    fake_telegram.push_message(OWNER, "tell me everything")
+    shown = [m.text for m in await fake_telegram.await_messages(OWNER, 2)]
+    await asyncio.sleep(0.3)  # nothing more follows
+    assert len(fake_telegram.sent_messages(OWNER)) == 2
+    assert all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT // 2 for text in shown)
+    assert "\n".join(shown) == answer.replace("**", "")
+    assert fake_telegram.calls_to("sendMessage")[0].status == 400
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PTB's RetryAfter warns about its own retry_after
 async def test_flood_control_is_waited_out_and_delivers_once(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
     fake_telegram.fail_next("sendMessage", Fault.rate_limit(retry_after=1))

@@ -25,7 +25,7 @@ from bot.sessions.service import SessionPersistError, SessionService
 from bot.tools.eviction import evict_if_large
 from bot.tools.orphans import close_orphaned_tool_calls
 from bot.tools.output_pruning import prune_tool_results
-from bot.tools.registry import ToolContext, ToolRegistry
+from bot.tools.registry import MAX_NAME_CHARS, ToolContext, ToolRegistry, clip
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,8 @@ class ToolLoopExecutionSystem(PipelineSystem):
                 return
             calls = Message.assistant(result.text, tool_calls=result.tool_calls)
             await self._store(ctx, [calls])
-            log.info("[ToolLoop] %s asked for %s", ctx.model, ", ".join(call.name for call in result.tool_calls))
+            names = ", ".join(clip(call.name, MAX_NAME_CHARS) for call in result.tool_calls)
+            log.info("[ToolLoop] %s asked for %s", ctx.model, names)
             outputs = await asyncio.gather(*(self._run_tool(call, tool_context) for call in result.tool_calls))
             await self._store(
                 ctx,
