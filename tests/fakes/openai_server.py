@@ -261,8 +261,12 @@ def _fragments(text: str, size: int = 8) -> list[str]:
 
 
 def _estimate_usage(request: JSONDict, reply: Reply, calls: Sequence[tuple[str, str, str]]) -> Usage:
-    messages = request.get("messages", [])
-    prompt_chars = sum(len(message_text(m.get("content"))) for m in messages if isinstance(m, dict))
+    # Like a real provider, the prompt count includes tool calls and the tool schemas, not just the text.
+    messages = [m for m in request.get("messages", []) if isinstance(m, dict)]
+    prompt_chars = sum(len(message_text(m.get("content"))) for m in messages)
+    prompt_chars += sum(len(json.dumps(call)) for m in messages for call in m.get("tool_calls") or [])
+    if request.get("tools"):
+        prompt_chars += len(json.dumps(request["tools"]))
     completion_chars = len(reply.text or "") + sum(len(name) + len(args) for _, name, args in calls)
     return Usage(prompt_tokens=max(1, prompt_chars // 4), completion_tokens=max(1, completion_chars // 4))
 
