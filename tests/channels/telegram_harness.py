@@ -59,6 +59,21 @@ class RunningBot:
         return sorted(path for path in (self.workspace / "sessions").rglob("*") if path.is_file())
 
 
+def telegram_channel_alone(
+    workspace: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str, token: str | None = None
+) -> Channel:
+    """The Telegram channel as `python -m bot run` builds it, not started, for a test's own handler."""
+    settings = env_for(
+        workspace,
+        fake_openai,
+        telegram_bot_token=token or fake_telegram.token,
+        telegram_api_base_url=fake_telegram.root,
+        telegram_backend=backend,
+    )
+    [channel] = build_channels(settings, build_services(settings))
+    return channel
+
+
 async def start_bot(
     workspace: Path,
     fake_openai: FakeOpenAI,

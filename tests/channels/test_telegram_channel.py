@@ -13,7 +13,6 @@ import aiohttp
 import pytest
 
 from bot.access.pairing import PairingStore, pairing_file
-from bot.app import build_channels, build_services
 from bot.channels.telegram_channel import TelegramStartError
 from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, render_markdown, utf16_len
 from bot.channels.telegram_updates import ALLOWED_UPDATES
@@ -25,8 +24,8 @@ from tests.channels.telegram_harness import (
     RunningBot,
     start_bot,
     start_webhook_bot,
+    telegram_channel_alone,
 )
-from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import BotApiError, FakeTelegram, Fault
 
@@ -100,86 +99,78 @@ async def test_edits_replace_the_text_and_an_identical_edit_is_fine(
     assert [e.entities for e in fake_telegram.edits(OWNER)] == [[{"type": "bold", "offset": 6, "length": 3}]]
 
 
-async def test_a_streamed_reply_in_a_group_is_edited_in_place_and_rolls_over_before_the_limit(
+@pytest.fixture
+async def quick_stream_bot(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> AsyncIterator[RunningBot]:
+    """The bot with streamed replies shown every 0.1 s."""
+    config = {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
+    running = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, config)
+    yield running
+    await running.stop()
+
+
+async def test_a_streamed_reply_in_a_group_is_edited_in_place_and_rolls_over_before_the_limit(
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
 ) -> None:
-    bot = await start_bot(
-        workspace_dir, fake_openai, fake_telegram, backend, {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
-    )
-    try:
-        stream = bot.channels[0].open_stream(str(GROUP))
-        assert stream is not None
-        await stream.update("Thinking")  # too soon: nothing is shown yet
-        assert fake_telegram.sent_messages(GROUP) == []
-        await asyncio.sleep(0.15)
-        await stream.update("First **part**")
-        assert fake_telegram.visible_text(GROUP) == ["First part"]
-        long_text = "First **part**\n\n" + "word " * 1000
-        await asyncio.sleep(0.15)
-        await stream.update(long_text)
-        await stream.update(long_text + "more")  # within the interval: skipped
-        await stream.finish(long_text + "the end.")
-        shown = fake_telegram.visible_text(GROUP)
-        # The first paragraph stays where it was shown; the words fill a message and roll over into the next.
-        assert len(shown) == 3 and all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
-        assert shown[0] == "First part" and shown[2].endswith("the end.")
-        assert len(fake_telegram.sent_messages(GROUP)) == 3
-        assert fake_telegram.drafts(GROUP) == []
-    finally:
-        await bot.stop()
+    stream = quick_stream_bot.channels[0].open_stream(str(GROUP))
+    assert stream is not None
+    await stream.update("Thinking")  # too soon: nothing is shown yet
+    assert fake_telegram.sent_messages(GROUP) == []
+    await asyncio.sleep(0.15)
+    await stream.update("First **part**")
+    assert fake_telegram.visible_text(GROUP) == ["First part"]
+    long_text = "First **part**\n\n" + "word " * 1000
+    await asyncio.sleep(0.15)
+    await stream.update(long_text)
+    await stream.update(long_text + "more")  # within the interval: skipped
+    await stream.finish(long_text + "the end.")
+    shown = fake_telegram.visible_text(GROUP)
+    # The first paragraph stays where it was shown; the words fill a message and roll over into the next.
+    assert len(shown) == 3 and all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
+    assert shown[0] == "First part" and shown[2].endswith("the end.")
+    assert len(fake_telegram.sent_messages(GROUP)) == 3
+    assert fake_telegram.drafts(GROUP) == []
 
 
 async def test_a_streamed_reply_in_a_private_chat_grows_as_a_draft_and_ends_as_messages(
-    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
 ) -> None:
-    bot = await start_bot(
-        workspace_dir, fake_openai, fake_telegram, backend, {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
-    )
-    try:
-        stream = bot.channels[0].open_stream(str(OWNER))
-        assert stream is not None
-        await asyncio.sleep(0.15)
-        await stream.update("First **part**")
-        assert [d.text for d in fake_telegram.drafts(OWNER)] == ["First part"]
-        assert fake_telegram.sent_messages(OWNER) == []
-        long_text = "First **part**\n\n" + "word " * 1000
-        await asyncio.sleep(0.15)
-        await stream.update(long_text)
-        # What fills a message is sent for good; only the part still growing is a draft.
-        assert len(fake_telegram.sent_messages(OWNER)) == 2
-        await stream.finish(long_text + "the end.")
-        shown = fake_telegram.visible_text(OWNER)
-        assert len(shown) == 3 and shown[0] == "First part" and shown[2].endswith("the end.")
-        assert all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
-        assert fake_telegram.edits(OWNER) == []
-        assert len({d.draft_id for d in fake_telegram.drafts(OWNER)}) == 1
-    finally:
-        await bot.stop()
+    stream = quick_stream_bot.channels[0].open_stream(str(OWNER))
+    assert stream is not None
+    await asyncio.sleep(0.15)
+    await stream.update("First **part**")
+    assert [d.text for d in fake_telegram.drafts(OWNER)] == ["First part"]
+    assert fake_telegram.sent_messages(OWNER) == []
+    long_text = "First **part**\n\n" + "word " * 1000
+    await asyncio.sleep(0.15)
+    await stream.update(long_text)
+    # What fills a message is sent for good; only the part still growing is a draft.
+    assert len(fake_telegram.sent_messages(OWNER)) == 2
+    await stream.finish(long_text + "the end.")
+    shown = fake_telegram.visible_text(OWNER)
+    assert len(shown) == 3 and shown[0] == "First part" and shown[2].endswith("the end.")
+    assert all(utf16_len(text) <= TELEGRAM_MESSAGE_LIMIT for text in shown)
+    assert fake_telegram.edits(OWNER) == []
+    assert len({d.draft_id for d in fake_telegram.drafts(OWNER)}) == 1
 
 
 async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
-    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
 ) -> None:
-    bot = await start_bot(
-        workspace_dir, fake_openai, fake_telegram, backend, {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
-    )
-
     def unknown_method(_: dict[str, object]) -> None:
         raise BotApiError(404, "Not Found")  # a Bot API server older than drafts
 
     fake_telegram.register_method("sendMessageDraft", unknown_method)
-    try:
-        stream = bot.channels[0].open_stream(str(OWNER))
-        assert stream is not None
-        await asyncio.sleep(0.15)
-        await stream.update("Half an")
-        await asyncio.sleep(0.15)
-        await stream.update("Half an answer")
-        await stream.finish("Half an answer, whole.")
-        assert fake_telegram.visible_text(OWNER) == ["Half an answer, whole."]
-        assert len(fake_telegram.sent_messages(OWNER)) == 1 and len(fake_telegram.edits(OWNER)) == 2
-    finally:
-        await bot.stop()
+    stream = quick_stream_bot.channels[0].open_stream(str(OWNER))
+    assert stream is not None
+    await asyncio.sleep(0.15)
+    await stream.update("Half an")
+    await asyncio.sleep(0.15)
+    await stream.update("Half an answer")
+    await stream.finish("Half an answer, whole.")
+    assert fake_telegram.visible_text(OWNER) == ["Half an answer, whole."]
+    assert len(fake_telegram.sent_messages(OWNER)) == 1 and len(fake_telegram.edits(OWNER)) == 2
 
 
 async def test_a_quick_streamed_reply_is_one_message(
@@ -328,15 +319,7 @@ async def test_an_update_redelivered_after_a_restart_is_answered_once(
 async def test_an_update_is_acknowledged_only_once_the_bot_has_taken_it(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
 ) -> None:
-    settings = env_for(
-        workspace_dir,
-        fake_openai,
-        telegram_bot_token=fake_telegram.token,
-        telegram_api_base_url=fake_telegram.root,
-        telegram_backend=backend,
-    )
-    services = build_services(settings)
-    [channel] = build_channels(settings, services)
+    channel = telegram_channel_alone(workspace_dir, fake_openai, fake_telegram, backend)
     taken: list[str] = []
     release = asyncio.Event()
 
@@ -559,15 +542,7 @@ async def test_shutdown_is_quick_and_saves_what_was_seen(bot: RunningBot, fake_t
 async def test_a_wrong_token_stops_the_start_with_a_clear_error(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
 ) -> None:
-    settings = env_for(
-        workspace_dir,
-        fake_openai,
-        telegram_bot_token="999:WRONG",
-        telegram_api_base_url=fake_telegram.root,
-        telegram_backend=backend,
-    )
-    services = build_services(settings)
-    [channel] = build_channels(settings, services)
+    channel = telegram_channel_alone(workspace_dir, fake_openai, fake_telegram, backend, token="999:WRONG")
     with pytest.raises(TelegramStartError, match="Unauthorized") as raised:
         await channel.start(lambda inbound: asyncio.sleep(0))
     assert "WRONG" not in str(raised.value)  # the error is printed: it must not carry the token
