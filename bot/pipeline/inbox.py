@@ -1,9 +1,10 @@
 """`Inbox`: a write-ahead journal of admitted messages, so none is lost between arrival and its turn.
 
-A message is recorded (durably) before it joins its chat's queue and marked done once handled. A
-crash while it waits behind a long run, or in the middle of its own, leaves it pending, and the next
-start hands the pending ones back to their chats in order. The message's journal id becomes the id
-of its user message in the session, so a replay knows whether it was already stored. The file holds
+A message is recorded (durably) before it joins its chat's queue and marked done as soon as its reply
+went out (or its handling ended without one). A crash while it waits behind a long run, or in the middle
+of its own, leaves it pending, and the next start hands the pending ones back to their chats in order.
+The message's journal id becomes the id of its user message in the session, so a replay knows whether it
+was already stored, and answered (then only the stored answer is sent again). The file holds
 only what is not yet handled: it is rewritten, atomically, when read at start.
 
 A channel may deliver a message again after a crash (Telegram redelivers what was not acknowledged). The

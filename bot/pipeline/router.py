@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from bot.access.policy import AccessPolicy
 from bot.channels.base import CHANNEL_NOTICE, Channel
@@ -74,15 +75,25 @@ class InboundRouter:
         journal_id = inbound.journal_id
         if journal_id is not None:
             self._handling[inbound.session_id] = journal_id
+        settled = False
+
+        async def settle() -> None:
+            # Once: as soon as the runner has delivered the reply (a crash after that must not answer the
+            # message again), or when handling ends, whichever comes first.
+            nonlocal settled
+            if not settled:
+                settled = True
+                await self._settle(journal_id)
+
         try:
-            await self._handle_now(inbound, channel)
+            await self._handle_now(inbound, channel, settle)
         except asyncio.CancelledError:
             raise  # a shutdown cut it short: it stays in the journal and is handled after the restart
         except Exception:
-            await self._settle(journal_id)  # failed for good: replaying it would fail again
+            await settle()  # failed for good: replaying it would fail again
             raise
         else:
-            await self._settle(journal_id)
+            await settle()
         finally:
             self._handling.pop(inbound.session_id, None)
 
@@ -94,9 +105,11 @@ class InboundRouter:
         except OSError as error:
             log.error("[Router] Could not mark a message handled (%s); it may be answered again", error)
 
-    async def _handle_now(self, inbound: InboundMessage, channel: Channel) -> None:
+    async def _handle_now(
+        self, inbound: InboundMessage, channel: Channel, on_delivered: Callable[[], Awaitable[None]]
+    ) -> None:
         if inbound.resumed:
-            await self._runner.run(inbound, channel)
+            await self._runner.run(inbound, channel, on_delivered)
             return
         # Checked in the chat's queue, so a refusal keeps the chat's order; before anything is stored.
         if not await self._admitted(inbound, channel):
@@ -108,7 +121,7 @@ class InboundRouter:
         if self._commands.is_command(inbound.text):
             await self._answer_command(inbound, channel)
             return
-        await self._runner.run(inbound, channel)
+        await self._runner.run(inbound, channel, on_delivered)
 
     async def _admitted(self, inbound: InboundMessage, channel: Channel) -> bool:
         """The access check; a refused sender gets the policy's reply (a pairing code) if it has one."""

@@ -3,6 +3,11 @@
 The user's message is written to the session before any system runs, so neither a crash nor a model
 error loses it. Systems before the reply (18, 20, 30) may end the turn with a user-facing error;
 the reply is then delivered; systems after it (50, 55) only log their failures.
+
+The answer is stored before it is sent, and the caller records the moment it went out (`on_delivered`).
+A crash in between leaves a stored answer whose message is still open in the journal: after the restart
+that message comes back `resumed`, and the stored answer is sent (again, if Telegram took it just
+before the crash: no API can tell, and a repeated answer is better than a lost one).
 """
 
 from __future__ import annotations
@@ -11,16 +16,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from bot.channels.base import Channel
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
+from bot.domain.session import AgentSession
 from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
 from bot.metrics import BotMetrics
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.pipeline.turn_storage import SETTLED_KEY, store_turn_messages, unanswered_user_message
+from bot.pipeline.turn_storage import SETTLED_KEY, store_turn_messages, stored_answer, unanswered_user_message
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
 
@@ -109,8 +115,17 @@ class PipelineRunner:
         except SessionPersistError as error:
             ctx.storage_problem = str(error)
 
-    async def run(self, inbound: InboundMessage, channel: Channel) -> TurnContext | None:
-        """Answer one message. The caller guarantees one run per chat at a time."""
+    async def run(
+        self,
+        inbound: InboundMessage,
+        channel: Channel,
+        on_delivered: Callable[[], Awaitable[None]] | None = None,
+    ) -> TurnContext | None:
+        """Answer one message. The caller guarantees one run per chat at a time.
+
+        `on_delivered` is awaited as soon as the reply went out, before memory and RAG are written, so the
+        caller can record that at once (the shorter that gap, the rarer an answer sent twice after a crash).
+        """
         started = time.monotonic()
         self._metrics.messages_in.labels(inbound.channel_type).inc()
         config = await self._config_store.current()
@@ -119,6 +134,7 @@ class PipelineRunner:
             await self._tell_about_recovery(session.metadata, channel, inbound.chat_id)
             pending = unanswered_user_message(session) if inbound.resumed else None
             if inbound.resumed and pending is None:
+                await self._send_stored_answer(session, inbound, channel)
                 return None
             ctx = TurnContext(
                 inbound=inbound,
@@ -137,6 +153,8 @@ class PipelineRunner:
             if failure_reply is not None:
                 await self._settle(ctx)
             await self._deliver(ctx, channel, failure_reply)
+            if on_delivered is not None:
+                await on_delivered()
             if ctx.reply_delivered:
                 self._metrics.replies_out.labels(inbound.channel_type).inc()
             if failure_reply is None:
@@ -183,6 +201,22 @@ class PipelineRunner:
             # The turn is already in the session; the user can ask again or see it in the history.
             self._metrics.errors.labels("delivery").inc()
             log.error("[Pipeline] Reply to %s could not be delivered: %s", ctx.session.id, error)
+
+    async def _send_stored_answer(self, session: AgentSession, inbound: InboundMessage, channel: Channel) -> None:
+        """A resumed message the session shows answered: the crash came after its answer was stored and
+        before its delivery was recorded, so the answer may never have gone out. Send the stored text; the
+        model is not asked again. A turn settled without an answer (a failure, /stop) has none to send."""
+        answer = stored_answer(session, inbound.journal_id) if inbound.journal_id is not None else None
+        if answer is None:
+            return
+        log.info("[Pipeline] Sending %s the answer stored before the last stop, whose delivery is unknown", session.id)
+        try:
+            await channel.send_text(inbound.chat_id, answer.content)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            self._metrics.errors.labels("delivery").inc()
+            log.error("[Pipeline] Reply to %s could not be delivered: %s", session.id, error)
 
     async def _tell_about_recovery(self, metadata: dict[str, object], channel: Channel, chat_id: str) -> None:
         quarantined = metadata.pop(RECOVERED_FROM_KEY, None)

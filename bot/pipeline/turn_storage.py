@@ -32,3 +32,17 @@ def unanswered_user_message(session: AgentSession) -> Message | None:
         if message.role is Role.USER:
             return None if session.metadata.get(SETTLED_KEY) == message.id else message
     return None
+
+
+def stored_answer(session: AgentSession, user_message_id: str) -> Message | None:
+    """The final answer stored for a user message: its last assistant text before the next user message."""
+    answer = None
+    found = False
+    for message in session.messages:
+        if not found:
+            found = message.id == user_message_id
+        elif message.role is Role.USER:
+            break
+        elif message.role is Role.ASSISTANT and message.content and not message.tool_calls:
+            answer = message
+    return answer

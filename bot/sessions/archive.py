@@ -1,7 +1,9 @@
 """`MessageArchive`: every message a chat ever had, uncompacted, in `sessions/archive/{id}.jsonl`.
 
 Append-only and never rewritten, so saving a message costs one append however long the history.
-A torn last line (a crash mid-append) is skipped on read and cut off before the next append.
+A torn last line (a crash mid-append) is skipped on read and cut off before the next append. A message
+can be appended twice: a crash after its archive append and before the session was saved leaves it
+out of the session, and the restart stores it again under the same id. Reading keeps the first copy.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ class MessageArchive:
         await append_lines(self.path_for(session_id), [dumps_line(m.to_json_dict()) for m in messages])
 
     async def read(self, session_id: str) -> list[Message]:
-        messages = []
+        """Every message of the chat, oldest first, each once (by id)."""
+        messages: dict[str, Message] = {}
         for record in await read_jsonl(self.path_for(session_id)):
             try:
-                messages.append(Message.model_validate(record))
+                message = Message.model_validate(record)
             except ValidationError:
                 log.warning("[Session] Skipped an archive record of %s that is not a message", session_id)
-        return messages
+                continue
+            messages.setdefault(message.id, message)
+        return list(messages.values())

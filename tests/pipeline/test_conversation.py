@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from bot.app import BotServices
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply
 from tests.fakes.recording_channel import RecordingChannel
@@ -83,6 +85,30 @@ async def test_a_transient_server_error_is_retried_transparently(
     fake_openai.script(Fault.status(500), "second try worked")
     assert await say(services, channel, "1", "hi") == "second try worked"
     assert len(fake_openai.chat_requests()) == 2
+
+
+@pytest.mark.parametrize("fault", [Fault.status(502), Fault.status(503), Fault.rate_limit()], ids=str)
+async def test_bad_gateway_unavailable_and_a_bare_rate_limit_are_retried(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fault: Fault
+) -> None:
+    fake_openai.script(fault, "second try worked")
+    assert await say(services, channel, "1", "hi") == "second try worked"
+    assert len(fake_openai.chat_requests()) == 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "explained"),
+    [(Fault.status(503), "The model service had an error."), (Fault.rate_limit(), "The model is rate-limited")],
+    ids=["503", "429"],
+)
+async def test_a_model_that_keeps_failing_gets_a_clear_reply_and_the_message_is_kept(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fault: Fault, explained: str
+) -> None:
+    services.workspace.runtime_config_file.write_text(json.dumps({"llm": {"maxRetries": 1}}))
+    fake_openai.script(fault, fault)
+    assert explained in await say(services, channel, "1", "please remember this")
+    session = await services.sessions.get("test:1")
+    assert session is not None and session.messages[0].content == "please remember this"
 
 
 async def test_rate_limit_with_retry_after_is_honoured(
@@ -307,3 +333,75 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
     assert [m.content for m in session.messages if m.role.value == "user"] == ["first, slow", "second, waiting"]
     assert await restarted.inbox.pending() == []  # everything handled: nothing to replay next time
     await shutdown(restarted, [])
+
+
+async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_after_the_restart(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    from bot.app import build_services, resubmit, shutdown, unfinished_messages
+    from bot.domain.message import Message
+    from tests.conftest import env_for
+
+    # The state a SIGKILL leaves between storing the answer and sending it: journaled, answered, open.
+    recorded = await services.inbox.record(channel.message("1", "what is on today?"))
+    assert recorded is not None and recorded.journal_id is not None
+    session = await services.sessions.get_or_create("test", "1")
+    await services.sessions.append_messages(
+        session, [Message.user("what is on today?", recorded.journal_id), Message.assistant("Dentist at 3.")]
+    )
+
+    restarted = build_services(env_for(workspace_dir, fake_openai))
+    fresh = RecordingChannel()
+    backlog = await unfinished_messages(restarted, {"test"})
+    assert [(m.text, m.resumed) for m in backlog] == [("what is on today?", True)]
+    resubmit(restarted, [fresh], backlog)
+    assert await fresh.wait_for("1", 1) == ["Dentist at 3."]
+    await restarted.router.dispatcher.drain()
+    assert fresh.sent["1"] == ["Dentist at 3."]
+    assert fake_openai.chat_requests() == []  # the stored answer is sent as it is, the model is not asked again
+    again = await restarted.sessions.get("test:1")
+    assert again is not None and [m.content for m in again.messages] == ["what is on today?", "Dentist at 3."]
+    assert await unfinished_messages(restarted, {"test"}) == []  # delivered: recorded as done
+    await shutdown(restarted, [])
+
+
+async def test_the_journal_records_a_reply_as_soon_as_it_went_out_before_memory_is_written(
+    services: BotServices, channel: RecordingChannel, tmp_path: Path
+) -> None:
+    from bot.commands.registry import CommandRegistry
+    from bot.domain.turn import TurnContext
+    from bot.pipeline.inbox import Inbox
+    from bot.pipeline.router import InboundRouter
+    from bot.pipeline.runner import PipelineRunner
+    from bot.pipeline.system import PipelineSystem
+
+    memory_written = asyncio.Event()
+
+    class Answer(PipelineSystem):
+        order, name = 30, "Answer"
+
+        async def process(self, ctx: TurnContext) -> None:
+            ctx.reply_text = "noted"
+
+    class SlowMemory(PipelineSystem):
+        order, name, after_reply = 50, "SlowMemory", True
+
+        async def process(self, ctx: TurnContext) -> None:
+            await memory_written.wait()
+
+    journal = tmp_path / "inbox.jsonl"
+    runner = PipelineRunner([Answer(), SlowMemory()], services.sessions, services.config_store)
+    router = InboundRouter(runner, CommandRegistry(), None, Inbox(journal))
+    await router.accept(channel.message("1", "remember the milk"), channel)
+    assert await channel.wait_for("1", 1) == ["noted"]
+
+    def done_lines() -> list[str]:
+        return [line for line in journal.read_text().splitlines() if line.startswith('{"done"')]
+
+    deadline = time.monotonic() + 5
+    while not done_lines() and time.monotonic() < deadline:  # memory is still being written meanwhile
+        await asyncio.sleep(0.01)
+    assert len(done_lines()) == 1 and not memory_written.is_set()
+    memory_written.set()
+    await router.dispatcher.drain()
+    assert len(done_lines()) == 1  # recorded once, not again when the turn ends

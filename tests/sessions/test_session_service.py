@@ -84,6 +84,16 @@ async def test_torn_archive_line_is_skipped_then_repaired(sessions: SessionServi
     assert [json.loads(line)["content"] for line in lines] == ["whole", "after"]
 
 
+async def test_a_message_stored_again_after_a_crash_is_read_once(sessions: SessionService, tmp_path: Path) -> None:
+    # A crash after the archive append and before the session save: the restart stores the message again.
+    question = Message.user("is it raining?", "journal-1")
+    session = await sessions.get_or_create("telegram", "8")
+    await sessions.archive.append(session.id, [question])
+    await sessions.append_messages(session, [question, Message.assistant("No.")])
+    assert len((tmp_path / "sessions" / "archive" / "telegram:8.jsonl").read_text().splitlines()) == 3
+    assert [m.content for m in await sessions.archive.read(session.id)] == ["is it raining?", "No."]
+
+
 async def test_corrupt_session_is_quarantined_and_a_fresh_one_started(tmp_path: Path) -> None:
     folder = tmp_path / "sessions"
     folder.mkdir()
