@@ -5,11 +5,13 @@ went out (or its handling ended without one). A crash while it waits behind a lo
 of its own, leaves it pending, and the next start hands the pending ones back to their chats in order.
 The message's journal id becomes the id of its user message in the session, so a replay knows whether it
 was already stored, and answered (then only the stored answer is sent again). The file holds
-only what is not yet handled: it is rewritten, atomically, when read at start.
+only what is not yet handled, and the dedup keys of the newest messages: it is rewritten, atomically,
+when read at start.
 
 A channel may deliver a message again after a crash (Telegram redelivers what was not acknowledged). The
-journal read at start remembers the channel's dedup keys of everything it held, so a message journaled in
-the last run is not journaled (and answered) a second time.
+journal read at start remembers the channel's dedup keys of everything it held, so a message journaled
+in an earlier run is not journaled (and answered) a second time. The newest `REMEMBERED_KEYS` of them are
+carried over into the rewritten file, so a second crash right after the restart does not forget them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from bot.storage.jsonl import dumps_line, read_jsonl
 
 log = logging.getLogger(__name__)
 
+# More than Telegram redelivers after a crash (one unacknowledged batch of at most 100 updates).
+REMEMBERED_KEYS = 1000
+
 
 class Inbox:
     """The journal of messages taken but not yet handled."""
@@ -34,11 +39,11 @@ class Inbox:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._lock = asyncio.Lock()
-        self._journaled_last_run: set[tuple[str, str]] = set()
+        self._journaled_before: set[tuple[str, str]] = set()
 
     async def record(self, inbound: InboundMessage) -> InboundMessage | None:
-        """Journal `inbound`; returns it with its journal id, or None when the last run journaled it already."""
-        if inbound.dedup_key is not None and (inbound.channel_type, inbound.dedup_key) in self._journaled_last_run:
+        """Journal `inbound`; returns it with its journal id, or None when an earlier run journaled it."""
+        if inbound.dedup_key is not None and (inbound.channel_type, inbound.dedup_key) in self._journaled_before:
             return None
         recorded = dataclasses.replace(inbound, journal_id=uuid.uuid4().hex)
         record = {field.name: getattr(recorded, field.name) for field in dataclasses.fields(recorded)}
@@ -49,21 +54,30 @@ class Inbox:
         await append_lines(self._path, [dumps_line({"done": journal_id})])
 
     async def pending(self) -> list[InboundMessage]:
-        """Messages recorded and never marked done, in arrival order; the file keeps only those."""
+        """Messages recorded and never marked done, in arrival order; the file keeps only those (and keys)."""
         async with self._lock:
             records = await read_jsonl(self._path)
             finished = {record["done"] for record in records if "done" in record}
             waiting: list[InboundMessage] = []
+            keys: dict[tuple[str, str], None] = {}  # in arrival order, each once
             for record in records:
+                for key in record.get("journaledKeys") or []:
+                    if isinstance(key, list) and len(key) == 2:
+                        keys[(str(key[0]), str(key[1]))] = None
                 message = _inbound_from(record.get("message"))
                 if message is None:
                     continue
                 if message.dedup_key is not None:
-                    self._journaled_last_run.add((message.channel_type, message.dedup_key))
+                    keys.pop((message.channel_type, message.dedup_key), None)
+                    keys[(message.channel_type, message.dedup_key)] = None
                 if message.journal_id not in finished:
                     waiting.append(message)
-            lines = "".join(dumps_line({"message": dataclasses.asdict(m)}) + "\n" for m in waiting)
-            await write_atomic(self._path, lines.encode("utf-8", "backslashreplace"))
+            newest = list(keys)[-REMEMBERED_KEYS:]
+            self._journaled_before = set(newest)
+            lines = [dumps_line({"journaledKeys": [list(key) for key in newest]})] if newest else []
+            lines += [dumps_line({"message": dataclasses.asdict(m)}) for m in waiting]
+            text = "".join(line + "\n" for line in lines)
+            await write_atomic(self._path, text.encode("utf-8", "backslashreplace"))
         if waiting:
             log.info("[Inbox] %d messages were taken but not answered before the last stop", len(waiting))
         return waiting

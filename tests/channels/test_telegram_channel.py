@@ -348,15 +348,17 @@ async def test_a_message_journaled_before_a_crash_is_not_taken_again_when_redeli
     first = fake_telegram.push_message(OWNER, "one")
     await fake_telegram.await_messages(OWNER, 1)
     await bot.stop()
-    # As if the bot died after journaling "one" but before saving the seen ids and acknowledging it.
-    (workspace_dir / "state" / "telegram-updates.json").unlink()
-    fake_telegram.redeliver(first)
-    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
-    try:
-        assert await ask(fake_telegram, OWNER, "two") == "echo: two"
-        assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: one", "echo: two"]
-    finally:
-        await bot.stop()
+    # Twice, as if the bot died after journaling "one" but before saving the seen ids and acknowledging it,
+    # and then died again just after the restart, before it saved them either.
+    for asked in ("two", "three"):
+        (workspace_dir / "state" / "telegram-updates.json").unlink()
+        fake_telegram.redeliver(first)
+        bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+        try:
+            assert await ask(fake_telegram, OWNER, asked) == f"echo: {asked}"
+        finally:
+            await bot.stop()
+    assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: one", "echo: two", "echo: three"]
 
 
 async def test_in_groups_only_messages_for_the_bot_are_answered(
