@@ -357,7 +357,7 @@ async def shutdown(services: BotServices, channels: list[Channel], listener: Htt
     for channel in channels:
         await channel.stop_receiving()
     await services.router.dispatcher.close(SHUTDOWN_GRACE_SECONDS)
-    services.scheduler.shutdown()
+    await services.scheduler.shutdown()
     for channel in channels:
         await channel.stop()
     if listener is not None:

@@ -1,0 +1,53 @@
+"""The scheduler's jobs: run in the bot's loop, and at shutdown finished or cancelled quietly in time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from bot.scheduler.service import BotScheduler
+
+
+async def test_a_job_in_progress_at_shutdown_is_cancelled_after_the_grace_without_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    scheduler = BotScheduler()
+    began = asyncio.Event()
+    finished = False
+
+    async def indexing() -> None:
+        nonlocal finished
+        began.set()
+        await asyncio.sleep(30)
+        finished = True
+
+    scheduler.add_interval_job("rag indexing", 0.05, indexing)
+    scheduler.start()
+    await asyncio.wait_for(began.wait(), 5)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        await scheduler.shutdown(grace_seconds=0.2)
+    assert time.monotonic() - started < 2
+    assert not finished and not scheduler.running
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("stopped by the shutdown" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_job_that_finishes_within_the_grace_is_let_finish() -> None:
+    scheduler = BotScheduler()
+    began = asyncio.Event()
+    finished = asyncio.Event()
+
+    async def quick() -> None:
+        began.set()
+        await asyncio.sleep(0.1)
+        finished.set()
+
+    scheduler.add_interval_job("quick", 0.05, quick)
+    scheduler.start()
+    await asyncio.wait_for(began.wait(), 5)
+    await scheduler.shutdown(grace_seconds=2)
+    assert finished.is_set()
