@@ -109,7 +109,11 @@ def build_services(env: EnvSettings) -> BotServices:
     workspace = prepare_workspace(env)
     clock = Clock(resolve_timezone(env.bot_timezone))
     config_dir = shipped_path("config")
-    config_store = RuntimeConfigStore(config_dir / "runtime-config.json", workspace.runtime_config_file)
+    config_store = RuntimeConfigStore(
+        config_dir / "runtime-config.json",
+        workspace.runtime_config_file,
+        {"llm": {"model": env.bot_model}} if env.bot_model else None,
+    )
     config_store.load_now()
     models = ModelRegistry.load(config_dir / "models.json", workspace.models_file)
     sessions = SessionService(workspace.sessions_dir)
@@ -131,7 +135,7 @@ def build_services(env: EnvSettings) -> BotServices:
 
     memory.on_forget(forget_in_rag)
     compaction = CompactionService(
-        sessions, Summarizer(llm, models, estimator), estimator, models, config_store, tools.schemas, env.bot_model
+        sessions, Summarizer(llm, models, estimator), estimator, models, config_store, tools.schemas
     )
     if config_store.config.memory.enabled:
         compaction.set_pre_compaction_sink(PreCompactionMemory(memory, config_store))
@@ -142,8 +146,8 @@ def build_services(env: EnvSettings) -> BotServices:
         MemoryPersistSystem(memory, clock),
         RagIndexingSystem(rag, clock),
     ]
-    runner = PipelineRunner(systems, sessions, config_store, env.bot_model, metrics)
-    status = StatusReporter(workspace, config_store, models, estimator, clock, env.bot_model, memory, rag)
+    runner = PipelineRunner(systems, sessions, config_store, metrics)
+    status = StatusReporter(workspace, config_store, models, estimator, clock, memory, rag)
     commands = CommandRegistry()
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)

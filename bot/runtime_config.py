@@ -45,8 +45,10 @@ def _describe_validation_error(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def parse_runtime_config(text: str, source: Path, base: dict[str, Any]) -> RuntimeConfig:
-    """Validate `text` merged over `base`; raises `InvalidRuntimeConfig` saying what and where."""
+def parse_runtime_config(
+    text: str, source: Path, base: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> RuntimeConfig:
+    """Validate `text` merged over `base`, `overrides` over both; `InvalidRuntimeConfig` says what and where."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -56,19 +58,21 @@ def parse_runtime_config(text: str, source: Path, base: dict[str, Any]) -> Runti
     if not isinstance(data, dict):
         raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
     try:
-        return RuntimeConfig.model_validate(deep_merge(base, data))
+        return RuntimeConfig.model_validate(deep_merge(deep_merge(base, data), overrides or {}))
     except ValidationError as error:
         raise InvalidRuntimeConfig(f"{source}: {_describe_validation_error(error)}") from error
 
 
 class RuntimeConfigStore:
-    """The configuration in force: shipped defaults with the workspace file merged over them."""
+    """The configuration in force: shipped defaults, the workspace file merged over them, and `overrides`
+    (what the environment sets, e.g. `BOT_MODEL` for `llm.model`) over both, whatever the file says."""
 
-    def __init__(self, defaults_path: Path, workspace_path: Path) -> None:
+    def __init__(self, defaults_path: Path, workspace_path: Path, overrides: dict[str, Any] | None = None) -> None:
         self._workspace_path = workspace_path
         self._defaults_path = defaults_path
         self._defaults: dict[str, Any] = json.loads(defaults_path.read_text(encoding="utf-8"))
-        self._config = parse_runtime_config(json.dumps(self._defaults), defaults_path, {})
+        self._overrides = overrides or {}
+        self._config = parse_runtime_config(json.dumps(self._defaults), defaults_path, {}, self._overrides)
         self._signature: tuple[int, int, int] | None = None
         self._lock = asyncio.Lock()
 
@@ -106,11 +110,11 @@ class RuntimeConfigStore:
         # Remember the signature even when refused, so one bad edit is one log line, not one per message.
         self._signature = signature
         if signature is None:
-            self._config = parse_runtime_config("{}", self._workspace_path, self._defaults)
+            self._config = parse_runtime_config("{}", self._workspace_path, self._defaults, self._overrides)
             return
         try:
             text = self._workspace_path.read_text(encoding="utf-8")
-            config = parse_runtime_config(text, self._workspace_path, self._defaults)
+            config = parse_runtime_config(text, self._workspace_path, self._defaults, self._overrides)
         except (InvalidRuntimeConfig, UnicodeDecodeError, OSError) as error:
             log.error("[Config] Refused %s; keeping the last good configuration", error)
             return

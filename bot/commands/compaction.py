@@ -83,7 +83,7 @@ def register_compaction_commands(
         keep, focus = parse_compact_args(request.args, config.compaction.keep_last_messages)
         inbound = request.inbound
         session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
-        model = compaction.chat_model(config)
+        model = config.llm.model
         async with sessions.lock_for(session.id):
             event = await compaction.compact(session, model, config, keep_messages=keep, focus=focus)
         if event is None:
@@ -104,7 +104,7 @@ def register_compaction_commands(
         config = await config_store.current()
         inbound = request.inbound
         session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
-        model = compaction.chat_model(config)
+        model = config.llm.model
         return describe_context(session, compaction.plan(session, model, config), model)
 
     registry.register(

@@ -24,7 +24,6 @@ class StatusReporter:
         models: ModelRegistry,
         estimator: TokenEstimator,
         clock: Clock,
-        model_override: str | None,
         memory: MemoryService,
         rag: RagService | None = None,
     ) -> None:
@@ -34,12 +33,11 @@ class StatusReporter:
         self._models = models
         self._estimator = estimator
         self._clock = clock
-        self._model_override = model_override
         self._memory = memory
 
     async def report(self, session: AgentSession) -> str:
         config = await self._config_store.current()
-        model = self._models.lookup(self._model_override or config.llm.model)
+        model = self._models.lookup(config.llm.model)
         budget = ContextBudget.for_model(model, config.compaction)
         tokens = self._estimator.messages(session.messages, model.name)
         memory = await self._memory.status(config.memory, session.id)

@@ -132,7 +132,6 @@ class CompactionService:
         models: ModelRegistry,
         config_store: RuntimeConfigStore,
         tool_schemas: Callable[[], list[dict[str, Any]]] = list,
-        model_override: str | None = None,
         sink: PreCompactionSink | None = None,
     ) -> None:
         self._sessions = sessions
@@ -141,7 +140,6 @@ class CompactionService:
         self._models = models
         self._config_store = config_store
         self._tool_schemas = tool_schemas
-        self._model_override = model_override
         self._sink = sink
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -152,9 +150,6 @@ class CompactionService:
     def set_pre_compaction_sink(self, sink: PreCompactionSink | None) -> None:
         """Connect structured memory: it gets the messages of every compaction before they go."""
         self._sink = sink
-
-    def chat_model(self, config: RuntimeConfig) -> str:
-        return self._model_override or config.llm.model
 
     def summary_model(self, config: RuntimeConfig, chat_model: str) -> str:
         return config.compaction.summary_model or config.llm.balanced_model or chat_model

@@ -56,14 +56,12 @@ class PipelineRunner:
         systems: Sequence[PipelineSystem],
         sessions: SessionService,
         config_store: RuntimeConfigStore,
-        model_override: str | None = None,
         metrics: BotMetrics | None = None,
     ) -> None:
         self._metrics = metrics or BotMetrics()
         self._systems = sorted(systems, key=lambda system: system.order)
         self._sessions = sessions
         self._config_store = config_store
-        self._model_override = model_override
         self._interruptible_runs: dict[str, asyncio.Task[object]] = {}
         self._stopped_by_user: set[str] = set()
         present = {system.order for system in self._systems}
@@ -141,7 +139,7 @@ class PipelineRunner:
                 session=session,
                 config=config,
                 user_message=pending or Message.user(inbound.text, inbound.journal_id),
-                model=self._model_override or config.llm.model,
+                model=config.llm.model,
                 reply_stream=channel.open_stream(inbound.chat_id) if config.tool_loop.streaming else None,
             )
             if pending is None:

@@ -29,7 +29,7 @@ def build_rag_service(
 
     def chat_model() -> str:
         current = config_store.config.llm
-        return current.balanced_model or env.bot_model or current.model
+        return current.balanced_model or current.model
 
     backend: RagBackend
     if config.rag.backend == "server":

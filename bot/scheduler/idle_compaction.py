@@ -38,7 +38,7 @@ class IdleCompactor:
         if not config.compaction.enabled or settings.idle_compaction_minutes == 0:
             return 0
         quiet_since = (now or utc_now()) - timedelta(minutes=settings.idle_compaction_minutes)
-        model = self._compaction.chat_model(config)
+        model = config.llm.model
         compacted = 0
         for session in self._sessions.cached():
             if session.updated_at > quiet_since or self._chat_is_active(session.id):

@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices
-from tests.fakes.openai_server import FakeOpenAI, Fault, Reply
+from bot.app import BotServices, build_services, resubmit, shutdown, unfinished_messages
+from bot.commands.registry import CommandRegistry
+from bot.domain.message import Message
+from bot.domain.turn import TurnContext
+from bot.pipeline.inbox import Inbox
+from bot.pipeline.router import InboundRouter
+from bot.pipeline.runner import PipelineRunner
+from bot.pipeline.system import PipelineSystem
+from tests.conftest import env_for
+from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, Usage
 from tests.fakes.recording_channel import RecordingChannel
 
 
@@ -49,11 +57,22 @@ async def test_a_hand_edited_persona_is_used_on_the_next_message(
     assert fake_openai.system_prompts()[-1].startswith("You are Captain Memo, a pirate.")
 
 
+async def test_bot_model_from_the_environment_overrides_the_runtime_config(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    services = build_services(env_for(workspace_dir, fake_openai, bot_model="env-model"))
+    try:
+        services.workspace.runtime_config_file.write_text(json.dumps({"llm": {"model": "file-model"}}))
+        assert await say(services, channel, "1", "hi") == "echo: hi"
+        assert fake_openai.last_chat_request()["model"] == "env-model"
+        assert "Model: env-model" in await say(services, channel, "1", "/status")
+    finally:
+        await shutdown(services, [])
+
+
 async def test_usage_reported_by_the_provider_is_recorded(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    from tests.fakes.openai_server import Usage
-
     fake_openai.script(Reply(text="ok", usage=Usage(prompt_tokens=1234, completion_tokens=5)))
     await say(services, channel, "1", "hi")
     session = await services.sessions.get("test:1")
@@ -258,10 +277,6 @@ async def test_a_damaged_session_file_is_reported_to_the_user(
 async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    from bot.app import build_services, resubmit, shutdown, unfinished_messages
-    from bot.domain.message import Message
-    from tests.conftest import env_for
-
     await say(services, channel, "1", "answered before the crash")
     session = await services.sessions.get_or_create("test", "1")
     await services.sessions.append_messages(session, [Message.user("sent just before the crash")])
@@ -292,9 +307,6 @@ async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_r
 async def test_a_stopped_run_is_not_resumed_after_a_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    from bot.app import build_services, shutdown, unfinished_messages
-    from tests.conftest import env_for
-
     fake_openai.script(Reply(text="too slow", delay=5))
     await services.router.accept(channel.message("1", "long question"), channel)
     while not services.router.dispatcher.queue_depths():
@@ -311,9 +323,6 @@ async def test_a_stopped_run_is_not_resumed_after_a_restart(
 async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_after_the_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    from bot.app import build_services, resubmit, shutdown, unfinished_messages
-    from tests.conftest import env_for
-
     fake_openai.script(Reply(text="never delivered", delay=30))
     await services.router.accept(channel.message("1", "first, slow"), channel)
     await services.router.accept(channel.message("1", "second, waiting"), channel)
@@ -338,10 +347,6 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
 async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_after_the_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    from bot.app import build_services, resubmit, shutdown, unfinished_messages
-    from bot.domain.message import Message
-    from tests.conftest import env_for
-
     # The state a SIGKILL leaves between storing the answer and sending it: journaled, answered, open.
     recorded = await services.inbox.record(channel.message("1", "what is on today?"))
     assert recorded is not None and recorded.journal_id is not None
@@ -368,13 +373,6 @@ async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_afte
 async def test_the_journal_records_a_reply_as_soon_as_it_went_out_before_memory_is_written(
     services: BotServices, channel: RecordingChannel, tmp_path: Path
 ) -> None:
-    from bot.commands.registry import CommandRegistry
-    from bot.domain.turn import TurnContext
-    from bot.pipeline.inbox import Inbox
-    from bot.pipeline.router import InboundRouter
-    from bot.pipeline.runner import PipelineRunner
-    from bot.pipeline.system import PipelineSystem
-
     memory_written = asyncio.Event()
 
     class Answer(PipelineSystem):
