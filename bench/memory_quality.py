@@ -7,12 +7,12 @@ questions asked later needs one of those turns; half ask in the same words, half
 (episodic items plus whatever the rules extract), and a question counts as answered at k when one of
 the top k items that `memory_search` returns came from its evidence turn.
 
-Embeddings for the hybrid rows: `--local` (the `local-embeddings` extra, all-MiniLM-L6-v2 on the
-CPU) and/or `--endpoint MODEL` (OPENAI_BASE_URL / OPENAI_API_KEY). Without either, the hybrid row
-uses hashed bag-of-words vectors (the test fake's), which share lexical retrieval's blind spots: a
-check of the plumbing, not of semantic recall.
+The hybrid row uses the bundled offline embedder (multilingual-e5-small, the default); `--endpoint
+MODEL` adds the endpoint's embeddings (OPENAI_BASE_URL / OPENAI_API_KEY), `--hashed` the test fake's
+hashed bag-of-words vectors (a check of the plumbing only). The LoCoMo benchmark (`bench.locomo`) is
+the measure of recall in the prompt; this one isolates `memory_search`.
 
-Run: `.venv/bin/python -m bench.memory_quality [--local] [--endpoint MODEL] [--json]` (`--json` adds one JSON
+Run: `.venv/bin/python -m bench.memory_quality [--hashed] [--endpoint MODEL] [--json]` (`--json` adds one JSON
 line of figures per row).
 """
 
@@ -30,10 +30,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bot.domain.memory import TurnMemoryEvent
-from bot.memory.embeddings import Embedder, VectorIndex
+from bot.memory.embeddings import Embedder, VectorIndex, as_float16
 from bot.memory.extraction import RuleBasedExtractor
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
+from bot.memory.local_embeddings import LocalEmbedder
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService
 from bot.settings import MemoryConfig
@@ -272,6 +273,9 @@ class HashedWordsEmbedder:
 
         return [fake_embedding(text, 256) for text in texts]
 
+    async def embed_query(self, text: str) -> list[float]:
+        return (await self.embed([text]))[0]
+
 
 async def build(root: Path, embedder: Embedder | None) -> tuple[MemoryRetrievalService, VectorIndex, dict[str, str]]:
     """Write the conversation through the write path; returns retrieval and each case's turn id."""
@@ -296,10 +300,11 @@ async def build(root: Path, embedder: Embedder | None) -> tuple[MemoryRetrievalS
             evidence[case] = f"u{number}"
     await store.flush()
     if embedder is not None:
-        while vectors.missing():
-            if not await vectors.fill(embedder):
-                raise RuntimeError(f"embeddings from {embedder.name} failed")
-    return MemoryRetrievalService(store, lexical, vectors), vectors, evidence
+        vectors.use_embedder(embedder.name)
+        todo = vectors.pending()
+        made = await embedder.embed([text for _, text in todo])
+        vectors.put(dict(zip((key for key, _ in todo), as_float16(made), strict=True)))
+    return MemoryRetrievalService(store, lexical, vectors, UTC), vectors, evidence
 
 
 async def recall(embedder: Embedder | None) -> dict[str, float]:
@@ -330,22 +335,21 @@ async def recall(embedder: Embedder | None) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--local", action="store_true", help="hybrid with the local all-MiniLM-L6-v2")
+    parser.add_argument("--hashed", action="store_true", help="also hybrid with hashed words (plumbing only)")
     parser.add_argument("--endpoint", metavar="MODEL", help="hybrid with the endpoint's embedding model")
     parser.add_argument("--json", action="store_true", help="also print one JSON line of figures per row")
     args = parser.parse_args()
-    rows: list[tuple[str, Embedder | None]] = [("lexical only (BM25)", None)]
-    if args.local:
-        from bot.memory.local_embeddings import LocalEmbedder
-
-        rows.append(("hybrid, local all-MiniLM-L6-v2", LocalEmbedder()))
+    rows: list[tuple[str, Embedder | None]] = [
+        ("lexical only (BM25)", None),
+        ("hybrid, local multilingual-e5-small", LocalEmbedder()),
+    ]
     if args.endpoint:
         from bot.llm.client import LlmClient
         from bot.memory.embeddings import EndpointEmbedder
 
         llm = LlmClient(os.environ.get("OPENAI_API_KEY"), os.environ.get("OPENAI_BASE_URL"))
         rows.append((f"hybrid, endpoint {args.endpoint}", EndpointEmbedder(llm, args.endpoint)))
-    if len(rows) == 1:
+    if args.hashed:
         rows.append(("hybrid, hashed words (plumbing only)", HashedWordsEmbedder()))
     print(f"{len(CASES)} questions ({sum(c.paraphrased for c in CASES)} paraphrased), 640 turns")
     print(f"{'':38} {'R@5':>6} {'R@10':>6}   {'R@5 same/para':>14} {'R@10 same/para':>15} {'build':>8}")

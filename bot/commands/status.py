@@ -56,7 +56,8 @@ class StatusReporter:
                 f"Context: ~{tokens} tokens of {budget.trigger_tokens} ({percent}%){last_prompt}",
                 f"Compactions: {session.metadata.get(COMPACTION_COUNT_KEY, 0)}",
                 f"Memory: MEMORY.md {memory.long_term_chars} chars; items: {items}; "
-                f"today's notes: {memory.today_note_lines} entries; scope {config.memory.scope}"
+                f"today's notes: {memory.today_note_lines} entries; scope {config.memory.scope}; "
+                f"vectors {memory.vectors[0]}/{memory.vectors[1]} ({memory.embedder or 'lexical only'})"
                 + ("" if config.memory.enabled else " (memory disabled)"),
                 *([pack_line] if pack_line else []),
                 *([rag_line] if rag_line else []),

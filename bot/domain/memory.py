@@ -87,6 +87,8 @@ class MemoryQuery:
     session_id: str
     now: datetime
     working_top_k: int = 6
+    # Only exchanges this recent form the working set (older ones compete on relevance like the rest).
+    working_days: int = 7
     episodic_top_k: int = 8
     semantic_top_k: int = 6
     procedural_top_k: int = 4
@@ -117,13 +119,15 @@ class PackDiagnostics:
     dropped_for_budget: int = 0
     top_scores: tuple[float, ...] = ()
     embeddings_used: bool = False
+    # Wall time of the message's vector, the scoring and the rendering.
+    elapsed_ms: float = 0.0
 
     def describe(self) -> str:
         scores = ", ".join(f"{score:.2f}" for score in self.top_scores) or "-"
         vectors = "hybrid" if self.embeddings_used else "lexical"
         return (
             f"{self.candidates} candidates, {self.selected} selected, ~{self.tokens} tokens, "
-            f"{self.dropped_for_budget} over budget, top scores {scores} ({vectors})"
+            f"{self.dropped_for_budget} over budget, top scores {scores} ({vectors}, {self.elapsed_ms:.0f} ms)"
         )
 
 

@@ -338,6 +338,24 @@ class MemoryItemStore:
                         return found
         return found
 
+    def neighbours(self, item_id: str) -> list[MemoryItem]:
+        """The active EPISODIC items just before and after `item_id` in its day file (a turn's context)."""
+        path = self._file_of.get(item_id)
+        if path is None or not path.name[:1].isdigit():
+            return []
+        ids = self._ids_in.get(path, [])
+        try:
+            position = ids.index(item_id)
+        except ValueError:
+            return []
+        found = []
+        for other in (position - 1, position + 1):
+            if 0 <= other < len(ids):
+                item = self._items.get(ids[other])
+                if item is not None and item.active and item.layer is MemoryLayer.EPISODIC:
+                    found.append(item)
+        return found
+
     # -- writing -----------------------------------------------------------------------------------
 
     def file_for(self, item: MemoryItem) -> Path:

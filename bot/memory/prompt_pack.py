@@ -1,23 +1,29 @@
 """`MemoryPromptPackService`: renders the retrieved items as prompt sections within the token budgets.
 
-Pinned items come first; the rest go in by score. Items are taken while the pack stays within
-`softPromptBudgetTokens`; past it, only items scoring at least `HIGH_SCORE` are added, and never past
-`maxPromptBudgetTokens` (section headers count). A single item longer than `ITEM_CHAR_LIMIT` is cut
-with a visible marker. What did not fit is counted in the diagnostics.
+The pack is filled by score, not by a fixed count: pinned items first, then the working set (the
+last `workingTopK` exchanges outside the live session), then the best `…TopK` of each layer, then
+everything else best first, while the pack stays within `softPromptBudgetTokens`. Past it, only items
+scoring at least `HIGH_SCORE` go in, and never past `maxPromptBudgetTokens` (headers count). The
+same text twice (up to case, punctuation and spacing) is shown once. A single item longer than
+`ITEM_CHAR_LIMIT` is cut with a visible marker. Exchanges are shown under a heading per day with
+their time, so "when did …" can be answered; how many items did not fit is kept in the diagnostics.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import tzinfo
 
 from bot.compaction.estimator import TokenEstimator
-from bot.domain.memory import MemoryPack, PackDiagnostics, ScoredItem
+from bot.domain.memory import MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
 from bot.memory.budget import cut_marker
 from bot.memory.retrieval import Section
+from bot.memory.write_service import fingerprint_of
 
 HIGH_SCORE = 0.6
 ITEM_CHAR_LIMIT = 700
 TOP_SCORES_SHOWN = 5
+DATED_SECTIONS = (Section.EPISODIC, Section.WORKING)
 
 SECTION_HEADERS = {
     Section.PINNED: "## Pinned Memory",
@@ -26,6 +32,28 @@ SECTION_HEADERS = {
     Section.EPISODIC: "## Related Earlier Exchanges",
     Section.WORKING: "## Recent Exchanges",
 }
+
+
+def offered_order(items: list[ScoredItem], query: MemoryQuery) -> list[ScoredItem]:
+    """Pinned, the working set, each layer's top k, then the rest: each group best first."""
+    top_k = {
+        MemoryLayer.EPISODIC: query.episodic_top_k,
+        MemoryLayer.SEMANTIC: query.semantic_top_k,
+        MemoryLayer.PROCEDURAL: query.procedural_top_k,
+    }
+    first: list[ScoredItem] = []
+    guaranteed: list[ScoredItem] = []
+    rest: list[ScoredItem] = []
+    for scored in sorted(items, key=lambda entry: (-entry.score, entry.item.id)):
+        if scored.section in (Section.PINNED, Section.WORKING):
+            first.append(scored)
+        elif top_k[scored.item.layer] > 0:
+            top_k[scored.item.layer] -= 1
+            guaranteed.append(scored)
+        else:
+            rest.append(scored)
+    first.sort(key=lambda entry: entry.section != Section.PINNED)
+    return first + guaranteed + rest
 
 
 class MemoryPromptPackService:
@@ -41,37 +69,67 @@ class MemoryPromptPackService:
         if len(content) > ITEM_CHAR_LIMIT:
             content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(item.content) - ITEM_CHAR_LIMIT)
         content = content.replace("\n", "\n  ")
-        if scored.section in (Section.EPISODIC, Section.WORKING):
-            return f"- [{item.created_at.astimezone(self._zone):%Y-%m-%d %H:%M}] {content}"
+        if scored.section in DATED_SECTIONS:
+            return f"- {item.created_at.astimezone(self._zone):%H:%M} {content}"
         return f"- {content}"
 
-    def build(self, scored_items: list[ScoredItem], candidates: int, soft_tokens: int, max_tokens: int) -> MemoryPack:
+    def day_heading(self, scored: ScoredItem) -> str:
+        return f"### {scored.item.created_at.astimezone(self._zone):%Y-%m-%d (%A)}"
+
+    def build(self, offered: Iterable[ScoredItem], candidates: int, soft_tokens: int, max_tokens: int) -> MemoryPack:
+        """The pack of `offered` (in `offered_order`) within the budgets."""
         soft_tokens = min(soft_tokens, max_tokens)
-        ordered = sorted(scored_items, key=lambda entry: (entry.section != Section.PINNED, -entry.score, entry.item.id))
         chosen: dict[str, list[tuple[ScoredItem, str]]] = {section: [] for section in Section.ORDER}
+        headings: set[tuple[str, str]] = set()
+        seen: set[str] = set()
         used = 0
         dropped = 0
-        for scored in ordered:
+        offered = list(offered)
+        # Whether anything from position i on may still go past the soft budget (pinned or a high score).
+        worth_later = [False] * (len(offered) + 1)
+        for position in range(len(offered) - 1, -1, -1):
+            scored = offered[position]
+            high = scored.score >= HIGH_SCORE or scored.section == Section.PINNED
+            worth_later[position] = worth_later[position + 1] or high
+        soft_full = False  # the first item that does not fit in the soft budget fills it
+        for position, scored in enumerate(offered):
+            if soft_full and scored.score < HIGH_SCORE and scored.section != Section.PINNED:
+                dropped += 1
+                if not worth_later[position]:
+                    dropped += len(offered) - position - 1
+                    break
+                continue
+            same_text = fingerprint_of(scored.item.content)
+            if same_text in seen:
+                continue
             text = self.line(scored)
             cost = self._estimator.text(text + "\n")
             if not chosen[scored.section]:
                 cost += self._estimator.text(SECTION_HEADERS[scored.section] + "\n\n")
+            heading = self.day_heading(scored) if scored.section in DATED_SECTIONS else ""
+            if heading and (scored.section, heading) not in headings:
+                cost += self._estimator.text(heading + "\n")
             within_soft = used + cost <= soft_tokens
             worth_more = (scored.section == Section.PINNED or scored.score >= HIGH_SCORE) and used + cost <= max_tokens
             if within_soft or worth_more:
                 chosen[scored.section].append((scored, text))
+                seen.add(same_text)
+                if heading:
+                    headings.add((scored.section, heading))
                 used += cost
             else:
                 dropped += 1
+                soft_full = True
         blocks = []
         selected: list[ScoredItem] = []
         for section in Section.ORDER:
             entries = chosen[section]
             if not entries:
                 continue
-            if section in (Section.EPISODIC, Section.WORKING):
-                entries.sort(key=lambda pair: pair[0].item.created_at)  # read as a timeline
-            blocks.append(SECTION_HEADERS[section] + "\n" + "\n".join(text for _, text in entries))
+            if section in DATED_SECTIONS:
+                blocks.append(self._timeline(section, entries))
+            else:
+                blocks.append(SECTION_HEADERS[section] + "\n" + "\n".join(text for _, text in entries))
             selected += [scored for scored, _ in entries]
         rendered = "\n\n".join(blocks)
         top = sorted((entry.score for entry in selected), reverse=True)[:TOP_SCORES_SHOWN]
@@ -83,3 +141,16 @@ class MemoryPromptPackService:
             top_scores=tuple(top),
         )
         return MemoryPack(tuple(selected), rendered, diagnostics)
+
+    def _timeline(self, section: str, entries: list[tuple[ScoredItem, str]]) -> str:
+        """Exchanges read as a timeline: a heading per day, then each item with its time."""
+        entries.sort(key=lambda pair: pair[0].item.created_at)
+        lines = [SECTION_HEADERS[section]]
+        current = ""
+        for scored, text in entries:
+            heading = self.day_heading(scored)
+            if heading != current:
+                lines.append(heading)
+                current = heading
+            lines.append(text)
+        return "\n".join(lines)

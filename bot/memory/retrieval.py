@@ -1,38 +1,52 @@
 """`MemoryRetrievalService`: which items are worth the prompt for this message, scored 0..1.
 
-Candidates are the lexical (BM25) matches of the message, its nearest neighbours by embedding when
-an embedder is configured, the high-salience facts, the pinned items and the most recent turns.
-Each is scored
+Relevance is hybrid. The lexical side is BM25 normalised by the best match; the dense side is how far
+an item's cosine similarity stands above the typical item's (see `VectorIndex.relevance`). The two
+are added, then three kinds of context lift an item, because what a question needs is rarely one
+isolated line:
+
+- its day: an item on a day with several strong matches is lifted (`DAY_WEIGHT` × the mean of that
+  day's best `DAY_TOP` matches, against the best day), since one conversation holds one topic;
+- its neighbours: an episodic item takes `NEIGHBOUR_WEIGHT` of the relevance of the turns just before
+  and after it in its day file (the answer to a matched question, the question to a matched answer);
+- time cues: items made inside the window a message names ("last May", "yesterday") gain
+  `TIME_WEIGHT`; procedural items of the active skill gain `SKILL_WEIGHT`.
+
+The result, divided by the best candidate's, is blended with recency (halving every
+`RECENCY_HALF_LIFE_DAYS`), salience and confidence:
 
     score = W_RELEVANCE·relevance + W_RECENCY·recency + W_SALIENCE·salience + W_CONFIDENCE·confidence
 
-where relevance is the BM25 score normalised by the best one (blended with cosine similarity when
-vectors are in use) and recency halves every `RECENCY_HALF_LIFE_DAYS`. Each layer keeps its top k:
-`workingTopK` recent turns, `episodicTopK`, `semanticTopK`, `proceduralTopK`; pinned items always.
+Every candidate is returned scored; the prompt pack decides how many fit. No model call is made here:
+the message's vector is computed before, once.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
+from datetime import date, timedelta, tzinfo
 
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery, ScoredItem
 from bot.memory.embeddings import Vector, VectorIndex
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
+from bot.memory.temporal import time_window
 
-W_RELEVANCE = 0.55
-W_RECENCY = 0.15
-W_SALIENCE = 0.15
-W_CONFIDENCE = 0.15
-# Within relevance, when embeddings are in use: how much is lexical and how much is vector similarity.
-LEXICAL_SHARE = 0.5
-RECENCY_HALF_LIFE_DAYS = 14.0
+W_RELEVANCE = 0.7
+W_RECENCY = 0.1
+W_SALIENCE = 0.1
+W_CONFIDENCE = 0.1
+RECENCY_HALF_LIFE_DAYS = 30.0
 _DECAY_PER_DAY = math.log(2) / RECENCY_HALF_LIFE_DAYS
-LEXICAL_CANDIDATES = 64
-VECTOR_CANDIDATES = 64
-# A vector neighbour without any shared word must be at least this similar to count.
-MIN_VECTOR_SIMILARITY = 0.35
+LEXICAL_CANDIDATES = 120
+VECTOR_CANDIDATES = 120
+DAY_WEIGHT = 0.4
+DAY_TOP = 3
+NEIGHBOUR_WEIGHT = 0.3
+TIME_WEIGHT = 0.3
+SKILL_WEIGHT = 0.5
 # The most salient SEMANTIC items (names, constraints: `CORE_SALIENCE`) compete for the prompt even
 # without a shared word; this many per semantic top-k slot.
 CORE_CANDIDATES_PER_TOP_K = 2
@@ -50,8 +64,17 @@ class Section:
     ORDER = (PINNED, SEMANTIC, PROCEDURAL, EPISODIC, WORKING)
 
 
+SECTION_OF_LAYER = {
+    MemoryLayer.SEMANTIC: Section.SEMANTIC,
+    MemoryLayer.PROCEDURAL: Section.PROCEDURAL,
+    MemoryLayer.EPISODIC: Section.EPISODIC,
+}
+
+
 @dataclass(frozen=True)
 class RetrievalResult:
+    """Every candidate, scored, best first (pinned and the working set first of all)."""
+
     items: list[ScoredItem]
     candidates: int
     used_vectors: bool
@@ -64,16 +87,17 @@ def recency(item: MemoryItem, query: MemoryQuery) -> float:
 
 
 class MemoryRetrievalService:
-    """Scores and selects one scope's items for a query."""
+    """Scores one scope's items for a query."""
 
-    def __init__(self, store: MemoryItemStore, lexical: Bm25Index, vectors: VectorIndex) -> None:
+    def __init__(self, store: MemoryItemStore, lexical: Bm25Index, vectors: VectorIndex, zone: tzinfo) -> None:
         self._store = store
         self._lexical = lexical
         self._vectors = vectors
+        self._zone = zone
 
     def search(self, text: str, limit: int, query_vector: Vector | None = None) -> list[tuple[MemoryItem, float]]:
         """Items matching `text` by relevance alone (for `memory_search` and `/memory`)."""
-        relevance = self._relevance(text, query_vector)
+        relevance = self._match(text, query_vector)
         ranked = sorted(relevance.items(), key=lambda pair: pair[1], reverse=True)
         found = []
         for item_id, score in ranked:
@@ -92,50 +116,83 @@ class MemoryRetrievalService:
         def in_conversation(item: MemoryItem) -> bool:
             return item.id in taken or bool(query.exclude_references.intersection(item.references))
 
-        working = self._store.recent_episodic(query.working_top_k, skip=in_conversation)
+        since = query.now - timedelta(days=query.working_days)
+        working = [
+            item
+            for item in self._store.recent_episodic(query.working_top_k, skip=in_conversation)
+            if item.created_at >= since
+        ]
         chosen += [self._scored(item, query, 0.0, Section.WORKING) for item in working]
         taken.update(item.id for item in working)
 
-        relevance = self._relevance(query.text, query_vector)
-        candidates = dict(relevance)
+        relevance = self._relevance(query, query_vector)
         for core in self._store.core(CORE_CANDIDATES_PER_TOP_K * query.semantic_top_k):
-            candidates.setdefault(core.id, 0.0)
-        by_layer: dict[MemoryLayer, list[ScoredItem]] = {layer: [] for layer in MemoryLayer}
-        for item_id, item_relevance in candidates.items():
-            found = self._store.get(item_id)
-            if found is None or not found.active or in_conversation(found):
+            relevance.setdefault(core.id, 0.0)
+        scored: list[ScoredItem] = []
+        for item_id, item_relevance in relevance.items():
+            item = self._store.get(item_id)
+            if item is None or not item.active or in_conversation(item):
                 continue
-            item = found
-            section = {
-                MemoryLayer.SEMANTIC: Section.SEMANTIC,
-                MemoryLayer.PROCEDURAL: Section.PROCEDURAL,
-                MemoryLayer.EPISODIC: Section.EPISODIC,
-            }[item.layer]
-            by_layer[item.layer].append(self._scored(item, query, item_relevance, section))
-        limits = {
-            MemoryLayer.EPISODIC: query.episodic_top_k,
-            MemoryLayer.SEMANTIC: query.semantic_top_k,
-            MemoryLayer.PROCEDURAL: query.procedural_top_k,
-        }
-        for layer, scored in by_layer.items():
-            scored.sort(key=lambda entry: (entry.score, entry.item.updated_at), reverse=True)
-            chosen += scored[: limits[layer]]
-        return RetrievalResult(chosen, len(candidates) + len(pinned) + len(working), query_vector is not None)
+            scored.append(self._scored(item, query, item_relevance, SECTION_OF_LAYER[item.layer]))
+        scored.sort(key=lambda entry: (entry.score, entry.item.updated_at), reverse=True)
+        return RetrievalResult(chosen + scored, len(relevance) + len(chosen), query_vector is not None)
 
-    def _relevance(self, text: str, query_vector: Vector | None) -> dict[str, float]:
+    def _match(self, text: str, query_vector: Vector | None) -> dict[str, float]:
+        """Lexical plus dense relevance of the best candidates of each (unnormalised, 0..2)."""
         lexical = self._lexical.search(text, LEXICAL_CANDIDATES)
         best = max(lexical.values(), default=0.0)
-        normalised = {item_id: score / best for item_id, score in lexical.items()} if best > 0 else {}
-        if query_vector is None:
-            return normalised
-        similar = self._vectors.search(query_vector, VECTOR_CANDIDATES)
-        blended: dict[str, float] = {}
-        for item_id in normalised.keys() | similar.keys():
-            similarity = max(similar.get(item_id, 0.0), 0.0)
-            if item_id not in normalised and similarity < MIN_VECTOR_SIMILARITY:
+        match = {item_id: score / best for item_id, score in lexical.items()} if best > 0 else {}
+        if query_vector is not None:
+            for item_id, dense in self._vectors.relevance(query_vector, VECTOR_CANDIDATES).items():
+                match[item_id] = match.get(item_id, 0.0) + dense
+        return match
+
+    def _relevance(self, query: MemoryQuery, query_vector: Vector | None) -> dict[str, float]:
+        """Each candidate's relevance 0..1: the match lifted by its day, its neighbours, time and skill."""
+        match = self._match(query.text, query_vector)
+        items = {item_id: item for item_id in match if (item := self._store.get(item_id)) is not None}
+        if query.active_skill:
+            for item in self._store.in_layer(MemoryLayer.PROCEDURAL):
+                if query.active_skill in item.tags:
+                    items[item.id] = item
+                    match[item.id] = match.get(item.id, 0.0) + SKILL_WEIGHT
+        lifted = dict(match)
+        self._lift_by_day(items, match, lifted)
+        self._lift_by_neighbours(items, lifted)
+        window = time_window(query.text, query.now.astimezone(self._zone))
+        if window is not None:
+            first, last = window
+            for item_id, item in items.items():
+                if first <= self._day(item) <= last:
+                    lifted[item_id] = lifted.get(item_id, 0.0) + TIME_WEIGHT
+        best = max(lifted.values(), default=0.0)
+        return {item_id: value / best for item_id, value in lifted.items()} if best > 0 else lifted
+
+    def _day(self, item: MemoryItem) -> date:
+        return item.created_at.astimezone(self._zone).date()
+
+    def _lift_by_day(self, items: dict[str, MemoryItem], match: dict[str, float], lifted: dict[str, float]) -> None:
+        by_day: dict[date, list[float]] = defaultdict(list)
+        for item_id, item in items.items():
+            if item.layer is MemoryLayer.EPISODIC:
+                by_day[self._day(item)].append(match[item_id])
+        day_strength = {day: sum(sorted(values)[-DAY_TOP:]) / DAY_TOP for day, values in by_day.items()}
+        strongest = max(day_strength.values(), default=0.0)
+        if strongest <= 0:
+            return
+        for item_id, item in items.items():
+            if item.layer is MemoryLayer.EPISODIC:
+                lifted[item_id] += DAY_WEIGHT * day_strength[self._day(item)] / strongest
+
+    def _lift_by_neighbours(self, items: dict[str, MemoryItem], lifted: dict[str, float]) -> None:
+        base = dict(lifted)
+        for item_id, item in list(items.items()):
+            if item.layer is not MemoryLayer.EPISODIC or base[item_id] <= 0:
                 continue
-            blended[item_id] = LEXICAL_SHARE * normalised.get(item_id, 0.0) + (1 - LEXICAL_SHARE) * similarity
-        return blended
+            for neighbour in self._store.neighbours(item_id):
+                items.setdefault(neighbour.id, neighbour)
+                own = base.get(neighbour.id, 0.0)
+                lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + NEIGHBOUR_WEIGHT * base[item_id])
 
     def _scored(self, item: MemoryItem, query: MemoryQuery, relevance: float, section: str) -> ScoredItem:
         fresh = recency(item, query)

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,9 +27,18 @@ from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message
 from bot.llm.client import LlmClient
+from bot.llm.errors import LlmError
 from bot.memory.budget import TextBudget
 from bot.memory.daily_notes import DailyNotes
-from bot.memory.embeddings import Embedder, EndpointEmbedder, Vector, VectorIndex
+from bot.memory.embeddings import (
+    EMBED_BATCH_SIZE,
+    Embedder,
+    EndpointEmbedder,
+    Vector,
+    VectorCache,
+    VectorIndex,
+    as_float16,
+)
 from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.legacy_context import read_daily_notes, render_daily_notes
@@ -37,7 +47,7 @@ from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.memory.long_term import LongTermMemory
 from bot.memory.paths import CHAT_SCOPES_DIR, memory_paths_for
-from bot.memory.prompt_pack import MemoryPromptPackService
+from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
@@ -52,6 +62,8 @@ T = TypeVar("T")
 MEMORY_HEADER = "# Memory"
 INLINE_WORK_MAX_ITEMS = 2000
 LONG_TERM_HEADER = "## Long-term Memory"
+# However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
+LONG_TERM_MIN_TOKENS = 64
 
 
 @dataclass
@@ -74,6 +86,9 @@ class MemoryScope:
     accessed: dict[str, datetime] = field(default_factory=dict)
     last_decay: date | None = None
     last_pack: MemoryPack | None = None
+    vector_cache: VectorCache | None = None
+    # The background task embedding items that have no vector yet (see `MemoryService.index_vectors`).
+    indexing: asyncio.Task[None] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,10 +159,11 @@ class MemoryService:
                 store=store,
                 lexical=lexical,
                 vectors=vectors,
-                retrieval=MemoryRetrievalService(store, lexical, vectors),
+                retrieval=MemoryRetrievalService(store, lexical, vectors, self._clock.zone),
                 writer=MemoryWriteService(store),
                 notes=DailyNotes(paths),
                 long_term=LongTermMemory(paths),
+                vector_cache=VectorCache(paths.index_dir),
             )
             self._scopes[paths] = scope
         return scope
@@ -178,7 +194,7 @@ class MemoryService:
             yield scope
 
     def embedder(self, config: MemoryConfig) -> Embedder | None:
-        """The endpoint's embedding model, the local one (`"local"`), or None: lexical retrieval only."""
+        """The bundled offline model (`"local"`), the endpoint's embedding model, or None: lexical only."""
         if not config.embeddings_model:
             return None
         if config.embeddings_model == LOCAL_MODEL:
@@ -188,39 +204,135 @@ class MemoryService:
         return EndpointEmbedder(self._llm, config.embeddings_model)
 
     async def query_vector(self, scope: MemoryScope, config: MemoryConfig, text: str) -> Vector | None:
-        """The message's embedding (items without one yet are scored lexically meanwhile)."""
+        """The message's embedding, or None when the scope's vectors come from another embedder (or none)."""
         embedder = self.embedder(config)
-        if embedder is None or not text.strip():
+        if embedder is None or not text.strip() or scope.vectors.embedder_name != embedder.name:
             return None
         return await scope.vectors.embed_query(embedder, text)
 
-    async def embed_new_items(self, scope: MemoryScope, config: MemoryConfig) -> None:
-        """Embed items that have no vector yet, without holding the scope's lock during the call."""
+    def index_vectors(self, scope: MemoryScope, config: MemoryConfig) -> None:
+        """Make sure every active item of the scope gets a vector, in the background.
+
+        Vectors stored by an earlier run are read from the cache first; only texts never embedded are
+        embedded, a batch at a time, each batch stored before the next. Retrieval meanwhile uses
+        whatever vectors there are (and BM25 for the rest).
+        """
         embedder = self.embedder(config)
-        if embedder is None:
+        if embedder is None or (scope.indexing is not None and not scope.indexing.done()):
             return
-        async with scope.lock:
-            todo = scope.vectors.pending()
-        if not todo:
+        if scope.vectors.embedder_name == embedder.name and not scope.vectors.has_pending:
             return
-        vectors = await scope.vectors.embed_texts(embedder, [text for _, text in todo])
-        if vectors is not None:
-            async with scope.lock:
-                scope.vectors.put([fingerprint for fingerprint, _ in todo], vectors)
+        scope.indexing = asyncio.get_running_loop().create_task(
+            self._index_vectors(scope, embedder), name=f"memory vectors {scope.paths.root}"
+        )
+
+    async def _index_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
+        cache = scope.vector_cache
+        assert cache is not None
+        started = time.monotonic()
+        embedded = 0
+        try:
+            async with self.fresh(scope):
+                fresh_embedder = scope.vectors.embedder_name != embedder.name
+                scope.vectors.use_embedder(embedder.name)
+                wanted = scope.vectors.wanted_keys() if fresh_embedder else set()
+            if wanted:
+                stored = await asyncio.to_thread(cache.load, embedder.name, wanted)
+                async with scope.lock:
+                    scope.vectors.put(stored)
+                log.info("[Memory] %d item vectors read from %s", len(stored), cache.path)
+            while not scope.vectors.paused():
+                async with scope.lock:
+                    todo = scope.vectors.pending()
+                if not todo:
+                    break
+                for start in range(0, len(todo), EMBED_BATCH_SIZE):
+                    batch = todo[start : start + EMBED_BATCH_SIZE]
+                    try:
+                        vectors = await embedder.embed([text for _, text in batch])
+                    except (LlmError, ValueError, OSError) as error:
+                        scope.vectors.pause_after_failure(embedder.name, error)
+                        return
+                    made = dict(zip((key for key, _ in batch), as_float16(vectors), strict=True))
+                    await asyncio.to_thread(cache.store, embedder.name, made)
+                    async with scope.lock:
+                        scope.vectors.put(made)
+                    embedded += len(made)
+        except (OSError, sqlite3.Error) as error:
+            log.warning("[Memory] Item vectors of %s could not be kept: %s", scope.paths.root, error)
+        finally:
+            if embedded:
+                log.info(
+                    "[Memory] Embedded %d items with %s in %.1f s", embedded, embedder.name, time.monotonic() - started
+                )
+
+    def warm_up(self, config: MemoryConfig) -> None:
+        """At start, in the background: read every memory scope's items and bring their vectors up to date,
+        so the first message finds its memory ready instead of loading it."""
+        if not config.enabled:
+            return
+        for scope in self.scopes_on_disk():
+            if scope.indexing is None:
+                scope.indexing = asyncio.get_running_loop().create_task(
+                    self._warm(scope, config), name=f"memory warm-up {scope.paths.root}"
+                )
+
+    async def _warm(self, scope: MemoryScope, config: MemoryConfig) -> None:
+        try:
+            async with self.fresh(scope):
+                pass
+        except OSError as error:
+            log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
+            return
+        scope.indexing = None
+        self.index_vectors(scope, config)
+
+    async def settle(self) -> None:
+        """Wait until no scope is embedding in the background (tests, benchmarks, a quiet shutdown)."""
+        while pending := [
+            s.indexing for s in self._scopes.values() if s.indexing is not None and not s.indexing.done()
+        ]:
+            await asyncio.wait(pending)
+
+    async def close(self) -> None:
+        """Stop background embedding and close the vector caches."""
+        for scope in self._scopes.values():
+            if scope.indexing is not None:
+                scope.indexing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scope.indexing
+            if scope.vector_cache is not None:
+                await asyncio.to_thread(scope.vector_cache.close)
+        self._executor.shutdown(wait=False)
 
     # -- the prompt -------------------------------------------------------------------------------
 
     async def build_prompt(
-        self, config: MemoryConfig, session_id: str, text: str, exclude_references: frozenset[str] = frozenset()
+        self,
+        config: MemoryConfig,
+        session_id: str,
+        text: str,
+        exclude_references: frozenset[str] = frozenset(),
+        share_tokens: int | None = None,
     ) -> MemoryPrompt:
-        """The `# Memory` section for a message to `session_id`; empty text when there is no memory."""
+        """The `# Memory` section for a message to `session_id`; empty text when there is no memory.
+
+        `share_tokens` is what the prompt plan gives the memory section: everything here (MEMORY.md,
+        then the pack) is chosen to fit it, so nothing chosen is cut afterwards.
+        """
         now = self._clock.now()
         scope = await self.scope(config, session_id)
-        budget = TextBudget(config.max_prompt_budget_tokens, self._estimator)
+        limit = config.max_prompt_budget_tokens
+        if share_tokens is not None:
+            limit = min(limit, share_tokens)
+        budget = TextBudget(limit, self._estimator)
         sections: list[str] = []
         long_term = await self._read_long_term(scope)
         if long_term:
-            kept, _ = budget.take(long_term)
+            # MEMORY.md may not take the whole share: scored items keep the rest (it is cut visibly).
+            cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
+            kept, _ = TextBudget(cap, self._estimator).take(long_term)
+            budget.remaining = max(budget.remaining - budget.cost(kept), 0)
             sections.append(f"{LONG_TERM_HEADER}\n{kept}")
         pack = await self._build_pack(scope, config, session_id, text, now, exclude_references, budget.remaining)
         if pack is not None and not pack.empty:
@@ -254,6 +366,7 @@ class MemoryService:
             session_id=session_id,
             now=now,
             working_top_k=config.working_top_k,
+            working_days=config.recent_days,
             episodic_top_k=config.episodic_top_k,
             semantic_top_k=config.semantic_top_k,
             procedural_top_k=config.procedural_top_k,
@@ -261,6 +374,13 @@ class MemoryService:
             max_budget_tokens=remaining_tokens,
             exclude_references=exclude_references,
         )
+        started = time.perf_counter()
+        if not scope.loaded and scope.lock.locked():
+            # The start-up read of a large memory is still running: answer now from MEMORY.md and the
+            # daily notes rather than keep the first messages after a start waiting for it.
+            log.info("[Context] Memory items of %s still loading; the daily notes stand in", scope.paths.root)
+            return None
+        self.index_vectors(scope, config)
         vector = await self.query_vector(scope, config, text)
         try:
             async with self.fresh(scope):
@@ -268,9 +388,15 @@ class MemoryService:
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
-        pack = self._pack.build(result.items, result.candidates, query.soft_budget_tokens, query.max_budget_tokens)
+        offered = offered_order(result.items, query)
+        pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens)
         pack = dataclasses.replace(
-            pack, diagnostics=dataclasses.replace(pack.diagnostics, embeddings_used=result.used_vectors)
+            pack,
+            diagnostics=dataclasses.replace(
+                pack.diagnostics,
+                embeddings_used=result.used_vectors,
+                elapsed_ms=(time.perf_counter() - started) * 1000,
+            ),
         )
         for scored in pack.items:
             scope.accessed[scored.item.id] = now
@@ -292,9 +418,8 @@ class MemoryService:
         scope = await self.scope(config, event.session_id)
         async with self.fresh(scope):
             report = scope.writer.record_turn(event, candidates, config)
-            self._decay_daily(scope, config, event.timestamp)
         await scope.store.flush()
-        await self.embed_new_items(scope, config)
+        self.index_vectors(scope, config)
         return report
 
     async def record_missing_turns(
@@ -340,15 +465,6 @@ class MemoryService:
                 )
                 return extracted + procedures
         return self._rules.extract(event, code_aware=code_aware, previous_assistant_text=previous_assistant_text)
-
-    def _decay_daily(self, scope: MemoryScope, config: MemoryConfig, now: datetime) -> None:
-        if scope.last_decay == now.date():
-            return
-        scope.last_decay = now.date()
-        decayed = scope.writer.decay(now, config, scope.accessed)
-        scope.accessed.clear()
-        if decayed:
-            log.info("[Memory] Salience decayed for %d items unused for %d days", decayed, config.decay_days)
 
     # -- reading for tools, commands and /status --------------------------------------------------
 
@@ -399,6 +515,7 @@ class MemoryService:
         scope = await self.scope(config, session_id)
         async with self.fresh(scope):
             counts = scope.store.count_by_layer()
+            vectors = scope.vectors.coverage
         long_term = await self._read_long_term(scope)
         today = (await read_daily_notes(scope.notes, self._clock.now().date(), 0)).today
         return MemoryStatus(
@@ -407,6 +524,8 @@ class MemoryService:
             items_per_layer={layer.value: count for layer, count in counts.items()},
             today_note_lines=len(today.splitlines()) if today else 0,
             last_pack=scope.last_pack,
+            vectors=vectors,
+            embedder=scope.vectors.embedder_name,
         )
 
     def now(self) -> datetime:
@@ -422,3 +541,6 @@ class MemoryStatus:
     items_per_layer: dict[str, int]
     today_note_lines: int
     last_pack: MemoryPack | None
+    # (items with a vector, active items) and the embedder that made them (None: lexical only).
+    vectors: tuple[int, int] = (0, 0)
+    embedder: str | None = None

@@ -16,11 +16,12 @@ from tests.fakes.recording_channel import RecordingChannel
 
 
 async def say(services: BotServices, channel: RecordingChannel, chat_id: str, text: str) -> str:
-    """Send `text` and wait until the whole turn (reply and memory writes after it) is done."""
+    """Send `text` and wait until the whole turn (reply, memory writes and vectors after it) is done."""
     before = len(channel.sent[chat_id])
     await services.router.accept(channel.message(chat_id, text), channel)
     reply = (await channel.wait_for(chat_id, before + 1))[-1]
     await services.router.dispatcher.drain()
+    await services.memory.settle()  # item vectors are made in the background
     return reply
 
 

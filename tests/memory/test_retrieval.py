@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery, ScoredItem
 from bot.memory.lexical_index import Bm25Index, tokenize
-from bot.memory.prompt_pack import ITEM_CHAR_LIMIT, MemoryPromptPackService
+from bot.memory.prompt_pack import ITEM_CHAR_LIMIT, MemoryPromptPackService, offered_order
 from bot.memory.retrieval import Section
 from tests.memory.helpers import item
 
@@ -45,7 +45,8 @@ def test_the_pack_fills_the_soft_budget_then_only_high_scores_up_to_the_max() ->
         scored("another high scoring fact about the kitchen", 0.8),
         scored("always shown because it is pinned", 0.1, Section.PINNED, pinned=True),
     ]
-    pack = pack_service.build(items, candidates=5, soft_tokens=25, max_tokens=55)
+    offered = offered_order(items, MemoryQuery(text="", session_id="test:1", now=NOW, semantic_top_k=0))
+    pack = pack_service.build(offered, candidates=5, soft_tokens=25, max_tokens=55)
     assert pack.rendered == (
         "## Pinned Memory\n- always shown because it is pinned\n\n"
         "## Facts and Preferences\n"
@@ -66,5 +67,5 @@ def test_recency_favours_newer_items_with_equal_relevance() -> None:
 
     query = MemoryQuery(text="", session_id="test:1", now=NOW)
     fresh = item(S, "a", NOW - timedelta(days=1))
-    old = item(S, "b", NOW - timedelta(days=28))
-    assert recency(fresh, query) > 0.9 and 0.2 < recency(old, query) < 0.3
+    old = item(S, "b", NOW - timedelta(days=30))
+    assert recency(fresh, query) > 0.95 and 0.45 < recency(old, query) < 0.55  # halves every 30 days

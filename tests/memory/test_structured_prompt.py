@@ -63,7 +63,7 @@ async def test_the_pack_is_filled_to_the_soft_budget_and_never_past_the_max(
     assert memory is not None
     assert "- My name is Ann.\n" in memory  # a core fact, salient enough without a shared word
     assert "wifi" not in memory  # neither relevant nor salient
-    assert f"## Recent Exchanges\n- [{latest:%Y-%m-%d %H:%M}] User: hi | Assistant: hello" in memory
+    assert f"## Recent Exchanges\n### {latest:%Y-%m-%d (%A)}\n- {latest:%H:%M} User: hi | Assistant: hello" in memory
     assert memory.count("a long story about tea") == 4 * 6  # relevant earlier exchanges, within episodicTopK
 
 
@@ -76,7 +76,8 @@ async def test_once_items_exist_the_pack_replaces_the_daily_notes(
     assert memory is not None
     assert "## Today's Notes" not in memory
     assert "## Facts and Preferences\n- My name is Ann." in memory
-    assert "## Recent Exchanges\n- [" in memory and "User: My name is Ann. | Assistant: echo: My name is Ann." in memory
+    assert "## Recent Exchanges\n### " in memory  # a heading per day, then each exchange with its time
+    assert "User: My name is Ann. | Assistant: echo: My name is Ann." in memory
 
 
 async def test_the_legacy_notes_are_the_fallback_and_can_be_switched_off(

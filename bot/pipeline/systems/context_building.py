@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from bot.clock import Clock
-from bot.compaction.budget import fit_prompt_parts
+from bot.compaction.budget import MEMORY, fit_prompt_parts
 from bot.compaction.service import CompactionService
 from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryService
@@ -80,9 +80,11 @@ class ContextBuildingSystem(PipelineSystem):
         if self._memory is None or not ctx.config.memory.enabled:
             return ""
         in_conversation = frozenset(message.id for message in ctx.session.messages)
+        # Chosen against the share the prompt plan gives memory, so nothing chosen is cut afterwards.
+        share = self._compaction.budget(ctx.model, ctx.config).cap(MEMORY) if self._compaction else None
         try:
             prompt = await self._memory.build_prompt(
-                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation
+                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation, share
             )
         except Exception:
             # Memory is worth a lot, but never the answer itself.

@@ -1,0 +1,240 @@
+"""The offline embedder, the vector cache on disk, and what hybrid retrieval puts in the prompt.
+
+Every test drives the real bot (`build_services`, the fake model on 127.0.0.1) with the default
+configuration: `memory.embeddingsModel` is `"local"`, the bundled multilingual-e5-small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import re
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bot.app import BotServices, build_services, shutdown
+from bot.compaction.budget import MEMORY, ContextBudget
+from bot.compaction.estimator import TokenEstimator
+from bot.domain.memory import MemoryLayer, MemoryQuery
+from bot.memory.embeddings import CACHE_FILE_NAME
+from bot.memory.local_embeddings import LocalEmbedder
+from bot.memory.service import MemoryService
+from bot.memory.temporal import time_window
+from bot.settings import MemoryConfig
+from tests.compaction.helpers import SMALL_MODEL, small_model_workspace
+from tests.conftest import env_for
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.recording_channel import RecordingChannel
+from tests.memory.helpers import item, memory_section, say, write_items
+
+NOW = datetime.now(UTC)
+TOPICS = [
+    "the quarterly tax forms", "a broken bicycle chain", "the new kitchen tiles", "chess openings",
+    "the train timetable to Lyon", "tomato seedlings on the balcony", "a jazz concert downtown",
+    "the printer running out of ink", "learning the Spanish subjunctive", "the car insurance renewal",
+    "a leaking bathroom tap", "the marathon training plan", "sourdough starter feeding", "the office wifi",
+]  # fmt: skip
+
+
+def distractors(count: int) -> list[str]:
+    return [f"We talked about {TOPICS[n % len(TOPICS)]}, part {n}, and made a plan for it." for n in range(count)]
+
+
+async def wait_for_vectors(services: BotServices, session_id: str = "test:1", timeout: float = 60.0) -> None:
+    """Until every active item of the chat's scope has a vector (embedding runs in the background)."""
+    config = (await services.config_store.current()).memory
+    scope = await services.memory.scope(config, session_id)
+    services.memory.index_vectors(scope, config)
+    async with asyncio.timeout(timeout):
+        while scope.indexing is not None and not scope.indexing.done():
+            await asyncio.sleep(0.05)
+    done, total = scope.vectors.coverage
+    assert done == total
+
+
+def seed(services: BotServices, contents: list[str], day: datetime = NOW - timedelta(days=40)) -> None:
+    items = [item(MemoryLayer.EPISODIC, content, day, type_="dialog_turn") for content in contents]
+    write_items(services.workspace.memory.episodic_dir / f"{day.date().isoformat()}.jsonl", items)
+
+
+async def test_the_local_embedder_runs_offline_and_puts_paraphrases_close() -> None:
+    embedder = LocalEmbedder()
+    passages = np.asarray(await embedder.embed(["We adopted a golden retriever puppy.", "My tax return is late."]))
+    query = np.asarray(await embedder.embed_query("Which dog did we get?"))
+    assert passages.shape == (2, 384)
+    assert abs(float(np.linalg.norm(query)) - 1.0) < 1e-3
+    assert float(passages[0] @ query) > float(passages[1] @ query)
+
+
+async def test_a_paraphrase_with_no_word_in_common_reaches_the_prompt(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    seed(services, [*distractors(150), "User: We adopted a golden retriever puppy called Biscuit."])
+    await wait_for_vectors(services)
+    await say(services, channel, "1", "what was the name of my dog?")
+    memory = memory_section(fake_openai.system_prompts()[-1]) or ""
+    assert "golden retriever puppy called Biscuit" in memory
+    await wait_for_vectors(services)  # the new exchange's item too, in the background
+    status = await say(services, channel, "1", "/status")
+    assert re.search(r"vectors (\d+)/\1 \(local multilingual-e5-small-q4\)", status), status
+    assert "(hybrid," in status
+
+
+async def test_vectors_are_kept_on_disk_and_a_restart_embeds_nothing(
+    workspace_dir: Path, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = build_services(env_for(workspace_dir, fake_openai))
+    seed(first, distractors(40))
+    with caplog.at_level(logging.INFO):
+        await wait_for_vectors(first)
+    await shutdown(first, [])
+    assert (first.workspace.memory.index_dir / CACHE_FILE_NAME).is_file()
+    assert any("Embedded 40 items" in record.getMessage() for record in caplog.records)
+    caplog.clear()
+
+    again = build_services(env_for(workspace_dir, fake_openai))
+    try:
+        with caplog.at_level(logging.INFO):
+            await wait_for_vectors(again)
+        messages = [record.getMessage() for record in caplog.records]
+        assert any("40 item vectors read from" in message for message in messages)
+        assert not any("Embedded" in message for message in messages)
+        # A hand edit: one line changed, one added. Only those two are embedded.
+        day_file = next(again.workspace.memory.episodic_dir.glob("*.jsonl"))
+        lines = day_file.read_text().splitlines()
+        changed = json.loads(lines[0])
+        changed["content"] = "We talked about moving to Lisbon next spring."
+        lines[0] = json.dumps(changed)
+        day_file.write_text("\n".join(lines) + "\n")
+        seed(again, ["We talked about adopting a cat."])
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            async with again.memory.fresh(await again.memory.scope(MemoryConfig(), "test:1")):
+                pass
+            await wait_for_vectors(again)
+        assert any("Embedded 2 items" in record.getMessage() for record in caplog.records)
+    finally:
+        await shutdown(again, [])
+
+
+async def test_a_corrupt_vector_cache_is_moved_aside_and_rebuilt(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = services.workspace.memory.index_dir / CACHE_FILE_NAME
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(b"this is not a database" * 100)
+    seed(services, ["User: The spare key is under the blue flower pot."])
+    with caplog.at_level(logging.WARNING):
+        await wait_for_vectors(services)
+    assert any("Vector cache" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
+    assert list(cache.parent.glob(f"{CACHE_FILE_NAME}.corrupt-*"))
+    await say(services, channel, "1", "where is the spare key?")
+    assert "blue flower pot" in (memory_section(fake_openai.system_prompts()[-1]) or "")
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Fail the test on any connection or name lookup that leaves this machine."""
+    attempts: list[Any] = []
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def is_local(host: Any) -> bool:
+        if not isinstance(host, str) or host in ("localhost", ""):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    def guarded_connect(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not is_local(address[0]):
+            attempts.append(address)
+            raise OSError(f"test forbids a connection to {address}")
+        return real_connect(self, address)
+
+    def guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_local(host):
+            attempts.append(host)
+            raise OSError(f"test forbids looking up {host}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+    yield attempts
+    assert attempts == [], f"outbound network access: {attempts}"
+
+
+async def test_the_embedder_needs_no_network_at_start_or_query(
+    no_network: list[Any], services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    seed(services, ["User: My sister Clara lives in Porto."])
+    await wait_for_vectors(services)
+    await say(services, channel, "1", "where does my sibling live?")
+    assert "Clara lives in Porto" in (memory_section(fake_openai.system_prompts()[-1]) or "")
+    assert no_network == []
+
+
+async def test_on_a_4k_model_the_pack_fits_the_memory_share_left_after_a_long_memory_md(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    small_model_workspace(workspace_dir)
+    config_file = workspace_dir / "preferences" / "runtime-config.json"
+    config_file.write_text(json.dumps({"llm": {"model": SMALL_MODEL}, "rag": {"enabled": False}}))
+    services = build_services(env_for(workspace_dir, fake_openai))
+    try:
+        services.workspace.memory.long_term_file.parent.mkdir(parents=True, exist_ok=True)
+        services.workspace.memory.long_term_file.write_text("# Notes\n" + "- I prefer short answers.\n" * 60)
+        seed(services, [f"User: fact number {n} about the garden shed and its door." for n in range(60)])
+        await wait_for_vectors(services)
+        await say(services, channel, "1", "what about the garden shed door?")
+        memory = memory_section(fake_openai.system_prompts()[-1]) or ""
+        config = await services.config_store.current()
+        share = ContextBudget.for_model(services.models.lookup(SMALL_MODEL), config.compaction).cap(MEMORY)
+        assert "## Long-term Memory" in memory and "garden shed" in memory  # MEMORY.md and scored items both
+        assert "more characters cut: over the memory prompt budget" in memory  # MEMORY.md cut visibly
+        assert "cut here: it exceeded its share" not in memory  # chosen to fit, not cut afterwards
+        assert TokenEstimator().text(memory) <= share
+        status = await say(services, channel, "1", "/status")
+        assert "over budget" in status
+    finally:
+        await shutdown(services, [])
+
+
+def test_time_cues_become_a_window_of_dates() -> None:
+    now = datetime(2026, 6, 17, 12, 0, tzinfo=UTC)  # a Wednesday
+    assert time_window("what did I do yesterday?", now) == (now.date() - timedelta(days=1),) * 2
+    last_may = time_window("what did we talk about last May", now)
+    assert last_may is not None and (last_may[0].isoformat(), last_may[1].isoformat()) == ("2026-05-01", "2026-05-31")
+    in_2024 = time_window("where did I travel in 2024?", now)
+    assert in_2024 is not None and in_2024[0].year == 2024
+    assert time_window("you may be right", now) is None  # "may" alone is a verb
+    assert time_window("how are you", now) is None
+
+
+async def test_an_item_from_the_time_a_message_names_is_favoured(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    await services.config_store.current()
+    may = datetime(NOW.year - 1, 5, 14, 10, 0, tzinfo=UTC)
+    seed(services, ["User: We went hiking in the hills."], day=may)
+    seed(services, ["User: We went hiking in the hills again."], day=may + timedelta(days=60))
+    await wait_for_vectors(services)
+    memory_service: MemoryService = services.memory
+    config = MemoryConfig()
+    scope = await memory_service.scope(config, "test:1")
+    query = MemoryQuery(text="where did we go hiking last May", session_id="test:1", now=NOW)
+    async with memory_service.fresh(scope):
+        ranked = scope.retrieval.retrieve(query).items
+    contents = [scored.item.content for scored in ranked]
+    assert contents.index("User: We went hiking in the hills.") < contents.index(
+        "User: We went hiking in the hills again."
+    )
