@@ -7,6 +7,8 @@ isolated line:
 
 - its day: an item on a day with several strong matches is lifted (`DAY_WEIGHT` × the mean of that
   day's best `DAY_TOP` matches, against the best day), since one conversation holds one topic;
+- its speaker: a message that names someone favours what that person said (`SPEAKER_WEIGHT`, for
+  items written "Name: …", as group chats and imported conversations are);
 - its neighbours: an episodic item takes `NEIGHBOUR_WEIGHT` of the relevance of the turns just before
   and after it in its day file (the answer to a matched question, the question to a matched answer);
 - time cues: items made inside the window a message names ("last May", "yesterday") gain
@@ -24,6 +26,7 @@ the message's vector is computed before, once.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, timedelta, tzinfo
@@ -47,6 +50,10 @@ DAY_TOP = 3
 NEIGHBOUR_WEIGHT = 0.3
 TIME_WEIGHT = 0.3
 SKILL_WEIGHT = 0.5
+SPEAKER_WEIGHT = 0.3
+# Who said an item: the name before its first colon ("Ann: …", "[D1:3] Ann: …", "User: … | Assistant: …").
+_SPEAKER = re.compile(r"^(?:\[[^\]]{1,40}\]\s*)?([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2}):\s")
+_NAME = re.compile(r"\b[A-Z][\w'-]+\b")
 # The most salient SEMANTIC items (names, constraints: `CORE_SALIENCE`) compete for the prompt even
 # without a shared word; this many per semantic top-k slot.
 CORE_CANDIDATES_PER_TOP_K = 2
@@ -151,6 +158,12 @@ class MemoryRetrievalService:
         """Each candidate's relevance 0..1: the match lifted by its day, its neighbours, time and skill."""
         match = self._match(query.text, query_vector)
         items = {item_id: item for item_id in match if (item := self._store.get(item_id)) is not None}
+        named = set(_NAME.findall(query.text))
+        if named:
+            for item_id, item in items.items():
+                speaker = _SPEAKER.match(item.content)
+                if speaker is not None and speaker[1] in named:
+                    match[item_id] += SPEAKER_WEIGHT
         if query.active_skill:
             for item in self._store.in_layer(MemoryLayer.PROCEDURAL):
                 if query.active_skill in item.tags:

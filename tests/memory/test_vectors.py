@@ -238,3 +238,15 @@ async def test_an_item_from_the_time_a_message_names_is_favoured(
     assert contents.index("User: We went hiking in the hills.") < contents.index(
         "User: We went hiking in the hills again."
     )
+
+
+async def test_a_message_naming_someone_favours_what_that_person_said(services: BotServices) -> None:
+    seed(services, ["Ann: I went climbing at the old quarry.", "Bob: I went climbing at the old quarry."])
+    await wait_for_vectors(services)
+    scope = await services.memory.scope(MemoryConfig(), "test:1")
+    query = MemoryQuery(text="Where did Bob go climbing?", session_id="test:1", now=NOW)
+    async with services.memory.fresh(scope):
+        ranked = [scored.item.content for scored in scope.retrieval.retrieve(query).items]
+    assert ranked.index("Bob: I went climbing at the old quarry.") < ranked.index(
+        "Ann: I went climbing at the old quarry."
+    )
