@@ -58,6 +58,11 @@ class StatusReporter:
                 f"Memory: MEMORY.md {memory.long_term_chars} chars; items: {items}; "
                 f"today's notes: {memory.today_note_lines} entries; scope {config.memory.scope}; "
                 f"vectors {memory.vectors[0]}/{memory.vectors[1]} ({memory.embedder or 'lexical only'})"
+                + (
+                    f"; {memory.skipped_lines} unreadable item lines skipped (kept in their files)"
+                    if memory.skipped_lines
+                    else ""
+                )
                 + ("" if config.memory.enabled else " (memory disabled)"),
                 *([pack_line] if pack_line else []),
                 *([rag_line] if rag_line else []),

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from bot.domain.model import CamelModel, utc_now
+from bot.domain.text import fingerprint_of
 
 
 class MemoryLayer(StrEnum):
@@ -55,6 +56,24 @@ class MemoryItem(CamelModel):
     pinned: bool = False
     last_accessed_at: datetime | None = None
     decayed_at: datetime | None = None
+
+    @field_validator("created_at", "updated_at", "last_accessed_at", "decayed_at", mode="after")
+    @classmethod
+    def _zoned(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        """A time written without a zone (as a person typing JSONL does) is read in the bot's time zone,
+        which the store passes as validation context (`{"zone": tzinfo}`); UTC without one."""
+        if value is None or value.tzinfo is not None:
+            return value
+        zone = (info.context or {}).get("zone", UTC)
+        return value.replace(tzinfo=zone)
+
+    @model_validator(mode="after")
+    def _fingerprinted(self) -> MemoryItem:
+        """A hand-written item without a fingerprint gets its content's: an empty one would make every
+        such item look like a duplicate of the others."""
+        if not self.fingerprint:
+            self.fingerprint = fingerprint_of(self.content)
+        return self
 
     @property
     def active(self) -> bool:

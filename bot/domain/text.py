@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 # A Python str holds code points, so any surrogate in it is a lone one (JSON allows them, UTF-8 does not).
@@ -15,3 +16,16 @@ def scrub_surrogates(text: str) -> str:
     except UnicodeEncodeError:
         return _LONE_SURROGATE.sub("\ufffd", text)
     return text
+
+
+_NOT_WORD = re.compile(r"[^\w]+")
+
+
+def normalized_words(text: str) -> str:
+    """Lower-case words separated by single spaces: the text up to case, punctuation and spacing."""
+    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
+
+
+def fingerprint_of(content: str) -> str:
+    """The same text up to case, punctuation and spacing gives the same fingerprint."""
+    return hashlib.sha256(normalized_words(content).encode("utf-8")).hexdigest()[:20]

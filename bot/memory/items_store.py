@@ -20,14 +20,15 @@ import heapq
 import logging
 import os
 from collections.abc import Callable, Iterable
-from datetime import tzinfo
+from dataclasses import dataclass
+from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import ValidationError
 
 from bot.domain.memory import MemoryItem, MemoryLayer
-from bot.storage.files import append_lines, read_text_sync, write_atomic
+from bot.storage.files import append_lines, write_atomic
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths
 
@@ -48,28 +49,69 @@ class ItemIndex(Protocol):
     def remove(self, item_id: str) -> None: ...
 
 
-def parse_items(text: str, source: Path) -> list[MemoryItem]:
-    """Every valid item of a JSONL file's text; other lines are skipped with a log line each.
+@dataclass(frozen=True)
+class KeptLine:
+    """A line of an items file that is not a valid item: skipped when read, written back as it was."""
 
+    text: str
+
+
+@dataclass
+class ParsedItems:
+    """A JSONL file read: its valid items, and its layout (item ids and kept lines, in file order)."""
+
+    items: list[MemoryItem]
+    layout: list[str | KeptLine]
+    skipped: int
+
+
+def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
+    """Every valid item of a JSONL file's text; other lines are skipped with one warning each.
+
+    A hand-edited file is input, not trusted data: a line that is not JSON, has an unknown layer, an
+    unreadable date or misses a field is skipped, counted and kept (its text goes back into the file
+    on every rewrite); a time without a zone is read in `zone`. Only a torn last line (no newline
+    after it: a crash cut the last append short) is dropped, which repairs it on the next rewrite.
     Parsed straight from JSON by pydantic (three times faster than `json.loads` and validating, which
     is most of the start-up time at 100,000 items).
     """
-    items: list[MemoryItem] = []
+    parsed = ParsedItems([], [], 0)
+    context = {"zone": zone}
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            items.append(MemoryItem.model_validate_json(line))
+            item = MemoryItem.model_validate_json(line, context=context)
         except ValidationError as error:
             problem = error.errors()[0]
-            if problem["type"] == "json_invalid":
-                torn_tail = number == len(lines)  # no newline after it: a crash cut the last append short
-                what = "torn last" if torn_tail else "unreadable"
-                log.warning("[Memory] Skipped %s line %d of %s", what, number, source)
-            else:
-                log.warning("[Memory] Skipped line %d of %s, not a valid item: %s", number, source, problem["msg"])
-    return items
+            torn_tail = number == len(lines) and problem["type"] == "json_invalid"
+            if torn_tail:
+                log.warning("[Memory] Skipped torn last line %d of %s", number, source)
+                continue
+            where = ".".join(str(part) for part in problem["loc"]) or "line"
+            log.warning(
+                "[Memory] Skipped line %d of %s (kept in the file): %s: %s", number, source, where, problem["msg"]
+            )
+            parsed.layout.append(KeptLine(line))
+            parsed.skipped += 1
+        else:
+            parsed.items.append(item)
+            parsed.layout.append(item.id)
+    return parsed
+
+
+def parse_items(text: str, source: Path, zone: tzinfo = UTC) -> list[MemoryItem]:
+    """The valid items of a JSONL file's text (see `parse_item_file`)."""
+    return parse_item_file(text, source, zone).items
+
+
+def _read_raw(path: Path) -> str:
+    """A file's text with undecodable bytes kept as surrogate escapes, so a rewrite gives them back."""
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return ""
 
 
 def _signature(path: Path) -> FileSignature | None:
@@ -150,6 +192,9 @@ class MemoryItemStore:
         self._file_of: dict[str, Path] = {}
         self._ids_in: dict[Path, list[str]] = {}
         self._signatures: dict[Path, FileSignature] = {}
+        # Each file's lines as last read or written: item ids and the lines kept without being items.
+        self._layout: dict[Path, list[str | KeptLine]] = {}
+        self._skipped: dict[Path, int] = {}
         self._pending_appends: dict[Path, list[str]] = {}
         self._pending_rewrites: set[Path] = set()
         self._flush_lock = asyncio.Lock()
@@ -233,7 +278,10 @@ class MemoryItemStore:
     def _load_file(self, path: Path, signature: FileSignature) -> None:
         self._drop_file(path)
         loaded: dict[str, MemoryItem] = {}
-        for item in parse_items(read_text_sync(path) or "", path):
+        parsed = parse_item_file(_read_raw(path), path, self._zone)
+        self._layout[path] = parsed.layout
+        self._skipped[path] = parsed.skipped
+        for item in parsed.items:
             if item.id in self._items:
                 self._forget_in_memory(item.id)  # found in an earlier file too: this one wins
             loaded[item.id] = item  # an id twice in one file: the later line wins
@@ -252,6 +300,8 @@ class MemoryItemStore:
             if self._file_of.get(item_id) == path:
                 self._forget_in_memory(item_id)
         self._signatures.pop(path, None)
+        self._layout.pop(path, None)
+        self._skipped.pop(path, None)
 
     def _remember_in_memory(self, item: MemoryItem, path: Path) -> None:
         self._items[item.id] = item
@@ -457,8 +507,28 @@ class MemoryItemStore:
                 self._writing = set()
 
     def _file_bytes(self, path: Path) -> bytes:
-        lines = [dumps_line(self._items[item_id].to_json_dict()) for item_id in self._ids_in.get(path, [])]
-        return "".join(line + "\n" for line in lines).encode("utf-8", "backslashreplace")
+        """The file's new text: its items and kept lines where they were, then the items added since."""
+        ids = self._ids_in.get(path, [])
+        present = set(ids)
+        layout: list[str | KeptLine] = []
+        for entry in self._layout.get(path, []):
+            if isinstance(entry, KeptLine) or (entry in present and entry not in layout):
+                layout.append(entry)
+        placed = {entry for entry in layout if isinstance(entry, str)}
+        layout += [item_id for item_id in ids if item_id not in placed]
+        self._layout[path] = layout
+        return b"".join(
+            # A kept line goes back byte for byte (undecodable bytes were read as surrogate escapes).
+            (entry.text + "\n").encode("utf-8", "surrogateescape")
+            if isinstance(entry, KeptLine)
+            else (dumps_line(self._items[entry].to_json_dict()) + "\n").encode("utf-8", "backslashreplace")
+            for entry in layout
+        )
+
+    @property
+    def skipped_lines(self) -> int:
+        """Lines of the item files that are not valid items (kept in their files, left out of memory)."""
+        return sum(self._skipped.values())
 
     def _after_write(self, path: Path) -> None:
         signature = _signature(path)

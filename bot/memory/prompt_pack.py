@@ -16,9 +16,9 @@ from datetime import tzinfo
 
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
+from bot.domain.text import fingerprint_of
 from bot.memory.budget import cut_marker
 from bot.memory.retrieval import Section
-from bot.memory.write_service import fingerprint_of
 
 HIGH_SCORE = 0.6
 ITEM_CHAR_LIMIT = 700
@@ -68,19 +68,20 @@ class MemoryPromptPackService:
         content = item.content.strip()
         if len(content) > ITEM_CHAR_LIMIT:
             content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(item.content) - ITEM_CHAR_LIMIT)
-        content = content.replace("\n", "\n  ")
-        if scored.section in DATED_SECTIONS:
-            return f"- {item.created_at.astimezone(self._zone):%H:%M} {content}"
-        return f"- {content}"
+        return "- " + content.replace("\n", "\n  ")
 
     def day_heading(self, scored: ScoredItem) -> str:
         return f"### {scored.item.created_at.astimezone(self._zone):%Y-%m-%d (%A)}"
+
+    def clock_time(self, scored: ScoredItem) -> str:
+        return f"{scored.item.created_at.astimezone(self._zone):%H:%M} "
 
     def build(self, offered: Iterable[ScoredItem], candidates: int, soft_tokens: int, max_tokens: int) -> MemoryPack:
         """The pack of `offered` (in `offered_order`) within the budgets."""
         soft_tokens = min(soft_tokens, max_tokens)
         chosen: dict[str, list[tuple[ScoredItem, str]]] = {section: [] for section in Section.ORDER}
-        headings: set[tuple[str, str]] = set()
+        # Day headings, and the clock times, already paid for: each is shown once.
+        headings: set[tuple[str, ...]] = set()
         seen: set[str] = set()
         used = 0
         dropped = 0
@@ -109,6 +110,9 @@ class MemoryPromptPackService:
             heading = self.day_heading(scored) if scored.section in DATED_SECTIONS else ""
             if heading and (scored.section, heading) not in headings:
                 cost += self._estimator.text(heading + "\n")
+            stamp = (scored.section, heading, self.clock_time(scored)) if heading else None
+            if stamp is not None and stamp not in headings:
+                cost += self._estimator.text(stamp[2])
             within_soft = used + cost <= soft_tokens
             worth_more = (scored.section == Section.PINNED or scored.score >= HIGH_SCORE) and used + cost <= max_tokens
             if within_soft or worth_more:
@@ -116,6 +120,8 @@ class MemoryPromptPackService:
                 seen.add(same_text)
                 if heading:
                     headings.add((scored.section, heading))
+                if stamp is not None:
+                    headings.add(stamp)
                 used += cost
             else:
                 dropped += 1
@@ -143,14 +149,17 @@ class MemoryPromptPackService:
         return MemoryPack(tuple(selected), rendered, diagnostics)
 
     def _timeline(self, section: str, entries: list[tuple[ScoredItem, str]]) -> str:
-        """Exchanges read as a timeline: a heading per day, then each item with its time."""
+        """Exchanges read as a timeline: a heading per day, then each item with its time; items of the
+        same minute (an imported conversation, a burst of messages) show it once, on the first."""
         entries.sort(key=lambda pair: pair[0].item.created_at)
         lines = [SECTION_HEADERS[section]]
-        current = ""
+        current_day = current_time = ""
         for scored, text in entries:
             heading = self.day_heading(scored)
-            if heading != current:
+            if heading != current_day:
                 lines.append(heading)
-                current = heading
-            lines.append(text)
+                current_day, current_time = heading, ""
+            time = self.clock_time(scored)
+            lines.append(text if time == current_time else f"- {time}{text.removeprefix('- ')}")
+            current_time = time
         return "\n".join(lines)

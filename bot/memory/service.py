@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -64,6 +65,7 @@ INLINE_WORK_MAX_ITEMS = 2000
 LONG_TERM_HEADER = "## Long-term Memory"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
+SHARE_MARGIN = 0.02
 
 
 @dataclass
@@ -324,7 +326,10 @@ class MemoryService:
         scope = await self.scope(config, session_id)
         limit = config.max_prompt_budget_tokens
         if share_tokens is not None:
-            limit = min(limit, share_tokens)
+            # The share is a hard cap on the whole section: the header, and the rounding of per-line
+            # token estimates against the estimate of the joined text, come out of it first.
+            overhead = self._estimator.text(MEMORY_HEADER + "\n\n") + math.ceil(SHARE_MARGIN * share_tokens)
+            limit = min(limit, share_tokens - overhead)
         budget = TextBudget(limit, self._estimator)
         sections: list[str] = []
         long_term = await self._read_long_term(scope)
@@ -334,7 +339,12 @@ class MemoryService:
             kept, _ = TextBudget(cap, self._estimator).take(long_term)
             budget.remaining = max(budget.remaining - budget.cost(kept), 0)
             sections.append(f"{LONG_TERM_HEADER}\n{kept}")
-        pack = await self._build_pack(scope, config, session_id, text, now, exclude_references, budget.remaining)
+        try:
+            pack = await self._build_pack(scope, config, session_id, text, now, exclude_references, budget.remaining)
+        except Exception:
+            # One broken piece of the structured memory must not cost the rest: the notes stand in.
+            log.exception("[Memory] The memory pack could not be built; the daily notes stand in")
+            pack = None
         if pack is not None and not pack.empty:
             sections.append(pack.rendered)
         elif config.legacy_daily_notes_enabled and budget.remaining > 0:
@@ -516,6 +526,7 @@ class MemoryService:
         async with self.fresh(scope):
             counts = scope.store.count_by_layer()
             vectors = scope.vectors.coverage
+            skipped = scope.store.skipped_lines
         long_term = await self._read_long_term(scope)
         today = (await read_daily_notes(scope.notes, self._clock.now().date(), 0)).today
         return MemoryStatus(
@@ -526,6 +537,7 @@ class MemoryService:
             last_pack=scope.last_pack,
             vectors=vectors,
             embedder=scope.vectors.embedder_name,
+            skipped_lines=skipped,
         )
 
     def now(self) -> datetime:
@@ -544,3 +556,5 @@ class MemoryStatus:
     # (items with a vector, active items) and the embedder that made them (None: lexical only).
     vectors: tuple[int, int] = (0, 0)
     embedder: str | None = None
+    # Lines of the item files that are not valid items (kept in the files, left out of memory).
+    skipped_lines: int = 0

@@ -11,13 +11,12 @@ promotion, decay, pins and forgetting.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from bot.domain.memory import MemoryItem, MemoryLayer, TurnMemoryEvent
+from bot.domain.text import fingerprint_of, normalized_words
 from bot.memory.daily_notes import one_line
 from bot.memory.extraction import MemoryCandidate
 from bot.memory.items_store import MemoryItemStore
@@ -34,13 +33,6 @@ TURN_SALIENCE = 0.4
 PROMOTED_TAG = "promoted"
 # Shorter contents ("ok") are too common to remove every exchange that contains them.
 MIN_TRACE_CHARS = 8
-_NOT_WORD = re.compile(r"[^\w]+")
-
-
-def fingerprint_of(content: str) -> str:
-    """The same text up to case, punctuation and spacing gives the same fingerprint."""
-    normalized = _normalized(content)
-    return hashlib.sha256(normalized.encode("utf-8")).hexdigest()[:20]
 
 
 def turn_content(event: TurnMemoryEvent) -> str:
@@ -297,13 +289,9 @@ class MemoryWriteService:
         return decayed
 
 
-def _normalized(text: str) -> str:
-    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
-
-
 def _contains(text: str, part: str) -> bool:
-    needle = _normalized(part)
-    return len(needle) >= MIN_TRACE_CHARS and needle in _normalized(text)
+    needle = normalized_words(part)
+    return len(needle) >= MIN_TRACE_CHARS and needle in normalized_words(text)
 
 
 def _merged(first: list[str], second: list[str] | tuple[str, ...]) -> list[str]:

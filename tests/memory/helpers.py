@@ -10,7 +10,7 @@ from typing import Any
 
 from bot.app import BotServices
 from bot.domain.memory import MemoryItem, MemoryLayer
-from bot.memory.write_service import fingerprint_of
+from bot.domain.text import fingerprint_of
 from bot.storage.jsonl import dumps_line
 from tests.fakes.recording_channel import RecordingChannel
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from bot.app import BotServices
 from bot.domain.memory import MemoryItem, MemoryLayer
+from bot.domain.text import fingerprint_of
 from bot.memory.maintenance import run_maintenance
-from bot.memory.write_service import fingerprint_of
 from bot.storage.jsonl import read_jsonl_sync
 
 NOW = datetime(2026, 11, 22, 3, 30, tzinfo=UTC)

@@ -24,7 +24,7 @@ from bot.app import BotServices, build_services, shutdown
 from bot.compaction.budget import MEMORY, ContextBudget
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery
-from bot.memory.embeddings import CACHE_FILE_NAME
+from bot.memory.embeddings import CACHE_FILE_NAME, VectorIndex, text_key, unit
 from bot.memory.local_embeddings import LocalEmbedder
 from bot.memory.service import MemoryService
 from bot.memory.temporal import time_window
@@ -250,3 +250,21 @@ async def test_a_message_naming_someone_favours_what_that_person_said(services: 
     assert ranked.index("Bob: I went climbing at the old quarry.") < ranked.index(
         "Ann: I went climbing at the old quarry."
     )
+
+
+def test_the_vector_index_follows_edits_and_drops_stale_rows() -> None:
+    index = VectorIndex()
+    index.use_embedder("test")
+    generator = np.random.default_rng(1)
+    for round_ in range(6):  # every item's text changes each round: the old rows go stale
+        items = [item(MemoryLayer.EPISODIC, f"item {n} version {round_}", NOW, item_id=f"i{n}") for n in range(400)]
+        index.add_many(items)
+        vectors = {key: unit(generator.standard_normal(16)) for key, _ in index.pending()}
+        index.put(vectors)
+        assert index.coverage == (400, 400)
+    target = item(MemoryLayer.EPISODIC, "item 7 version 5", NOW, item_id="i7")
+    query = next(vector for key, vector in vectors.items() if key == text_key(target.content))
+    assert next(iter(index.relevance(query, 5))) == "i7"
+    assert index.rows < 6 * 400  # stale rows were compacted away (at most 1,024 of them plus a batch)
+    index.remove("i7")
+    assert "i7" not in index.relevance(query, 5)
