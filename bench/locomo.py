@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bot.memory.write_service import fingerprint_of
+from bot.domain.text import fingerprint_of
 from tests.fakes.openai_server import FakeOpenAI, message_text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.bot_process import start_bot, stop
