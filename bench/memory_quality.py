@@ -30,11 +30,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bot.domain.memory import TurnMemoryEvent
-from bot.memory.embeddings import Embedder, VectorIndex, as_float16
+from bot.llm.embedders import Embedder
+from bot.llm.local_embeddings import LocalEmbedder
+from bot.memory.embeddings import VectorIndex, as_float16
 from bot.memory.extraction import RuleBasedExtractor
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.local_embeddings import LocalEmbedder
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService
 from bot.settings import MemoryConfig
@@ -345,7 +346,7 @@ def main() -> None:
     ]
     if args.endpoint:
         from bot.llm.client import LlmClient
-        from bot.memory.embeddings import EndpointEmbedder
+        from bot.llm.embedders import EndpointEmbedder
 
         llm = LlmClient(os.environ.get("OPENAI_API_KEY"), os.environ.get("OPENAI_BASE_URL"))
         rows.append((f"hybrid, endpoint {args.endpoint}", EndpointEmbedder(llm, args.endpoint)))

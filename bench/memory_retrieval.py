@@ -42,8 +42,8 @@ from bot.clock import Clock
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.domain.text import fingerprint_of
 from bot.llm.client import LlmClient
+from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import VectorCache, text_key
-from bot.memory.local_embeddings import LocalEmbedder
 from bot.memory.service import MemoryService
 from bot.settings import MemoryConfig
 from bot.storage.jsonl import dumps_line

@@ -1,12 +1,14 @@
 """RAG: indexing throughput and retrieval latency of embedded LightRAG (file storages).
 
-An in-process instant model answers LightRAG's extraction and keyword prompts (three entities and two
-relations per document) and gives deterministic 64-dimension vectors, so the figures are LightRAG's
-own cost plus the bot's adapter, not a provider's. For each corpus size: documents/s when indexing
-in batches of `rag.batchSize` through `RagService.flush` (the scheduler's job), then the median and
-p95 latency of `# Relevant Memory` retrieval per query mode.
+An in-process instant model answers LightRAG's extraction prompts (three entities and two relations
+per document); vectors come from the bundled offline embedder, as by default (`--hash-vectors`: the
+test fake's 64-dimension hashes instead, to see LightRAG's cost alone). For each corpus size:
+documents/s when indexing in batches of `rag.batchSize` through `RagService.flush` (the scheduler's
+job), then the median and p95 latency of `# Relevant Memory` retrieval per query mode, which is what
+the graph adds to a reply (with the graph empty it adds nothing: retrieval returns before any query),
+the model calls made while retrieving (0 expected: keywords are made locally), and resident memory.
 
-Run: `.venv/bin/python -m bench.rag_throughput [--sizes 100 1000] [--queries 20]`.
+Run: `.venv/bin/python -m bench.rag_throughput [--sizes 100 1000] [--queries 20] [--hash-vectors]`.
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ def exchange(number: int) -> tuple[str, str]:
     return user, f"Noted: {a} and {b} discussed {c} (entry {number})."
 
 
-async def run_size(size: int, queries: int, root: Path) -> dict[str, Any]:
-    config = RuntimeConfig.model_validate(
-        {"rag": {"embeddingDimensions": 64, "minExchangeChars": 10, "cosineThreshold": -1.0}, "memory": {}}
-    )
+async def run_size(size: int, queries: int, root: Path, hash_vectors: bool) -> dict[str, Any]:
+    rag: dict[str, Any] = {"minExchangeChars": 10}
+    if hash_vectors:
+        rag.update(embeddingModel="hash", embeddingDimensions=64, cosineThreshold=-1.0)
+    config = RuntimeConfig.model_validate({"rag": rag, "memory": {}})
     model = InstantModel()
     backend = EmbeddedLightRag(root / "rag", model, lambda: config.rag, lambda: "instant")  # type: ignore[arg-type]
     service = RagService(RagDocumentStore(root / "rag" / "documents.jsonl"), backend, lambda: config, TokenEstimator())
@@ -75,6 +78,7 @@ async def run_size(size: int, queries: int, root: Path) -> dict[str, Any]:
         "index_ms_per_doc": round(1000 * index_seconds / indexed, 1),
         "model_calls": model.calls,
     }
+    calls_before = model.calls
     for mode in ("naive", "local", "global", "hybrid", "mix"):
         mode_config = config.model_copy(update={"rag": config.rag.model_copy(update={"query_mode": mode})})
         latencies = []
@@ -86,14 +90,23 @@ async def run_size(size: int, queries: int, root: Path) -> dict[str, Any]:
             assert result.outcome == "ok", result
         figures[f"{mode}_ms_p50"] = round(statistics.median(latencies), 1)
         figures[f"{mode}_ms_p95"] = round(sorted(latencies)[int(0.95 * (len(latencies) - 1))], 1)
+    figures["model_calls_retrieving"] = model.calls - calls_before
+    figures["rss_mib"] = round(rss_mib(), 1)
     await service.close()
     return figures
 
 
-async def main(sizes: list[int], queries: int) -> None:
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def main(sizes: list[int], queries: int, hash_vectors: bool) -> None:
     for size in sizes:
         with tempfile.TemporaryDirectory() as folder:
-            figures = await run_size(size, queries, Path(folder))
+            figures = await run_size(size, queries, Path(folder), hash_vectors)
         print(json.dumps({"size": size, **figures}), flush=True)
 
 
@@ -101,6 +114,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--hash-vectors", action="store_true", help="the test fake's vectors, not the embedder")
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(main(arguments.sizes, arguments.queries))
+    asyncio.run(main(arguments.sizes, arguments.queries, arguments.hash_vectors))

@@ -132,7 +132,7 @@ def rag_cell(output: str) -> str:
     [row] = json_lines(output)
     return (
         f"{row['index_docs_per_s']:.1f} docs/s ({row['index_ms_per_doc']:.0f} ms/doc); "
-        f"hybrid query p50 {ms(row['hybrid_ms_p50'])}"
+        f"hybrid query p50 {ms(row['hybrid_ms_p50'])} ({row['model_calls_retrieving']} model calls)"
     )
 
 

@@ -31,6 +31,7 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.http.listener import HttpListener
 from bot.llm.client import LlmClient
+from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.maintenance import run_maintenance
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 7.0
 DEFAULT_LISTEN_PORT = 8080
 CONFIG_CHECK_INTERVAL_SECONDS = 5.0
+RAG_TICK_SECONDS = 1.0
 
 
 @dataclass
@@ -123,11 +125,12 @@ def build_services(env: EnvSettings) -> BotServices:
     tools = ToolRegistry(metrics)
     register_workspace_file_tools(tools, workspace.root)
     estimator = TokenEstimator()
-    memory = MemoryService(workspace, clock, llm, estimator)
+    embedders = Embedders(llm)  # one offline embedding model for memory and the knowledge graph
+    memory = MemoryService(workspace, clock, llm, estimator, embedders)
     if config_store.config.memory.enabled:  # tools are fixed at start: switching memory on later needs a restart
         register_memory_tools(tools, memory)
     tools.register(search_history_tool(HistorySearch(sessions.archive)))
-    rag = build_rag_service(workspace, env, llm, config_store, estimator)
+    rag = build_rag_service(workspace, env, llm, config_store, estimator, embedders)
     tools.register(rag_query_tool(rag))
 
     async def forget_in_rag(message_ids: list[str]) -> None:
@@ -164,9 +167,10 @@ def build_services(env: EnvSettings) -> BotServices:
     scheduler.add_interval_job("runtime-config check", CONFIG_CHECK_INTERVAL_SECONDS, check_config)
 
     async def flush_rag_queue() -> None:
-        await rag.flush_all(max_seconds=config_store.config.rag.flush_interval_seconds)
+        await rag.flush_if_due()
 
-    scheduler.add_interval_job("rag indexing", config_store.config.rag.flush_interval_seconds, flush_rag_queue)
+    # A short tick that decides from the live configuration (`rag.idleFlushSeconds`, `flushIntervalSeconds`).
+    scheduler.add_interval_job("rag indexing", RAG_TICK_SECONDS, flush_rag_queue)
     reminders = ReminderService(workspace.reminders_file, clock.zone, str(clock.zone))
     register_reminder_tools(tools, commands, reminders)
     scheduler_config = config_store.config.scheduler

@@ -235,12 +235,16 @@ class RagConfig(ConfigSection):
     server_timeout_seconds: float = Field(30.0, gt=0)
     # The model that extracts entities and keywords; null means `llm.balancedModel`, then the chat model.
     extraction_model: str | None = None
-    embedding_model: str = "text-embedding-3-small"
+    # "local": the bundled offline embedder (384 dimensions; no endpoint, no key); or the endpoint's model,
+    # with its dimensions. Pinned per graph when the graph is made (a change applies to a new graph).
+    embedding_model: str = "local"
     embedding_dimensions: int = Field(1536, ge=8, le=8192)
     # What an exchange must have to be indexed: greetings and short exchanges are skipped.
     min_exchange_chars: int = Field(80, ge=0)
     skip_greetings: bool = True
-    # The scheduler indexes queued exchanges this often, at most this many per batch.
+    # Queued exchanges are indexed once the chat was quiet this long after the last one (debounced)...
+    idle_flush_seconds: float = Field(5.0, ge=0)
+    # ... and at least this often; both live. At most `batchSize` documents per batch.
     flush_interval_seconds: float = Field(30.0, ge=1)
     batch_size: int = Field(16, ge=1, le=500)
     # A failed batch waits this long before the next try, doubling per failure up to the maximum.
@@ -249,8 +253,8 @@ class RagConfig(ConfigSection):
     # After this many failed tries a document is set aside (kept in the queue file, logged, shown in /status).
     max_attempts: int = Field(8, ge=1)
     insert_timeout_seconds: float = Field(600.0, gt=0)
-    # Retrieval at ContextBuilding (20): `naive` (vector search only, no model call), `local`, `global`,
-    # `hybrid` or `mix` (these ask the extraction model for keywords first).
+    # Retrieval at ContextBuilding (20): `naive` (chunks by vector search), `local` (entities), `global`
+    # (relations), `hybrid` (both) or `mix`; the keywords are made locally: no mode asks the model.
     query_mode: Literal["naive", "local", "global", "hybrid", "mix"] = "hybrid"
     query_timeout_seconds: float = Field(3.0, gt=0)
     # Size of `# Relevant Memory` in the prompt; the `rag_query` tool may return up to `toolMaxTokens`.

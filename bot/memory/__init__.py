@@ -8,8 +8,8 @@ One module per concept:
 - `items_store`: the JSONL item files, kept in step with hand edits; group-committed writes.
 - `extraction`, `llm_extraction`: what of a turn becomes SEMANTIC or PROCEDURAL knowledge.
 - `write_service`: dedup by fingerprint, supersede by slot key, promotion, decay, pins, forgetting.
-- `lexical_index`, `embeddings`, `local_embeddings`, `retrieval`: BM25 and vector similarity, scored
-  with recency, salience and confidence, top-k per layer.
+- `lexical_index`, `embeddings`, `temporal`, `retrieval`: BM25, item vectors (made by `bot.llm`'s
+  embedders, cached on disk) and time cues, scored with recency, salience and confidence.
 - `prompt_pack`, `budget`: rendering under the soft and max token budgets, cuts made visible.
 - `service`: the facade the pipeline (20, 50), `/memory`, `/status` and the tools use.
 - `tools`: `memory_search`, `memory_add`, `memory_update`, `memory_promote`, `memory_forget`,

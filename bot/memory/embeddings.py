@@ -1,7 +1,8 @@
 """Vector similarity for hybrid retrieval: the `Embedder`, the on-disk `VectorCache` and the `VectorIndex`.
 
-By default the embedder is the bundled offline model (`local_embeddings`); `memory.embeddingsModel`
-may name the endpoint's `/embeddings` model instead, or be null for lexical retrieval only.
+By default the embedder is the bundled offline model (`bot.llm.local_embeddings`);
+`memory.embeddingsModel` may name the endpoint's `/embeddings` model instead, or be null for lexical
+retrieval only.
 
 Vectors are derived data. Each is keyed by the embedder and a hash of the text it was made from, and
 kept in `index/vectors.sqlite3` beside the item files (as float16), so a restart embeds nothing it
@@ -18,13 +19,12 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from bot.domain.memory import MemoryItem
-from bot.llm.client import LlmClient
+from bot.llm.embedders import Embedder
 from bot.llm.errors import LlmError
 
 log = logging.getLogger(__name__)
@@ -41,31 +41,6 @@ SIMILAR_COSINE = 0.84
 
 Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
-
-
-class Embedder(Protocol):
-    """Turns texts into vectors: stored texts as passages, a message as a query."""
-
-    name: str
-
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
-
-    async def embed_query(self, text: str) -> list[float]: ...
-
-
-class EndpointEmbedder:
-    """Embeddings from the OpenAI-compatible endpoint the chat model uses."""
-
-    def __init__(self, llm: LlmClient, model: str) -> None:
-        self._llm = llm
-        self.name = model
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        return await self._llm.embed(texts, self.name)
-
-    async def embed_query(self, text: str) -> list[float]:
-        [vector] = await self._llm.embed([text], self.name)
-        return vector
 
 
 def text_key(text: str) -> str:
@@ -218,24 +193,28 @@ class VectorIndex:
             self._matrix = None
         if len(self._row_keys) > 1024 and len(self._row_keys) > 4 * max(len(self._ids_of), 1) / 3:
             self._compact()
+        new_rows = sum(1 for key in vectors if key not in self._row_of)
+        self._reserve(len(self._row_keys) + new_rows, dimensions)
         for key, vector in vectors.items():
             row = self._row_of.get(key)
             if row is None:
-                row = self._new_row(dimensions)
+                row = len(self._row_keys)
                 self._row_of[key] = row
                 self._row_keys.append(key)
             assert self._matrix is not None
             self._matrix[row] = vector
             self._missing.discard(key)
 
-    def _new_row(self, dimensions: int) -> int:
+    def _reserve(self, rows: int, dimensions: int) -> None:
+        """Room for `rows` rows: grown once per call, by a quarter more than asked (a restart's whole cache
+        arrives in one call, and doubling then would hold three copies of it at the peak)."""
+        if self._matrix is not None and rows <= self._matrix.shape[0]:
+            return
         used = len(self._row_keys)
-        if self._matrix is None or used >= self._matrix.shape[0]:
-            grown = np.zeros((max(1024, 2 * used), dimensions), dtype=np.float32)
-            if self._matrix is not None:
-                grown[:used] = self._matrix[:used]
-            self._matrix = grown
-        return used
+        grown = np.zeros((max(1024, rows + rows // 4), dimensions), dtype=np.float32)
+        if self._matrix is not None:
+            grown[:used] = self._matrix[:used]
+        self._matrix = grown
 
     def _compact(self) -> None:
         """Drop the rows no item's text uses any more."""
@@ -243,7 +222,7 @@ class VectorIndex:
             return
         keep = [key for key in self._row_keys if key in self._ids_of]
         rows = [self._row_of[key] for key in keep]
-        matrix = np.zeros((max(1024, 2 * len(keep)), self._matrix.shape[1]), dtype=np.float32)
+        matrix = np.zeros((max(1024, len(keep) + len(keep) // 4), self._matrix.shape[1]), dtype=np.float32)
         matrix[: len(keep)] = self._matrix[rows]
         self._matrix = matrix
         self._row_keys = keep

@@ -28,13 +28,12 @@ from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message
 from bot.llm.client import LlmClient
+from bot.llm.embedders import Embedder, Embedders
 from bot.llm.errors import LlmError
 from bot.memory.budget import TextBudget
 from bot.memory.daily_notes import DailyNotes
 from bot.memory.embeddings import (
     EMBED_BATCH_SIZE,
-    Embedder,
-    EndpointEmbedder,
     Vector,
     VectorCache,
     VectorIndex,
@@ -45,7 +44,6 @@ from bot.memory.items_store import MemoryItemStore
 from bot.memory.legacy_context import read_daily_notes, render_daily_notes
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.llm_extraction import LlmMemoryExtractor
-from bot.memory.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.memory.long_term import LongTermMemory
 from bot.memory.paths import CHAT_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
@@ -105,7 +103,12 @@ class MemoryService:
     """One entry point to every memory layer, for any chat."""
 
     def __init__(
-        self, workspace: Workspace, clock: Clock, llm: LlmClient, estimator: TokenEstimator | None = None
+        self,
+        workspace: Workspace,
+        clock: Clock,
+        llm: LlmClient,
+        estimator: TokenEstimator | None = None,
+        embedders: Embedders | None = None,
     ) -> None:
         self._workspace = workspace
         self._clock = clock
@@ -113,7 +116,7 @@ class MemoryService:
         self._estimator = estimator or TokenEstimator()
         self._scopes: dict[MemoryPaths, MemoryScope] = {}
         self._rules = RuleBasedExtractor()
-        self._local_embedder: LocalEmbedder | None = None
+        self._embedders = embedders or Embedders(llm)
         self._pack = MemoryPromptPackService(self._estimator, clock.zone)
         # Memory's own worker thread for the reads done under a scope's lock, so they never queue
         # behind the fsyncs of session writes in the shared default pool.
@@ -197,13 +200,7 @@ class MemoryService:
 
     def embedder(self, config: MemoryConfig) -> Embedder | None:
         """The bundled offline model (`"local"`), the endpoint's embedding model, or None: lexical only."""
-        if not config.embeddings_model:
-            return None
-        if config.embeddings_model == LOCAL_MODEL:
-            if self._local_embedder is None:
-                self._local_embedder = LocalEmbedder()
-            return self._local_embedder
-        return EndpointEmbedder(self._llm, config.embeddings_model)
+        return self._embedders.get(config.embeddings_model)
 
     async def query_vector(self, scope: MemoryScope, config: MemoryConfig, text: str) -> Vector | None:
         """The message's embedding, or None when the scope's vectors come from another embedder (or none)."""

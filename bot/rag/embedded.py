@@ -3,7 +3,11 @@
 Storages are LightRAG's file backends in `workspace/rag/{ragWorkspace}/` (`storage: files`) or its
 PostgreSQL backends (`storage: postgres`: KV, pgvector, a plain-table graph; the connection comes from
 LightRAG's POSTGRES_* environment variables). Every model call goes through the bot's `LlmClient`
-(extraction and keywords with the extraction model, vectors from the endpoint's `/embeddings`); the
+(entity extraction with the extraction model, off the reply path); vectors come from the bundled
+offline embedder by default (`rag.embeddingModel: "local"`) or the endpoint's `/embeddings`, and a
+query's keywords are made locally (`keywords`), so reading the graph makes no model call at all. The
+embedder a graph was built with is pinned in `rag/embedder.json`: vectors of another model are not
+comparable, so changing `rag.embeddingModel` applies to a new graph (delete `rag/` to rebuild). The
 tokenizer is `OfflineTokenizer`, so nothing is downloaded. Everything LightRAG would otherwise read
 from the environment that changes its behaviour (workspace, top-k, token budgets) is passed
 explicitly. The query cache is off, so a forgotten document cannot come back from it, and each
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import logging
 import os
 import time
@@ -27,8 +32,11 @@ from typing import Any, Literal
 import numpy as np
 
 from bot.llm.client import ChatRequest, LlmClient
+from bot.llm.embedders import Embedders
+from bot.llm.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
+from bot.rag.keywords import query_keywords
 from bot.rag.tokenizer import OfflineTokenizer
 from bot.settings import RagConfig
 
@@ -60,6 +68,9 @@ CHUNK_OVERLAP_TOKENS = 100
 WORKER_SHUTDOWN_SECONDS = 5.0
 # Adapters in this process that have opened a LightRAG instance and not closed yet.
 _open_adapters = 0
+EMBEDDER_FILE = "embedder.json"
+# The endpoint model graphs were built with before the embedder was pinned (the old default).
+LEGACY_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
 def _import_lightrag() -> Any:
@@ -94,9 +105,14 @@ class EmbeddedLightRag:
         config: Callable[[], RagConfig],
         default_model: Callable[[], str],
         storage: StorageKind = "files",
+        embedders: Embedders | None = None,
     ) -> None:
         self._working_dir = working_dir
         self._llm = llm
+        self._embedders = embedders or Embedders(llm)
+        self._embedding: tuple[str, int] | None = None
+        # The graph's entity names per workspace, for the query keywords (dropped when the graph changes).
+        self._entity_names: dict[str, list[str]] = {}
         self._config = config
         self._default_model = default_model
         self._storage = storage
@@ -111,8 +127,10 @@ class EmbeddedLightRag:
         rag = await self._instance(workspace)
         ids = [doc.id for doc in documents]
         async with self._lock(workspace):
+            self._entity_names.pop(workspace, None)
             await rag.ainsert([doc.text for doc in documents], ids=ids, file_paths=ids)
             statuses = await self._wait_processed(rag, ids)
+            self._entity_names.pop(workspace, None)
         failed = {doc_id: status for doc_id, status in statuses.items() if status["status"] == "failed"}
         if failed:
             first = next(iter(failed.values()))
@@ -135,7 +153,12 @@ class EmbeddedLightRag:
     async def query(self, workspace: str, query: RagQuery) -> list[RagSnippet]:
         rag = await self._instance(workspace)
         lightrag = self._lightrag
+        keywords = query_keywords(query.text, await self._names(workspace, rag) if query.mode != "naive" else [])
+        if keywords.empty:
+            return []  # nothing to look up (a greeting): and LightRAG would ask the model for keywords
         param = lightrag.QueryParam(
+            hl_keywords=keywords.high_level,
+            ll_keywords=keywords.low_level,
             mode=query.mode,
             only_need_context=True,
             top_k=query.top_k,
@@ -152,8 +175,15 @@ class EmbeddedLightRag:
             return []
         return snippets_from_data(result.get("data") or {})
 
+    async def _names(self, workspace: str, rag: Any) -> list[str]:
+        names = self._entity_names.get(workspace)
+        if names is None:
+            names = self._entity_names[workspace] = list(await rag.chunk_entity_relation_graph.get_all_labels())
+        return names
+
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
         rag = await self._instance(workspace)
+        self._entity_names.pop(workspace, None)
         async with self._lock(workspace):
             for doc_id in backend_ids:
                 for attempt in range(1, DELETE_ATTEMPTS + 1):
@@ -213,7 +243,7 @@ class EmbeddedLightRag:
             _check_postgres_environment()
             if config.postgres_vectors == "files":
                 storages["vector_storage"] = _FILE_STORAGES["vector_storage"]
-        dimensions = config.embedding_dimensions
+        _, dimensions = self._pinned_embedding()
 
         # Plain functions, not bound methods: LightRAG deep-copies its fields, and a bound method would
         # drag this adapter (and the model client's locks) into the copy.
@@ -259,14 +289,44 @@ class EmbeddedLightRag:
         return (await self._llm.complete(request)).text
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
-        config = self._config()
-        vectors = await self._llm.embed(list(texts), config.embedding_model)
-        if vectors and len(vectors[0]) != config.embedding_dimensions:
+        model, dimensions = self._pinned_embedding()
+        embedder = self._embedders.get(model)
+        assert embedder is not None
+        vectors = await embedder.embed(list(texts))
+        if vectors and len(vectors[0]) != dimensions:
             raise RagBackendError(
-                f"the embedding model {config.embedding_model} gives {len(vectors[0])} dimensions; "
-                f"runtime-config rag.embeddingDimensions says {config.embedding_dimensions}"
+                f"the embedding model {model} gives {len(vectors[0])} dimensions; "
+                f"runtime-config rag.embeddingDimensions says {dimensions}"
             )
         return np.array(vectors, dtype=np.float32)
+
+    def _pinned_embedding(self) -> tuple[str, int]:
+        """The embedder (and its dimensions) of this graph: pinned when the graph is first made."""
+        if self._embedding is not None:
+            return self._embedding
+        config = self._config()
+        marker = self._working_dir / EMBEDDER_FILE
+        try:
+            pinned = json.loads(marker.read_text(encoding="utf-8"))
+            self._embedding = (str(pinned["model"]), int(pinned["dimensions"]))
+        except FileNotFoundError:
+            if any(self._working_dir.glob("**/vdb_*.json")):  # a graph from before the pin
+                model = config.embedding_model if config.embedding_model != LOCAL_MODEL else LEGACY_EMBEDDING_MODEL
+                self._embedding = (model, config.embedding_dimensions)
+            elif config.embedding_model == LOCAL_MODEL:
+                self._embedding = (LOCAL_MODEL, LocalEmbedder.dimensions)
+            else:
+                self._embedding = (config.embedding_model, config.embedding_dimensions)
+            self._working_dir.mkdir(parents=True, exist_ok=True)
+            marker.write_text(json.dumps({"model": self._embedding[0], "dimensions": self._embedding[1]}))
+        except (ValueError, KeyError, TypeError) as error:
+            raise RagBackendError(f"{marker} is unreadable ({error}): fix it or delete rag/ to rebuild") from error
+        if self._embedding[0] != config.embedding_model:
+            log.warning(
+                "[RAG] The graph in %s was built with the embedder %s; rag.embeddingModel %s applies to a new "
+                "graph (delete the folder to rebuild)", self._working_dir, self._embedding[0], config.embedding_model,
+            )  # fmt: skip
+        return self._embedding
 
 
 def _release_shared_state() -> None:

@@ -6,6 +6,7 @@ import logging
 
 from bot.compaction.estimator import TokenEstimator
 from bot.llm.client import LlmClient
+from bot.llm.embedders import Embedders
 from bot.rag.backend import RagBackend
 from bot.rag.embedded import EmbeddedLightRag, StorageKind
 from bot.rag.server import LightRagServerBackend
@@ -24,6 +25,7 @@ def build_rag_service(
     llm: LlmClient,
     config_store: RuntimeConfigStore,
     estimator: TokenEstimator,
+    embedders: Embedders | None = None,
 ) -> RagService:
     config = config_store.config
 
@@ -37,7 +39,9 @@ def build_rag_service(
         backend = LightRagServerBackend(lambda: config_store.config.rag, api_key)
     else:
         storage: StorageKind = "postgres" if config.rag.backend == "postgres" else "files"
-        backend = EmbeddedLightRag(workspace.rag_dir, llm, lambda: config_store.config.rag, chat_model, storage)
+        backend = EmbeddedLightRag(
+            workspace.rag_dir, llm, lambda: config_store.config.rag, chat_model, storage, embedders
+        )
     log.info("[RAG] Backend: %s%s", config.rag.backend, "" if config.rag.enabled else " (disabled)")
     store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
     return RagService(store, backend, lambda: config_store.config, estimator)

@@ -1,7 +1,9 @@
 """`RagService`: the fourth memory layer: queue exchanges, index them in batches, retrieve, forget.
 
 Writing never touches the reply path: `enqueue` only appends to the durable queue, and the scheduler's
-`flush` indexes due documents in batches, per LightRAG workspace, retrying failures with backoff.
+tick (`flush_if_due`) indexes due documents in batches, per LightRAG workspace, retrying failures with
+backoff: `idleFlushSeconds` after the last exchange (a quiet moment, so a fact told a minute ago is in
+the graph), and every `flushIntervalSeconds` in any case; both are read live.
 Reading (`retrieve`) is bounded by `queryTimeoutSeconds` and never fails the turn: on timeout or error
 the reply goes on without `# Relevant Memory`, and the log says why.
 """
@@ -81,6 +83,9 @@ class RagService:
         self._estimator = estimator
         self._mutation_lock = asyncio.Lock()
         self.last_error: str | None = None
+        self._last_flush = time.monotonic()
+        # When the chat has been quiet long enough after the last queued exchange (None: nothing waits).
+        self._idle_due_at: float | None = None
 
     @property
     def store(self) -> RagDocumentStore:
@@ -115,7 +120,21 @@ class RagService:
         )
         doc = await self._store.add(doc)
         log.info("[RAG] Queued %s (%d chars)", doc.id, len(doc.text))
+        # Debounced: each new exchange pushes the moment back, so a burst is indexed as one batch.
+        self._idle_due_at = time.monotonic() + config.rag.idle_flush_seconds
         return doc
+
+    async def flush_if_due(self) -> int:
+        """The scheduler's tick: index once the chat was quiet `idleFlushSeconds` after an exchange, or
+        `flushIntervalSeconds` after the last flush, whichever comes first."""
+        config = self._config().rag
+        now = time.monotonic()
+        idle = self._idle_due_at is not None and now >= self._idle_due_at
+        if not idle and now - self._last_flush < config.flush_interval_seconds:
+            return 0
+        self._idle_due_at = None
+        self._last_flush = now
+        return await self.flush_all(max_seconds=config.flush_interval_seconds)
 
     async def flush(self) -> int:
         """Index one batch of due documents; returns how many were indexed. Failures are retried later."""

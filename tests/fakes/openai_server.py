@@ -360,6 +360,8 @@ class FakeOpenAI:
     ) -> None:
         self.required_api_key = required_api_key
         self.embedding_dimensions = embedding_dimensions
+        # Seconds every /v1/embeddings response waits (a slow embedding endpoint).
+        self.embedding_delay = 0.0
         self.models = list(models)
         self._requested_port = port
         self._lock = threading.Lock()
@@ -626,6 +628,8 @@ class FakeOpenAI:
         body = request[_JSON_BODY]
         if not isinstance(body, dict) or "input" not in body:
             return _error_response(400, "'input' is a required property", "invalid_request_error")
+        if self.embedding_delay and await self._sleep(self.embedding_delay):
+            return web.Response(status=503)
         dimensions = int(body.get("dimensions") or self.embedding_dimensions)
         texts = _embedding_inputs(body["input"])
         data = []

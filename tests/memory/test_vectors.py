@@ -24,8 +24,8 @@ from bot.app import BotServices, build_services, shutdown
 from bot.compaction.budget import MEMORY, ContextBudget
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery
+from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import CACHE_FILE_NAME, VectorIndex, text_key, unit
-from bot.memory.local_embeddings import LocalEmbedder
 from bot.memory.service import MemoryService
 from bot.memory.temporal import time_window
 from bot.settings import MemoryConfig

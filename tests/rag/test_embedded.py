@@ -20,7 +20,8 @@ def doc(doc_id: str, text: str) -> RagDocument:
 async def test_insert_query_delete_with_the_files_in_the_workspace(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.set_responder(lightrag_responder)
     llm = LlmClient("sk-test", fake_openai.base_url)
-    config = RagConfig.model_validate(FAST_RAG)
+    # The endpoint's embeddings here (the default is the bundled model: see test_zero_model_calls).
+    config = RagConfig.model_validate({**FAST_RAG, "embeddingModel": "text-embedding-3-small"})
     backend = EmbeddedLightRag(tmp_path / "rag", llm, lambda: config, lambda: "fake-model")
     try:
         ids = await backend.insert(

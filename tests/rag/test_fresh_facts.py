@@ -1,0 +1,58 @@
+"""Fresh facts reach the graph soon: indexing starts when the chat is quiet, and the intervals apply live."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from bot.app import BotServices, shutdown, start
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.recording_channel import RecordingChannel
+from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
+
+FACT = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
+
+
+async def indexed(services: BotServices) -> int:
+    return (await rag_of(services).store.counts())["indexed"]
+
+
+async def test_an_exchange_is_indexed_once_the_chat_is_quiet_not_after_the_interval(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    services = build_rag_bot(workspace_dir, fake_openai, {"idleFlushSeconds": 0.5, "flushIntervalSeconds": 3600})
+    await start(services, [])
+    try:
+        await say(services, channel, "1", FACT)
+
+        async def in_the_graph() -> bool:
+            return await indexed(services) == 1
+
+        await wait_until(in_the_graph, timeout=10)
+    finally:
+        await shutdown(services, [])
+
+
+async def test_a_changed_flush_interval_applies_without_a_restart(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    services = build_rag_bot(workspace_dir, fake_openai, {"idleFlushSeconds": 3600, "flushIntervalSeconds": 3600})
+    await start(services, [])
+    try:
+        await say(services, channel, "1", FACT)
+        assert await indexed(services) == 0
+        config_file = services.workspace.runtime_config_file
+        config = json.loads(config_file.read_text())
+        config["rag"]["flushIntervalSeconds"] = 1
+        config_file.write_text(json.dumps(config))
+        stamp = config_file.stat().st_mtime_ns + 1_000_000_000
+        os.utime(config_file, ns=(stamp, stamp))
+        await services.config_store.current()  # what the next message (or the 5 s check) does
+
+        async def in_the_graph() -> bool:
+            return await indexed(services) == 1
+
+        await wait_until(in_the_graph, timeout=10)
+    finally:
+        await shutdown(services, [])
