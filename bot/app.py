@@ -20,6 +20,7 @@ from bot.channels.telegram_dedup import SeenUpdates
 from bot.clock import Clock, resolve_timezone
 from bot.commands.basic import register_basic_commands
 from bot.commands.compaction import register_compaction_commands
+from bot.commands.docs import register_docs_command
 from bot.commands.memory import register_memory_commands
 from bot.commands.registry import CommandRegistry
 from bot.commands.status import StatusReporter
@@ -50,6 +51,7 @@ from bot.pipeline.turn_storage import unanswered_user_message
 from bot.rag.factory import build_rag_service
 from bot.rag.service import RagService
 from bot.rag.tool import rag_query_tool
+from bot.rag.uploads import DocumentReader
 from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore
 from bot.scheduler.cron import InvalidCron
 from bot.scheduler.idle_compaction import IdleCompactor
@@ -95,6 +97,7 @@ class BotServices:
     rag: RagService
     memory: MemoryService
     inbox: Inbox
+    documents: DocumentReader
 
 
 def prepare_workspace(env: EnvSettings) -> Workspace:
@@ -157,7 +160,9 @@ def build_services(env: EnvSettings) -> BotServices:
     register_memory_commands(commands, memory, config_store)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
     inbox = Inbox(workspace.root / "state" / "inbox.jsonl")
-    router = InboundRouter(runner, commands, access, inbox)
+    documents = DocumentReader(rag, workspace.rag_dir, lambda: config_store.config, clock)
+    register_docs_command(commands, documents)
+    router = InboundRouter(runner, commands, access, inbox, documents)
     metrics.watch_queues(router.dispatcher.queue_depths)
     scheduler = BotScheduler()
 
@@ -213,6 +218,7 @@ def build_services(env: EnvSettings) -> BotServices:
         rag,
         memory,
         inbox,
+        documents,
     )
 
 
@@ -298,6 +304,7 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
     services.reminders.connect(_reminder_delivery(services, channels), {c.channel_type for c in channels})
     services.scheduler.start()
     services.memory.warm_up((await services.config_store.current()).memory)
+    services.documents.resume({channel.channel_type: channel for channel in channels})
     resubmit(services, channels, backlog)
 
 
@@ -371,6 +378,7 @@ async def shutdown(services: BotServices, channels: list[Channel], listener: Htt
         await channel.stop()
     if listener is not None:
         await listener.stop()
+    await services.documents.close()
     await services.rag.close()
     await services.memory.close()
     await services.llm.close()

@@ -19,6 +19,13 @@ InboundHandler = Callable[[InboundMessage], Awaitable[None]]
 # a photo without a caption). The message then runs no pipeline: once the sender passed the access
 # check, this text is sent in the chat's order, and nothing is stored.
 CHANNEL_NOTICE = "channelNotice"
+# `InboundMessage.extra` keys of a file sent in the chat (a document): the channel's reference to fetch
+# it with `Channel.download`, its name, size in bytes and MIME type as the sender's app gave them.
+FILE_ID, FILE_NAME, FILE_SIZE, FILE_MIME = "fileId", "fileName", "fileSize", "fileMime"
+
+
+class FileUnavailable(Exception):
+    """A file sent in the chat could not be fetched; the message says why, for the user."""
 
 
 class Channel(ABC):
@@ -54,6 +61,10 @@ class Channel(ABC):
     def open_stream(self, chat_id: str) -> ReplyStream | None:
         """A stream to show a reply as it is written, or None when the channel cannot (the default)."""
         return None
+
+    async def download(self, file_id: str) -> bytes:
+        """The bytes of a file sent in a chat (`FILE_ID`); raises `FileUnavailable` with the reason."""
+        raise FileUnavailable("this channel cannot receive files")
 
     @abstractmethod
     async def send_typing(self, chat_id: str) -> None:

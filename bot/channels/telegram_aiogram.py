@@ -111,6 +111,13 @@ class AiogramBackend:
     async def answer_callback_query(self, query_id: str, text: str | None) -> None:
         await _translated(lambda: self._bot.answer_callback_query(query_id, text=text))
 
+    async def download_file(self, file_id: str) -> bytes:
+        file = await _translated(lambda: self._bot.get_file(file_id))
+        if not file.file_path:
+            raise Refused("Telegram gave no path for the file")
+        buffer = await _translated(lambda: self._bot.download_file(file.file_path or ""))
+        return buffer.read() if buffer is not None else b""
+
 
 def _entities(entities: list[dict[str, object]] | None) -> list[MessageEntity] | None:
     if not entities:

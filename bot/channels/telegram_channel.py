@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from bot.channels.base import Channel, InboundHandler
+from bot.channels.base import Channel, FileUnavailable, InboundHandler
 from bot.channels.telegram_api import TelegramApiError, TelegramBackend
 from bot.channels.telegram_dedup import SeenUpdates
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
@@ -209,6 +209,16 @@ class TelegramChannel(Channel):
 
     def open_stream(self, chat_id: str) -> ReplyStream | None:
         return TelegramReplyStream(self._delivery, int(chat_id), self._config)
+
+    async def download(self, file_id: str) -> bytes:
+        try:
+            return await call_with_retries(
+                lambda: self._backend.download_file(file_id), self._config().telegram, "getFile"
+            )
+        except DeliveryFailed as error:
+            if "too big" in str(error).lower():
+                raise FileUnavailable("Telegram lets bots download files of at most 20 MB") from error
+            raise FileUnavailable(f"Telegram did not give me the file ({error})") from error
 
     async def send_typing(self, chat_id: str) -> None:
         # One try: a missed indicator is harmless, and retrying it would only delay the reply.

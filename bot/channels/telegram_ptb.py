@@ -118,6 +118,10 @@ class PtbBackend:
     async def answer_callback_query(self, query_id: str, text: str | None) -> None:
         await _translated(lambda: self._bot.answer_callback_query(query_id, text=text))
 
+    async def download_file(self, file_id: str) -> bytes:
+        file = await _translated(lambda: self._bot.get_file(file_id))
+        return bytes(await _translated(file.download_as_bytearray))
+
 
 def _entities(entities: list[dict[str, object]] | None) -> list[telegram.MessageEntity] | None:
     if not entities:

@@ -5,8 +5,10 @@ Works on the raw Bot API JSON (an Update as a dict), so both backends and the we
 What becomes a message, and what does not:
 
 - text, and the caption of a photo, document, video or voice note (captions count as text);
-- media without a caption get a short notice that only text is understood (`CHANNEL_NOTICE`), sent
-  after the access check and in the chat's order, without a model call;
+- a document (a file) carries its file id, name, size and type (`FILE_ID` ...): the pipeline reads it
+  into the knowledge graph, and its caption, if any, is answered as text;
+- other media without a caption get a short notice that only text is understood (`CHANNEL_NOTICE`),
+  sent after the access check and in the chat's order, without a model call;
 - stickers, edits of earlier messages, service messages (members joining, pins ...) and anything
   else are ignored by design: answering them would be noise;
 - in groups only messages addressed to the bot count (see `TelegramGroupsConfig`): a mention of
@@ -20,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bot.channels.base import CHANNEL_NOTICE
+from bot.channels.base import CHANNEL_NOTICE, FILE_ID, FILE_MIME, FILE_NAME, FILE_SIZE
 from bot.domain.inbound import InboundMessage
 from bot.settings import TelegramGroupsConfig
 
@@ -83,9 +85,18 @@ def inbound_from_update(
         if not addressed:
             return None
     extra: dict[str, str] = {}
-    if not text:
+    document = message.get("document")
+    if kind == "document" and isinstance(document, dict) and document.get("file_id"):
+        # A file to read: the pipeline fetches it (`Channel.download`) and files it in the knowledge graph.
+        extra.update({
+            FILE_ID: str(document["file_id"]),
+            FILE_NAME: str(document.get("file_name") or "document"),
+            FILE_SIZE: str(int(document.get("file_size") or 0)),
+            FILE_MIME: str(document.get("mime_type") or ""),
+        })  # fmt: skip
+    elif not text:
         extra[CHANNEL_NOTICE] = _NOTICES[kind]
-    elif kind != "text":
+    if text and kind != "text":
         extra["attachment"] = kind
     return InboundMessage(
         channel_type=CHANNEL_TYPE,

@@ -1,5 +1,5 @@
 """`InboundRouter`: where every inbound message goes: its chat's queue, the access check, then a
-command or the pipeline.
+command, a document to read (`DocumentReader`), or the pipeline.
 
 Commands marked immediate (`/stop`) skip the queue: they act on the run in progress.
 """
@@ -11,12 +11,13 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bot.access.policy import AccessPolicy
-from bot.channels.base import CHANNEL_NOTICE, Channel
+from bot.channels.base import CHANNEL_NOTICE, FILE_ID, Channel
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.inbound import InboundMessage
 from bot.pipeline.dispatcher import ChatDispatcher
 from bot.pipeline.inbox import Inbox
 from bot.pipeline.runner import PipelineRunner
+from bot.rag.uploads import DocumentReader
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,10 @@ class InboundRouter:
         commands: CommandRegistry,
         access: AccessPolicy | None = None,
         inbox: Inbox | None = None,
+        documents: DocumentReader | None = None,
     ) -> None:
         self._runner = runner
+        self._documents = documents
         self._commands = commands
         self._access = access
         self._inbox = inbox
@@ -118,6 +121,13 @@ class InboundRouter:
         if notice:
             await channel.send_text(inbound.chat_id, notice)
             return
+        if FILE_ID in inbound.extra:
+            if self._documents is None:
+                await channel.send_text(inbound.chat_id, "I can't open files here.")
+                return
+            await self._documents.accept(inbound, channel)
+            if not inbound.text.strip():
+                return  # a caption, if any, is answered as a message of its own
         if self._commands.is_command(inbound.text):
             await self._answer_command(inbound, channel)
             return

@@ -124,6 +124,25 @@ class RagService:
         self._idle_due_at = time.monotonic() + config.rag.idle_flush_seconds
         return doc
 
+    async def enqueue_part(
+        self, config: RuntimeConfig, session_id: str, doc_id: str, text: str, at: datetime
+    ) -> RagDocument:
+        """Queue one part of a document sent in a chat, to be indexed at once; an id queued before (a
+        restart in the middle of reading) is not queued twice."""
+        existing = await self._store.get(doc_id)
+        if existing is not None and existing.status != "forgotten":
+            return existing
+        doc = RagDocument(
+            id=doc_id,
+            session_id=session_id,
+            rag_workspace=rag_workspace_for(session_id, config.memory.scope),
+            text=text,
+            created_at=at.isoformat(),
+        )
+        doc = await self._store.add(doc)
+        self._idle_due_at = time.monotonic()  # someone is waiting for it: no reason to wait for quiet
+        return doc
+
     async def flush_if_due(self) -> int:
         """The scheduler's tick: index once the chat was quiet `idleFlushSeconds` after an exchange, or
         `flushIntervalSeconds` after the last flush, whichever comes first."""

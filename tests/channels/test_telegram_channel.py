@@ -33,7 +33,9 @@ STRANGER = 5555
 
 
 def users_said(fake_openai: FakeOpenAI) -> list[str]:
-    return [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+    """The user turns of the last conversation request (not the knowledge graph's extraction calls)."""
+    conversation = [r for r in fake_openai.chat_requests() if "---Input Text---" not in json.dumps(r)]
+    return [m["content"] for m in conversation[-1]["messages"] if m["role"] == "user"]
 
 
 async def ask(fake_telegram: FakeTelegram, chat: int, text: str, **options: object) -> str:
@@ -396,13 +398,14 @@ async def test_other_content_gets_a_clear_reply_or_is_ignored(
     assert "can't see images" in (await fake_telegram.await_messages(OWNER, 1))[-1].text
     fake_telegram.push_voice(OWNER)
     assert "voice" in (await fake_telegram.await_messages(OWNER, 2))[-1].text
-    fake_telegram.push_document(OWNER, caption="summarize this please")
-    assert (await fake_telegram.await_messages(OWNER, 3))[-1].text == "echo: summarize this please"
+    fake_telegram.push_document(OWNER, caption="summarize this please")  # read into the graph, caption answered
+    assert (await fake_telegram.await_messages(OWNER, 3))[-1].text.startswith("Reading notes.txt:")
+    assert (await fake_telegram.await_messages(OWNER, 4))[-1].text == "echo: summarize this please"
     fake_telegram.push_sticker(OWNER)  # ignored by design
     fake_telegram.push_edited_message(OWNER, message_id=1, text="edited")  # ignored by design
     fake_telegram.push_callback_query(OWNER, "stale button")
     assert await ask(fake_telegram, OWNER, "done") == "echo: done"
-    assert len(fake_telegram.sent_messages(OWNER)) == 4
+    assert len(fake_telegram.sent_messages(OWNER)) == 5
     assert users_said(fake_openai) == ["summarize this please", "done"]
     await fake_telegram.await_until(lambda: any(c.ok for c in fake_telegram.calls_to("answerCallbackQuery")))
 

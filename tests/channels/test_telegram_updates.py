@@ -53,7 +53,6 @@ def test_a_caption_counts_as_text() -> None:
         ("photo", "can't see images"),
         ("voice", "voice messages"),
         ("video_note", "video messages"),
-        ("document", "can't open files"),
         ("location", "only read text"),
     ],
 )
@@ -61,6 +60,21 @@ def test_media_without_caption_gets_a_notice(field: str, words: str) -> None:
     inbound = inbound_from_update(message_update(**{field: {"file_id": "f"}}), BOT, GROUPS)
     assert inbound is not None and inbound.text == ""
     assert words in inbound.extra[CHANNEL_NOTICE]
+
+
+def test_a_document_carries_what_the_pipeline_needs_to_fetch_and_read_it() -> None:
+    document = {"file_id": "f1", "file_unique_id": "u", "file_name": "report.pdf", "mime_type": "application/pdf",
+                "file_size": 2048}  # fmt: skip
+    inbound = inbound_from_update(message_update(document=document), BOT, GROUPS)
+    assert inbound is not None and inbound.text == "" and CHANNEL_NOTICE not in inbound.extra
+    assert inbound.extra == {
+        "fileId": "f1",
+        "fileName": "report.pdf",
+        "fileSize": "2048",
+        "fileMime": "application/pdf",
+    }
+    captioned = inbound_from_update(message_update(document=document, caption="summarise it"), BOT, GROUPS)
+    assert captioned is not None and captioned.text == "summarise it" and captioned.extra["attachment"] == "document"
 
 
 @pytest.mark.parametrize(

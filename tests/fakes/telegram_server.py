@@ -94,6 +94,10 @@ class BotApiError(Exception):
         return body
 
 
+# Bots may download files up to 20 MB through getFile (a local Bot API server lifts the limit).
+BOT_DOWNLOAD_LIMIT_BYTES = 20 * 1024 * 1024
+
+
 def _bad_request(detail: str) -> BotApiError:
     return BotApiError(400, f"Bad Request: {detail}")
 
@@ -1236,6 +1240,8 @@ class _BotApi:
         stored = self.world.file(str(params.get("file_id") or ""))
         if stored is None:
             raise _bad_request("invalid file_id")
+        if len(stored.content) > BOT_DOWNLOAD_LIMIT_BYTES:
+            raise _bad_request("file is too big")  # what Telegram answers past the Bot API's 20 MB
         return {
             "file_id": stored.file_id,
             "file_unique_id": stored.file_unique_id,
