@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.memory_retrieval import make_items
+from bench.memory_retrieval import fill_vector_cache, make_items
 from bot.app import build_services, shutdown
 from bot.domain.message import Message
 from bot.memory.items_store import MemoryItemStore
@@ -89,11 +89,15 @@ async def persistence_figures(folder: Path) -> None:
 
 
 async def seed_memory(workspace: Path, count: int) -> None:
-    """Write `count` synthetic items into the workspace's (global) memory through the item store."""
+    """Write `count` synthetic items into the workspace's (global) memory through the item store, and
+    their vectors into the cache."""
     store = MemoryItemStore(Workspace(workspace).memory, UTC)
     files = make_items(count, random.Random(count), now=datetime.now(UTC))
-    store.append([item for items in files.values() for item in items])
+    items = [item for items in files.values() for item in items]
+    store.append(items)
     await store.flush()
+    # Their vectors as an earlier run would have left them (embedding 100,000 texts takes half an hour).
+    fill_vector_cache(Workspace(workspace).memory.root, items, random.Random(count))
 
 
 def seed_conversation(length: int) -> list[Message]:

@@ -2,13 +2,13 @@
 
 Relevance is hybrid. The lexical side is BM25 normalised by the best match; the dense side is how far
 an item's cosine similarity stands above the typical item's (see `VectorIndex.relevance`). The two
-are added, then three kinds of context lift an item, because what a question needs is rarely one
-isolated line:
+are added, then context lifts an item, because what a question needs is rarely one isolated line
+(in this order, each on what the ones before gave):
 
-- its day: an item on a day with several strong matches is lifted (`DAY_WEIGHT` × the mean of that
-  day's best `DAY_TOP` matches, against the best day), since one conversation holds one topic;
 - its speaker: a message that names someone favours what that person said (`SPEAKER_WEIGHT`, for
   items written "Name: …", as group chats and imported conversations are);
+- its day: an item on a day with several strong matches is lifted (`DAY_WEIGHT` × the mean of that
+  day's best `DAY_TOP` matches, against the best day), since one conversation holds one topic;
 - its neighbours: an episodic item takes `NEIGHBOUR_WEIGHT` of the relevance of the turns just before
   and after it in its day file (the answer to a matched question, the question to a matched answer);
 - time cues: items made inside the window a message names ("last May", "yesterday") gain

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -69,6 +70,8 @@ WORKER_SHUTDOWN_SECONDS = 5.0
 # Adapters in this process that have opened a LightRAG instance and not closed yet.
 _open_adapters = 0
 EMBEDDER_FILE = "embedder.json"
+# Single texts (a query's keywords) whose vectors are kept: LightRAG embeds the same string per level.
+RECENT_QUERY_VECTORS = 64
 # The endpoint model graphs were built with before the embedder was pinned (the old default).
 LEGACY_EMBEDDING_MODEL = "text-embedding-3-small"
 
@@ -113,6 +116,7 @@ class EmbeddedLightRag:
         self._embedding: tuple[str, int] | None = None
         # The graph's entity names per workspace, for the query keywords (dropped when the graph changes).
         self._entity_names: dict[str, list[str]] = {}
+        self._recent_queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._config = config
         self._default_model = default_model
         self._storage = storage
@@ -292,13 +296,20 @@ class EmbeddedLightRag:
         model, dimensions = self._pinned_embedding()
         embedder = self._embedders.get(model)
         assert embedder is not None
+        if len(texts) == 1 and texts[0] in self._recent_queries:  # a query's keywords, embedded just now
+            return self._recent_queries[texts[0]]
         vectors = await embedder.embed(list(texts))
         if vectors and len(vectors[0]) != dimensions:
             raise RagBackendError(
                 f"the embedding model {model} gives {len(vectors[0])} dimensions; "
                 f"runtime-config rag.embeddingDimensions says {dimensions}"
             )
-        return np.array(vectors, dtype=np.float32)
+        result = np.array(vectors, dtype=np.float32)
+        if len(texts) == 1:
+            self._recent_queries[texts[0]] = result
+            while len(self._recent_queries) > RECENT_QUERY_VECTORS:
+                self._recent_queries.popitem(last=False)
+        return result
 
     def _pinned_embedding(self) -> tuple[str, int]:
         """The embedder (and its dimensions) of this graph: pinned when the graph is first made."""

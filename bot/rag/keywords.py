@@ -4,23 +4,21 @@ LightRAG's `local`, `global`, `hybrid` and `mix` modes look entities up by low-l
 specific things) and relations by high-level ones (themes). Left to itself it asks the extraction
 model for both on every query: a paid call and half a second to two on the reply path. Here:
 
-- low level: the graph's entity names found in the message (whole words, any case), the message's
-  capitalised names, then its other content words;
-- high level: the message's content words as one phrase (its topic), then its two-word phrases.
+- the graph's entity names found in the message (whole words, any case), the message's capitalised
+  names, then its other content words; the same list serves as both levels, so LightRAG embeds one
+  string, not two (the embedder's cache answers the second).
 
 A message without a content word (a greeting) gives no keywords, and no query is made.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 
 from bot.memory.lexical_index import STOPWORDS
 
-MAX_LOW_LEVEL = 12
-MAX_HIGH_LEVEL = 6
+MAX_KEYWORDS = 12
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 _NAME = re.compile(r"\b[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)*")
 _QUESTION_WORDS = frozenset("what when where which who whom whose why how does did do tell remember know".split())
@@ -50,9 +48,5 @@ def query_keywords(text: str, entity_names: list[str]) -> QueryKeywords:
     first_word = text.split(maxsplit=1)[0] if text.split() else ""
     names = [name for name in _NAME.findall(text) if name != first_word and name.lower() not in STOPWORDS]
     words = content_words(text)
-    low = list(dict.fromkeys([*entities, *names, *words]))[:MAX_LOW_LEVEL]
-    high: list[str] = []
-    if words:
-        high.append(" ".join(words))
-        high += [f"{first} {second}" for first, second in itertools.pairwise(words)]
-    return QueryKeywords(list(dict.fromkeys(high))[:MAX_HIGH_LEVEL], low)
+    keywords = list(dict.fromkeys([*entities, *names, *words]))[:MAX_KEYWORDS]
+    return QueryKeywords(keywords, list(keywords))

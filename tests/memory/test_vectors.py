@@ -268,3 +268,17 @@ def test_the_vector_index_follows_edits_and_drops_stale_rows() -> None:
     assert index.rows < 6 * 400  # stale rows were compacted away (at most 1,024 of them plus a batch)
     index.remove("i7")
     assert "i7" not in index.relevance(query, 5)
+
+
+async def test_the_active_skill_brings_its_procedures_forward(services: BotServices) -> None:
+    procedures = [
+        item(MemoryLayer.PROCEDURAL, "Rebase with git pull --rebase before pushing.", NOW, tags=["git"]),
+        item(MemoryLayer.PROCEDURAL, "Water the tomatoes every second evening.", NOW, tags=["garden"]),
+    ]
+    write_items(services.workspace.memory.procedural_file, procedures)
+    scope = await services.memory.scope(MemoryConfig(), "test:1")
+    query = MemoryQuery(text="help me with this", session_id="test:1", now=NOW, active_skill="git")
+    async with services.memory.fresh(scope):
+        ranked = [scored.item.content for scored in scope.retrieval.retrieve(query).items]
+    assert ranked[0] == "Rebase with git pull --rebase before pushing."
+    assert "Water the tomatoes every second evening." not in ranked  # no word, no vector, no skill: not a candidate
