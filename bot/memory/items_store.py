@@ -511,10 +511,13 @@ class MemoryItemStore:
         ids = self._ids_in.get(path, [])
         present = set(ids)
         layout: list[str | KeptLine] = []
+        placed: set[str] = set()  # a set, not `in layout`: semantic.jsonl may hold 100,000 items
         for entry in self._layout.get(path, []):
-            if isinstance(entry, KeptLine) or (entry in present and entry not in layout):
+            if isinstance(entry, KeptLine):
                 layout.append(entry)
-        placed = {entry for entry in layout if isinstance(entry, str)}
+            elif entry in present and entry not in placed:
+                layout.append(entry)
+                placed.add(entry)
         layout += [item_id for item_id in ids if item_id not in placed]
         self._layout[path] = layout
         return b"".join(
