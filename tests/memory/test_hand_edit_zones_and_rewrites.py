@@ -1,0 +1,113 @@
+"""Hand-edited item files, continued: naive times in a zone other than UTC, and the rewrites that
+`test_hand_edits.py` does not drive (supersede, relocate by promotion) keeping unreadable lines in place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from bot.app import BotServices, build_services, shutdown
+from bot.memory.items_store import MemoryItemStore
+from bot.memory.maintenance import run_maintenance
+from bot.memory.write_service import MemoryWriteService
+from bot.settings import MemoryConfig
+from bot.workspace import MemoryPaths
+from tests.conftest import env_for
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.recording_channel import RecordingChannel
+from tests.memory.helpers import memory_section, say
+
+TOKYO = ZoneInfo("Asia/Tokyo")
+KEPT = [
+    b"a note typed by hand, not JSON",
+    b'{"id": "mbad00000010", "layer": "DREAMS", "type": "fact", "content": "unknown layer"}',
+    b'{"id": "mbad00000011", "layer": "EPISODIC", "type": "fact", "content": "x", "createdAt": "soon"}',
+]
+
+
+def item_line(item_id: str, layer: str, content: str, created: str, **extra: object) -> bytes:
+    record: dict[str, object] = {"id": item_id, "layer": layer, "type": "fact", "content": content}
+    record.update(createdAt=created, updatedAt=created, confidence=0.9, salience=0.6, tags=[], references=[])
+    record.update(source="telegram:1", **extra)
+    return json.dumps(record).encode()
+
+
+@pytest.fixture
+async def tokyo_services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[BotServices]:
+    built = build_services(env_for(workspace_dir, fake_openai, bot_timezone="Asia/Tokyo"))
+    yield built
+    await shutdown(built, [])
+
+
+async def test_a_naive_time_is_read_in_the_bots_zone_and_decay_runs_over_it(
+    tokyo_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    services = tokyo_services
+    items = services.workspace.memory.items_dir
+    items.mkdir(parents=True, exist_ok=True)
+    old = (datetime.now(TOKYO) - timedelta(days=90)).replace(tzinfo=None, microsecond=0)
+    (items / "semantic.jsonl").write_bytes(
+        item_line("mnaive000010", "SEMANTIC", "My bicycle is a green Brompton.", "2025-03-02T10:00:00")
+        + b"\n"
+        + item_line("mnaive000011", "SEMANTIC", "My locker code is 4471.", old.isoformat())
+        + b"\n"
+    )
+
+    await say(services, channel, "1", "which bicycle do I have?")
+    assert "green Brompton" in (memory_section(fake_openai.system_prompts()[-1]) or "")
+
+    scope = await services.memory.scope(MemoryConfig(), "telegram:1")
+    async with services.memory.fresh(scope):
+        loaded = scope.store.get("mnaive000010")
+    assert loaded is not None
+    assert loaded.created_at == datetime(2025, 3, 2, 10, 0, tzinfo=TOKYO)
+    assert loaded.created_at.utcoffset() == timedelta(hours=9)
+
+    # Decay compares the naive-in-the-file times with an aware now: no "offset-naive" error.
+    report = await run_maintenance(services.memory, MemoryConfig(), datetime.now(UTC))
+    assert report.decayed >= 1
+
+
+async def test_supersede_and_relocate_keep_unreadable_lines_in_place(tmp_path: Path) -> None:
+    paths = MemoryPaths(tmp_path / "memory")
+    paths.items_dir.mkdir(parents=True)
+    day = datetime(2025, 3, 2, 10, 0, tzinfo=UTC)
+    semantic = [
+        KEPT[0],
+        item_line("msem00000001", "SEMANTIC", "My phone number ends in 42.", "2025-03-02T10:00:00"),
+        KEPT[1],
+    ]
+    paths.semantic_file.write_bytes(b"\n".join(semantic) + b"\n")
+    episodic_file = paths.episodic_file(day.date())
+    episodic_file.parent.mkdir(parents=True, exist_ok=True)
+    episodic = [
+        item_line("mepi00000001", "EPISODIC", "We moved to Lisbon in May.", "2025-03-02T10:00:00"),
+        KEPT[2],
+        item_line("mepi00000002", "EPISODIC", "The cat is called Miso.", "2025-03-02T11:00:00"),
+    ]
+    episodic_file.write_bytes(b"\n".join(episodic) + b"\n")
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    assert store.skipped_lines == 3
+    writer = MemoryWriteService(store)
+
+    writer.update("msem00000001", "My phone number ends in 43.", day)  # supersede: a rewrite of the file
+    writer.promote("mepi00000001", day)  # relocate: out of the day file, into semantic.jsonl
+    await store.flush()
+
+    semantic_after = paths.semantic_file.read_bytes().split(b"\n")
+    assert semantic_after[0] == KEPT[0] and semantic_after[2] == KEPT[1], semantic_after
+    assert b"ends in 43" in paths.semantic_file.read_bytes() and b"Lisbon" in paths.semantic_file.read_bytes()
+    episodic_after = episodic_file.read_bytes().split(b"\n")
+    assert episodic_after[0] == KEPT[2] and b"Miso" in episodic_after[1], episodic_after
+    assert b"Lisbon" not in episodic_file.read_bytes()
+
+    reread = MemoryItemStore(paths, UTC)
+    reread.refresh_sync()
+    assert reread.skipped_lines == 3
