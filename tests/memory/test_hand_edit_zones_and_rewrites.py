@@ -1,5 +1,6 @@
 """Hand-edited item files, continued: naive times in a zone other than UTC, and the rewrites that
-`test_hand_edits.py` does not drive (supersede, relocate by promotion) keeping unreadable lines in place.
+`test_hand_edits.py` does not drive (supersede, relocate by promotion) keeping unreadable lines in place,
+and `python -m bot status` counting them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import memory_section, say
+from tests.test_cli import bot_env, run_bot
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 KEPT = [
@@ -111,3 +113,19 @@ async def test_supersede_and_relocate_keep_unreadable_lines_in_place(tmp_path: P
     reread = MemoryItemStore(paths, UTC)
     reread.refresh_sync()
     assert reread.skipped_lines == 3
+
+
+def test_python_m_bot_status_counts_the_skipped_lines(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    workspace = tmp_path / "workspace"
+    env = bot_env(workspace, fake_openai)
+    assert run_bot(["chat"], env, stdin="I like green tea\n").returncode == 0
+    semantic = workspace / "memory" / "items" / "semantic.jsonl"
+    before = semantic.read_bytes() if semantic.exists() else b""
+    semantic.write_bytes(before + KEPT[0] + b"\n" + KEPT[1] + b"\n")
+
+    result = run_bot(["status"], env)
+    assert result.returncode == 0, result.stderr
+    assert "2 unreadable item lines skipped (kept in their files)" in result.stdout
+    warnings = [line for line in result.stderr.splitlines() if "Skipped line" in line]
+    assert len(warnings) == 2 and all(str(semantic) in line for line in warnings), result.stderr
+    assert semantic.read_bytes().endswith(KEPT[0] + b"\n" + KEPT[1] + b"\n")  # status writes nothing
