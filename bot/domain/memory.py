@@ -61,8 +61,16 @@ class MemoryItem(CamelModel):
     @classmethod
     def _zoned(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
         """A time written without a zone (as a person typing JSONL does) is read in the bot's time zone,
-        which the store passes as validation context (`{"zone": tzinfo}`); UTC without one."""
-        if value is None or value.tzinfo is not None:
+        which the store passes as validation context (`{"zone": tzinfo}`); UTC without one.
+
+        Years 1 and 9999 are refused (the line is skipped as an unreadable date): converting such a
+        time to another zone, as the day files and the pack's dates do, overflows the calendar.
+        """
+        if value is None:
+            return value
+        if not datetime.min.year < value.year < datetime.max.year:
+            raise ValueError(f"time out of range: {value.isoformat()}")
+        if value.tzinfo is not None:
             return value
         zone = (info.context or {}).get("zone", UTC)
         return value.replace(tzinfo=zone)

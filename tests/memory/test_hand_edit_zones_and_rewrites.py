@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bot.app import BotServices, build_services, shutdown
-from bot.memory.items_store import MemoryItemStore
+from bot.memory.items_store import MemoryItemStore, parse_item_file
 from bot.memory.maintenance import run_maintenance
 from bot.memory.write_service import MemoryWriteService
 from bot.settings import MemoryConfig
@@ -129,3 +131,41 @@ def test_python_m_bot_status_counts_the_skipped_lines(tmp_path: Path, fake_opena
     warnings = [line for line in result.stderr.splitlines() if "Skipped line" in line]
     assert len(warnings) == 2 and all(str(semantic) in line for line in warnings), result.stderr
     assert semantic.read_bytes().endswith(KEPT[0] + b"\n" + KEPT[1] + b"\n")  # status writes nothing
+
+
+@pytest.mark.parametrize("created", ["0001-01-01T00:00:00", "9999-12-31T23:59:59+00:00"])
+async def test_a_time_at_the_edge_of_the_calendar_is_an_unreadable_date_not_a_crash(
+    tokyo_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, created: str
+) -> None:
+    """Year 1 read in Tokyo, or year 9999 shown in Tokyo, overflows when converted between zones."""
+    services = tokyo_services
+    items = services.workspace.memory.items_dir
+    (items / "episodic").mkdir(parents=True, exist_ok=True)
+    edge = item_line("medge0000001", "EPISODIC", "We met at the Brompton shop.", created)
+    (items / "episodic" / "2025-03-02.jsonl").write_bytes(
+        edge + b"\n" + item_line("mgood0000010", "EPISODIC", "The Brompton is green.", "2025-03-02T10:00:00") + b"\n"
+    )
+    await say(services, channel, "1", "what colour is the Brompton?")
+    assert "The Brompton is green." in (memory_section(fake_openai.system_prompts()[-1]) or "")
+    assert "1 unreadable item lines skipped" in await say(services, channel, "1", "/status")
+    await run_maintenance(services.memory, MemoryConfig(), datetime.now(UTC))
+    assert (items / "episodic" / "2025-03-02.jsonl").read_bytes().startswith(edge + b"\n")
+
+
+OFFSETS = st.none() | st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(created=st.datetimes(timezones=OFFSETS), updated=st.datetimes(timezones=OFFSETS))
+def test_any_written_time_is_either_skipped_or_usable_in_every_zone(created: datetime, updated: datetime) -> None:
+    line = item_line("mtime0000001", "EPISODIC", "a fact", created.isoformat())
+    record = json.loads(line)
+    record["updatedAt"] = updated.isoformat()
+    parsed = parse_item_file(json.dumps(record) + "\n", Path("episodic/x.jsonl"), TOKYO)  # never raises
+    assert len(parsed.items) + parsed.skipped == 1
+    for item in parsed.items:
+        for moment in (item.created_at, item.updated_at):
+            assert moment.tzinfo is not None
+            for zone in (UTC, TOKYO, ZoneInfo("Pacific/Kiritimati"), ZoneInfo("Pacific/Pago_Pago")):
+                moment.astimezone(zone)  # what the day files and the pack's dates do
+            assert datetime.now(UTC) - moment is not None  # what recency and decay do
