@@ -63,6 +63,9 @@ class ParsedItems:
     items: list[MemoryItem]
     layout: list[str | KeptLine]
     skipped: int
+    # The last line is whole (an item or a kept line) but has no newline after it, as editors that
+    # save without a final newline leave it: an append must not cut it off as a torn tail.
+    unterminated: bool = False
 
 
 def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
@@ -98,6 +101,7 @@ def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
         else:
             parsed.items.append(item)
             parsed.layout.append(item.id)
+        parsed.unterminated = number == len(lines)
     return parsed
 
 
@@ -195,6 +199,8 @@ class MemoryItemStore:
         # Each file's lines as last read or written: item ids and the lines kept without being items.
         self._layout: dict[Path, list[str | KeptLine]] = {}
         self._skipped: dict[Path, int] = {}
+        # Files whose whole last line has no newline after it: rewritten rather than appended to.
+        self._unterminated: set[Path] = set()
         self._pending_appends: dict[Path, list[str]] = {}
         self._pending_rewrites: set[Path] = set()
         self._flush_lock = asyncio.Lock()
@@ -281,6 +287,8 @@ class MemoryItemStore:
         parsed = parse_item_file(_read_raw(path), path, self._zone)
         self._layout[path] = parsed.layout
         self._skipped[path] = parsed.skipped
+        if parsed.unterminated:
+            self._unterminated.add(path)
         for item in parsed.items:
             if item.id in self._items:
                 self._forget_in_memory(item.id)  # found in an earlier file too: this one wins
@@ -301,6 +309,7 @@ class MemoryItemStore:
                 self._forget_in_memory(item_id)
         self._signatures.pop(path, None)
         self._layout.pop(path, None)
+        self._unterminated.discard(path)
         self._skipped.pop(path, None)
 
     def _remember_in_memory(self, item: MemoryItem, path: Path) -> None:
@@ -483,6 +492,8 @@ class MemoryItemStore:
         async with self._flush_lock:
             appends, rewrites = self._pending_appends, self._pending_rewrites
             self._pending_appends, self._pending_rewrites = {}, set()
+            # An append would cut off a hand-written last line that lacks its newline; a rewrite keeps it.
+            rewrites |= self._unterminated & appends.keys()
             append_jobs = [
                 (path, [dumps_line(self._items[i].to_json_dict()) for i in ids if i in self._items])
                 for path, ids in appends.items()
@@ -534,6 +545,7 @@ class MemoryItemStore:
         return sum(self._skipped.values())
 
     def _after_write(self, path: Path) -> None:
+        self._unterminated.discard(path)  # the bot ends every line it writes
         signature = _signature(path)
         if signature is not None:
             self._signatures[path] = signature

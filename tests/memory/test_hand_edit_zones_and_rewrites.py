@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.app import BotServices, build_services, shutdown
+from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.items_store import MemoryItemStore, parse_item_file
 from bot.memory.maintenance import run_maintenance
 from bot.memory.write_service import MemoryWriteService
@@ -169,3 +170,28 @@ def test_any_written_time_is_either_skipped_or_usable_in_every_zone(created: dat
             for zone in (UTC, TOKYO, ZoneInfo("Pacific/Kiritimati"), ZoneInfo("Pacific/Pago_Pago")):
                 moment.astimezone(zone)  # what the day files and the pack's dates do
             assert datetime.now(UTC) - moment is not None  # what recency and decay do
+
+
+@pytest.mark.parametrize("last", ["item", "kept"])
+async def test_a_last_line_saved_without_a_newline_survives_the_next_append(tmp_path: Path, last: str) -> None:
+    """Editors that save without a final newline leave a whole last line, not a torn one: an append
+    must end it, not cut it off as it cuts the tail of an append a crash interrupted."""
+    paths = MemoryPaths(tmp_path / "memory")
+    paths.items_dir.mkdir(parents=True)
+    first = item_line("mhand0000001", "SEMANTIC", "My bike is green.", "2025-03-02T10:00:00")
+    car = item_line("mhand0000002", "SEMANTIC", "My car is red.", "2025-03-02T10:00:00")
+    final = car if last == "item" else KEPT[1]
+    paths.semantic_file.write_bytes(first + b"\n" + final)  # no newline at the end
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    store.append([MemoryItem(layer=MemoryLayer.SEMANTIC, type="fact", content="My boat is blue.", source="t:1")])
+    await store.flush()
+
+    lines = paths.semantic_file.read_bytes().split(b"\n")
+    assert len(lines) == 4 and lines[3] == b"", lines  # three whole lines, each ended
+    assert b"My bike is green." in lines[0] and b"My boat is blue." in lines[2]
+    assert lines[1] == KEPT[1] if last == "kept" else b"My car is red." in lines[1]
+    reread = MemoryItemStore(paths, UTC)
+    reread.refresh_sync()
+    assert reread.get("mhand0000001") is not None and reread.skipped_lines == (last == "kept")
+    assert last == "kept" or reread.get("mhand0000002") is not None
