@@ -4,8 +4,8 @@ Storages are LightRAG's file backends in `workspace/rag/{ragWorkspace}/` (`stora
 PostgreSQL backends (`storage: postgres`: KV, pgvector, a plain-table graph; the connection comes from
 LightRAG's POSTGRES_* environment variables). Every model call goes through the bot's `LlmClient`
 (entity extraction with the extraction model, off the reply path); vectors come from the bundled
-offline embedder by default (`rag.embeddingModel: "local"`) or the endpoint's `/embeddings`, and a
-query's keywords are made locally (`keywords`), so reading the graph makes no model call at all. The
+offline embedder by default (`rag.embeddingModel: "local"`) or the endpoint's `/embeddings`, and the
+message itself is given as the query's keywords, so reading the graph makes no model call at all. The
 embedder a graph was built with is pinned in `rag/embedder.json`: vectors of another model are not
 comparable, so changing `rag.embeddingModel` applies to a new graph (delete `rag/` to rebuild). The
 tokenizer is `OfflineTokenizer`, so nothing is downloaded. Everything LightRAG would otherwise read
@@ -37,7 +37,7 @@ from bot.llm.embedders import Embedders
 from bot.llm.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
-from bot.rag.keywords import query_keywords
+from bot.rag.keywords import content_words
 from bot.rag.tokenizer import OfflineTokenizer
 from bot.settings import RagConfig
 
@@ -70,7 +70,7 @@ WORKER_SHUTDOWN_SECONDS = 5.0
 # Adapters in this process that have opened a LightRAG instance and not closed yet.
 _open_adapters = 0
 EMBEDDER_FILE = "embedder.json"
-# Single texts (a query's keywords) whose vectors are kept: LightRAG embeds the same string per level.
+# Query texts whose vectors are kept (a question asked again, by the reply path and then `rag_query`).
 RECENT_QUERY_VECTORS = 64
 # The endpoint model graphs were built with before the embedder was pinned (the old default).
 LEGACY_EMBEDDING_MODEL = "text-embedding-3-small"
@@ -114,8 +114,6 @@ class EmbeddedLightRag:
         self._llm = llm
         self._embedders = embedders or Embedders(llm)
         self._embedding: tuple[str, int] | None = None
-        # The graph's entity names per workspace, for the query keywords (dropped when the graph changes).
-        self._entity_names: dict[str, list[str]] = {}
         self._recent_queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._config = config
         self._default_model = default_model
@@ -131,10 +129,8 @@ class EmbeddedLightRag:
         rag = await self._instance(workspace)
         ids = [doc.id for doc in documents]
         async with self._lock(workspace):
-            self._entity_names.pop(workspace, None)
             await rag.ainsert([doc.text for doc in documents], ids=ids, file_paths=ids)
             statuses = await self._wait_processed(rag, ids)
-            self._entity_names.pop(workspace, None)
         failed = {doc_id: status for doc_id, status in statuses.items() if status["status"] == "failed"}
         if failed:
             first = next(iter(failed.values()))
@@ -157,12 +153,13 @@ class EmbeddedLightRag:
     async def query(self, workspace: str, query: RagQuery) -> list[RagSnippet]:
         rag = await self._instance(workspace)
         lightrag = self._lightrag
-        keywords = query_keywords(query.text, await self._names(workspace, rag) if query.mode != "naive" else [])
-        if keywords.empty:
-            return []  # nothing to look up (a greeting): and LightRAG would ask the model for keywords
+        if not content_words(query.text):
+            return []  # nothing to look up (a greeting)
+        # The message itself stands for both levels of keywords: LightRAG then asks no model for them,
+        # and embeds one text where it would embed three (the message, and each level's keywords).
         param = lightrag.QueryParam(
-            hl_keywords=keywords.high_level,
-            ll_keywords=keywords.low_level,
+            hl_keywords=[query.text],
+            ll_keywords=[query.text],
             mode=query.mode,
             only_need_context=True,
             top_k=query.top_k,
@@ -179,15 +176,8 @@ class EmbeddedLightRag:
             return []
         return snippets_from_data(result.get("data") or {})
 
-    async def _names(self, workspace: str, rag: Any) -> list[str]:
-        names = self._entity_names.get(workspace)
-        if names is None:
-            names = self._entity_names[workspace] = list(await rag.chunk_entity_relation_graph.get_all_labels())
-        return names
-
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
         rag = await self._instance(workspace)
-        self._entity_names.pop(workspace, None)
         async with self._lock(workspace):
             for doc_id in backend_ids:
                 for attempt in range(1, DELETE_ATTEMPTS + 1):
@@ -272,6 +262,9 @@ class EmbeddedLightRag:
             # One extraction pass: an exchange is short, and a second ("gleaning") pass doubles the cost.
             entity_extract_max_gleaning=0,
             enable_llm_cache=False,
+            # Chunks of the matched entities picked by how often they are cited, not by a second vector
+            # comparison per chunk (pure-Python cosine loops: 10 ms a query at 100 documents).
+            kg_chunk_pick_method="WEIGHT",
             enable_llm_cache_for_entity_extract=True,
             vector_db_storage_cls_kwargs={"cosine_better_than_threshold": config.cosine_threshold},
         )
@@ -296,20 +289,21 @@ class EmbeddedLightRag:
         model, dimensions = self._pinned_embedding()
         embedder = self._embedders.get(model)
         assert embedder is not None
-        if len(texts) == 1 and texts[0] in self._recent_queries:  # a query's keywords, embedded just now
-            return self._recent_queries[texts[0]]
-        vectors = await embedder.embed(list(texts))
+        unique = list(dict.fromkeys(texts))
+        if len(unique) == 1 and unique[0] in self._recent_queries:  # the same query again (the rag_query tool)
+            return np.repeat(self._recent_queries[unique[0]], len(texts), axis=0)
+        vectors = await embedder.embed(unique)
         if vectors and len(vectors[0]) != dimensions:
             raise RagBackendError(
                 f"the embedding model {model} gives {len(vectors[0])} dimensions; "
                 f"runtime-config rag.embeddingDimensions says {dimensions}"
             )
-        result = np.array(vectors, dtype=np.float32)
-        if len(texts) == 1:
-            self._recent_queries[texts[0]] = result
+        by_text = dict(zip(unique, np.array(vectors, dtype=np.float32), strict=True))
+        if len(unique) == 1:
+            self._recent_queries[unique[0]] = by_text[unique[0]][None, :]
             while len(self._recent_queries) > RECENT_QUERY_VECTORS:
                 self._recent_queries.popitem(last=False)
-        return result
+        return np.stack([by_text[text] for text in texts])
 
     def _pinned_embedding(self) -> tuple[str, int]:
         """The embedder (and its dimensions) of this graph: pinned when the graph is first made."""

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from bot.app import shutdown
-from bot.rag.keywords import query_keywords
+from bot.rag.keywords import content_words
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
@@ -52,9 +52,6 @@ async def test_a_fact_only_in_the_graph_comes_back_with_one_chat_call_and_no_emb
         await rag_of(services).close()
 
 
-def test_query_keywords_are_the_graphs_names_the_messages_names_and_its_topic() -> None:
-    keywords = query_keywords("Where does my sister Marta work these days?", ["MARTA", "Lisbon", "Gulbenkian Museum"])
-    assert keywords.low_level[:2] == ["MARTA", "Marta"]
-    assert "sister" in keywords.low_level and "Where" not in keywords.low_level
-    assert keywords.high_level == keywords.low_level  # one string for LightRAG to embed, not two
-    assert query_keywords("hi! how are you?", ["Marta"]).empty
+def test_a_greeting_is_not_looked_up_and_a_question_is() -> None:
+    assert content_words("hi! how are you?") == []
+    assert content_words("Where does my sister Marta work these days?") == ["sister", "Marta", "work", "days"]
