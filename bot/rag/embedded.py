@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -70,8 +69,6 @@ WORKER_SHUTDOWN_SECONDS = 5.0
 # Adapters in this process that have opened a LightRAG instance and not closed yet.
 _open_adapters = 0
 EMBEDDER_FILE = "embedder.json"
-# Query texts whose vectors are kept (a question asked again, by the reply path and then `rag_query`).
-RECENT_QUERY_VECTORS = 64
 # The endpoint model graphs were built with before the embedder was pinned (the old default).
 LEGACY_EMBEDDING_MODEL = "text-embedding-3-small"
 
@@ -114,7 +111,6 @@ class EmbeddedLightRag:
         self._llm = llm
         self._embedders = embedders or Embedders(llm)
         self._embedding: tuple[str, int] | None = None
-        self._recent_queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._config = config
         self._default_model = default_model
         self._storage = storage
@@ -244,8 +240,10 @@ class EmbeddedLightRag:
         async def complete(prompt: str, system_prompt: str | None = None, **kwargs: Any) -> str:
             return await self._complete(prompt, system_prompt, kwargs.get("history_messages"))
 
-        async def embed(texts: list[str], **_: Any) -> np.ndarray:
-            return await self._embed(texts)
+        async def embed(texts: list[str], **kwargs: Any) -> np.ndarray:
+            return await self._embed(texts, query=kwargs.get("context") == "query")
+
+        asymmetric = {"supports_asymmetric": True} if "supports_asymmetric" in _dataclass_fields(utils) else {}
 
         rag = lightrag.LightRAG(
             working_dir=str(self._working_dir),
@@ -253,7 +251,7 @@ class EmbeddedLightRag:
             **storages,
             llm_model_func=complete,
             llm_model_name=config.extraction_model or self._default_model(),
-            embedding_func=utils.EmbeddingFunc(embedding_dim=dimensions, func=embed, max_token_size=8192),
+            embedding_func=utils.EmbeddingFunc(embedding_dim=dimensions, func=embed, max_token_size=8192, **asymmetric),
             tokenizer=utils.Tokenizer("offline", OfflineTokenizer()),
             chunk_token_size=CHUNK_TOKENS,
             chunk_overlap_token_size=CHUNK_OVERLAP_TOKENS,
@@ -285,24 +283,23 @@ class EmbeddedLightRag:
         request = ChatRequest(model=config.extraction_model or self._default_model(), messages=messages, temperature=0)
         return (await self._llm.complete(request)).text
 
-    async def _embed(self, texts: list[str]) -> np.ndarray:
+    async def _embed(self, texts: list[str], query: bool = False) -> np.ndarray:
+        """Vectors of `texts`: a query's as queries (the bundled model keeps the message's vector that
+        memory retrieval made a moment before, so the graph's query costs no second embedding)."""
         model, dimensions = self._pinned_embedding()
         embedder = self._embedders.get(model)
         assert embedder is not None
         unique = list(dict.fromkeys(texts))
-        if len(unique) == 1 and unique[0] in self._recent_queries:  # the same query again (the rag_query tool)
-            return np.repeat(self._recent_queries[unique[0]], len(texts), axis=0)
-        vectors = await embedder.embed(unique)
+        if query:
+            vectors = [await embedder.embed_query(text) for text in unique]
+        else:
+            vectors = await embedder.embed(unique)
         if vectors and len(vectors[0]) != dimensions:
             raise RagBackendError(
                 f"the embedding model {model} gives {len(vectors[0])} dimensions; "
                 f"runtime-config rag.embeddingDimensions says {dimensions}"
             )
         by_text = dict(zip(unique, np.array(vectors, dtype=np.float32), strict=True))
-        if len(unique) == 1:
-            self._recent_queries[unique[0]] = by_text[unique[0]][None, :]
-            while len(self._recent_queries) > RECENT_QUERY_VECTORS:
-                self._recent_queries.popitem(last=False)
         return np.stack([by_text[text] for text in texts])
 
     def _pinned_embedding(self) -> tuple[str, int]:
@@ -332,6 +329,11 @@ class EmbeddedLightRag:
                 "graph (delete the folder to rebuild)", self._working_dir, self._embedding[0], config.embedding_model,
             )  # fmt: skip
         return self._embedding
+
+
+def _dataclass_fields(utils: Any) -> set[str]:
+    """The fields of LightRAG's `EmbeddingFunc` (older versions lack `supports_asymmetric`)."""
+    return set(getattr(utils.EmbeddingFunc, "__dataclass_fields__", {}))
 
 
 def _release_shared_state() -> None:
