@@ -23,10 +23,10 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from bot.compaction.estimator import TokenEstimator
-from bot.llm.client import ChatRequest, ChatResult
+from bot.llm.client import ChatRequest, ChatResult, LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.local_embeddings import LOCAL_MODEL
 from bot.rag.embedded import EmbeddedLightRag
@@ -66,14 +66,9 @@ async def run_size(size: int, queries: int, root: Path, hash_vectors: bool) -> d
         rag.update(embeddingModel="hash", embeddingDimensions=64, cosineThreshold=-1.0)
     config = RuntimeConfig.model_validate({"rag": rag, "memory": {}})
     model = InstantModel()
-    embedders = Embedders(model)  # type: ignore[arg-type]
-    backend = EmbeddedLightRag(
-        root / "rag",
-        model,
-        lambda: config.rag,
-        lambda: "instant",
-        embedders=embedders,  # type: ignore[arg-type]
-    )
+    llm = cast(LlmClient, model)  # the instant model stands in for the client
+    embedders = Embedders(llm)
+    backend = EmbeddedLightRag(root / "rag", llm, lambda: config.rag, lambda: "instant", embedders=embedders)
     local = embedders.get(LOCAL_MODEL)
     service = RagService(RagDocumentStore(root / "rag" / "documents.jsonl"), backend, lambda: config, TokenEstimator())
     start = datetime(2026, 1, 1, tzinfo=UTC)
