@@ -12,12 +12,15 @@ def cut_marker(hidden_chars: int) -> str:
 class TextBudget:
     """A running budget in tokens (estimated with the one `TokenEstimator`)."""
 
-    def __init__(self, tokens: int, estimator: TokenEstimator) -> None:
+    def __init__(self, tokens: int, estimator: TokenEstimator, model: str | None = None) -> None:
         self.remaining = max(tokens, 0)
         self._estimator = estimator
+        # The model the prompt goes to: its calibrated ratio (or exact tokenizer) is what the prompt
+        # plan measures the section with afterwards, so choosing with it leaves nothing to cut.
+        self._model = model
 
     def cost(self, text: str) -> int:
-        return self._estimator.text(text)
+        return self._estimator.text(text, self._model)
 
     def take(self, text: str) -> tuple[str, bool]:
         """`text` whole if it fits, else its head and a cut marker; returns (text, was_cut)."""
@@ -25,7 +28,7 @@ class TextBudget:
         if cost <= self.remaining:
             self.remaining -= cost
             return text, False
-        max_chars = int(self.remaining * self._estimator.chars_per_token)
+        max_chars = int(self.remaining * self._estimator.ratio_for(self._model))
         marker = cut_marker(len(text))
         keep = max_chars - len(marker) - 1
         if keep <= 0:

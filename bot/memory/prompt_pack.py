@@ -76,8 +76,15 @@ class MemoryPromptPackService:
     def clock_time(self, scored: ScoredItem) -> str:
         return f"{scored.item.created_at.astimezone(self._zone):%H:%M} "
 
-    def build(self, offered: Iterable[ScoredItem], candidates: int, soft_tokens: int, max_tokens: int) -> MemoryPack:
-        """The pack of `offered` (in `offered_order`) within the budgets."""
+    def build(
+        self,
+        offered: Iterable[ScoredItem],
+        candidates: int,
+        soft_tokens: int,
+        max_tokens: int,
+        model: str | None = None,
+    ) -> MemoryPack:
+        """The pack of `offered` (in `offered_order`) within the budgets, counted in `model`'s tokens."""
         soft_tokens = min(soft_tokens, max_tokens)
         chosen: dict[str, list[tuple[ScoredItem, str]]] = {section: [] for section in Section.ORDER}
         # Day headings, and the clock times, already paid for: each is shown once.
@@ -104,15 +111,15 @@ class MemoryPromptPackService:
             if same_text in seen:
                 continue
             text = self.line(scored)
-            cost = self._estimator.text(text + "\n")
+            cost = self._estimator.text(text + "\n", model)
             if not chosen[scored.section]:
-                cost += self._estimator.text(SECTION_HEADERS[scored.section] + "\n\n")
+                cost += self._estimator.text(SECTION_HEADERS[scored.section] + "\n\n", model)
             heading = self.day_heading(scored) if scored.section in DATED_SECTIONS else ""
             if heading and (scored.section, heading) not in headings:
-                cost += self._estimator.text(heading + "\n")
+                cost += self._estimator.text(heading + "\n", model)
             stamp = (scored.section, heading, self.clock_time(scored)) if heading else None
             if stamp is not None and stamp not in headings:
-                cost += self._estimator.text(stamp[2])
+                cost += self._estimator.text(stamp[2], model)
             within_soft = used + cost <= soft_tokens
             worth_more = (scored.section == Section.PINNED or scored.score >= HIGH_SCORE) and used + cost <= max_tokens
             if within_soft or worth_more:
@@ -142,7 +149,7 @@ class MemoryPromptPackService:
         diagnostics = PackDiagnostics(
             candidates=candidates,
             selected=len(selected),
-            tokens=self._estimator.text(rendered) if rendered else 0,
+            tokens=self._estimator.text(rendered, model) if rendered else 0,
             dropped_for_budget=dropped,
             top_scores=tuple(top),
         )

@@ -313,11 +313,13 @@ class MemoryService:
         text: str,
         exclude_references: frozenset[str] = frozenset(),
         share_tokens: int | None = None,
+        model: str | None = None,
     ) -> MemoryPrompt:
         """The `# Memory` section for a message to `session_id`; empty text when there is no memory.
 
         `share_tokens` is what the prompt plan gives the memory section: everything here (MEMORY.md,
-        then the pack) is chosen to fit it, so nothing chosen is cut afterwards.
+        then the pack) is chosen to fit it, counted in the tokens of `model` (the chat model, as the
+        plan counts them), so nothing chosen is cut afterwards.
         """
         now = self._clock.now()
         scope = await self.scope(config, session_id)
@@ -325,19 +327,21 @@ class MemoryService:
         if share_tokens is not None:
             # The share is a hard cap on the whole section: the header, and the rounding of per-line
             # token estimates against the estimate of the joined text, come out of it first.
-            overhead = self._estimator.text(MEMORY_HEADER + "\n\n") + math.ceil(SHARE_MARGIN * share_tokens)
+            overhead = self._estimator.text(MEMORY_HEADER + "\n\n", model) + math.ceil(SHARE_MARGIN * share_tokens)
             limit = min(limit, share_tokens - overhead)
-        budget = TextBudget(limit, self._estimator)
+        budget = TextBudget(limit, self._estimator, model)
         sections: list[str] = []
         long_term = await self._read_long_term(scope)
         if long_term:
             # MEMORY.md may not take the whole share: scored items keep the rest (it is cut visibly).
             cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
-            kept, _ = TextBudget(cap, self._estimator).take(long_term)
+            kept, _ = TextBudget(cap, self._estimator, model).take(long_term)
             budget.remaining = max(budget.remaining - budget.cost(kept), 0)
             sections.append(f"{LONG_TERM_HEADER}\n{kept}")
         try:
-            pack = await self._build_pack(scope, config, session_id, text, now, exclude_references, budget.remaining)
+            pack = await self._build_pack(
+                scope, config, session_id, text, now, exclude_references, budget.remaining, model
+            )
         except Exception:
             # One broken piece of the structured memory must not cost the rest: the notes stand in.
             log.exception("[Memory] The memory pack could not be built; the daily notes stand in")
@@ -367,6 +371,7 @@ class MemoryService:
         now: datetime,
         exclude_references: frozenset[str],
         remaining_tokens: int,
+        model: str | None,
     ) -> MemoryPack | None:
         query = MemoryQuery(
             text=text,
@@ -396,7 +401,7 @@ class MemoryService:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
         offered = offered_order(result.items, query)
-        pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens)
+        pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens, model)
         pack = dataclasses.replace(
             pack,
             diagnostics=dataclasses.replace(

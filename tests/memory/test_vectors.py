@@ -15,20 +15,23 @@ import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from bot.app import BotServices, build_services, shutdown
+from bot.clock import Clock
 from bot.compaction.budget import MEMORY, ContextBudget
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery
+from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import CACHE_FILE_NAME, VectorIndex, text_key, unit
 from bot.memory.service import MemoryService
 from bot.memory.temporal import time_window
 from bot.settings import MemoryConfig
+from bot.workspace import Workspace
 from tests.compaction.helpers import SMALL_MODEL, small_model_workspace
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
@@ -207,6 +210,34 @@ async def test_on_a_4k_model_the_pack_fits_the_memory_share_left_after_a_long_me
         assert "over budget" in status
     finally:
         await shutdown(services, [])
+
+
+async def test_the_pack_is_counted_in_the_tokens_the_chat_model_really_uses(workspace_dir: Path) -> None:
+    """Once the provider's reported usage has taught the estimator that the chat model takes about
+    4.5 characters a token, the same budget holds more memory, and the section, measured as the
+    prompt plan measures it (in that model's tokens), still fits the share."""
+    estimator = TokenEstimator()
+    for _ in range(40):
+        estimator.calibrate("chat-model", sent_chars=9_000, prompt_tokens=2_000)
+    assert estimator.ratio_for("chat-model") > 4.4
+    service = MemoryService(Workspace(workspace_dir), Clock(UTC), cast(LlmClient, None), estimator, None)
+    paths = service.paths_for(MemoryConfig(), "test:1")
+    day = NOW - timedelta(days=40)
+    write_items(
+        paths.episodic_file(day.date()),
+        [item(MemoryLayer.EPISODIC, text, day, type_="dialog_turn") for text in distractors(400)],
+    )
+    config = MemoryConfig(embeddings_model=None)
+    question = "what did we plan for the kitchen tiles, the tax forms and the train to Lyon?"
+    share = 1500
+    try:
+        default = await service.build_prompt(config, "test:1", question, share_tokens=share)
+        calibrated = await service.build_prompt(config, "test:1", question, share_tokens=share, model="chat-model")
+    finally:
+        await service.close()
+    assert len(calibrated.text) > 1.2 * len(default.text)
+    assert estimator.text(calibrated.text, "chat-model") <= share
+    assert estimator.text(default.text) <= share
 
 
 def test_time_cues_become_a_window_of_dates() -> None:

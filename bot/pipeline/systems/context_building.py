@@ -84,7 +84,7 @@ class ContextBuildingSystem(PipelineSystem):
         share = self._compaction.budget(ctx.model, ctx.config).cap(MEMORY) if self._compaction else None
         try:
             prompt = await self._memory.build_prompt(
-                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation, share
+                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation, share, ctx.model
             )
         except Exception:
             # Memory is worth a lot, but never the answer itself.
