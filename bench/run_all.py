@@ -14,12 +14,14 @@ print, and prints one Markdown table, headed by the machine it ran on:
 - compaction time for sessions of 100 / 1,000 / 5,000 messages, and over a 500-turn conversation
   on an 8k model (`compaction_figures`);
 - RAG indexing throughput and hybrid query latency at 100 / 1,000 documents (`rag_throughput`);
+- resident memory of the session cache after 10,000 chats (`session_cache`);
 - memory recall@5 / @10 (`memory_quality`).
 
 `--quick` uses smaller sizes (a few minutes in all); `--only` picks benchmarks by name. A part
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
-Run: `.venv/bin/python -m bench.run_all [--quick] [--only pipeline telegram retrieval compaction rag locomo quality]`
+Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram retrieval
+compaction rag locomo sessions quality.
 """
 
 from __future__ import annotations
@@ -149,6 +151,15 @@ def locomo_cell(output: str) -> str:
     )
 
 
+def session_cache_cell(output: str) -> str:
+    [row] = json_lines(output)
+    bounded, unbounded = row["bounded"], row["unbounded"]
+    return (
+        f"resident memory +{bounded['growth_mib']:.1f} MiB, {bounded['cached']} sessions kept "
+        f"(every chat kept: +{unbounded['growth_mib']:.1f} MiB)"
+    )
+
+
 def plan(quick: bool) -> list[Part]:
     """What runs, in order: the sizes of the issue, or smaller ones with `--quick`."""
     sessions = (10, 1_000)
@@ -227,6 +238,16 @@ def plan(quick: bool) -> list[Part]:
             "2 conversations, 40 questions each" if quick else "5 conversations, 776 questions",
             "bench.locomo --json" + (" --conversations 2 --questions 40" if quick else ""),
             locomo_cell,
+        )
+    )
+    session_chats = 1_000 if quick else 10_000
+    parts.append(
+        Part(
+            "sessions",
+            "session cache",
+            f"{session_chats:,} chats x 4 messages",
+            f"bench.session_cache --chats {session_chats} --json",
+            session_cache_cell,
         )
     )
     parts.append(

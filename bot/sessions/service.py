@@ -3,12 +3,20 @@
 Callers that change a session hold its lock (`lock_for`) for the whole change; the pipeline holds it
 for a run. Saving messages appends them to the archive and rewrites the live session once, so the
 cost does not grow with the archive.
+
+The cache keeps the `CACHE_MAX_SESSIONS` most recently used sessions; older ones are dropped and read
+again from disk when their chat speaks, so resident memory stays bounded however many chats there
+are. A dropped session that some task still holds is found again through a weak reference (there is
+never a second copy of one chat's session), and one whose last save failed is kept until a save
+succeeds (its unwritten change lives only in memory).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 
 from bot.domain.message import Message
@@ -21,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # Metadata key set on a session started in place of an unreadable one, until the user was told.
 RECOVERED_FROM_KEY = "recoveredFrom"
+# Sessions kept in memory after their last use (a session of 20 messages is tens of KB).
+CACHE_MAX_SESSIONS = 1000
 
 
 class SessionPersistError(Exception):
@@ -34,21 +44,42 @@ class SessionService:
     def __init__(self, sessions_dir: Path) -> None:
         self.store = SessionFileStore(sessions_dir)
         self.archive = MessageArchive(sessions_dir / "archive")
-        self._cache: dict[str, AgentSession] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        # Most recently used last; bounded by `CACHE_MAX_SESSIONS`.
+        self._cache: OrderedDict[str, AgentSession] = OrderedDict()
+        # Every session object still alive anywhere (a run holding one the cache dropped).
+        self._alive: weakref.WeakValueDictionary[str, AgentSession] = weakref.WeakValueDictionary()
+        # Sessions whose last save failed: held until a save succeeds, whatever the cache drops.
+        self._unsaved: dict[str, AgentSession] = {}
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # Messages whose archive append failed, written ahead of the next append so the archive stays whole.
         self._unarchived: dict[str, list[Message]] = {}
 
     def lock_for(self, session_id: str) -> asyncio.Lock:
+        """The chat's lock; the same object for as long as anyone holds or waits on it."""
         lock = self._locks.get(session_id)
         if lock is None:
             lock = self._locks[session_id] = asyncio.Lock()
         return lock
 
+    def _cached(self, session_id: str) -> AgentSession | None:
+        session = self._cache.get(session_id) or self._alive.get(session_id)
+        if session is not None:
+            self._keep(session)
+        return session
+
+    def _keep(self, session: AgentSession) -> AgentSession:
+        """Remember `session` as the most recently used one, dropping the least recently used past the bound."""
+        self._cache[session.id] = session
+        self._cache.move_to_end(session.id)
+        self._alive[session.id] = session
+        while len(self._cache) > CACHE_MAX_SESSIONS:
+            self._cache.popitem(last=False)
+        return session
+
     async def get_or_create(self, channel_type: str, chat_id: str) -> AgentSession:
         """The chat's session from the cache or disk, or a new one (not yet written)."""
         session_id = session_id_for(channel_type, chat_id)
-        cached = self._cache.get(session_id)
+        cached = self._cached(session_id)
         if cached is not None:
             return cached
         try:
@@ -59,18 +90,18 @@ class SessionService:
         if session is None:
             session = AgentSession.new(channel_type, chat_id)
         # Another task may have loaded it meanwhile; the first one in wins so there is one object.
-        return self._cache.setdefault(session_id, session)
+        return self._cached(session_id) or self._keep(session)
 
     async def get(self, session_id: str) -> AgentSession | None:
         """The session if it exists in the cache or on disk; never creates one."""
-        cached = self._cache.get(session_id)
+        cached = self._cached(session_id)
         if cached is not None:
             return cached
         try:
             session = await self.store.load(session_id)
         except CorruptSession:
             return None
-        return None if session is None else self._cache.setdefault(session_id, session)
+        return None if session is None else self._cached(session_id) or self._keep(session)
 
     async def append_messages(self, session: AgentSession, messages: list[Message]) -> None:
         """Add messages: one archive append, then one atomic rewrite of the live session."""
@@ -86,12 +117,14 @@ class SessionService:
 
     async def save(self, session: AgentSession) -> None:
         session.updated_at = utc_now()
-        self._cache[session.id] = session
+        self._keep(session)
         try:
             await self.store.save(session)
         except OSError as error:
+            self._unsaved[session.id] = session
             log.error("[Session] Could not save %s: %s", session.id, error)
             raise SessionPersistError(_describe(error)) from error
+        self._unsaved.pop(session.id, None)
 
     async def replace_messages(self, session: AgentSession, messages: list[Message]) -> None:
         """Rewrite the live conversation once (compaction); the archive already holds every message."""
@@ -108,6 +141,8 @@ class SessionService:
 
     async def delete(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
+        self._alive.pop(session_id, None)
+        self._unsaved.pop(session_id, None)
         await self.store.delete(session_id)
 
     async def message_count(self, session_id: str) -> int:
@@ -115,7 +150,7 @@ class SessionService:
         return 0 if session is None else len(session.messages)
 
     def cached(self) -> list[AgentSession]:
-        """The sessions this process has loaded (the chats active since it started)."""
+        """The sessions in memory: the most recently used chats (idle compaction looks at these)."""
         return list(self._cache.values())
 
     def stored_ids(self) -> list[str]:

@@ -56,7 +56,8 @@ class SessionFileStore:
             raise CorruptSession(session_id, quarantined) from error
 
     async def save(self, session: AgentSession) -> None:
-        data = session.model_dump_json(by_alias=True, exclude_none=True, indent=1).encode("utf-8")
+        # Compact: the session is rewritten on every save, and indentation added about 12% to its bytes.
+        data = session.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8")
         await write_atomic(self.path_for(session.id), data)
 
     async def delete(self, session_id: str) -> None:

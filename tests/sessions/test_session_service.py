@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 
 from bot.domain.message import Message, Role, ToolCall
 from bot.domain.session import InvalidSessionId
-from bot.sessions.service import RECOVERED_FROM_KEY, SessionService
+from bot.sessions import service as session_service
+from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
 
 
 @pytest.fixture
@@ -132,3 +134,49 @@ async def test_saving_does_not_read_the_archive(sessions: SessionService, tmp_pa
     assert live.stat().st_size < 1000  # the live file holds one message, not the history
     assert archive.stat().st_size > archive_size
     assert len(archive.read_text().splitlines()) == 501
+
+
+async def test_the_cache_keeps_the_most_recent_chats_and_reads_older_ones_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_service, "CACHE_MAX_SESSIONS", 3)
+    sessions = SessionService(tmp_path / "sessions")
+    for chat in range(10):
+        session = await sessions.get_or_create("telegram", str(chat))
+        await sessions.append_messages(session, [Message.user(f"hello from chat {chat}")])
+    del session
+    gc.collect()
+    assert [s.chat_id for s in sessions.cached()] == ["7", "8", "9"]
+    again = await sessions.get_or_create("telegram", "0")  # dropped: read back from its file
+    assert [m.content for m in again.messages] == ["hello from chat 0"]
+    assert [s.chat_id for s in sessions.cached()] == ["8", "9", "0"]
+
+
+async def test_a_session_still_in_use_is_never_loaded_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_service, "CACHE_MAX_SESSIONS", 1)
+    sessions = SessionService(tmp_path / "sessions")
+    held = await sessions.get_or_create("telegram", "1")  # a run holds it...
+    await sessions.append_messages(held, [Message.user("first")])
+    await sessions.get_or_create("telegram", "2")  # ...while another chat pushes it out of the cache
+    assert [s.chat_id for s in sessions.cached()] == ["2"]
+    assert await sessions.get_or_create("telegram", "1") is held
+
+
+async def test_a_session_whose_save_failed_is_kept_until_a_save_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_service, "CACHE_MAX_SESSIONS", 1)
+    sessions = SessionService(tmp_path / "sessions")
+    session = await sessions.get_or_create("telegram", "1")
+    await sessions.append_messages(session, [Message.user("kept on disk")])
+    target = sessions.store.path_for(session.id)
+    target.unlink()
+    target.mkdir()  # the next rewrite cannot replace it (as root, permissions would not stop it)
+    with pytest.raises(SessionPersistError):
+        await sessions.append_messages(session, [Message.user("only in memory")])
+    target.rmdir()
+    del session
+    await sessions.get_or_create("telegram", "2")
+    gc.collect()
+    again = await sessions.get_or_create("telegram", "1")  # the unwritten message is not lost
+    assert [m.content for m in again.messages] == ["kept on disk", "only in memory"]
