@@ -77,6 +77,17 @@ async def test_the_local_embedder_runs_offline_and_puts_paraphrases_close() -> N
     assert float(passages[0] @ query) > float(passages[1] @ query)
 
 
+async def test_the_local_embedder_reads_a_long_text_up_to_the_models_window() -> None:
+    """e5 reads at most 512 tokens: past them a message is left out (the engine would take seconds on it,
+    and a long message would hold the reply that long), so what comes after does not change the vector."""
+    embedder = LocalEmbedder()
+    head = "My passport is in the blue folder in the second drawer of the desk. "
+    longer, longest = head + "filler words " * 600, head + "filler words " * 1200
+    assert np.allclose(await embedder.embed_query(longer), await embedder.embed_query(longest))
+    assert np.allclose(*(await embedder.embed([longer, longest])))
+    assert not np.allclose(await embedder.embed_query(head), await embedder.embed_query(longer))
+
+
 async def test_a_paraphrase_with_no_word_in_common_reaches_the_prompt(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
