@@ -14,6 +14,7 @@ print, and prints one Markdown table, headed by the machine it ran on:
 - compaction time for sessions of 100 / 1,000 / 5,000 messages, and over a 500-turn conversation
   on an 8k model (`compaction_figures`);
 - RAG indexing throughput and hybrid query latency at 100 / 1,000 documents (`rag_throughput`);
+- the share of each request that is the request before it, over 50 turns (`prompt_prefix`);
 - resident memory of the session cache after 10,000 chats (`session_cache`);
 - memory recall@5 / @10 (`memory_quality`).
 
@@ -21,7 +22,7 @@ print, and prints one Markdown table, headed by the machine it ran on:
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
 Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram retrieval
-compaction rag locomo sessions quality.
+compaction rag locomo prefix sessions quality.
 """
 
 from __future__ import annotations
@@ -151,6 +152,11 @@ def locomo_cell(output: str) -> str:
     )
 
 
+def prompt_prefix_cell(output: str) -> str:
+    [row] = json_lines(output)
+    return f"each request begins with the one before: median {row['median']:.1%}, lowest {row['min']:.1%}"
+
+
 def session_cache_cell(output: str) -> str:
     [row] = json_lines(output)
     bounded, unbounded = row["bounded"], row["unbounded"]
@@ -238,6 +244,16 @@ def plan(quick: bool) -> list[Part]:
             "2 conversations, 40 questions each" if quick else "5 conversations, 776 questions",
             "bench.locomo --json" + (" --conversations 2 --questions 40" if quick else ""),
             locomo_cell,
+        )
+    )
+    prefix_turns = 20 if quick else 50
+    parts.append(
+        Part(
+            "prefix",
+            "prompt prefix kept from the request before",
+            f"{prefix_turns}-turn conversation",
+            f"bench.prompt_prefix --turns {prefix_turns} --json",
+            prompt_prefix_cell,
         )
     )
     session_chats = 1_000 if quick else 10_000

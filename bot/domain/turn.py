@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -9,6 +10,11 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
 from bot.settings import RuntimeConfig
+
+# Parts of the system prompt made anew for every message (`TurnContext.system_prompt_parts` keys): they
+# go after the history, so the rest (persona, MEMORY.md, the history itself) is a prefix the provider
+# can cache from one request to the next.
+TURN_PROMPT_PARTS = frozenset({"time", "memory.turn", "rag"})
 
 
 @dataclass
@@ -65,4 +71,15 @@ class TurnContext:
 
     @property
     def system_prompt(self) -> str:
-        return "\n\n".join(part for part in self.system_prompt_parts.values() if part.strip())
+        """The parts that stay the same from message to message: the first system message."""
+        return self._joined(name not in TURN_PROMPT_PARTS for name in self.system_prompt_parts)
+
+    @property
+    def turn_prompt(self) -> str:
+        """The parts made for this message (time, retrieved memory, Relevant Memory): the system
+        message placed just before the newest user message, after the history."""
+        return self._joined(name in TURN_PROMPT_PARTS for name in self.system_prompt_parts)
+
+    def _joined(self, chosen: Iterable[bool]) -> str:
+        parts = zip(chosen, self.system_prompt_parts.values(), strict=True)
+        return "\n\n".join(part for keep, part in parts if keep and part.strip())

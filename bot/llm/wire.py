@@ -20,7 +20,20 @@ def to_openai_message(message: Message) -> dict[str, Any]:
     return wire
 
 
-def to_openai_messages(system_prompt: str, messages: list[Message]) -> list[dict[str, Any]]:
-    """The system prompt first (when there is one), then the conversation as stored."""
+def to_openai_messages(system_prompt: str, messages: list[Message], turn_prompt: str = "") -> list[dict[str, Any]]:
+    """The system prompt first (when there is one), then the conversation as stored, with `turn_prompt`
+    (what changes from one message to the next) as a second system message just before the newest
+    user message.
+
+    Providers cache a prompt by its prefix: with everything that changes each turn placed after the
+    history, each request begins with the whole of the one before, up to where that one's turn
+    prompt stood.
+    """
     head = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return head + [to_openai_message(message) for message in messages]
+    wire = head + [to_openai_message(message) for message in messages]
+    if turn_prompt:
+        newest_user = next(
+            (len(head) + i for i in range(len(messages) - 1, -1, -1) if messages[i].role is Role.USER), len(wire)
+        )
+        wire.insert(newest_user, {"role": "system", "content": turn_prompt})
+    return wire

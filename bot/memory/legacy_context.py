@@ -8,6 +8,8 @@ subsection per day with content. Past the budget, text is cut with a marker, nev
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -15,6 +17,8 @@ from bot.memory.budget import TextBudget
 from bot.memory.daily_notes import DailyNotes
 
 log = logging.getLogger(__name__)
+
+_NOTE_LINE = re.compile(r"\[\d\d:\d\d\] User: (.*?) \| Assistant: ")
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,24 @@ class DailyNotesView:
     @property
     def empty(self) -> bool:
         return not self.today and not self.recent
+
+    def without(self, user_texts: Collection[str]) -> DailyNotesView:
+        """The notes less the lines of exchanges whose user text (as a note line holds it) is in
+        `user_texts`: those still in the live conversation, which the model is sent anyway."""
+        if not user_texts:
+            return self
+
+        def kept(notes: str) -> str:
+            return "\n".join(line for line in notes.splitlines() if _note_user_text(line) not in user_texts)
+
+        recent = tuple((day, text) for day, notes in self.recent if (text := kept(notes).strip()))
+        return DailyNotesView(kept(self.today).strip(), recent)
+
+
+def _note_user_text(line: str) -> str | None:
+    """The user's text of a note line `[HH:mm] User: {text} | Assistant: {text}` (None for another line)."""
+    found = _NOTE_LINE.match(line)
+    return found[1] if found else None
 
 
 async def read_daily_notes(notes: DailyNotes, today: date, recent_days: int) -> DailyNotesView:

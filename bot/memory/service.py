@@ -16,7 +16,7 @@ import logging
 import math
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -26,12 +26,12 @@ from typing import TypeVar
 from bot.clock import Clock
 from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
-from bot.domain.message import Message
+from bot.domain.message import Message, Role
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.llm.errors import LlmError
 from bot.memory.budget import TextBudget
-from bot.memory.daily_notes import DailyNotes
+from bot.memory.daily_notes import USER_TEXT_LIMIT, DailyNotes, one_line
 from bot.memory.embeddings import (
     EMBED_BATCH_SIZE,
     Vector,
@@ -93,10 +93,22 @@ class MemoryScope:
 
 @dataclass(frozen=True)
 class MemoryPrompt:
-    """The `# Memory` section for one turn and the pack behind it (None when the pack was not used)."""
+    """The `# Memory` section for one turn, in two parts, and the pack behind it (None when unused).
 
-    text: str
+    `stable` is MEMORY.md, the same from message to message (it leads the prompt, a prefix the
+    provider can cache); `turn` is what was retrieved for this message (the pack, or the daily notes),
+    which goes just before it. Each starts with the `# Memory` header when it has content.
+    """
+
+    stable: str
+    turn: str
     pack: MemoryPack | None
+
+    @property
+    def text(self) -> str:
+        """Both parts as one `# Memory` section."""
+        sections = [part.removeprefix(MEMORY_HEADER).strip("\n") for part in (self.stable, self.turn) if part]
+        return "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
 
 
 class MemoryService:
@@ -311,18 +323,20 @@ class MemoryService:
         config: MemoryConfig,
         session_id: str,
         text: str,
-        exclude_references: frozenset[str] = frozenset(),
+        live: Sequence[Message] = (),
         share_tokens: int | None = None,
         model: str | None = None,
     ) -> MemoryPrompt:
         """The `# Memory` section for a message to `session_id`; empty text when there is no memory.
 
-        `share_tokens` is what the prompt plan gives the memory section: everything here (MEMORY.md,
-        then the pack) is chosen to fit it, counted in the tokens of `model` (the chat model, as the
-        plan counts them), so nothing chosen is cut afterwards.
+        `live` is the conversation the model is sent anyway: memory of it is not shown again (neither its
+        items nor its lines of the daily notes). `share_tokens` is what the prompt plan gives the memory
+        section: everything here (MEMORY.md, then the pack) is chosen to fit it, counted in the tokens of
+        `model` (the chat model, as the plan counts them), so nothing chosen is cut afterwards.
         """
         now = self._clock.now()
         scope = await self.scope(config, session_id)
+        exclude_references = frozenset(message.id for message in live)
         limit = config.max_prompt_budget_tokens
         if share_tokens is not None:
             # The share is a hard cap on the whole section: the header, and the rounding of per-line
@@ -330,14 +344,14 @@ class MemoryService:
             overhead = self._estimator.text(MEMORY_HEADER + "\n\n", model) + math.ceil(SHARE_MARGIN * share_tokens)
             limit = min(limit, share_tokens - overhead)
         budget = TextBudget(limit, self._estimator, model)
-        sections: list[str] = []
+        stable = ""
         long_term = await self._read_long_term(scope)
         if long_term:
             # MEMORY.md may not take the whole share: scored items keep the rest (it is cut visibly).
             cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
             kept, _ = TextBudget(cap, self._estimator, model).take(long_term)
             budget.remaining = max(budget.remaining - budget.cost(kept), 0)
-            sections.append(f"{LONG_TERM_HEADER}\n{kept}")
+            stable = f"{MEMORY_HEADER}\n\n{LONG_TERM_HEADER}\n{kept}"
         try:
             pack = await self._build_pack(
                 scope, config, session_id, text, now, exclude_references, budget.remaining, model
@@ -346,14 +360,15 @@ class MemoryService:
             # One broken piece of the structured memory must not cost the rest: the notes stand in.
             log.exception("[Memory] The memory pack could not be built; the daily notes stand in")
             pack = None
+        sections: list[str] = []
         if pack is not None and not pack.empty:
             sections.append(pack.rendered)
         elif config.legacy_daily_notes_enabled and budget.remaining > 0:
             notes = await read_daily_notes(scope.notes, now.date(), config.recent_days)
-            sections += render_daily_notes(notes, budget)
-        if not sections:
-            return MemoryPrompt("", pack)
-        return MemoryPrompt("\n\n".join([MEMORY_HEADER, *sections]), pack)
+            live_user_texts = {one_line(m.content, USER_TEXT_LIMIT) for m in live if m.role is Role.USER}
+            sections += render_daily_notes(notes.without(live_user_texts), budget)
+        turn = "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
+        return MemoryPrompt(stable, turn, pack)
 
     async def _read_long_term(self, scope: MemoryScope) -> str:
         try:

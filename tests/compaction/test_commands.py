@@ -51,7 +51,8 @@ async def test_compact_2_with_a_focus_keeps_the_last_turn_and_writes_the_summary
 
     await say(small_services, channel, "1", "and the hotel?")
     sent = fake_openai.last_chat_request()["messages"]
-    assert [m["role"] for m in sent] == ["system", "system", "user", "assistant", "user"]
+    # The system prompt, the summary, the kept turn, then what was made for this message and the message.
+    assert [m["role"] for m in sent] == ["system", "system", "user", "assistant", "system", "user"]
     assert sent[1]["content"].startswith("[Conversation summary]\n## Goal")
 
 

@@ -473,11 +473,13 @@ class FakeOpenAI:
         return chats[-1]
 
     def system_prompts(self) -> list[str | None]:
-        """Text of the first system message of each chat request (None when it has none)."""
+        """Text of the system messages of each chat request, in order, joined by a blank line (None when it
+        has none): the bot sends what stays the same first and what it made for the message after the
+        history."""
         prompts: list[str | None] = []
         for body in self.chat_requests():
             system = [m for m in body.get("messages", []) if isinstance(m, dict) and m.get("role") == "system"]
-            prompts.append(message_text(system[0].get("content")) if system else None)
+            prompts.append("\n\n".join(message_text(m.get("content")) for m in system) if system else None)
         return prompts
 
     # -- server internals ------------------------------------------------------------------------

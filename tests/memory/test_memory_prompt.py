@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 from bot.app import BotServices
@@ -22,18 +23,18 @@ async def test_no_memory_means_no_memory_header(
     await say(services, channel, "1", "hello")
     prompt = fake_openai.system_prompts()[-1]
     assert prompt is not None and "# Memory" not in prompt
-    persona, time_line = prompt.split("\n\n")
+    persona, time_line = prompt.split("\n\n")  # the second system message (the time) after the first
     assert persona == persona_of(services) and time_line.startswith("Current date and time:")
 
 
 async def test_memory_md_only(services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI) -> None:
     services.workspace.memory.long_term_file.write_text("User prefers concise responses.\nProject uses Python 3.11.\n")
     await say(services, channel, "1", "hello")
-    prompt = fake_openai.system_prompts()[-1]
-    assert prompt is not None
-    persona, time_line, memory = prompt.split("\n\n", 2)
-    assert persona == persona_of(services) and time_line.startswith("Current date and time:")
-    assert memory == ("# Memory\n\n## Long-term Memory\nUser prefers concise responses.\nProject uses Python 3.11.")
+    [first, *_] = fake_openai.chat_requests()[-1]["messages"]
+    assert first["role"] == "system"  # MEMORY.md stays the same from message to message: it leads
+    assert first["content"] == persona_of(services) + (
+        "\n\n# Memory\n\n## Long-term Memory\nUser prefers concise responses.\nProject uses Python 3.11."
+    )
 
 
 async def test_a_hand_edit_of_memory_md_is_seen_on_the_next_message(
@@ -88,7 +89,7 @@ async def test_memory_over_the_budget_is_cut_with_a_visible_marker(
     configure_memory(services, softPromptBudgetTokens=10, maxPromptBudgetTokens=20)
     services.workspace.memory.long_term_file.write_text("word " * 100)
     await say(services, channel, "1", "hello")
-    memory = memory_section(fake_openai.system_prompts()[-1])
+    memory = memory_section(fake_openai.chat_requests()[-1]["messages"][0]["content"])
     assert memory is not None
     assert memory.startswith("# Memory\n\n## Long-term Memory\nword word")
     assert memory.endswith("more characters cut: over the memory prompt budget]")
@@ -103,3 +104,31 @@ async def test_memory_disabled_sends_nothing_and_writes_nothing(
     await say(services, channel, "1", "hello")
     assert "# Memory" not in (fake_openai.system_prompts()[-1] or "")
     assert not services.workspace.memory.daily_note_file(services.clock.now().date()).exists()
+
+
+async def test_what_the_live_conversation_holds_is_not_repeated_from_memory(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    await say(services, channel, "1", "My cat is called Tom.")
+    await say(services, channel, "1", "and the dog is Rex.")
+    request = fake_openai.last_chat_request()["messages"]
+    assert [m["content"] for m in request if m["role"] == "user"] == ["My cat is called Tom.", "and the dog is Rex."]
+    assert "Tom" not in (fake_openai.system_prompts()[-1] or "")  # neither as a note line nor as an item
+    await say(services, channel, "1", "/new")
+    await say(services, channel, "1", "what are my pets called?")
+    assert "My cat is called Tom." in (memory_section(fake_openai.system_prompts()[-1]) or "")
+
+
+async def test_each_request_begins_with_the_one_before(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    """What changes every message (the time, the retrieved memory) comes after the history, just before
+    the newest message, so a provider's prompt cache reuses everything before it."""
+    services.workspace.memory.long_term_file.write_text("The owner's name is Ann.\n")
+    for text in ["I moved to Lisbon.", "I like green tea.", "what's the weather like?", "thanks!"]:
+        await say(services, channel, "1", text)
+    requests = [request["messages"] for request in fake_openai.chat_requests()]
+    for before, after in itertools.pairwise(requests):
+        assert after[: len(before) - 2] == before[:-2]  # all but the previous turn prompt and message
+        assert after[len(before) - 2] == before[-1] and after[len(before) - 1]["role"] == "assistant"
+    assert requests[-1][-2]["role"] == "system" and requests[-1][-2]["content"].startswith("Current date and time")

@@ -37,15 +37,19 @@ async def test_the_model_gets_the_system_prompt_and_the_whole_conversation(
 
     request = fake_openai.last_chat_request()
     assert request["model"] == "gpt-4o-mini"
-    system, *conversation = request["messages"]
+    system, *conversation, this_message, newest = request["messages"]
     assert system["role"] == "system"
     assert "personal assistant" in system["content"]
-    assert "Current date and time:" in system["content"] and "(UTC)" in system["content"]
     assert conversation == [
         {"role": "user", "content": "my name is Ann"},
         {"role": "assistant", "content": "Hello Ann!"},
-        {"role": "user", "content": "who am I?"},
     ]
+    # What changes every message comes after the history, so the start of the request is the last one's.
+    assert this_message["role"] == "system"
+    assert "Current date and time:" in this_message["content"] and "(UTC)" in this_message["content"]
+    assert newest == {"role": "user", "content": "who am I?"}
+    first_request = fake_openai.chat_requests()[0]["messages"]
+    assert request["messages"][:2] == [first_request[0], first_request[2]]
 
 
 async def test_a_hand_edited_persona_is_used_on_the_next_message(

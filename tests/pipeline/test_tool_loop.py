@@ -205,8 +205,9 @@ async def test_stop_interrupts_a_run_and_the_orphaned_call_is_closed_before_the_
     assert await say(services, channel, "1", "hello again") == "after the stop"
 
     sent = fake_openai.last_chat_request()["messages"]
-    assert sent[-3]["tool_calls"][0]["id"] == "call_nap"
-    assert sent[-2] == {"role": "tool", "content": INTERRUPTED_RESULT, "tool_call_id": "call_nap"}
+    assert sent[-4]["tool_calls"][0]["id"] == "call_nap"
+    assert sent[-3] == {"role": "tool", "content": INTERRUPTED_RESULT, "tool_call_id": "call_nap"}
+    assert sent[-2]["role"] == "system"  # what was made for this message, just before it
     assert sent[-1] == {"role": "user", "content": "hello again"}
     assert "end long" not in log
     assert "Nothing is running." in await say(services, channel, "1", "/stop")

@@ -33,6 +33,7 @@ async def test_forgetting_a_memory_deletes_the_documents_that_carry_it(
         assert len(doc_ids) == 1
         assert await rag.forget_documents(doc_ids) == doc_ids
 
+        await say(services, channel, "1", "/new")  # out of the live session: only the graph has them now
         await say(services, channel, "1", "What was the painting in the hallway?")
         system = fake_openai.system_prompts()[-1] or ""
         assert "Zephyr" not in system and "Orion project deadline" in system
@@ -80,6 +81,7 @@ async def test_with_chat_scope_nothing_crosses_between_chats(
 
         await say(services, channel, "2", "Where does Marta live?")
         assert "# Relevant Memory" not in (fake_openai.system_prompts()[-1] or "")
+        await say(services, channel, "1", "/new")  # the live session would show the fact already
         await say(services, channel, "1", "Where does Marta live?")
         assert "Marta moved to Lisbon" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory")[1]
 

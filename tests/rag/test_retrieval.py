@@ -61,6 +61,7 @@ async def test_relevant_memory_stays_within_its_token_budget(
     services = build_rag_bot(workspace_dir, fake_openai, {"maxContextTokens": 60}, memory={"enabled": False})
     try:
         await remembered(services, channel)
+        await say(services, channel, "1", "/new")  # the live session would show the fact already
         await say(services, channel, "1", "Marta museum Lisbon?")
         system = fake_openai.system_prompts()[-1] or ""
         relevant = "# Relevant Memory" + system.split("# Relevant Memory", 1)[1]
@@ -75,8 +76,18 @@ async def test_what_the_memory_pack_already_shows_is_not_repeated(
 ) -> None:
     await remembered(rag_bot, channel)
     await say(rag_bot, channel, "1", "Where does Marta live now?")
+    request = fake_openai.last_chat_request()["messages"]
+    conversation = [m["content"] for m in request if m["role"] in ("user", "assistant")]
+    assert any("Marta moved to Lisbon" in text for text in conversation)  # the live session has it
     system = fake_openai.system_prompts()[-1] or ""
-    assert "Marta moved to Lisbon" in system.split("# Relevant Memory", 1)[0]  # today's notes have it
+    relevant = system.split("# Relevant Memory", 1)[1] if "# Relevant Memory" in system else ""
+    assert "Conversation in chat test:1" not in relevant
+    assert "Marta moved to Lisbon" not in system  # neither the notes nor the graph repeat it
+
+    await say(rag_bot, channel, "1", "/new")  # out of the live session: now memory shows it, once
+    await say(rag_bot, channel, "1", "Where does Marta live now?")
+    system = fake_openai.system_prompts()[-1] or ""
+    assert "Marta moved to Lisbon" in system.split("# Relevant Memory", 1)[0]
     relevant = system.split("# Relevant Memory", 1)[1] if "# Relevant Memory" in system else ""
     assert "Conversation in chat test:1" not in relevant
 

@@ -52,6 +52,7 @@ async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
         assert server_id.startswith("doc-") and stored[server_id]["file_path"] == doc_id
         assert (await rag.store.get(doc_id)).backend_id == server_id  # type: ignore[union-attr]
 
+        await say(services, channel, "7", "/new")  # the live session would show the fact already
         await say(services, channel, "7", "Where is the wifi password written?")
         assert "Hermes statue" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory")[1]
         assert ("POST", "/query/data", "chat_test_7") in lightrag_server.requests

@@ -1,9 +1,12 @@
 """ContextBuildingSystem (20): builds the system prompt the model is sent.
 
-It is the one place the system prompt is assembled: the persona from the workspace's
-`preferences/system-prompt.md` (hand-editable; a built-in default when absent), the current date
-and time in the bot's time zone, then `# Memory` (MEMORY.md, the structured pack or the daily notes),
-then `# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never failing the turn).
+It is the one place the system prompt is assembled, in two system messages. The first holds what
+stays the same from message to message: the persona from the workspace's `preferences/system-prompt.md`
+(hand-editable; a built-in default when absent) and `# Memory` with MEMORY.md. The second, placed
+after the history just before the newest user message (`TURN_PROMPT_PARTS`), holds what is made for
+this message: the current date and time in the bot's time zone, `# Memory` with the structured pack
+or the daily notes, and `# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never
+failing the turn). So each request starts with the whole of the one before, which providers cache.
 It runs before MemoryPersist (50), so the model sees memory as it was before this exchange.
 """
 
@@ -15,7 +18,7 @@ from bot.clock import Clock
 from bot.compaction.budget import MEMORY, fit_prompt_parts
 from bot.compaction.service import CompactionService
 from bot.domain.turn import TurnContext
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
 from bot.rag.service import RagService
 from bot.storage.files import read_text
@@ -56,13 +59,21 @@ class ContextBuildingSystem(PipelineSystem):
             f"Current date and time: {now.strftime('%A, %Y-%m-%d %H:%M')} ({now.tzname()})."
         )
         memory = await self._memory_part(ctx)
-        if memory:
-            ctx.system_prompt_parts["memory"] = memory
-        relevant = await self._rag_part(ctx)
+        if memory is not None and memory.stable:
+            ctx.system_prompt_parts["memory"] = memory.stable
+        if memory is not None and memory.turn:
+            ctx.system_prompt_parts["memory.turn"] = memory.turn
+        # What the prompt shows anyway (the memory section and the live conversation) is not repeated.
+        shown = [memory.text if memory is not None else "", *(message.content for message in ctx.session.messages)]
+        relevant = await self._rag_part(ctx, "\n".join(shown))
         if relevant:
             ctx.system_prompt_parts["rag"] = relevant
         self._fit_to_budget(ctx)
-        log.debug("[Context] System prompt: %d chars", len(ctx.system_prompt))
+        log.debug(
+            "[Context] System prompt: %d chars, then %d chars for this message",
+            len(ctx.system_prompt),
+            len(ctx.turn_prompt),
+        )
 
     def _fit_to_budget(self, ctx: TurnContext) -> None:
         """Each part within its share of the prompt budget; an overflowing one is cut with a visible marker,
@@ -76,30 +87,27 @@ class ContextBuildingSystem(PipelineSystem):
                 log.warning("[Context] %s cut to its share: %d of %d tokens", share.name, share.cap, share.tokens)
         ctx.system_prompt_parts = fitted
 
-    async def _memory_part(self, ctx: TurnContext) -> str:
+    async def _memory_part(self, ctx: TurnContext) -> MemoryPrompt | None:
         if self._memory is None or not ctx.config.memory.enabled:
-            return ""
-        in_conversation = frozenset(message.id for message in ctx.session.messages)
+            return None
         # Chosen against the share the prompt plan gives memory, so nothing chosen is cut afterwards.
         share = self._compaction.budget(ctx.model, ctx.config).cap(MEMORY) if self._compaction else None
         try:
             prompt = await self._memory.build_prompt(
-                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation, share, ctx.model
+                ctx.config.memory, ctx.session.id, ctx.user_message.content, ctx.session.messages, share, ctx.model
             )
         except Exception:
             # Memory is worth a lot, but never the answer itself.
             log.exception("[Context] Memory could not be read; answering without it")
-            return ""
+            return None
         log.info("[Context] Memory context: %d chars", len(prompt.text))
-        return prompt.text
+        return prompt
 
-    async def _rag_part(self, ctx: TurnContext) -> str:
+    async def _rag_part(self, ctx: TurnContext, shown: str) -> str:
         if self._rag is None or not ctx.config.rag.enabled:
             return ""
         try:
-            retrieved = await self._rag.retrieve(
-                ctx.config, ctx.session.id, ctx.user_message.content, ctx.system_prompt_parts.get("memory", "")
-            )
+            retrieved = await self._rag.retrieve(ctx.config, ctx.session.id, ctx.user_message.content, shown)
         except Exception:
             log.exception("[RAG] Relevant Memory could not be read; answering without it")
             return ""

@@ -85,7 +85,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
         async def call() -> ChatResult:
             # Built from the session on every try: after a payload-too-large refusal it was compacted.
             wire_messages = to_openai_messages(
-                ctx.system_prompt, prune_tool_results(ctx.session.messages, config.tool_loop)
+                ctx.system_prompt, prune_tool_results(ctx.session.messages, config.tool_loop), ctx.turn_prompt
             )
             request = ChatRequest(
                 model=ctx.model,
