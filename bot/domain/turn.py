@@ -64,5 +64,10 @@ class TurnContext:
     new_messages: list[Message] = field(default_factory=list)
 
     @property
+    def turn_id(self) -> str:
+        """The turn's id in log lines: the id of the user message it answers."""
+        return self.user_message.id
+
+    @property
     def system_prompt(self) -> str:
         return "\n\n".join(part for part in self.system_prompt_parts.values() if part.strip())

@@ -313,6 +313,7 @@ class MemoryService:
         text: str,
         exclude_references: frozenset[str] = frozenset(),
         share_tokens: int | None = None,
+        active_skill: str | None = None,
     ) -> MemoryPrompt:
         """The `# Memory` section for a message to `session_id`; empty text when there is no memory.
 
@@ -337,7 +338,9 @@ class MemoryService:
             budget.remaining = max(budget.remaining - budget.cost(kept), 0)
             sections.append(f"{LONG_TERM_HEADER}\n{kept}")
         try:
-            pack = await self._build_pack(scope, config, session_id, text, now, exclude_references, budget.remaining)
+            pack = await self._build_pack(
+                scope, config, session_id, text, now, exclude_references, budget.remaining, active_skill
+            )
         except Exception:
             # One broken piece of the structured memory must not cost the rest: the notes stand in.
             log.exception("[Memory] The memory pack could not be built; the daily notes stand in")
@@ -367,6 +370,7 @@ class MemoryService:
         now: datetime,
         exclude_references: frozenset[str],
         remaining_tokens: int,
+        active_skill: str | None = None,
     ) -> MemoryPack | None:
         query = MemoryQuery(
             text=text,
@@ -380,6 +384,7 @@ class MemoryService:
             soft_budget_tokens=min(config.soft_prompt_budget_tokens, remaining_tokens),
             max_budget_tokens=remaining_tokens,
             exclude_references=exclude_references,
+            active_skill=active_skill,
         )
         started = time.perf_counter()
         if not scope.loaded and scope.lock.locked():

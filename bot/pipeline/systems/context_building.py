@@ -4,6 +4,9 @@ It is the one place the system prompt is assembled: the persona from the workspa
 `preferences/system-prompt.md` (hand-editable; a built-in default when absent), the current date
 and time in the bot's time zone, then `# Memory` (MEMORY.md, the structured pack or the daily notes),
 then `# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never failing the turn).
+Between the time and the memory come `# Skills` (the skills in the workspace, names and descriptions
+within `skills.promptBudgetChars`) and the active skill's instructions, read from SKILL.md each time;
+the active skill is passed to memory retrieval, which favours the procedural items tagged with it.
 It runs before MemoryPersist (50), so the model sees memory as it was before this exchange.
 """
 
@@ -18,6 +21,8 @@ from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
 from bot.rag.service import RagService
+from bot.skills.library import SkillLibrary, render_catalog, render_instructions
+from bot.skills.tools import active_skill
 from bot.storage.files import read_text
 from bot.workspace import Workspace
 
@@ -41,12 +46,14 @@ class ContextBuildingSystem(PipelineSystem):
         memory: MemoryService | None = None,
         rag: RagService | None = None,
         compaction: CompactionService | None = None,
+        skills: SkillLibrary | None = None,
     ) -> None:
         self._workspace = workspace
         self._clock = clock
         self._memory = memory
         self._rag = rag
         self._compaction = compaction
+        self._skills = skills
 
     async def process(self, ctx: TurnContext) -> None:
         persona = await read_text(self._workspace.system_prompt_file)
@@ -55,7 +62,8 @@ class ContextBuildingSystem(PipelineSystem):
         ctx.system_prompt_parts["time"] = (
             f"Current date and time: {now.strftime('%A, %Y-%m-%d %H:%M')} ({now.tzname()})."
         )
-        memory = await self._memory_part(ctx)
+        skill = await self._skills_part(ctx)
+        memory = await self._memory_part(ctx, skill)
         if memory:
             ctx.system_prompt_parts["memory"] = memory
         relevant = await self._rag_part(ctx)
@@ -76,7 +84,27 @@ class ContextBuildingSystem(PipelineSystem):
                 log.warning("[Context] %s cut to its share: %d of %d tokens", share.name, share.cap, share.tokens)
         ctx.system_prompt_parts = fitted
 
-    async def _memory_part(self, ctx: TurnContext) -> str:
+    async def _skills_part(self, ctx: TurnContext) -> str | None:
+        """Adds `# Skills` and the active skill's instructions; returns the active skill's name."""
+        config = ctx.config.skills
+        if self._skills is None or not config.enabled:
+            return None
+        try:
+            skills = await self._skills.skills()
+        except OSError as error:
+            log.warning("[Context] Skills could not be read: %s", error)
+            return None
+        catalog = render_catalog(skills, config.prompt_budget_chars, config.max_description_chars)
+        if catalog:
+            ctx.system_prompt_parts["skills"] = catalog
+        name = active_skill(ctx.session)
+        skill = next((skill for skill in skills if name is not None and skill.name.lower() == name.lower()), None)
+        if skill is None:
+            return None  # switched off, or its folder is gone: nothing to follow, nothing to favour
+        ctx.system_prompt_parts["skill"] = render_instructions(skill, config.max_instructions_chars)
+        return skill.name
+
+    async def _memory_part(self, ctx: TurnContext, skill: str | None = None) -> str:
         if self._memory is None or not ctx.config.memory.enabled:
             return ""
         in_conversation = frozenset(message.id for message in ctx.session.messages)
@@ -84,7 +112,7 @@ class ContextBuildingSystem(PipelineSystem):
         share = self._compaction.budget(ctx.model, ctx.config).cap(MEMORY) if self._compaction else None
         try:
             prompt = await self._memory.build_prompt(
-                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation, share
+                ctx.config.memory, ctx.session.id, ctx.user_message.content, in_conversation, share, skill
             )
         except Exception:
             # Memory is worth a lot, but never the answer itself.
