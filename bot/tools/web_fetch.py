@@ -189,6 +189,8 @@ def render(page: FetchedPage, title: str, markdown: str, max_chars: int) -> str:
     if len(markdown) > max_chars:
         notes.append(f"[… {len(markdown) - max_chars} more characters cut: web.maxResultChars]")
         markdown = markdown[:max_chars]
+    if title and markdown.startswith(f"# {title}\n"):
+        markdown = markdown[len(title) + 3 :].lstrip()  # the page's first heading is its title: not twice
     head = [f"# {title}" if title else "", f"Source: {page.url}"]
     return "\n\n".join(part for part in [*head, markdown, *notes] if part)
 
