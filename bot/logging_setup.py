@@ -65,6 +65,14 @@ class SecretScrubbingRecordFactory:
             record.stack_info = redact(record.stack_info, self.secrets)
 
 
+def add_secrets(secrets: Iterable[str]) -> None:
+    """Scrub these too from now on (values taken from the environment after start, e.g. by an MCP server's config)."""
+    factory = logging.getLogRecordFactory()
+    if isinstance(factory, SecretScrubbingRecordFactory):
+        known = set(factory.secrets)
+        factory.secrets += [s for s in secrets if len(s) >= MIN_SECRET_CHARS and s not in known]
+
+
 def configure_logging(level: str, secrets: list[str], stream: TextIO | None = None) -> None:
     """Log to `stream` (stderr) at `level`, with `secrets` scrubbed from every record and uncaught exception."""
     factory = logging.getLogRecordFactory()

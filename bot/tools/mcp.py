@@ -42,6 +42,7 @@ from mcp_types import (
 )
 from mcp_types import Tool as McpTool
 
+from bot.logging_setup import add_secrets
 from bot.settings import McpConfig, McpServerConfig, RuntimeConfig
 from bot.tools.registry import AnyTool, ExternalTool, ToolContext, ToolError, clip
 
@@ -263,6 +264,7 @@ class McpServer:
                 env[key], used = expand_environment(value, self._environ)
                 secrets += used
             self.secrets = secrets
+            add_secrets(secrets)
             parameters = StdioServerParameters(
                 command=self.config.command, args=self.config.args, env=env, cwd=self.config.cwd
             )
@@ -273,6 +275,7 @@ class McpServer:
             headers[key], used = expand_environment(value, self._environ)
             secrets += used
         self.secrets = secrets
+        add_secrets(secrets)
         http = create_mcp_http_client(
             headers=headers, timeout=httpx2.Timeout(settings.call_timeout_seconds, read=settings.call_timeout_seconds)
         )

@@ -5,6 +5,7 @@ turned into tool errors (the turn finishes), restarts, allow and deny lists, liv
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from bot.app import BotServices, build_services, shutdown
+from bot.logging_setup import configure_logging
 from bot.tools.mcp import McpState
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
@@ -283,3 +285,23 @@ async def test_a_hanging_http_server_is_a_tool_error_too(
     assert await say(mcp_services, channel, "1", "wait") == "It hung."
     assert time.monotonic() - started < 8
     assert tool_results(fake_openai) == ["Error: the MCP server remote did not answer hang within 1 s"]
+
+
+async def test_what_a_server_config_takes_from_the_environment_is_scrubbed_from_the_log_too(
+    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logging.getLogRecordFactory(), sys.excepthook)
+    stream = io.StringIO()
+    configure_logging("INFO", [], stream)
+    try:
+        await apply(mcp_services, {"mcpServers": {"calc": stdio_server(env={"API_TOKEN": "${MCP_TEST_SECRET}"})}})
+        await wait_until(ready(mcp_services, "calc"))
+        # Whatever echoes it later (a server's error, a library's debug line) is scrubbed.
+        logging.getLogger("bot.test").warning("[MCP] the server said: bad token %s", SECRET)
+    finally:
+        root.handlers[:], _, factory, sys.excepthook = saved
+        root.setLevel(saved[1])
+        logging.setLogRecordFactory(factory)
+    assert "the server said: bad token [REDACTED]" in stream.getvalue()
+    assert SECRET not in stream.getvalue()
