@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import secrets
 import signal
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from bot.http.listener import HttpListener
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
+from bot.logging_setup import secrets_in_environment
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
@@ -132,8 +134,9 @@ def build_services(env: EnvSettings) -> BotServices:
     metrics = BotMetrics()
     llm = LlmClient(api_key, env.openai_base_url, metrics)
     mcp = McpManager(lambda: config_store.config)
-    # Tool results never carry a secret: the environment's, nor what an MCP server's config took from it.
-    tools = ToolRegistry(metrics, lambda: [*env.secrets(), *mcp.secrets()])
+    # Tool results never carry a secret: the bot's, any variable of the environment named like one (a page or
+    # a server could echo it), nor what an MCP server's config took from the environment.
+    tools = ToolRegistry(metrics, lambda: [*env.secrets(), *secrets_in_environment(os.environ), *mcp.secrets()])
     register_workspace_file_tools(tools, workspace.root)
     search_keys = {
         name: key.get_secret_value()

@@ -263,11 +263,14 @@ class McpServer:
             for key, value in self.config.env.items():
                 env[key], used = expand_environment(value, self._environ)
                 secrets += used
+            args: list[str] = []
+            for arg in self.config.args:
+                expanded, used = expand_environment(arg, self._environ)
+                args.append(expanded)
+                secrets += used
             self.secrets = secrets
             add_secrets(secrets)
-            parameters = StdioServerParameters(
-                command=self.config.command, args=self.config.args, env=env, cwd=self.config.cwd
-            )
+            parameters = StdioServerParameters(command=self.config.command, args=args, env=env, cwd=self.config.cwd)
             return Client(parameters, read_timeout_seconds=settings.call_timeout_seconds)
         assert self.config.url is not None
         headers: dict[str, str] = {}

@@ -5,6 +5,7 @@ pages cut, the providers' HTTP APIs, and the switches that turn the tools off.""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ class FakeWeb:
         app.router.add_get("/to-article", self._redirect(lambda: "/article"))
         app.router.add_get("/huge", self._huge)
         app.router.add_get("/leaky", self._page(f"<p>key: {TEST_API_KEY}</p>", "text/html"))
+        app.router.add_get("/env-echo", self._env_echo)
         app.router.add_get("/image", self._page("\x89PNG....", "image/png"))
         app.router.add_get("/searx/search", self._searxng)
         app.router.add_get("/brave", self._brave)
@@ -79,6 +81,11 @@ class FakeWeb:
             return web.Response(text=text, content_type=content_type)
 
         return handler
+
+    @staticmethod
+    async def _env_echo(request: web.Request) -> web.Response:
+        name = request.query["name"]
+        return web.Response(text=f"{name} is {os.environ.get(name, '')}", content_type="text/plain")
 
     @staticmethod
     def _redirect(target: Any) -> Any:
@@ -229,6 +236,19 @@ async def test_a_page_never_shows_the_model_a_secret(
     result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/leaky", LOCAL_ONLY)
     assert "key: [REDACTED]" in result
     assert TEST_API_KEY not in json.dumps(fake_openai.chat_requests())
+
+
+async def test_a_secret_anywhere_in_the_environment_is_scrubbed_from_results(
+    web_services: BotServices,
+    channel: RecordingChannel,
+    fake_openai: FakeOpenAI,
+    fake_web: FakeWeb,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BILLING_SERVICE_TOKEN", "tok-2291-qwerty-zx")
+    url = f"{fake_web.root}/env-echo?name=BILLING_SERVICE_TOKEN"
+    result = await fetch_through_the_bot(web_services, channel, fake_openai, url, LOCAL_ONLY)
+    assert result.endswith("BILLING_SERVICE_TOKEN is [REDACTED]")
 
 
 async def test_web_fetch_can_be_switched_off(
