@@ -136,7 +136,7 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(describe_error(inner) for inner in error.exceptions)
     if isinstance(error, TimeoutError):
-        return "timed out"
+        return str(error) or "timed out"
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 

@@ -184,6 +184,22 @@ async def test_a_server_that_cannot_start_is_logged_shown_and_retried_without_bl
     assert "broken (stdio) " in status and "calc (stdio) ready" in status
 
 
+async def test_a_server_that_never_answers_its_handshake_is_a_failed_start(
+    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    silent = {"command": sys.executable, "args": ["-c", "import time; time.sleep(120)"]}
+    await apply(mcp_services, {"mcpServers": {"silent": silent}, "mcp": {"startTimeoutSeconds": 1.0}})
+    await wait_until(lambda: any(s.last_error for s in mcp_services.mcp.statuses()))
+    [status] = mcp_services.mcp.statuses()
+    assert status.state is McpState.FAILED
+    assert status.last_error == "no answer within 1 s"
+    assert await say(mcp_services, channel, "1", "hi") == "echo: hi"
+    started = time.monotonic()
+    await apply(mcp_services, {"mcpServers": {}})  # removing it stops its retries, and its process
+    assert time.monotonic() - started < 12
+    assert mcp_services.mcp.statuses() == []
+
+
 async def test_servers_added_and_removed_in_the_config_start_and_stop_live(
     mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
