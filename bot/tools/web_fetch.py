@@ -165,9 +165,15 @@ def to_markdown(page: FetchedPage) -> tuple[str, str]:
     """The page's title and its readable content as Markdown (CPU work: run it in a thread)."""
     content_type = page.content_type.lower()
     if "html" in content_type:
-        document = Document(page.body)
-        title = (document.short_title() or "").strip()
-        markdown = _convert(document.summary(html_partial=True))
+        if not page.body.strip():
+            return "", ""
+        try:
+            document = Document(page.body)
+            title = (document.short_title() or "").strip()
+            markdown = _convert(document.summary(html_partial=True))
+        except Exception as error:  # lxml's parser errors on broken markup: the whole page stands in
+            log.info("[ToolLoop] readability could not read %s (%s); converting the whole page", page.url, error)
+            title, markdown = "", ""
         if len(markdown) < MIN_READABLE_CHARS:
             markdown = _convert(page.body.decode(page.charset or "utf-8", errors="replace"))
         return title, markdown
@@ -192,6 +198,7 @@ def render(page: FetchedPage, title: str, markdown: str, max_chars: int) -> str:
     if title and markdown.startswith(f"# {title}\n"):
         markdown = markdown[len(title) + 3 :].lstrip()  # the page's first heading is its title: not twice
     head = [f"# {title}" if title else "", f"Source: {page.url}"]
+    markdown = markdown or "[The page has no readable text]"
     return "\n\n".join(part for part in [*head, markdown, *notes] if part)
 
 

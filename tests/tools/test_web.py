@@ -69,6 +69,7 @@ class FakeWeb:
         app.router.add_get("/huge", self._huge)
         app.router.add_get("/leaky", self._page(f"<p>key: {TEST_API_KEY}</p>", "text/html"))
         app.router.add_get("/env-echo", self._env_echo)
+        app.router.add_get("/empty", self._page("", "text/html"))
         app.router.add_get("/image", self._page("\x89PNG....", "image/png"))
         app.router.add_get("/searx/search", self._searxng)
         app.router.add_get("/brave", self._brave)
@@ -228,6 +229,10 @@ async def test_what_is_not_a_web_page_gets_a_clear_error(
     assert file_url == "Error: only http and https URLs can be fetched, not 'file'"
     image = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/image", LOCAL_ONLY)
     assert image == f"Error: {fake_web.root}/image is image/png, not a page that can be read as text"
+    empty = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/empty", LOCAL_ONLY)
+    assert empty == f"Source: {fake_web.root}/empty\n\n[The page has no readable text]"
+    missing = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/nope", LOCAL_ONLY)
+    assert missing == f"Error: {fake_web.root}/nope answered HTTP 404 Not Found"
 
 
 async def test_a_page_never_shows_the_model_a_secret(
