@@ -174,7 +174,7 @@ def build_services(env: EnvSettings) -> BotServices:
         RagIndexingSystem(rag, clock),
     ]
     runner = PipelineRunner(systems, sessions, config_store, metrics)
-    status = StatusReporter(workspace, config_store, models, estimator, clock, memory, rag, mcp)
+    status = StatusReporter(workspace, config_store, models, estimator, clock, memory, rag, mcp, skills)
     commands = CommandRegistry()
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)

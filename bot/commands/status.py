@@ -11,6 +11,8 @@ from bot.llm.models import ModelRegistry
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
+from bot.skills.library import SkillLibrary
+from bot.skills.tools import active_skill
 from bot.tools.mcp import McpManager
 from bot.workspace import Workspace
 
@@ -28,9 +30,11 @@ class StatusReporter:
         memory: MemoryService,
         rag: RagService | None = None,
         mcp: McpManager | None = None,
+        skills: SkillLibrary | None = None,
     ) -> None:
         self._rag = rag
         self._mcp = mcp
+        self._skills = skills
         self._workspace = workspace
         self._config_store = config_store
         self._models = models
@@ -53,6 +57,12 @@ class StatusReporter:
         percent = round(100 * tokens / budget.trigger_tokens)
         rag_line = (await self._rag.status()).describe() if self._rag is not None and config.rag.enabled else ""
         mcp_line = self._mcp_line() if config.mcp.enabled and config.mcp_servers else ""
+        skills = await self._skills.skills() if self._skills is not None and config.skills.enabled else []
+        skills_line = (
+            f"Skills: {', '.join(skill.name for skill in skills)} (active: {active_skill(session) or 'none'})"
+            if skills
+            else ""
+        )
         return "\n".join(
             [
                 f"Session {session.id} ({session.state.value})",
@@ -71,6 +81,7 @@ class StatusReporter:
                 *([pack_line] if pack_line else []),
                 *([rag_line] if rag_line else []),
                 *([mcp_line] if mcp_line else []),
+                *([skills_line] if skills_line else []),
                 f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
             ]
         )

@@ -91,6 +91,7 @@ async def test_slash_skill_switches_a_skill_on_and_its_edited_instructions_follo
     assert await say(services, channel, "1", "/skill trip-planning") == (
         "Skill trip-planning is active: Plan a trip with dates, budget, bookings and a packing list."
     )
+    assert "Skills: trip-planning (active: trip-planning)" in await say(services, channel, "1", "/status")
     await say(services, channel, "1", "I want to go to Lisbon")
     prompt = system_prompt(fake_openai)
     assert "## Active skill: trip-planning" in prompt
