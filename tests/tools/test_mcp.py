@@ -21,7 +21,7 @@ import pytest
 
 from bot.app import BotServices, build_services, shutdown
 from bot.logging_setup import configure_logging
-from bot.tools.mcp import McpState
+from bot.tools.mcp import McpState, tool_name
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -321,3 +321,32 @@ async def test_what_a_server_config_takes_from_the_environment_is_scrubbed_from_
         logging.setLogRecordFactory(factory)
     assert "the server said: bad token [REDACTED]" in stream.getvalue()
     assert SECRET not in stream.getvalue()
+
+
+async def test_a_bad_server_entry_is_refused_naming_the_key_and_the_last_good_config_stays(
+    mcp_services: BotServices, caplog: pytest.LogCaptureFixture
+) -> None:
+    await apply(mcp_services, {"mcpServers": {"calc": stdio_server()}})
+    await wait_until(ready(mcp_services, "calc"))
+    bad_entries: list[tuple[dict[str, Any], str]] = [
+        ({"both": {"command": "x", "url": "http://127.0.0.1:1/mcp"}}, "mcpServers.both"),
+        ({"neither": {"args": ["x"]}}, "mcpServers.neither"),
+        ({"bad name!": {"command": "x"}}, "a server name is 1 to 32 letters"),
+        ({"sse": {"url": "http://127.0.0.1:1/sse", "type": "sse"}}, "mcpServers.sse.type"),
+        ({"typo": {"command": "x", "argz": []}}, "mcpServers.typo.argz"),
+        ({"ftp": {"url": "ftp://example.org/mcp"}}, "mcpServers.ftp"),
+    ]
+    for entry, named in bad_entries:
+        caplog.clear()
+        write_config(mcp_services, {"mcpServers": entry})
+        config = await mcp_services.config_store.current()
+        assert "calc" in config.mcp_servers  # the last good configuration stays in force
+        [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+        assert named in refusal, refusal
+    assert [status.name for status in mcp_services.mcp.statuses()] == ["calc"]
+
+
+def test_tool_names_are_what_model_apis_accept() -> None:
+    assert tool_name("files", "read_file") == "files__read_file"
+    assert tool_name("my-server", "get.thing/v2") == "my-server__get_thing_v2"
+    assert len(tool_name("s" * 32, "t" * 80)) == 64
