@@ -25,26 +25,19 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp_types import (
-    CallToolResult,
-    EmbeddedResource,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-)
-from mcp_types import Tool as McpTool
 
 from bot.logging_setup import add_secrets
 from bot.settings import McpConfig, McpServerConfig, RuntimeConfig
 from bot.tools.registry import AnyTool, ExternalTool, ToolContext, ToolError, clip
+
+if TYPE_CHECKING:  # the SDK (about 30 MB in memory) is imported only when a server is configured
+    from mcp import Client
+    from mcp_types import CallToolResult
+    from mcp_types import Tool as McpTool
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +101,8 @@ def is_offered(config: McpServerConfig, tool: str) -> bool:
 
 def render_result(result: CallToolResult) -> str:
     """A tool result as the text the model reads."""
+    from mcp_types import EmbeddedResource, ImageContent, ResourceLink, TextContent, TextResourceContents
+
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, TextContent):
@@ -256,6 +251,10 @@ class McpServer:
             raise TimeoutError(f"no answer within {settings.start_timeout_seconds:.0f} s")
 
     def _client_for(self, stack: AsyncExitStack) -> Client:
+        from mcp import Client, StdioServerParameters
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
         settings = self._settings()
         secrets: list[str] = []
         if self.config.command is not None:

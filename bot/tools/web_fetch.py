@@ -21,9 +21,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from markdownify import markdownify
 from pydantic import BaseModel, Field
-from readability import Document
 from yarl import URL
 
 from bot.settings import WebConfig
@@ -167,6 +165,8 @@ def to_markdown(page: FetchedPage) -> tuple[str, str]:
     if "html" in content_type:
         if not page.body.strip():
             return "", ""
+        from readability import Document  # lxml and readability load with the first page, not at start
+
         try:
             document = Document(page.body)
             title = (document.short_title() or "").strip()
@@ -183,6 +183,8 @@ def to_markdown(page: FetchedPage) -> tuple[str, str]:
 
 
 def _convert(html: str) -> str:
+    from markdownify import markdownify
+
     markdown: Any = markdownify(html, heading_style="ATX", strip=["script", "style", "img"])
     return _BLANK_LINES.sub("\n\n", str(markdown)).strip()
 
