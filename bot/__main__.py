@@ -24,7 +24,7 @@ from bot.channels.base import Channel
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
-from bot.logging_setup import configure_logging, redact
+from bot.logging_setup import configure_logging, redact, secrets_in_environment
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
 
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     explicit_level = "bot_log_level" in env.model_fields_set
     # The terminal chat keeps the screen for the conversation unless a log level was asked for.
     level = env.bot_log_level if explicit_level or args.command == "run" else "WARNING"
-    configure_logging(level, env.secrets())
+    configure_logging(level, [*env.secrets(), *secrets_in_environment(os.environ)])
     try:
         if args.command == "init":
             workspace = prepare_workspace(env)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import secrets
 import signal
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from bot.http.listener import HttpListener
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
+from bot.logging_setup import secrets_in_environment
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
@@ -61,8 +63,12 @@ from bot.scheduler.service import BotScheduler
 from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
 from bot.shipped import shipped_path
+from bot.skills.library import SkillLibrary
+from bot.skills.tools import SkillTools
 from bot.storage.files import remove_stale_temp_files
+from bot.tools.mcp import McpManager
 from bot.tools.registry import ToolRegistry
+from bot.tools.web import WebTools
 from bot.tools.workspace_files import register_workspace_file_tools
 from bot.workspace import Workspace
 
@@ -98,6 +104,8 @@ class BotServices:
     memory: MemoryService
     inbox: Inbox
     documents: DocumentReader
+    mcp: McpManager
+    skills: SkillLibrary
 
 
 def prepare_workspace(env: EnvSettings) -> Workspace:
@@ -125,8 +133,18 @@ def build_services(env: EnvSettings) -> BotServices:
     api_key = env.openai_api_key.get_secret_value() if env.openai_api_key else None
     metrics = BotMetrics()
     llm = LlmClient(api_key, env.openai_base_url, metrics)
-    tools = ToolRegistry(metrics)
+    mcp = McpManager(lambda: config_store.config)
+    # Tool results never carry a secret: the bot's, any variable of the environment named like one (a page or
+    # a server could echo it), nor what an MCP server's config took from the environment.
+    tools = ToolRegistry(metrics, lambda: [*env.secrets(), *secrets_in_environment(os.environ), *mcp.secrets()])
     register_workspace_file_tools(tools, workspace.root)
+    search_keys = {
+        name: key.get_secret_value()
+        for name, key in (("brave", env.brave_api_key), ("tavily", env.tavily_api_key))
+        if key is not None
+    }
+    tools.add_source(WebTools(lambda: config_store.config, search_keys))
+    tools.add_source(mcp)
     estimator = TokenEstimator()
     embedders = Embedders(llm)  # one offline embedding model for memory and the knowledge graph
     memory = MemoryService(workspace, clock, llm, estimator, embedders)
@@ -145,19 +163,23 @@ def build_services(env: EnvSettings) -> BotServices:
     )
     if config_store.config.memory.enabled:
         compaction.set_pre_compaction_sink(PreCompactionMemory(memory, config_store))
+    skills = SkillLibrary(workspace.skills_dir)
+    skill_tools = SkillTools(skills, sessions, lambda: config_store.config)
+    tools.add_source(skill_tools)
     systems = [
         AutoCompactionSystem(compaction),
-        ContextBuildingSystem(workspace, clock, memory, rag, compaction),
+        ContextBuildingSystem(workspace, clock, memory, rag, compaction, skills),
         ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction),
         MemoryPersistSystem(memory, clock),
         RagIndexingSystem(rag, clock),
     ]
     runner = PipelineRunner(systems, sessions, config_store, metrics)
-    status = StatusReporter(workspace, config_store, models, estimator, clock, memory, rag)
+    status = StatusReporter(workspace, config_store, models, estimator, clock, memory, rag, mcp, skills)
     commands = CommandRegistry()
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)
+    skill_tools.register_command(commands)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
     inbox = Inbox(workspace.root / "state" / "inbox.jsonl")
     documents = DocumentReader(rag, workspace.rag_dir, lambda: config_store.config, clock)
@@ -167,7 +189,7 @@ def build_services(env: EnvSettings) -> BotServices:
     scheduler = BotScheduler()
 
     async def check_config() -> None:
-        await config_store.current()
+        await mcp.sync(await config_store.current())  # MCP servers added or removed start or stop now
 
     scheduler.add_interval_job("runtime-config check", CONFIG_CHECK_INTERVAL_SECONDS, check_config)
 
@@ -219,6 +241,8 @@ def build_services(env: EnvSettings) -> BotServices:
         memory,
         inbox,
         documents,
+        mcp,
+        skills,
     )
 
 
@@ -303,7 +327,9 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
         log.info("[App] Channel %s started", channel.channel_type)
     services.reminders.connect(_reminder_delivery(services, channels), {c.channel_type for c in channels})
     services.scheduler.start()
-    services.memory.warm_up((await services.config_store.current()).memory)
+    config = await services.config_store.current()
+    services.memory.warm_up(config.memory)
+    await services.mcp.sync(config)
     services.documents.resume({channel.channel_type: channel for channel in channels})
     resubmit(services, channels, backlog)
 
@@ -379,6 +405,7 @@ async def shutdown(services: BotServices, channels: list[Channel], listener: Htt
     if listener is not None:
         await listener.stop()
     await services.documents.close()
+    await services.mcp.close()
     await services.rag.close()
     await services.memory.close()
     await services.llm.close()

@@ -8,8 +8,9 @@ An uncaught exception is logged too, so its traceback is scrubbed like any other
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -27,6 +28,21 @@ _CHATTY_LIBRARIES = (
     "apscheduler",
     "aiohttp.access",
 )
+
+
+# Environment variables whose names say they hold a secret (`AWS_SECRET_ACCESS_KEY`, `GITHUB_TOKEN`, ...).
+_SECRET_NAME = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:$|_)", re.IGNORECASE)
+# Their values are scrubbed only from this length on, so a flag (`true`, `1`) scrubs no ordinary word.
+MIN_ENVIRONMENT_SECRET_CHARS = 8
+
+
+def secrets_in_environment(environ: Mapping[str, str]) -> list[str]:
+    """The values of the environment variables whose names say they are secrets."""
+    return [
+        value
+        for name, value in environ.items()
+        if _SECRET_NAME.search(name) and len(value) >= MIN_ENVIRONMENT_SECRET_CHARS
+    ]
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -63,6 +79,14 @@ class SecretScrubbingRecordFactory:
             record.exc_text = redact(record.exc_text, self.secrets)
         if record.stack_info:
             record.stack_info = redact(record.stack_info, self.secrets)
+
+
+def add_secrets(secrets: Iterable[str]) -> None:
+    """Scrub these too from now on (values taken from the environment after start, e.g. by an MCP server's config)."""
+    factory = logging.getLogRecordFactory()
+    if isinstance(factory, SecretScrubbingRecordFactory):
+        known = set(factory.secrets)
+        factory.secrets += [s for s in secrets if len(s) >= MIN_SECRET_CHARS and s not in known]
 
 
 def configure_logging(level: str, secrets: list[str], stream: TextIO | None = None) -> None:

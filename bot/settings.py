@@ -7,6 +7,7 @@ documented default, unknown keys and wrong types refused. `RuntimeConfigStore` o
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -36,10 +37,20 @@ class EnvSettings(BaseSettings):
     bot_log_level: str = "INFO"
     # The API key of a LightRAG server (runtime-config `rag.backend: server`); sent as `X-API-Key`.
     lightrag_api_key: SecretStr | None = None
+    # Keys of the hosted search providers `web_search` can use (runtime-config `web.searchProvider`).
+    brave_api_key: SecretStr | None = None
+    tavily_api_key: SecretStr | None = None
 
     def secrets(self) -> list[str]:
         """Every secret value, so the log filter can scrub them from any line."""
-        values = [self.telegram_bot_token, self.telegram_webhook_secret, self.openai_api_key, self.lightrag_api_key]
+        values = [
+            self.telegram_bot_token,
+            self.telegram_webhook_secret,
+            self.openai_api_key,
+            self.lightrag_api_key,
+            self.brave_api_key,
+            self.tavily_api_key,
+        ]
         return [value.get_secret_value() for value in values if value and value.get_secret_value()]
 
 
@@ -266,6 +277,85 @@ class RagConfig(ConfigSection):
     cosine_threshold: float = Field(0.2, ge=-1, le=1)
 
 
+# A server's name prefixes its tools' names, which model APIs limit to these characters.
+MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+class McpServerConfig(ConfigSection):
+    """One entry of `mcpServers`, in the format MCP clients share: `command`/`args`/`env` for a server
+    started over stdio, `url`/`headers` for one reached over streamable HTTP. Values of `env` and
+    `headers` may name the bot's environment as `${NAME}`, so secrets stay out of the file."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    # Written by some clients; the transport follows from `command` or `url` either way.
+    transport: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = Field(None, alias="type")
+    disabled: bool = False
+    # Tools offered to the model: only those named in `allowTools` (when given), never those in `denyTools`.
+    allow_tools: list[str] | None = None
+    deny_tools: list[str] = []
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either `command` (stdio) or `url` (streamable HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("`url` must start with http:// or https://")
+        return self
+
+
+class McpConfig(ConfigSection):
+    """How the bot runs the MCP servers of `mcpServers` (all live)."""
+
+    enabled: bool = True
+    # A server that has not answered its handshake and tool list within this is a failed start.
+    start_timeout_seconds: float = Field(30.0, gt=0)
+    # One tool call; a server slower than this is a tool error (and is checked, and restarted if it hangs).
+    call_timeout_seconds: float = Field(60.0, gt=0)
+    # A server that failed waits this long before it is started again, doubling per failure up to the maximum.
+    restart_backoff_seconds: float = Field(2.0, ge=0)
+    max_restart_backoff_seconds: float = Field(300.0, ge=0)
+    # A running server is pinged this often; one that does not answer within `healthCheckTimeoutSeconds` is restarted.
+    health_check_seconds: float = Field(30.0, gt=0)
+    health_check_timeout_seconds: float = Field(5.0, gt=0)
+
+
+class WebConfig(ConfigSection):
+    """`web_fetch` and `web_search` (all live)."""
+
+    fetch_enabled: bool = True
+    # Loopback, private, link-local and other non-public addresses are refused unless this is on.
+    allow_private_addresses: bool = False
+    # Hosts (names or addresses, e.g. an intranet wiki) that may be private when the switch above is off.
+    allow_private_hosts: list[str] = []
+    fetch_timeout_seconds: float = Field(20.0, gt=0)
+    max_download_bytes: int = Field(2_000_000, ge=1000)
+    max_result_chars: int = Field(20000, ge=500)
+    max_redirects: int = Field(5, ge=0, le=20)
+    user_agent: str = "memory-bot/0.1 (web_fetch)"
+    # `null` turns `web_search` off; `searxng` needs `searchUrl` (the instance's root).
+    search_provider: Literal["searxng", "brave", "tavily"] | None = None
+    # The provider's endpoint: the SearXNG root, or a stand-in for the hosted providers' default endpoint.
+    search_url: str | None = None
+    search_max_results: int = Field(5, ge=1, le=20)
+    search_timeout_seconds: float = Field(15.0, gt=0)
+
+
+class SkillsConfig(ConfigSection):
+    """Skills: folders under `workspace/skills/` with a SKILL.md (all live)."""
+
+    enabled: bool = True
+    # Names and descriptions listed in the system prompt take at most this many characters.
+    prompt_budget_chars: int = Field(1500, ge=0)
+    max_description_chars: int = Field(200, ge=20)
+    # A loaded skill's instructions are cut (visibly) past this.
+    max_instructions_chars: int = Field(20000, ge=500)
+
+
 class RuntimeConfig(ConfigSection):
     """The whole `runtime-config.json`. A file need only hold the keys it changes."""
 
@@ -278,3 +368,15 @@ class RuntimeConfig(ConfigSection):
     pairing: PairingConfig = PairingConfig()
     telegram: TelegramConfig = TelegramConfig()
     rag: RagConfig = RagConfig()
+    mcp: McpConfig = McpConfig()
+    # Top level, as MCP clients write it: `{"name": {"command", "args", "env"}}` or `{"name": {"url", "headers"}}`.
+    mcp_servers: dict[str, McpServerConfig] = {}
+    web: WebConfig = WebConfig()
+    skills: SkillsConfig = SkillsConfig()
+
+    @model_validator(mode="after")
+    def _server_names(self) -> RuntimeConfig:
+        for name in self.mcp_servers:
+            if not MCP_SERVER_NAME.fullmatch(name):
+                raise ValueError(f"mcpServers: {name!r}: a server name is 1 to 32 letters, digits, `_` or `-`")
+        return self

@@ -91,6 +91,10 @@ class Workspace:
         return self.preferences_dir / "system-prompt.md"
 
     @property
+    def skills_dir(self) -> Path:
+        return self.root / "skills"
+
+    @property
     def rag_dir(self) -> Path:
         return self.root / "rag"
 

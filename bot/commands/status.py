@@ -11,6 +11,9 @@ from bot.llm.models import ModelRegistry
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
+from bot.skills.library import SkillLibrary
+from bot.skills.tools import active_skill
+from bot.tools.mcp import McpManager
 from bot.workspace import Workspace
 
 
@@ -26,8 +29,12 @@ class StatusReporter:
         clock: Clock,
         memory: MemoryService,
         rag: RagService | None = None,
+        mcp: McpManager | None = None,
+        skills: SkillLibrary | None = None,
     ) -> None:
         self._rag = rag
+        self._mcp = mcp
+        self._skills = skills
         self._workspace = workspace
         self._config_store = config_store
         self._models = models
@@ -49,6 +56,13 @@ class StatusReporter:
         known = "" if model.known else " (not in models.json; default limits)"
         percent = round(100 * tokens / budget.trigger_tokens)
         rag_line = (await self._rag.status()).describe() if self._rag is not None and config.rag.enabled else ""
+        mcp_line = self._mcp_line() if config.mcp.enabled and config.mcp_servers else ""
+        skills = await self._skills.skills() if self._skills is not None and config.skills.enabled else []
+        skills_line = (
+            f"Skills: {', '.join(skill.name for skill in skills)} (active: {active_skill(session) or 'none'})"
+            if skills
+            else ""
+        )
         return "\n".join(
             [
                 f"Session {session.id} ({session.state.value})",
@@ -66,6 +80,25 @@ class StatusReporter:
                 + ("" if config.memory.enabled else " (memory disabled)"),
                 *([pack_line] if pack_line else []),
                 *([rag_line] if rag_line else []),
+                *([mcp_line] if mcp_line else []),
+                *([skills_line] if skills_line else []),
                 f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
             ]
         )
+
+    def _mcp_line(self) -> str:
+        """`MCP servers: files (stdio) ready, 6 tools (4 offered); web (http) failed: ... (2 restarts)`."""
+        statuses = self._mcp.statuses() if self._mcp is not None else []
+        if not statuses:
+            return "MCP servers: none running (they start with the bot, or within seconds of a config edit)"
+        described = []
+        for status in statuses:
+            text = f"{status.name} ({status.transport}) {status.state.value}"
+            if status.tools:
+                text += f", {status.tools} tools ({status.offered} offered)"
+            if status.last_error and status.state.value != "ready":
+                text += f": {status.last_error}"
+            if status.restarts:
+                text += f" ({status.restarts} restarts)"
+            described.append(text)
+        return "MCP servers: " + "; ".join(described)

@@ -70,6 +70,11 @@ class TurnContext:
     new_messages: list[Message] = field(default_factory=list)
 
     @property
+    def turn_id(self) -> str:
+        """The turn's id in log lines: the id of the user message it answers."""
+        return self.user_message.id
+
+    @property
     def system_prompt(self) -> str:
         """The parts that stay the same from message to message: the first system message."""
         return self._joined(name not in TURN_PROMPT_PARTS for name in self.system_prompt_parts)

@@ -326,6 +326,7 @@ class MemoryService:
         live: Sequence[Message] = (),
         share_tokens: int | None = None,
         model: str | None = None,
+        active_skill: str | None = None,
     ) -> MemoryPrompt:
         """The `# Memory` section for a message to `session_id`; empty text when there is no memory.
 
@@ -354,7 +355,7 @@ class MemoryService:
             stable = f"{MEMORY_HEADER}\n\n{LONG_TERM_HEADER}\n{kept}"
         try:
             pack = await self._build_pack(
-                scope, config, session_id, text, now, exclude_references, budget.remaining, model
+                scope, config, session_id, text, now, exclude_references, budget.remaining, model, active_skill
             )
         except Exception:
             # One broken piece of the structured memory must not cost the rest: the notes stand in.
@@ -387,6 +388,7 @@ class MemoryService:
         exclude_references: frozenset[str],
         remaining_tokens: int,
         model: str | None,
+        active_skill: str | None,
     ) -> MemoryPack | None:
         query = MemoryQuery(
             text=text,
@@ -400,6 +402,7 @@ class MemoryService:
             soft_budget_tokens=min(config.soft_prompt_budget_tokens, remaining_tokens),
             max_budget_tokens=remaining_tokens,
             exclude_references=exclude_references,
+            active_skill=active_skill,
         )
         started = time.perf_counter()
         if not scope.loaded and scope.lock.locked():

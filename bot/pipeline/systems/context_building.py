@@ -2,11 +2,14 @@
 
 It is the one place the system prompt is assembled, in two system messages. The first holds what
 stays the same from message to message: the persona from the workspace's `preferences/system-prompt.md`
-(hand-editable; a built-in default when absent) and `# Memory` with MEMORY.md. The second, placed
-after the history just before the newest user message (`TURN_PROMPT_PARTS`), holds what is made for
-this message: the current date and time in the bot's time zone, `# Memory` with the structured pack
-or the daily notes, and `# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never
-failing the turn). So each request starts with the whole of the one before, which providers cache.
+(hand-editable; a built-in default when absent), `# Skills` (the skills in the workspace, names and
+descriptions within `skills.promptBudgetChars`) and the active skill's instructions (read from
+SKILL.md each time), and `# Memory` with MEMORY.md. The second, placed after the history just before
+the newest user message (`TURN_PROMPT_PARTS`), holds what is made for this message: the current date
+and time in the bot's time zone, `# Memory` with the structured pack or the daily notes, and
+`# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never failing the turn). So
+each request starts with the whole of the one before, which providers cache. The active skill is
+passed to memory retrieval, which favours the procedural items tagged with it.
 It runs before MemoryPersist (50), so the model sees memory as it was before this exchange.
 """
 
@@ -21,6 +24,8 @@ from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
 from bot.rag.service import RagService
+from bot.skills.library import SkillLibrary, render_catalog, render_instructions
+from bot.skills.tools import active_skill
 from bot.storage.files import read_text
 from bot.workspace import Workspace
 
@@ -44,12 +49,14 @@ class ContextBuildingSystem(PipelineSystem):
         memory: MemoryService | None = None,
         rag: RagService | None = None,
         compaction: CompactionService | None = None,
+        skills: SkillLibrary | None = None,
     ) -> None:
         self._workspace = workspace
         self._clock = clock
         self._memory = memory
         self._rag = rag
         self._compaction = compaction
+        self._skills = skills
 
     async def process(self, ctx: TurnContext) -> None:
         persona = await read_text(self._workspace.system_prompt_file)
@@ -58,7 +65,8 @@ class ContextBuildingSystem(PipelineSystem):
         ctx.system_prompt_parts["time"] = (
             f"Current date and time: {now.strftime('%A, %Y-%m-%d %H:%M')} ({now.tzname()})."
         )
-        memory = await self._memory_part(ctx)
+        skill = await self._skills_part(ctx)
+        memory = await self._memory_part(ctx, skill)
         if memory is not None and memory.stable:
             ctx.system_prompt_parts["memory"] = memory.stable
         if memory is not None and memory.turn:
@@ -87,14 +95,40 @@ class ContextBuildingSystem(PipelineSystem):
                 log.warning("[Context] %s cut to its share: %d of %d tokens", share.name, share.cap, share.tokens)
         ctx.system_prompt_parts = fitted
 
-    async def _memory_part(self, ctx: TurnContext) -> MemoryPrompt | None:
+    async def _skills_part(self, ctx: TurnContext) -> str | None:
+        """Adds `# Skills` and the active skill's instructions; returns the active skill's name."""
+        config = ctx.config.skills
+        if self._skills is None or not config.enabled:
+            return None
+        try:
+            skills = await self._skills.skills()
+        except OSError as error:
+            log.warning("[Context] Skills could not be read: %s", error)
+            return None
+        catalog = render_catalog(skills, config.prompt_budget_chars, config.max_description_chars)
+        if catalog:
+            ctx.system_prompt_parts["skills"] = catalog
+        name = active_skill(ctx.session)
+        skill = next((skill for skill in skills if name is not None and skill.name.lower() == name.lower()), None)
+        if skill is None:
+            return None  # switched off, or its folder is gone: nothing to follow, nothing to favour
+        ctx.system_prompt_parts["skill"] = render_instructions(skill, config.max_instructions_chars)
+        return skill.name
+
+    async def _memory_part(self, ctx: TurnContext, skill: str | None = None) -> MemoryPrompt | None:
         if self._memory is None or not ctx.config.memory.enabled:
             return None
         # Chosen against the share the prompt plan gives memory, so nothing chosen is cut afterwards.
         share = self._compaction.budget(ctx.model, ctx.config).cap(MEMORY) if self._compaction else None
         try:
             prompt = await self._memory.build_prompt(
-                ctx.config.memory, ctx.session.id, ctx.user_message.content, ctx.session.messages, share, ctx.model
+                ctx.config.memory,
+                ctx.session.id,
+                ctx.user_message.content,
+                live=ctx.session.messages,
+                share_tokens=share,
+                model=ctx.model,
+                active_skill=skill,
             )
         except Exception:
             # Memory is worth a lot, but never the answer itself.

@@ -59,7 +59,9 @@ class ToolLoopExecutionSystem(PipelineSystem):
 
     async def process(self, ctx: TurnContext) -> None:
         loop_config = ctx.config.tool_loop
-        tool_context = ToolContext(ctx.session.id, ctx.session.channel_type, ctx.session.chat_id, ctx.config)
+        tool_context = ToolContext(
+            ctx.session.id, ctx.session.channel_type, ctx.session.chat_id, ctx.config, ctx.turn_id
+        )
         for _ in range(loop_config.max_iterations):
             await self._close_orphans(ctx)
             result = await self._ask_model(ctx)
@@ -69,7 +71,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
             calls = Message.assistant(result.text, tool_calls=result.tool_calls)
             await self._store(ctx, [calls])
             names = ", ".join(clip(call.name, MAX_NAME_CHARS) for call in result.tool_calls)
-            log.info("[ToolLoop] %s asked for %s", ctx.model, names)
+            log.info("[ToolLoop] turn %s: %s asked for %s", ctx.turn_id, ctx.model, names)
             outputs = await asyncio.gather(*(self._run_tool(call, tool_context) for call in result.tool_calls))
             await self._store(
                 ctx,
@@ -130,7 +132,10 @@ class ToolLoopExecutionSystem(PipelineSystem):
             outcome = await asyncio.wait_for(self._tools.execute(call, tool_context), loop_config.tool_timeout_seconds)
             content = outcome.content
         except TimeoutError:
-            log.warning("[ToolLoop] %s timed out after %.0f s", call.name, loop_config.tool_timeout_seconds)
+            log.warning(
+                "[ToolLoop] turn %s: %s timed out after %.0f s",
+                tool_context.turn_id, call.name, loop_config.tool_timeout_seconds,
+            )  # fmt: skip
             content = f"Error: {call.name} did not finish within {loop_config.tool_timeout_seconds:.0f} seconds."
         return await evict_if_large(
             content,
