@@ -34,6 +34,8 @@ from bot.http.listener import HttpListener
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
+from bot.media.intake import MediaIntake, VisionSupport
+from bot.media.store import MediaStore
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
@@ -145,10 +147,12 @@ def build_services(env: EnvSettings) -> BotServices:
     )
     if config_store.config.memory.enabled:
         compaction.set_pre_compaction_sink(PreCompactionMemory(memory, config_store))
+    media_store = MediaStore(workspace.root)
+    vision = VisionSupport()
     systems = [
         AutoCompactionSystem(compaction),
         ContextBuildingSystem(workspace, clock, memory, rag, compaction),
-        ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction),
+        ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction, media_store, vision),
         MemoryPersistSystem(memory, clock),
         RagIndexingSystem(rag, clock),
     ]
@@ -162,7 +166,8 @@ def build_services(env: EnvSettings) -> BotServices:
     inbox = Inbox(workspace.root / "state" / "inbox.jsonl")
     documents = DocumentReader(rag, workspace.rag_dir, lambda: config_store.config, clock)
     register_docs_command(commands, documents)
-    router = InboundRouter(runner, commands, access, inbox, documents)
+    media = MediaIntake(media_store, llm, vision)
+    router = InboundRouter(runner, commands, access, inbox, documents, media, config_store)
     metrics.watch_queues(router.dispatcher.queue_depths)
     scheduler = BotScheduler()
 

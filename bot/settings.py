@@ -266,6 +266,27 @@ class RagConfig(ConfigSection):
     cosine_threshold: float = Field(0.2, ge=-1, le=1)
 
 
+class MediaConfig(ConfigSection):
+    """The `media` section: photos and voice notes people send (README "Photos, voice, replies and edits")."""
+
+    # Whether the chat model can see images; false sends the caption alone (the reply says so once).
+    vision_enabled: bool = True
+    # Of a photo's sizes, the largest within this many pixels goes to the model.
+    max_image_pixels: int = Field(1_600_000, ge=10_000, le=50_000_000)
+    # An image (photo or image file) larger than this many bytes is refused with a clear answer.
+    max_image_bytes: int = Field(10_000_000, ge=1000, le=50_000_000)
+    # The images of the newest this-many image-bearing user messages go to the model; older ones are
+    # replaced by a one-line stand-in (the caption, or what the model said when it saw it).
+    images_in_prompt: int = Field(3, ge=0, le=50)
+    # The endpoint's audio transcription model (`/audio/transcriptions`).
+    transcription_model: str = "whisper-1"
+    # A voice note or audio file larger than this many bytes is refused with a clear answer.
+    max_audio_bytes: int = Field(20_000_000, ge=1000, le=100_000_000)
+    # A transcript longer than this is shown back to the sender, cut to this many characters.
+    transcript_echo_chars: int = Field(300, ge=0, le=4000)
+    transcription_timeout_seconds: float = Field(120.0, gt=0)
+
+
 class RuntimeConfig(ConfigSection):
     """The whole `runtime-config.json`. A file need only hold the keys it changes."""
 
@@ -278,3 +299,4 @@ class RuntimeConfig(ConfigSection):
     pairing: PairingConfig = PairingConfig()
     telegram: TelegramConfig = TelegramConfig()
     rag: RagConfig = RagConfig()
+    media: MediaConfig = MediaConfig()

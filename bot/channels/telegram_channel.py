@@ -162,7 +162,8 @@ class TelegramChannel(Channel):
             # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
             self._in_background(self._answer_callback(str(query.get("id", ""))))
             return
-        inbound = inbound_from_update(update, self._identity, self._config().telegram.groups)
+        config = self._config()
+        inbound = inbound_from_update(update, self._identity, config.telegram.groups, config.media.max_image_pixels)
         if inbound is None:
             return
         try:

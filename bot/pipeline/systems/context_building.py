@@ -17,6 +17,7 @@ from bot.compaction.service import CompactionService
 from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.turn_storage import GROUP_KEY
 from bot.rag.service import RagService
 from bot.storage.files import read_text
 from bot.workspace import Workspace
@@ -54,7 +55,7 @@ class ContextBuildingSystem(PipelineSystem):
         now = self._clock.now()
         ctx.system_prompt_parts["time"] = (
             f"Current date and time: {now.strftime('%A, %Y-%m-%d %H:%M')} ({now.tzname()})."
-        )
+        ) + _people_line(ctx)
         memory = await self._memory_part(ctx)
         if memory:
             ctx.system_prompt_parts["memory"] = memory
@@ -104,3 +105,17 @@ class ContextBuildingSystem(PipelineSystem):
             log.exception("[RAG] Relevant Memory could not be read; answering without it")
             return ""
         return retrieved.text
+
+
+GROUP_CHAT_LINE = (
+    "This is a group chat: each user message starts with its sender's name. "
+    '"I", "me" and "my" in a message mean its sender, not the others.'
+)
+
+
+def _people_line(ctx: TurnContext) -> str:
+    """Who the model talks with: in a group, how messages are named; in a private chat, the person (once)."""
+    if ctx.inbound.is_group or ctx.session.metadata.get(GROUP_KEY):
+        return "\n" + GROUP_CHAT_LINE
+    sender = ctx.user_message.sender
+    return f"\nYou are talking with {sender.name} (user id {sender.id})." if sender is not None else ""
