@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field
 
 from bot.channels.base import (
@@ -163,7 +164,7 @@ class MediaIntake:
         extra[TRANSCRIBED] = "1"
         notes = []
         if config.transcript_echo_chars and len(transcript) > config.transcript_echo_chars:
-            notes.append(TRANSCRIPT_ECHO.format(text=transcript[: config.transcript_echo_chars].rstrip() + "…"))
+            notes.append(TRANSCRIPT_ECHO.format(text=_cut_at_word(transcript, config.transcript_echo_chars)))
         return Prepared(dataclasses.replace(inbound, text=text, extra=extra), notes)
 
 
@@ -174,9 +175,17 @@ def _as_int(value: str) -> int:
         return 0
 
 
+def _cut_at_word(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a word boundary, with an ellipsis."""
+    cut = text[:limit]
+    if text[limit : limit + 1].strip() and " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip() + "…"
+
+
 def _reason(detail: str) -> str:
-    """The endpoint's own words, short: "Error code: 400 - {...'message': 'Invalid file format.'...}"."""
-    marker = "'message': '"
-    if marker in detail:
-        return detail.split(marker, 1)[1].split("'", 1)[0][:160]
-    return detail[:160]
+    """The endpoint's own words, short: "Error code: 400 - Invalid file format. ..." → "Invalid file format"."""
+    words = re.sub(r"^Error code: \d+ - ", "", detail)
+    if "'message': '" in words:
+        words = words.split("'message': '", 1)[1].split("'", 1)[0]
+    return words.split(". ", 1)[0].rstrip(".")[:160]
