@@ -20,8 +20,10 @@ from bot.channels.telegram_dedup import SeenUpdates
 from bot.clock import Clock, resolve_timezone
 from bot.commands.basic import register_basic_commands
 from bot.commands.compaction import register_compaction_commands
+from bot.commands.conversation import register_conversation_commands
 from bot.commands.docs import register_docs_command
 from bot.commands.memory import register_memory_commands
+from bot.commands.model import ModelSwitch, register_model_command
 from bot.commands.registry import CommandRegistry
 from bot.commands.status import StatusReporter
 from bot.compaction.estimator import TokenEstimator
@@ -122,6 +124,8 @@ def build_services(env: EnvSettings) -> BotServices:
         {"llm": {"model": env.bot_model}} if env.bot_model else None,
     )
     config_store.load_now()
+    model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
+    model_switch.restore()
     models = ModelRegistry.load(config_dir / "models.json", workspace.models_file)
     sessions = SessionService(workspace.sessions_dir)
     api_key = env.openai_api_key.get_secret_value() if env.openai_api_key else None
@@ -162,6 +166,8 @@ def build_services(env: EnvSettings) -> BotServices:
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)
+    register_conversation_commands(commands, sessions, lambda inbound, channel: runner.run(inbound, channel), clock)
+    register_model_command(commands, model_switch, config_store)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
     inbox = Inbox(workspace.root / "state" / "inbox.jsonl")
     documents = DocumentReader(rag, workspace.rag_dir, lambda: config_store.config, clock)

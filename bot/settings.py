@@ -142,6 +142,8 @@ class AccessConfig(ConfigSection):
 
 class LlmConfig(ConfigSection):
     model: str = "gpt-4o-mini"
+    # Further chat models the owner may switch to with `/model NAME` (besides `model` and `balancedModel`).
+    models: list[str] = Field(default_factory=list)
     # The model for summaries and other background work; null means the chat model.
     balanced_model: str | None = None
     temperature: float = Field(0.7, ge=0, le=2)

@@ -71,6 +71,10 @@ class Channel(ABC):
         """A stream to show a reply as it is written, or None when the channel cannot (the default)."""
         return None
 
+    async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
+        """Deliver a file to the chat; False when this channel cannot send files (the default)."""
+        return False
+
     async def download(self, file_id: str) -> bytes:
         """The bytes of a file sent in a chat (`FILE_ID`); raises `FileUnavailable` with the reason."""
         raise FileUnavailable("this channel cannot receive files")

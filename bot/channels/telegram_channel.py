@@ -208,6 +208,15 @@ class TelegramChannel(Channel):
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         await self._delivery.edit(int(chat_id), int(message_id), text, self._config().telegram)
 
+    async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
+        config = self._config().telegram
+        await call_with_retries(
+            lambda: self._backend.send_document(int(chat_id), file_name, data, caption, config.send_timeout_seconds),
+            config,
+            "sendDocument",
+        )
+        return True
+
     def open_stream(self, chat_id: str) -> ReplyStream | None:
         return TelegramReplyStream(self._delivery, int(chat_id), self._config)
 

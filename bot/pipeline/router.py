@@ -180,7 +180,8 @@ class InboundRouter:
 
     async def _answer_command(self, inbound: InboundMessage, channel: Channel) -> None:
         reply = await self._commands.execute(inbound, channel)
-        await channel.send_text(inbound.chat_id, reply)
+        if reply:  # empty: the command answered by itself (/retry runs the pipeline, /export sends a file)
+            await channel.send_text(inbound.chat_id, reply)
 
     async def _stop(self, request: CommandRequest) -> str:
         session_id = request.inbound.session_id
