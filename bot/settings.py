@@ -53,8 +53,9 @@ class MemoryConfig(ConfigSection):
     """The `memory` section; README's "Memory" part documents every key."""
 
     enabled: bool = True
-    # `global`: one memory for the owner across chats; `chat`: each chat its own, strictly apart.
-    scope: Literal["global", "chat"] = "global"
+    # `global`: one memory for the owner across chats; `chat`: each chat its own, strictly apart;
+    # `user`: each person their own across the chats they share with the bot, each group its own.
+    scope: Literal["global", "chat", "user"] = "global"
     recent_days: int = Field(7, ge=0, le=365)
     soft_prompt_budget_tokens: int = Field(1800, ge=0)
     max_prompt_budget_tokens: int = Field(3500, ge=0)

@@ -104,6 +104,8 @@ class TurnMemoryEvent:
     user_message_id: str | None = None
     assistant_message_id: str | None = None
     tool_names: tuple[str, ...] = ()
+    # The memory it is written to when not the session's own (a person's, under `memory.scope: user`).
+    memory_key: str | None = None
 
 
 @dataclass(frozen=True)
