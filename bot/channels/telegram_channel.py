@@ -17,6 +17,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from bot.settings import RuntimeConfig
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_URL = re.compile(r"\b\w+://\S+")
 STALE_BUTTON_TEXT = "This button is no longer active."
 
 
@@ -228,7 +230,9 @@ class TelegramChannel(Channel):
         except DeliveryFailed as error:
             if "too big" in str(error).lower():
                 raise FileUnavailable("Telegram lets bots download files of at most 20 MB") from error
-            raise FileUnavailable(f"Telegram did not give me the file ({error})") from error
+            # A transport error may quote the file URL, which holds the token: never in a reply.
+            reason = _URL.sub("[file URL]", str(error))
+            raise FileUnavailable(f"Telegram did not give me the file ({reason})") from error
 
     async def send_typing(self, chat_id: str) -> None:
         # One try: a missed indicator is harmless, and retrying it would only delay the reply.
