@@ -421,6 +421,8 @@ class MemoryService:
     ) -> WriteReport:
         """The structured write of a finished turn: the episodic item and what extraction found."""
         candidates = await self._extract(config, event, previous_assistant_text, model)
+        if event.speaker:
+            candidates = [attributed(candidate, event.speaker) for candidate in candidates]
         scope = await self.scope(config, event.memory_key or event.session_id)
         async with self.fresh(scope):
             report = scope.writer.record_turn(event, candidates, config)
@@ -554,3 +556,11 @@ class MemoryStatus:
     embedder: str | None = None
     # Lines of the item files that are not valid items (kept in the files, left out of memory).
     skipped_lines: int = 0
+
+
+def attributed(candidate: MemoryCandidate, speaker: str) -> MemoryCandidate:
+    """`candidate` as said by `speaker`: "Name: content", and its slot the speaker's own ("Name: lives in")."""
+    prefix = f"{speaker}: "
+    content = candidate.content if candidate.content.startswith(prefix) else prefix + candidate.content
+    key = None if candidate.key is None else prefix + candidate.key
+    return dataclasses.replace(candidate, content=content, key=key)

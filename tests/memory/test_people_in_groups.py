@@ -4,6 +4,7 @@ Through Telegram (the real clients against the fake Bot API) and the fake model.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -45,17 +46,29 @@ def text_under(folder: Path) -> str:
 async def test_group_memory_is_kept_apart_per_person(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
-    await say(fake_telegram, GROUP, "@test_bot I live in Lyon", ANN, "Ann")
+    await say(fake_telegram, GROUP, "@test_bot I live in Lyon. My favourite colour is blue.", ANN, "Ann")
     await say(fake_telegram, GROUP, "@test_bot I live in Porto", BOB, "Bob")
     # The model is told who speaks, and that "I" means the sender.
-    assert fake_openai.user_texts()[-2:] == ["Ann: I live in Lyon", "Bob: I live in Porto"]
+    assert fake_openai.user_texts()[-2:] == [
+        "Ann: I live in Lyon. My favourite colour is blue.",
+        "Bob: I live in Porto",
+    ]
     assert GROUP_CHAT_LINE in (fake_openai.system_prompts()[-1] or "")
     await bot.services.router.dispatcher.drain()
 
     memory = bot.workspace / "memory"
     group_notes = text_under(memory / "chats" / f"telegram:{GROUP}")
-    assert "User: Ann: I live in Lyon | Assistant:" in group_notes  # the group's own memory names each speaker
-    assert "User: Bob: I live in Porto | Assistant:" in group_notes
+    assert "User: Ann: I live in Lyon. My favourite colour is blue. | Assistant:" in group_notes
+    assert "User: Bob: I live in Porto | Assistant:" in group_notes  # the group's own memory names each speaker
+    items = [
+        json.loads(line)
+        for path in (memory / "chats" / f"telegram:{GROUP}" / "items").rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    facts = {item["content"]: item for item in items if item["type"] != "turn"}
+    # Each fact is its speaker's, under a key of theirs: Bob's city does not replace Ann's.
+    assert {"Ann: I live in Lyon.", "Ann: My favourite colour is blue.", "Bob: I live in Porto"} <= set(facts)
+    assert not any("supersededBy" in fact for fact in facts.values())
     ann, bob = text_under(memory / "users" / f"telegram:{ANN}"), text_under(memory / "users" / f"telegram:{BOB}")
     assert "I live in Lyon" in ann and "Porto" not in ann
     assert "I live in Porto" in bob and "Lyon" not in bob

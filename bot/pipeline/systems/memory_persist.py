@@ -60,6 +60,7 @@ class MemoryPersistSystem(PipelineSystem):
         event = TurnMemoryEvent(
             session_id=ctx.session.id,
             user_text=f"{sender.name}: {said}" if in_group and sender is not None else said,
+            speaker=sender.name if in_group and sender is not None else None,
             assistant_text=ctx.reply_text or "",
             timestamp=self._clock.now(),
             user_message_id=ctx.user_message.id,
@@ -69,7 +70,7 @@ class MemoryPersistSystem(PipelineSystem):
         writes = [self._append_note(ctx, event), self._record(ctx, event)]
         if in_group and sender is not None and ctx.config.memory.scope == "user":
             own = dataclasses.replace(
-                event, user_text=said, memory_key=person_memory_key(ctx.session.channel_type, sender.id)
+                event, user_text=said, speaker=None, memory_key=person_memory_key(ctx.session.channel_type, sender.id)
             )
             writes += [self._append_note(ctx, own), self._record(ctx, own)]
         # The writes touch different files: done side by side, the chat's next message waits less.
