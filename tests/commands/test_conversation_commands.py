@@ -6,11 +6,9 @@ import json
 from pathlib import Path
 
 from tests.channels.telegram_harness import GROUP, OWNER, start_bot
+from tests.fakes.bot_fixtures import BotFactory
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.media.conftest import BotFactory
-
-pytest_plugins = ["tests.media.conftest"]
 
 
 async def ask(fake_telegram: FakeTelegram, chat: int, text: str, **options: object) -> str:

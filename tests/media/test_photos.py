@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 from tests.channels.telegram_harness import OWNER
+from tests.fakes.bot_fixtures import BotFactory
 from tests.fakes.openai_server import FakeOpenAI, Fault
 from tests.fakes.telegram_server import FakeTelegram
-from tests.media.conftest import BotFactory
 
 JPEG = b"\xff\xd8\xff\xe0" + b"a cat on a red sofa" * 40
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from tests.channels.telegram_harness import OWNER
+from tests.fakes.bot_fixtures import BotFactory
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
-from tests.media.conftest import BotFactory
 
 
 def message_id_of(fake_telegram: FakeTelegram, update_id: int) -> int:

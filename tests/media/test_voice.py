@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from tests.channels.telegram_harness import OWNER
+from tests.fakes.bot_fixtures import BotFactory
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.media.conftest import BotFactory
 
 OGG = b"OggS\x00" + b"\x01voice frames" * 50
 

@@ -1,4 +1,5 @@
-"""Fixtures for what people send besides text: each end-to-end test runs once per Telegram backend."""
+"""Fixtures for end-to-end tests through Telegram: `backend` runs a test once per Telegram backend,
+`start` starts the bot (with extra runtime-config) on the fake model and the fake Bot API."""
 
 from __future__ import annotations
 
