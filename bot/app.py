@@ -21,8 +21,10 @@ from bot.channels.telegram_dedup import SeenUpdates
 from bot.clock import Clock, resolve_timezone
 from bot.commands.basic import register_basic_commands
 from bot.commands.compaction import register_compaction_commands
+from bot.commands.conversation import register_conversation_commands
 from bot.commands.docs import register_docs_command
 from bot.commands.memory import register_memory_commands
+from bot.commands.model import ModelSwitch, register_model_command
 from bot.commands.registry import CommandRegistry
 from bot.commands.status import StatusReporter
 from bot.compaction.estimator import TokenEstimator
@@ -36,6 +38,8 @@ from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
 from bot.logging_setup import secrets_in_environment
+from bot.media.intake import MediaIntake, VisionSupport
+from bot.media.store import MediaStore
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
@@ -128,6 +132,8 @@ def build_services(env: EnvSettings) -> BotServices:
         {"llm": {"model": env.bot_model}} if env.bot_model else None,
     )
     config_store.load_now()
+    model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
+    model_switch.restore()
     models = ModelRegistry.load(config_dir / "models.json", workspace.models_file)
     sessions = SessionService(workspace.sessions_dir)
     api_key = env.openai_api_key.get_secret_value() if env.openai_api_key else None
@@ -166,10 +172,12 @@ def build_services(env: EnvSettings) -> BotServices:
     skills = SkillLibrary(workspace.skills_dir)
     skill_tools = SkillTools(skills, sessions, lambda: config_store.config)
     tools.add_source(skill_tools)
+    media_store = MediaStore(workspace.root)
+    vision = VisionSupport()
     systems = [
         AutoCompactionSystem(compaction),
         ContextBuildingSystem(workspace, clock, memory, rag, compaction, skills),
-        ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction),
+        ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction, media_store, vision),
         MemoryPersistSystem(memory, clock),
         RagIndexingSystem(rag, clock),
     ]
@@ -180,11 +188,14 @@ def build_services(env: EnvSettings) -> BotServices:
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)
     skill_tools.register_command(commands)
+    register_conversation_commands(commands, sessions, lambda inbound, channel: runner.run(inbound, channel), clock)
+    register_model_command(commands, model_switch, config_store)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
     inbox = Inbox(workspace.root / "state" / "inbox.jsonl")
     documents = DocumentReader(rag, workspace.rag_dir, lambda: config_store.config, clock)
     register_docs_command(commands, documents)
-    router = InboundRouter(runner, commands, access, inbox, documents)
+    media = MediaIntake(media_store, llm, vision)
+    router = InboundRouter(runner, commands, access, inbox, documents, media, config_store)
     metrics.watch_queues(router.dispatcher.queue_depths)
     scheduler = BotScheduler()
 

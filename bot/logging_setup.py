@@ -73,8 +73,10 @@ class SecretScrubbingRecordFactory:
             return  # a broken format string: the handler reports it, with nothing formatted to leak
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if any(secret in message for secret in self.secrets):
-            record.msg, record.args = redact(message, self.secrets), None
+        # Frozen as text whether or not a secret is in it now: a library may change an argument after
+        # logging it (python-telegram-bot turns a logged getFile result's file_path into the file URL,
+        # which holds the token), and the handler would format the changed value.
+        record.msg, record.args = redact(message, self.secrets), None
         if record.exc_text:
             record.exc_text = redact(record.exc_text, self.secrets)
         if record.stack_info:

@@ -94,6 +94,12 @@ class RuntimeConfigStore:
                     await asyncio.to_thread(self._reload, signature)
         return self._config
 
+    def set_overrides(self, overrides: dict[str, Any]) -> RuntimeConfig:
+        """Merge `overrides` over the ones in force (e.g. `/model` setting `llm.model`) and apply them now."""
+        self._overrides = deep_merge(self._overrides, overrides)
+        self._reload(self._file_signature())
+        return self._config
+
     def load_now(self) -> RuntimeConfig:
         """Read the file synchronously (start-up and the command line)."""
         self._reload(self._file_signature())

@@ -64,8 +64,9 @@ class MemoryConfig(ConfigSection):
     """The `memory` section; README's "Memory" part documents every key."""
 
     enabled: bool = True
-    # `global`: one memory for the owner across chats; `chat`: each chat its own, strictly apart.
-    scope: Literal["global", "chat"] = "global"
+    # `global`: one memory for the owner across chats; `chat`: each chat its own, strictly apart;
+    # `user`: each person their own across the chats they share with the bot, each group its own.
+    scope: Literal["global", "chat", "user"] = "global"
     recent_days: int = Field(7, ge=0, le=365)
     soft_prompt_budget_tokens: int = Field(1800, ge=0)
     max_prompt_budget_tokens: int = Field(3500, ge=0)
@@ -153,6 +154,8 @@ class AccessConfig(ConfigSection):
 
 class LlmConfig(ConfigSection):
     model: str = "gpt-4o-mini"
+    # Further chat models the owner may switch to with `/model NAME` (besides `model` and `balancedModel`).
+    models: list[str] = Field(default_factory=list)
     # The model for summaries and other background work; null means the chat model.
     balanced_model: str | None = None
     temperature: float = Field(0.7, ge=0, le=2)
@@ -356,6 +359,27 @@ class SkillsConfig(ConfigSection):
     max_instructions_chars: int = Field(20000, ge=500)
 
 
+class MediaConfig(ConfigSection):
+    """The `media` section: photos and voice notes people send (README "Photos, voice, replies and edits")."""
+
+    # Whether the chat model can see images; false sends the caption alone (the reply says so once).
+    vision_enabled: bool = True
+    # Of a photo's sizes, the largest within this many pixels goes to the model.
+    max_image_pixels: int = Field(1_600_000, ge=10_000, le=50_000_000)
+    # An image (photo or image file) larger than this many bytes is refused with a clear answer.
+    max_image_bytes: int = Field(10_000_000, ge=1000, le=50_000_000)
+    # The images of the newest this-many image-bearing user messages go to the model; older ones are
+    # replaced by a one-line stand-in (the caption, or what the model said when it saw it).
+    images_in_prompt: int = Field(3, ge=0, le=50)
+    # The endpoint's audio transcription model (`/audio/transcriptions`).
+    transcription_model: str = "whisper-1"
+    # A voice note or audio file larger than this many bytes is refused with a clear answer.
+    max_audio_bytes: int = Field(20_000_000, ge=1000, le=100_000_000)
+    # A transcript longer than this is shown back to the sender, cut to this many characters.
+    transcript_echo_chars: int = Field(300, ge=0, le=4000)
+    transcription_timeout_seconds: float = Field(120.0, gt=0)
+
+
 class RuntimeConfig(ConfigSection):
     """The whole `runtime-config.json`. A file need only hold the keys it changes."""
 
@@ -373,6 +397,7 @@ class RuntimeConfig(ConfigSection):
     mcp_servers: dict[str, McpServerConfig] = {}
     web: WebConfig = WebConfig()
     skills: SkillsConfig = SkillsConfig()
+    media: MediaConfig = MediaConfig()
 
     @model_validator(mode="after")
     def _server_names(self) -> RuntimeConfig:

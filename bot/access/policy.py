@@ -85,6 +85,13 @@ class AccessPolicy:
         return AccessDecision(admitted=False, reply=pairing_reply(request.code, config.pairing.code_ttl_minutes))
 
 
+def is_owner(inbound: InboundMessage, allowed_users: list[int]) -> bool:
+    """The owner: the first id of `access.allowedUsers` on a guarded channel; the terminal is the owner's own."""
+    if inbound.channel_type not in GUARDED_CHANNELS:
+        return True
+    return bool(allowed_users) and _as_int(inbound.user_id) == allowed_users[0]
+
+
 def _as_int(value: str) -> int | None:
     try:
         return int(value)

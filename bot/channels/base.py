@@ -22,6 +22,15 @@ CHANNEL_NOTICE = "channelNotice"
 # `InboundMessage.extra` keys of a file sent in the chat (a document): the channel's reference to fetch
 # it with `Channel.download`, its name, size in bytes and MIME type as the sender's app gave them.
 FILE_ID, FILE_NAME, FILE_SIZE, FILE_MIME = "fileId", "fileName", "fileSize", "fileMime"
+# `InboundMessage.extra` keys of an image for the model (a photo, or an image sent as a file): the
+# reference to fetch it with `Channel.download`, its size in bytes and MIME type.
+IMAGE_ID, IMAGE_SIZE, IMAGE_MIME = "imageId", "imageSize", "imageMime"
+# ... of a voice note or audio file to transcribe: reference, size in bytes, MIME type, file name.
+AUDIO_ID, AUDIO_SIZE, AUDIO_MIME, AUDIO_NAME = "audioId", "audioSize", "audioMime", "audioName"
+# ... of the message this one replies to: its author's display name and its text (or caption).
+QUOTE_AUTHOR, QUOTE_TEXT = "quoteAuthor", "quoteText"
+# ... set ("1") on a new version of a message the person edited; `message_id` is the edited message's.
+EDITED = "edited"
 
 
 class FileUnavailable(Exception):
@@ -61,6 +70,10 @@ class Channel(ABC):
     def open_stream(self, chat_id: str) -> ReplyStream | None:
         """A stream to show a reply as it is written, or None when the channel cannot (the default)."""
         return None
+
+    async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
+        """Deliver a file to the chat; False when this channel cannot send files (the default)."""
+        return False
 
     async def download(self, file_id: str) -> bytes:
         """The bytes of a file sent in a chat (`FILE_ID`); raises `FileUnavailable` with the reason."""

@@ -22,7 +22,7 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import BotCommand, MessageEntity
+from aiogram.types import BotCommand, BufferedInputFile, MessageEntity
 
 from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient
 from bot.channels.telegram_updates import BotIdentity
@@ -81,6 +81,19 @@ class AiogramBackend:
         message = await _translated(
             lambda: self._bot.send_message(
                 chat_id, text, entities=_entities(entities), request_timeout=max(1, round(answer_timeout))
+            )
+        )
+        return int(message.message_id)
+
+    async def send_document(
+        self, chat_id: int, file_name: str, data: bytes, caption: str | None, answer_timeout: float
+    ) -> int:
+        message = await _translated(
+            lambda: self._bot.send_document(
+                chat_id,
+                BufferedInputFile(data, filename=file_name),
+                caption=caption,
+                request_timeout=max(1, round(answer_timeout)),
             )
         )
         return int(message.message_id)

@@ -99,6 +99,12 @@ class TelegramBackend(Protocol):
         self, chat_id: int, message_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
     ) -> None: ...
 
+    async def send_document(
+        self, chat_id: int, file_name: str, data: bytes, caption: str | None, answer_timeout: float
+    ) -> int:
+        """sendDocument with the file uploaded; returns the new message's id."""
+        ...
+
     async def send_message_draft(
         self, chat_id: int, draft_id: int, text: str, entities: list[dict[str, object]] | None
     ) -> None:

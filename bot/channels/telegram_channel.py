@@ -17,6 +17,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from bot.settings import RuntimeConfig
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_URL = re.compile(r"\b\w+://\S+")
 STALE_BUTTON_TEXT = "This button is no longer active."
 
 
@@ -162,7 +164,8 @@ class TelegramChannel(Channel):
             # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
             self._in_background(self._answer_callback(str(query.get("id", ""))))
             return
-        inbound = inbound_from_update(update, self._identity, self._config().telegram.groups)
+        config = self._config()
+        inbound = inbound_from_update(update, self._identity, config.telegram.groups, config.media.max_image_pixels)
         if inbound is None:
             return
         try:
@@ -207,6 +210,15 @@ class TelegramChannel(Channel):
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         await self._delivery.edit(int(chat_id), int(message_id), text, self._config().telegram)
 
+    async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
+        config = self._config().telegram
+        await call_with_retries(
+            lambda: self._backend.send_document(int(chat_id), file_name, data, caption, config.send_timeout_seconds),
+            config,
+            "sendDocument",
+        )
+        return True
+
     def open_stream(self, chat_id: str) -> ReplyStream | None:
         return TelegramReplyStream(self._delivery, int(chat_id), self._config)
 
@@ -218,7 +230,9 @@ class TelegramChannel(Channel):
         except DeliveryFailed as error:
             if "too big" in str(error).lower():
                 raise FileUnavailable("Telegram lets bots download files of at most 20 MB") from error
-            raise FileUnavailable(f"Telegram did not give me the file ({error})") from error
+            # A transport error may quote the file URL, which holds the token: never in a reply.
+            reason = _URL.sub("[file URL]", str(error))
+            raise FileUnavailable(f"Telegram did not give me the file ({reason})") from error
 
     async def send_typing(self, chat_id: str) -> None:
         # One try: a missed indicator is harmless, and retrying it would only delay the reply.

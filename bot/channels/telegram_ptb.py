@@ -93,6 +93,20 @@ class PtbBackend:
         )
         return message.message_id
 
+    async def send_document(
+        self, chat_id: int, file_name: str, data: bytes, caption: str | None, answer_timeout: float
+    ) -> int:
+        message = await _translated(
+            lambda: self._bot.send_document(
+                chat_id,
+                telegram.InputFile(data, filename=file_name),
+                caption=caption,
+                read_timeout=answer_timeout,
+                write_timeout=answer_timeout,
+            )
+        )
+        return message.message_id
+
     async def edit_message_text(
         self, chat_id: int, message_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
     ) -> None:

@@ -5,12 +5,19 @@ Works on the raw Bot API JSON (an Update as a dict), so both backends and the we
 What becomes a message, and what does not:
 
 - text, and the caption of a photo, document, video or voice note (captions count as text);
-- a document (a file) carries its file id, name, size and type (`FILE_ID` ...): the pipeline reads it
-  into the knowledge graph, and its caption, if any, is answered as text;
+- a photo carries the largest size within the pixel budget (`IMAGE_ID` ...), and so does an image
+  sent as a file (a JPEG, PNG, WebP or GIF document): both go to the model as images;
+- a voice note or audio file carries its file (`AUDIO_ID` ...): the pipeline has it transcribed;
+- another document (a file) carries its file id, name, size and type (`FILE_ID` ...): the pipeline
+  reads it into the knowledge graph, and its caption, if any, is answered as text;
+- a reply carries the quoted text and its author (`QUOTE_TEXT`, `QUOTE_AUTHOR`), Telegram's partial
+  quote when the person picked one;
+- an edit of an earlier text or caption comes back as a message marked `EDITED` with the edited
+  message's id: the pipeline replaces the queued text or handles it as a correction;
 - other media without a caption get a short notice that only text is understood (`CHANNEL_NOTICE`),
   sent after the access check and in the chat's order, without a model call;
-- stickers, edits of earlier messages, service messages (members joining, pins ...) and anything
-  else are ignored by design: answering them would be noise;
+- stickers, service messages (members joining, pins ...) and anything else are ignored by design:
+  answering them would be noise;
 - in groups only messages addressed to the bot count (see `TelegramGroupsConfig`): a mention of
   @bot_username, a reply to the bot, or a command; a command for another bot (`/help@other_bot`) never.
 """
@@ -22,7 +29,23 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bot.channels.base import CHANNEL_NOTICE, FILE_ID, FILE_MIME, FILE_NAME, FILE_SIZE
+from bot.channels.base import (
+    AUDIO_ID,
+    AUDIO_MIME,
+    AUDIO_NAME,
+    AUDIO_SIZE,
+    CHANNEL_NOTICE,
+    EDITED,
+    FILE_ID,
+    FILE_MIME,
+    FILE_NAME,
+    FILE_SIZE,
+    IMAGE_ID,
+    IMAGE_MIME,
+    IMAGE_SIZE,
+    QUOTE_AUTHOR,
+    QUOTE_TEXT,
+)
 from bot.domain.inbound import InboundMessage
 from bot.settings import TelegramGroupsConfig
 
@@ -36,9 +59,6 @@ GROUP_CHAT_TYPES = frozenset({"group", "supergroup"})
 _CAPTIONED_MEDIA = ("photo", "document", "video", "animation", "audio", "voice")
 # Media the bot cannot understand yet, and what it says about them.
 _NOTICES = {
-    "photo": "I can't see images yet. Add a caption or describe the picture in words, and I'll help.",
-    "voice": "I can't listen to voice messages yet. Please type your message.",
-    "audio": "I can't listen to audio yet. Please type your message.",
     "video_note": "I can't watch video messages yet. Please type your message.",
     "video": "I can't watch videos yet. Please describe what you need in words.",
     "animation": "I can't watch animations yet. Please type your message.",
@@ -48,6 +68,11 @@ _NOTICES = {
     "contact": "I can only read text messages. Please type what you need.",
     "poll": "I can only read text messages. Please type what you need.",
 }
+# Images sent as a file that the model is shown as images (other files are read as documents).
+IMAGE_FILE_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".webp": "image/webp",
+                    ".gif": "image/gif"}  # fmt: skip
+# The quoted text of a reply is cut to this many characters before it reaches the model.
+QUOTE_MAX_CHARS = 500
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@([A-Za-z0-9_]+))?(?=\s|$)")
 
 
@@ -60,14 +85,20 @@ class BotIdentity:
 
 
 def inbound_from_update(
-    update: dict[str, Any], bot: BotIdentity, groups: TelegramGroupsConfig
+    update: dict[str, Any], bot: BotIdentity, groups: TelegramGroupsConfig, max_image_pixels: int = 1_600_000
 ) -> InboundMessage | None:
-    """The message a person sent in `update`, or None when the update is ignored by design."""
+    """The message a person sent in `update`, or None when the update is ignored by design.
+
+    `max_image_pixels`: of a photo's sizes, the largest within this many pixels is taken (the
+    smallest when none is).
+    """
     message = update.get("message")
+    edited = False
     if not isinstance(message, dict):
-        if "edited_message" in update:
-            log.debug("[Telegram] Ignored an edit of an earlier message (update %s)", update.get("update_id"))
-        return None
+        message = update.get("edited_message")
+        if not isinstance(message, dict):
+            return None
+        edited = True
     chat = message.get("chat") or {}
     sender = message.get("from") or {}
     if not chat or not sender or sender.get("is_bot"):
@@ -78,26 +109,18 @@ def inbound_from_update(
     text, entities, kind = _content(message)
     if kind is None:
         return None  # stickers, service messages and other things not worth an answer
+    if edited and not text.strip():
+        return None  # only a changed text or caption is news; the media itself cannot be edited into another
     if is_group:
         if not groups.enabled:
             return None
         addressed, text = _addressed_in_group(message, text, entities, bot, groups)
         if not addressed:
             return None
-    extra: dict[str, str] = {}
-    document = message.get("document")
-    if kind == "document" and isinstance(document, dict) and document.get("file_id"):
-        # A file to read: the pipeline fetches it (`Channel.download`) and files it in the knowledge graph.
-        extra.update({
-            FILE_ID: str(document["file_id"]),
-            FILE_NAME: str(document.get("file_name") or "document"),
-            FILE_SIZE: str(int(document.get("file_size") or 0)),
-            FILE_MIME: str(document.get("mime_type") or ""),
-        })  # fmt: skip
-    elif not text:
-        extra[CHANNEL_NOTICE] = _NOTICES[kind]
+    extra: dict[str, str] = {EDITED: "1"} if edited else _attachment(message, kind, text, max_image_pixels)
     if text and kind != "text":
         extra["attachment"] = kind
+    extra.update(_quoted(message, bot))
     return InboundMessage(
         channel_type=CHANNEL_TYPE,
         chat_id=str(chat["id"]),
@@ -105,10 +128,87 @@ def inbound_from_update(
         text=text,
         message_id=str(message.get("message_id")),
         username=sender.get("username"),
+        sender_name=display_name(sender),
         is_group=is_group,
         dedup_key=str(update.get("update_id")),
         extra=extra,
     )
+
+
+def display_name(user: dict[str, Any]) -> str | None:
+    """A Telegram user's name as their contacts see it: first and last name, else None."""
+    name = " ".join(str(user.get(part) or "").strip() for part in ("first_name", "last_name")).strip()
+    return name or None
+
+
+def _attachment(message: dict[str, Any], kind: str, text: str, max_image_pixels: int) -> dict[str, str]:
+    """The `extra` keys of what came with the message: an image, audio, a document, or a notice."""
+    if kind == "photo":
+        sizes = [size for size in message.get("photo") or [] if isinstance(size, dict) and size.get("file_id")]
+        if sizes:
+            chosen = _photo_size(sizes, max_image_pixels)
+            size = str(int(chosen.get("file_size") or 0))
+            return {IMAGE_ID: str(chosen["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: "image/jpeg"}
+    document = message.get("document")
+    if kind == "document" and isinstance(document, dict) and document.get("file_id"):
+        name = str(document.get("file_name") or "document")
+        mime = str(document.get("mime_type") or "")
+        size = str(int(document.get("file_size") or 0))
+        image_mime = _image_mime(name, mime)
+        if image_mime is not None:
+            return {IMAGE_ID: str(document["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: image_mime}
+        # A file to read: the pipeline fetches it (`Channel.download`) and files it in the knowledge graph.
+        return {FILE_ID: str(document["file_id"]), FILE_NAME: name, FILE_SIZE: size, FILE_MIME: mime}
+    audio = message.get(kind)
+    if kind in ("voice", "audio") and isinstance(audio, dict) and audio.get("file_id"):
+        default_name = "voice.ogg" if kind == "voice" else "audio.mp3"
+        return {
+            AUDIO_ID: str(audio["file_id"]),
+            AUDIO_SIZE: str(int(audio.get("file_size") or 0)),
+            AUDIO_MIME: str(audio.get("mime_type") or ""),
+            AUDIO_NAME: str(audio.get("file_name") or default_name),
+        }
+    if not text:
+        return {CHANNEL_NOTICE: _NOTICES.get(kind, _NOTICES["location"])}
+    return {}
+
+
+def _photo_size(sizes: list[dict[str, Any]], max_pixels: int) -> dict[str, Any]:
+    """The largest of a photo's sizes within `max_pixels`, or the smallest when none fits."""
+    by_area = sorted(sizes, key=lambda size: int(size.get("width") or 0) * int(size.get("height") or 0))
+    fitting = [size for size in by_area if int(size.get("width") or 0) * int(size.get("height") or 0) <= max_pixels]
+    return fitting[-1] if fitting else by_area[0]
+
+
+def _image_mime(file_name: str, mime: str) -> str | None:
+    """The image type of a file sent as a document, when it is one the model can be shown."""
+    if mime in IMAGE_FILE_TYPES.values():
+        return mime
+    if mime and not mime.startswith("application/octet-stream"):
+        return None
+    suffix = "." + file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
+    return IMAGE_FILE_TYPES.get(suffix)
+
+
+def _quoted(message: dict[str, Any], bot: BotIdentity) -> dict[str, str]:
+    """The reply's quoted text and author, when the message replies to one with text."""
+    replied = message.get("reply_to_message")
+    if not isinstance(replied, dict):
+        return {}
+    quote = message.get("quote")
+    text = quote.get("text") if isinstance(quote, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        text = replied.get("text") if isinstance(replied.get("text"), str) else replied.get("caption")
+    if not isinstance(text, str) or not text.strip():
+        return {}
+    author = replied.get("from") or {}
+    if author.get("id") == bot.id:
+        name = "you (the assistant)"
+    else:
+        name = display_name(author) or (f"@{author['username']}" if author.get("username") else "someone")
+    if len(text) > QUOTE_MAX_CHARS:
+        text = text[: QUOTE_MAX_CHARS - 1] + "…"
+    return {QUOTE_AUTHOR: name, QUOTE_TEXT: text}
 
 
 def _content(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:

@@ -2,7 +2,8 @@
 
 `/memory [text]` lists the items matching `text` (the newest without it) with their ids;
 `/memory forget ID` removes one from its file and every index; `/memory pin ID` puts one into every
-prompt (`/memory unpin ID` undoes it).
+prompt (`/memory unpin ID` undoes it). Under `memory.scope: user` it acts on the sender's own memory,
+in a group too: each person sees and steers only what is theirs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.memory import MemoryItem
+from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.memory.tools import describe_item
 from bot.memory.write_service import MemoryWriteService, UnknownMemoryItem
@@ -27,7 +29,10 @@ def register_memory_commands(
         config = (await config_store.current()).memory
         if not config.enabled:
             return "Memory is switched off (memory.enabled is false in runtime-config.json)."
-        session_id = request.inbound.session_id
+        inbound = request.inbound
+        session_id = inbound.session_id
+        if config.scope == "user" and inbound.is_group:  # a private chat's memory is already the person's
+            session_id = person_memory_key(inbound.channel_type, inbound.user_id)
         action, _, rest = request.args.partition(" ")
         item_id = rest.strip()
         now = memory.now()

@@ -15,6 +15,8 @@ class InboundMessage:
     text: str
     message_id: str | None = None
     username: str | None = None
+    # The sender's display name (first and last name as the channel gives it), for the model and memory.
+    sender_name: str | None = None
     is_group: bool = False
     # A key that is the same when the transport delivers the same message twice (Telegram's update_id).
     dedup_key: str | None = None
@@ -23,6 +25,11 @@ class InboundMessage:
     resumed: bool = False
     # Its entry in the inbox journal, and the id its user message gets in the session.
     journal_id: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        """The name to show the model for the sender: the display name, else @username, else the id."""
+        return self.sender_name or (f"@{self.username}" if self.username else f"user {self.user_id}")
 
     @property
     def session_id(self) -> str:

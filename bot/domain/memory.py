@@ -104,6 +104,11 @@ class TurnMemoryEvent:
     user_message_id: str | None = None
     assistant_message_id: str | None = None
     tool_names: tuple[str, ...] = ()
+    # The memory it is written to when not the session's own (a person's, under `memory.scope: user`).
+    memory_key: str | None = None
+    # Who said it, in a group: every fact drawn from it is recorded as "Name: ..." under a key of that
+    # person's, so one member's "I live in Lyon" never becomes (or replaces) another's.
+    speaker: str | None = None
 
 
 @dataclass(frozen=True)

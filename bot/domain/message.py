@@ -27,6 +27,33 @@ class ToolCall(CamelModel):
     arguments: str = "{}"
 
 
+class Sender(CamelModel):
+    """Who wrote a user message: a stable id (the channel's user id) and the display name to show."""
+
+    id: str
+    name: str
+
+
+class Quote(CamelModel):
+    """The message a user message replies to: who wrote it and its text (cut), as the model is shown it."""
+
+    author: str
+    text: str
+
+
+class MediaRef(CamelModel):
+    """A file that came with a user message, kept under the workspace (`path` is relative to it).
+
+    Only the reference is stored in the session: the bytes stay in the file, and the prompt builder
+    turns an image into a data URL each time it is sent.
+    """
+
+    kind: str = "image"
+    path: str
+    mime: str = "image/jpeg"
+    caption: str | None = None
+
+
 def new_message_id() -> str:
     return uuid.uuid4().hex
 
@@ -43,6 +70,14 @@ class Message(CamelModel):
     # Set on a tool result: which call it answers, and the tool's name.
     tool_call_id: str | None = None
     name: str | None = None
+    # Optional additions on user messages (older session files have none of them):
+    # who sent it, the message it replies to, the images that came with it, the id of the stored
+    # user message it corrects (an edit after the answer), and the channel's own id of the message.
+    sender: Sender | None = None
+    quote: Quote | None = None
+    media: list[MediaRef] | None = None
+    correction_of: str | None = None
+    channel_message_id: str | None = None
 
     @field_validator("content")
     @classmethod

@@ -59,6 +59,8 @@ class TurnContext:
     system_prompt_parts: dict[str, str] = field(default_factory=dict)
     # The final answer text for the user, set by the tool loop (30).
     reply_text: str | None = None
+    # A note shown before the reply (not stored with it), e.g. that the model could not see an image.
+    reply_note: str | None = None
     # Set once the reply reached the channel (a streaming system may deliver it itself).
     reply_delivered: bool = False
     # Why this turn could not be written to disk, if it could not (the reply says so).

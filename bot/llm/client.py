@@ -149,6 +149,28 @@ class LlmClient:
             raise LlmError(LlmFailure.BAD_RESPONSE, f"{len(vectors)} embeddings for {len(texts)} texts")
         return [list(entry.embedding) for entry in vectors]
 
+    async def transcribe(
+        self, audio: bytes, file_name: str, mime: str, model: str, timeout_seconds: float = 120.0
+    ) -> str:
+        """The text of a voice note or audio file, from the endpoint's `/audio/transcriptions`.
+
+        An endpoint without that API raises `LlmError(UNSUPPORTED)`; audio it cannot decode is a 400
+        (`BAD_REQUEST`), whose detail says why.
+        """
+        with self._counted(model), _translated_errors(model, self._secrets):
+            try:
+                result = await self._client.with_options(timeout=timeout_seconds).audio.transcriptions.create(
+                    model=model, file=(file_name, audio, mime or "application/octet-stream")
+                )
+            except openai.APIStatusError as error:
+                if error.status_code in (404, 405, 501):
+                    detail = _short(error, self._secrets)
+                    log.warning("[LLM] %s: the endpoint has no audio transcription: %s", model, detail)
+                    raise LlmError(LlmFailure.UNSUPPORTED, detail) from error
+                raise
+        text = result if isinstance(result, str) else getattr(result, "text", "")
+        return str(text or "").strip()
+
     @contextmanager
     def _counted(self, model: str) -> Iterator[None]:
         try:

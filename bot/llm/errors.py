@@ -14,6 +14,8 @@ class LlmFailure(StrEnum):
     CONTEXT_LENGTH = "context_length"
     BAD_REQUEST = "bad_request"
     BAD_RESPONSE = "bad_response"
+    # The endpoint has no such API (404/405/501 on e.g. `/audio/transcriptions`).
+    UNSUPPORTED = "unsupported"
 
 
 _USER_MESSAGES = {
@@ -25,6 +27,7 @@ _USER_MESSAGES = {
     LlmFailure.CONTEXT_LENGTH: "The conversation is too long for the model.",
     LlmFailure.BAD_REQUEST: "The model refused the request.",
     LlmFailure.BAD_RESPONSE: "The model sent an answer I could not read.",
+    LlmFailure.UNSUPPORTED: "The model endpoint does not offer this.",
 }
 
 

@@ -1,14 +1,37 @@
-"""The one translation from the domain's `Message` to the OpenAI chat-completions wire format."""
+"""The one translation from the domain's `Message` to the OpenAI chat-completions wire format.
+
+A user message is shown to the model with what the session records around its text: the sender's
+name (in a group; a private chat names the person once, in the system prompt), the message it replies to, that
+it corrects an earlier message (an edit), and its images: as `image_url` parts where the caller
+gives their data URLs (`images`), else as a one-line text stand-in.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bot.domain.message import Message, Role
 
+# A stand-in uses at most this much of the caption or of what the model said when it saw the image.
+STAND_IN_CHARS = 160
 
-def to_openai_message(message: Message) -> dict[str, Any]:
+
+def to_openai_message(
+    message: Message,
+    images: list[str] | None = None,
+    *,
+    show_name: bool = False,
+    corrected: str | None = None,
+    seen_as: str | None = None,
+) -> dict[str, Any]:
+    """`message` on the wire; `images` are data URLs of its images to send as parts."""
     wire: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.role is Role.USER:
+        text = user_text(message, show_name=show_name, corrected=corrected, seen_as=None if images else seen_as)
+        wire["content"] = [{"type": "text", "text": text}] + [
+            {"type": "image_url", "image_url": {"url": url}} for url in images
+        ] if images else text  # fmt: skip
     if message.role is Role.ASSISTANT and message.tool_calls:
         wire["content"] = message.content or None
         wire["tool_calls"] = [
@@ -20,20 +43,77 @@ def to_openai_message(message: Message) -> dict[str, Any]:
     return wire
 
 
-def to_openai_messages(system_prompt: str, messages: list[Message], turn_prompt: str = "") -> list[dict[str, Any]]:
+def user_text(message: Message, *, show_name: bool, corrected: str | None = None, seen_as: str | None = None) -> str:
+    """A user message's text as the model reads it, with who wrote it and what it refers to."""
+    lines: list[str] = []
+    if message.quote is not None:
+        lines.append(f'[Replying to {message.quote.author}: "{message.quote.text}"]')
+    if message.correction_of is not None:
+        earlier = f' "{_one_line(corrected)}"' if corrected else ""
+        lines.append(f"[Correction: I edited my earlier message{earlier}; it now reads:]")
+    for media in message.media or []:
+        if media.kind == "image" and seen_as is not None:
+            lines.append(f"[Image sent earlier: {seen_as}]")
+    body = message.content
+    if show_name and message.sender is not None:
+        body = f"{message.sender.name}: {body}"
+    lines.append(body)
+    return "\n".join(line for line in lines if line)
+
+
+def to_openai_messages(
+    system_prompt: str,
+    messages: list[Message],
+    images: Mapping[str, list[str]] | None = None,
+    *,
+    group: bool = False,
+    turn_prompt: str = "",
+) -> list[dict[str, Any]]:
     """The system prompt first (when there is one), then the conversation as stored, with `turn_prompt`
     (what changes from one message to the next) as a second system message just before the newest
     user message.
 
     Providers cache a prompt by its prefix: with everything that changes each turn placed after the
     history, each request begins with the whole of the one before, up to where that one's turn
-    prompt stood.
+    prompt stood. `images` maps a message id to the data URLs of its images to send; a message with
+    images not in it gets a text stand-in. `group`: every user message carries its sender's name.
     """
     head = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    wire = head + [to_openai_message(message) for message in messages]
-    if turn_prompt:
-        newest_user = next(
-            (len(head) + i for i in range(len(messages) - 1, -1, -1) if messages[i].role is Role.USER), len(wire)
+    by_id = {message.id: message for message in messages}
+    wire: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if message.role is not Role.USER:
+            wire.append(to_openai_message(message))
+            continue
+        show_name = group and message.sender is not None
+        earlier = by_id.get(message.correction_of) if message.correction_of else None
+        wire.append(
+            to_openai_message(
+                message,
+                (images or {}).get(message.id),
+                show_name=show_name,
+                corrected=earlier.content if earlier is not None else None,
+                seen_as=stand_in(message, messages[index + 1 :]) if message.media else None,
+            )
         )
+    if turn_prompt:
+        newest_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role is Role.USER), len(wire))
         wire.insert(newest_user, {"role": "system", "content": turn_prompt})
-    return wire
+    return head + wire
+
+
+def stand_in(message: Message, after: list[Message]) -> str:
+    """One line for an image no longer sent: what the model first said of it, else its caption."""
+    for later in after:
+        if later.role is Role.USER:
+            break
+        if later.role is Role.ASSISTANT and later.content.strip() and not later.tool_calls:
+            sentence = later.content.strip().split("\n", 1)[0].split(". ", 1)[0]
+            return f"you said of it: {_one_line(sentence)}"
+    captions = [media.caption for media in message.media or [] if media.caption]
+    return f"caption: {_one_line(captions[0])}" if captions else "no caption"
+
+
+def _one_line(text: str | None) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= STAND_IN_CHARS else flat[: STAND_IN_CHARS - 1] + "…"

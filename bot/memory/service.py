@@ -45,7 +45,7 @@ from bot.memory.legacy_context import read_daily_notes, render_daily_notes
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
-from bot.memory.paths import CHAT_SCOPES_DIR, memory_paths_for
+from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
 from bot.memory.retrieval import MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService, WriteReport
@@ -156,12 +156,11 @@ class MemoryService:
         return self._scope_at(self.paths_for(config, session_id))
 
     def scopes_on_disk(self) -> list[MemoryScope]:
-        """Every memory root in the workspace: the global one and each chat's (whatever the scope now)."""
-        chats = self._workspace.memory_dir / CHAT_SCOPES_DIR
-        roots = [
-            self._workspace.memory_dir,
-            *(sorted(p for p in chats.iterdir() if p.is_dir()) if chats.is_dir() else []),
-        ]
+        """Every memory root in the workspace: the global one, each chat's and each person's (whatever the scope)."""
+        roots = [self._workspace.memory_dir]
+        for folder in (CHAT_SCOPES_DIR, USER_SCOPES_DIR):
+            parent = self._workspace.memory_dir / folder
+            roots += sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
         return [self._scope_at(MemoryPaths(root)) for root in roots]
 
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
@@ -437,7 +436,7 @@ class MemoryService:
     # -- writing ----------------------------------------------------------------------------------
 
     async def append_daily_note(self, config: MemoryConfig, event: TurnMemoryEvent) -> str:
-        scope = await self.scope(config, event.session_id)
+        scope = await self.scope(config, event.memory_key or event.session_id)
         return await scope.notes.append(event.timestamp, event.user_text, event.assistant_text)
 
     async def record_turn(
@@ -445,7 +444,9 @@ class MemoryService:
     ) -> WriteReport:
         """The structured write of a finished turn: the episodic item and what extraction found."""
         candidates = await self._extract(config, event, previous_assistant_text, model)
-        scope = await self.scope(config, event.session_id)
+        if event.speaker:
+            candidates = [attributed(candidate, event.speaker) for candidate in candidates]
+        scope = await self.scope(config, event.memory_key or event.session_id)
         async with self.fresh(scope):
             report = scope.writer.record_turn(event, candidates, config)
         await scope.store.flush()
@@ -578,3 +579,11 @@ class MemoryStatus:
     embedder: str | None = None
     # Lines of the item files that are not valid items (kept in the files, left out of memory).
     skipped_lines: int = 0
+
+
+def attributed(candidate: MemoryCandidate, speaker: str) -> MemoryCandidate:
+    """`candidate` as said by `speaker`: "Name: content", and its slot the speaker's own ("Name: lives in")."""
+    prefix = f"{speaker}: "
+    content = candidate.content if candidate.content.startswith(prefix) else prefix + candidate.content
+    key = None if candidate.key is None else prefix + candidate.key
+    return dataclasses.replace(candidate, content=content, key=key)

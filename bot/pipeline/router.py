@@ -1,23 +1,29 @@
 """`InboundRouter`: where every inbound message goes: its chat's queue, the access check, then a
-command, a document to read (`DocumentReader`), or the pipeline.
+command, a document to read (`DocumentReader`), an image or recording to prepare (`MediaIntake`), or
+the pipeline.
 
-Commands marked immediate (`/stop`) skip the queue: they act on the run in progress.
+Commands marked immediate (`/stop`) skip the queue: they act on the run in progress. An edit of a
+message still waiting in the queue replaces its text there; an edit of one already taken is queued
+as a message of its own, which the runner records as a correction of the earlier one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
 from bot.access.policy import AccessPolicy
-from bot.channels.base import CHANNEL_NOTICE, FILE_ID, Channel
+from bot.channels.base import CHANNEL_NOTICE, EDITED, FILE_ID, Channel
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.inbound import InboundMessage
+from bot.media.intake import TRANSCRIBED, MediaIntake
 from bot.pipeline.dispatcher import ChatDispatcher
 from bot.pipeline.inbox import Inbox
 from bot.pipeline.runner import PipelineRunner
 from bot.rag.uploads import DocumentReader
+from bot.runtime_config import RuntimeConfigStore
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +38,15 @@ class InboundRouter:
         access: AccessPolicy | None = None,
         inbox: Inbox | None = None,
         documents: DocumentReader | None = None,
+        media: MediaIntake | None = None,
+        config_store: RuntimeConfigStore | None = None,
     ) -> None:
         self._runner = runner
+        self._media = media
+        self._config_store = config_store
+        # Messages queued and not yet taken, by (session, channel message id), and edits made to them meanwhile.
+        self._queued: set[tuple[str, str]] = set()
+        self._edits: dict[tuple[str, str], str] = {}
         self._documents = documents
         self._commands = commands
         self._access = access
@@ -52,6 +65,11 @@ class InboundRouter:
 
     async def accept(self, inbound: InboundMessage, channel: Channel) -> None:
         """Journal the message (a sender who may talk), queue it for its chat, and return."""
+        key = (inbound.session_id, inbound.message_id or "")
+        if inbound.extra.get(EDITED) and key in self._queued:
+            self._edits[key] = inbound.text  # not answered yet: it is answered as edited
+            log.info("[Router] A queued message of %s was edited before its turn; the new text replaces it", key[0])
+            return
         if self._commands.is_immediate(inbound.text):
             if await self._admitted(inbound, channel):
                 await self._answer_command(inbound, channel)
@@ -69,12 +87,19 @@ class InboundRouter:
                 inbound = recorded
         if not self.dispatcher.submit(inbound, channel):
             log.warning("[Router] Shutting down; message for %s not taken", inbound.session_id)
+        elif inbound.message_id is not None and not inbound.extra.get(EDITED):
+            self._queued.add(key)
 
     def resubmit(self, inbound: InboundMessage, channel: Channel) -> None:
         """Queue a message the last stop left unhandled (from the journal or the session), as it is."""
         self.dispatcher.submit(inbound, channel)
 
     async def _handle(self, inbound: InboundMessage, channel: Channel) -> None:
+        key = (inbound.session_id, inbound.message_id or "")
+        self._queued.discard(key)
+        edited = self._edits.pop(key, None)
+        if edited is not None:
+            inbound = dataclasses.replace(inbound, text=edited)
         journal_id = inbound.journal_id
         if journal_id is not None:
             self._handling[inbound.session_id] = journal_id
@@ -128,7 +153,18 @@ class InboundRouter:
             await self._documents.accept(inbound, channel)
             if not inbound.text.strip():
                 return  # a caption, if any, is answered as a message of its own
-        if self._commands.is_command(inbound.text):
+        if MediaIntake.has_media(inbound):
+            if self._media is None or self._config_store is None:
+                await channel.send_text(inbound.chat_id, "I can't take images or recordings here.")
+                return
+            config = await self._config_store.current()
+            prepared = await self._media.prepare(inbound, channel, config.media, config.llm.model)
+            for note in prepared.notes:
+                await channel.send_text(inbound.chat_id, note)
+            if prepared.inbound is None:
+                return
+            inbound = prepared.inbound
+        if self._commands.is_command(inbound.text) and not inbound.extra.get(TRANSCRIBED):
             await self._answer_command(inbound, channel)
             return
         await self._runner.run(inbound, channel, on_delivered)
@@ -144,7 +180,8 @@ class InboundRouter:
 
     async def _answer_command(self, inbound: InboundMessage, channel: Channel) -> None:
         reply = await self._commands.execute(inbound, channel)
-        await channel.send_text(inbound.chat_id, reply)
+        if reply:  # empty: the command answered by itself (/retry runs the pipeline, /export sends a file)
+            await channel.send_text(inbound.chat_id, reply)
 
     async def _stop(self, request: CommandRequest) -> str:
         session_id = request.inbound.session_id

@@ -18,15 +18,22 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from bot.channels.base import Channel
+from bot.channels.base import EDITED, QUOTE_AUTHOR, QUOTE_TEXT, Channel
 from bot.domain.inbound import InboundMessage
-from bot.domain.message import Message
+from bot.domain.message import MediaRef, Message, Quote, Role, Sender
 from bot.domain.session import AgentSession
 from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
+from bot.media.intake import MEDIA_MIME, MEDIA_PATH
 from bot.metrics import BotMetrics
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.pipeline.turn_storage import SETTLED_KEY, store_turn_messages, stored_answer, unanswered_user_message
+from bot.pipeline.turn_storage import (
+    GROUP_KEY,
+    SETTLED_KEY,
+    store_turn_messages,
+    stored_answer,
+    unanswered_user_message,
+)
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
 
@@ -138,10 +145,12 @@ class PipelineRunner:
                 inbound=inbound,
                 session=session,
                 config=config,
-                user_message=pending or Message.user(inbound.text, inbound.journal_id),
+                user_message=pending or user_message_for(inbound, session),
                 model=config.llm.model,
                 reply_stream=channel.open_stream(inbound.chat_id) if config.tool_loop.streaming else None,
             )
+            if inbound.is_group:
+                session.metadata[GROUP_KEY] = True
             if pending is None:
                 await store_turn_messages(self._sessions, ctx, [ctx.user_message])
             else:
@@ -184,6 +193,8 @@ class PipelineRunner:
 
     async def _deliver(self, ctx: TurnContext, channel: Channel, failure_reply: str | None) -> None:
         text = failure_reply if failure_reply is not None else ctx.reply_text
+        if failure_reply is None and text and ctx.reply_note:
+            text = f"{ctx.reply_note}\n\n{text}"
         if ctx.storage_problem is not None:
             note = STORAGE_PROBLEM_NOTE.format(problem=ctx.storage_problem)
             # A streamed reply is already out; the note then follows as a message of its own.
@@ -224,6 +235,32 @@ class PipelineRunner:
                 f"Your previous conversation file was damaged, so I started a fresh one. "
                 f"The damaged file was kept as {quarantined}; your memory files are untouched.",
             )
+
+
+def user_message_for(inbound: InboundMessage, session: AgentSession) -> Message:
+    """The session's user message for `inbound`: its text, sender, quoted reply, image and, for an edit of a
+    message already answered, which stored message it corrects."""
+    message = Message.user(inbound.text, inbound.journal_id)
+    extra = inbound.extra
+    if inbound.sender_name or inbound.username:
+        message.sender = Sender(id=inbound.user_id, name=inbound.display_name)
+    if extra.get(QUOTE_TEXT):
+        message.quote = Quote(author=extra.get(QUOTE_AUTHOR) or "someone", text=extra[QUOTE_TEXT])
+    if extra.get(MEDIA_PATH):
+        mime = extra.get(MEDIA_MIME) or "image/jpeg"
+        message.media = [MediaRef(kind="image", path=extra[MEDIA_PATH], mime=mime, caption=inbound.text or None)]
+    message.channel_message_id = inbound.message_id
+    if extra.get(EDITED) and inbound.message_id is not None:
+        earlier = next(
+            (
+                stored
+                for stored in reversed(session.messages)
+                if stored.role is Role.USER and stored.channel_message_id == inbound.message_id
+            ),
+            None,
+        )
+        message.correction_of = earlier.id if earlier is not None else None
+    return message
 
 
 @contextlib.asynccontextmanager

@@ -19,6 +19,8 @@ async def store_turn_messages(sessions: SessionService, ctx: TurnContext, messag
 # Session metadata: the id of the last user message whose turn ended without an answer on purpose
 # (the user was told of a failure, or stopped it), so a restart does not answer it again.
 SETTLED_KEY = "settledUserMessage"
+# Session metadata: set on a group chat's session, so every prompt names each speaker.
+GROUP_KEY = "isGroup"
 
 
 def unanswered_user_message(session: AgentSession) -> Message | None:

@@ -45,8 +45,8 @@ def document_id(session_id: str, at: datetime) -> str:
 
 
 def rag_workspace_for(session_id: str, scope: str) -> str:
-    """The LightRAG workspace a session's documents live in: one for all, or one per chat."""
-    if scope == "chat":
+    """The LightRAG workspace a session's documents live in: one for all, or one per chat (`chat`, `user`)."""
+    if scope in ("chat", "user"):
         return "chat_" + _UNSAFE_ID.sub("_", session_id).replace(".", "_")
     return GLOBAL_RAG_WORKSPACE
 

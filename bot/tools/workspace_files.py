@@ -22,7 +22,7 @@ from bot.storage.files import append_text, read_text_sync, write_atomic
 from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 # What the tools never touch: other chats' data, and the bot's own bookkeeping.
-PRIVATE_PATHS = ("sessions/", "memory/chats/", "rag/", "access/", "state/", "reminders.json")
+PRIVATE_PATHS = ("sessions/", "memory/chats/", "memory/users/", "rag/", "access/", "state/", "media/", "reminders.json")
 # What the tools may read but never change.
 READ_ONLY_PATHS = ("preferences/",)
 TOOL_RESULTS = "tool_results"

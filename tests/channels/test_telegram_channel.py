@@ -368,13 +368,15 @@ async def test_in_groups_only_messages_for_the_bot_are_answered(
 ) -> None:
     fake_telegram.push_message(GROUP, "hello everyone")
     fake_telegram.push_message(GROUP, "/help@other_bot")
-    assert await ask(fake_telegram, GROUP, "@test_bot what time is it?") == "echo: what time is it?"
-    assert await ask(fake_telegram, GROUP, "and tomorrow?", reply_to_bot=True) == "echo: and tomorrow?"
+    # In a group every message reaches the model with its sender's name (the fake's "User1001").
+    assert await ask(fake_telegram, GROUP, "@test_bot what time is it?") == "echo: User1001: what time is it?"
+    quoted = '[Replying to you (the assistant): "echo: User1001: what time is it?"]\nUser1001: and tomorrow?'
+    assert await ask(fake_telegram, GROUP, "and tomorrow?", reply_to_bot=True) == f"echo: {quoted}"
     assert "Commands:" in await ask(fake_telegram, GROUP, "/help@test_bot")
     assert "Messages: 4" in await ask(fake_telegram, GROUP, "/status")
     fake_telegram.push_message(GROUP, "talking among ourselves", reply_to_message_id=1)
-    assert await ask(fake_telegram, GROUP, "thanks @test_bot") == "echo: thanks"
-    assert users_said(fake_openai) == ["what time is it?", "and tomorrow?", "thanks"]
+    assert await ask(fake_telegram, GROUP, "thanks @test_bot") == "echo: User1001: thanks"
+    assert users_said(fake_openai) == ["User1001: what time is it?", quoted, "User1001: thanks"]
     assert len(fake_telegram.sent_messages(GROUP)) == 5
     assert (bot.workspace / "sessions" / f"telegram:{GROUP}.json").is_file()
 
@@ -386,7 +388,7 @@ async def test_group_gating_follows_runtime_config(
         workspace_dir, fake_openai, fake_telegram, backend, {"telegram": {"groups": {"answerAllMessages": True}}}
     )
     try:
-        assert await ask(fake_telegram, GROUP, "hello everyone") == "echo: hello everyone"
+        assert await ask(fake_telegram, GROUP, "hello everyone") == "echo: User1001: hello everyone"
     finally:
         await bot.stop()
 
@@ -394,19 +396,19 @@ async def test_group_gating_follows_runtime_config(
 async def test_other_content_gets_a_clear_reply_or_is_ignored(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
-    fake_telegram.push_photo(OWNER)
-    assert "can't see images" in (await fake_telegram.await_messages(OWNER, 1))[-1].text
-    fake_telegram.push_voice(OWNER)
-    assert "voice" in (await fake_telegram.await_messages(OWNER, 2))[-1].text
+    fake_openai.script("A photo without words.")
+    fake_telegram.push_photo(OWNER)  # shown to the model (tests/media has the details)
+    assert (await fake_telegram.await_messages(OWNER, 1))[-1].text == "A photo without words."
+    fake_telegram.push_voice(OWNER)  # transcribed by the fake model's /audio/transcriptions
+    assert (await fake_telegram.await_messages(OWNER, 2))[-1].text == "echo: this is what the voice note says"
     fake_telegram.push_document(OWNER, caption="summarize this please")  # read into the graph, caption answered
     assert (await fake_telegram.await_messages(OWNER, 3))[-1].text.startswith("Reading notes.txt:")
     assert (await fake_telegram.await_messages(OWNER, 4))[-1].text == "echo: summarize this please"
     fake_telegram.push_sticker(OWNER)  # ignored by design
-    fake_telegram.push_edited_message(OWNER, message_id=1, text="edited")  # ignored by design
     fake_telegram.push_callback_query(OWNER, "stale button")
     assert await ask(fake_telegram, OWNER, "done") == "echo: done"
     assert len(fake_telegram.sent_messages(OWNER)) == 5
-    assert users_said(fake_openai) == ["summarize this please", "done"]
+    assert users_said(fake_openai)[-3:] == ["this is what the voice note says", "summarize this please", "done"]
     await fake_telegram.await_until(lambda: any(c.ok for c in fake_telegram.calls_to("answerCallbackQuery")))
 
 
@@ -462,7 +464,7 @@ async def test_with_allowed_users_set_a_stranger_gets_no_code(
 
 async def test_a_stranger_in_a_group_is_ignored(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
     fake_telegram.push_message(GROUP, "@test_bot hi", user_id=STRANGER)
-    assert await ask(fake_telegram, GROUP, "@test_bot hi") == "echo: hi"
+    assert await ask(fake_telegram, GROUP, "@test_bot hi") == "echo: User1001: hi"
     assert len(fake_telegram.sent_messages(GROUP)) == 1
     assert not pairing_file(bot.workspace).exists()
 

@@ -44,14 +44,69 @@ def test_a_private_text_becomes_a_message_with_its_ids() -> None:
 def test_a_caption_counts_as_text() -> None:
     update = message_update(photo=[{"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}], caption="what?")
     inbound = inbound_from_update(update, BOT, GROUPS)
-    assert inbound is not None and inbound.text == "what?" and inbound.extra == {"attachment": "photo"}
+    assert inbound is not None and inbound.text == "what?"
+    assert inbound.extra == {"imageId": "f", "imageSize": "0", "imageMime": "image/jpeg", "attachment": "photo"}
+    assert inbound.sender_name == "Ann"
+
+
+def test_a_photo_brings_its_largest_size_within_the_pixel_budget() -> None:
+    sizes = [
+        {"file_id": "small", "width": 320, "height": 240, "file_size": 10},
+        {"file_id": "medium", "width": 800, "height": 600, "file_size": 50},
+        {"file_id": "large", "width": 2560, "height": 1920, "file_size": 400},
+    ]
+    inbound = inbound_from_update(message_update(photo=sizes), BOT, GROUPS, max_image_pixels=1_000_000)
+    assert inbound is not None and inbound.extra["imageId"] == "medium" and inbound.extra["imageSize"] == "50"
+    tiny_budget = inbound_from_update(message_update(photo=sizes), BOT, GROUPS, max_image_pixels=10_000)
+    assert tiny_budget is not None and tiny_budget.extra["imageId"] == "small"
+
+
+def test_an_image_file_is_an_image_and_a_pdf_a_document() -> None:
+    png = {"file_id": "p", "file_name": "chart.png", "mime_type": "image/png", "file_size": 9}
+    as_image = inbound_from_update(message_update(document=png), BOT, GROUPS)
+    assert as_image is not None and as_image.extra == {"imageId": "p", "imageSize": "9", "imageMime": "image/png"}
+    unnamed = {"file_id": "j", "file_name": "scan.JPG", "mime_type": "application/octet-stream"}
+    jpeg = inbound_from_update(message_update(document=unnamed), BOT, GROUPS)
+    assert jpeg is not None and jpeg.extra["imageMime"] == "image/jpeg"
+    pdf = {"file_id": "d", "file_name": "a.pdf", "mime_type": "application/pdf"}
+    document = inbound_from_update(message_update(document=pdf), BOT, GROUPS)
+    assert document is not None and document.extra["fileId"] == "d" and "imageId" not in document.extra
+
+
+def test_a_voice_note_and_an_audio_file_carry_what_transcription_needs() -> None:
+    voice = {"file_id": "v", "duration": 3, "mime_type": "audio/ogg", "file_size": 1234}
+    inbound = inbound_from_update(message_update(voice=voice), BOT, GROUPS)
+    assert inbound is not None and inbound.text == ""
+    assert inbound.extra == {"audioId": "v", "audioSize": "1234", "audioMime": "audio/ogg", "audioName": "voice.ogg"}
+    audio = {"file_id": "a", "file_name": "memo.mp3", "mime_type": "audio/mpeg", "file_size": 5}
+    song = inbound_from_update(message_update(audio=audio), BOT, GROUPS)
+    assert song is not None and song.extra["audioName"] == "memo.mp3"
+
+
+def test_a_reply_carries_the_quoted_text_and_its_author() -> None:
+    replied = {"message_id": 3, "from": {"id": 7, "first_name": "Bob", "last_name": "Stone"}, "text": "lunch at 1?"}
+    inbound = inbound_from_update(message_update("fine by me", reply_to_message=replied), BOT, GROUPS)
+    assert inbound is not None and inbound.extra == {"quoteAuthor": "Bob Stone", "quoteText": "lunch at 1?"}
+    picked = message_update("yes", reply_to_message=replied, quote={"text": "at 1", "position": 9})
+    partial = inbound_from_update(picked, BOT, GROUPS)
+    assert partial is not None and partial.extra["quoteText"] == "at 1"
+    to_bot = {"message_id": 4, "from": {"id": BOT.id, "is_bot": True, "first_name": "Bot"}, "text": "x" * 900}
+    long = inbound_from_update(message_update("why?", reply_to_message=to_bot), BOT, GROUPS)
+    assert long is not None and long.extra["quoteAuthor"] == "you (the assistant)"
+    assert len(long.extra["quoteText"]) == 500 and long.extra["quoteText"].endswith("…")
+
+
+def test_an_edit_comes_back_marked_with_the_edited_message_id() -> None:
+    inbound = inbound_from_update({"update_id": 5, "edited_message": message_update("fixed")["message"]}, BOT, GROUPS)
+    assert inbound is not None and inbound.text == "fixed" and inbound.message_id == "7"
+    assert inbound.extra == {"edited": "1"}
+    photo = message_update(photo=[{"file_id": "f", "width": 1, "height": 1}])["message"]
+    assert inbound_from_update({"update_id": 6, "edited_message": photo}, BOT, GROUPS) is None
 
 
 @pytest.mark.parametrize(
     ("field", "words"),
     [
-        ("photo", "can't see images"),
-        ("voice", "voice messages"),
         ("video_note", "video messages"),
         ("location", "only read text"),
     ],
@@ -82,11 +137,10 @@ def test_a_document_carries_what_the_pipeline_needs_to_fetch_and_read_it() -> No
     [
         message_update(sticker={"file_id": "s", "emoji": "👍"}),
         message_update(new_chat_members=[{"id": 5, "is_bot": False, "first_name": "B"}]),
-        {"update_id": 1, "edited_message": message_update("edited")["message"]},
         {"update_id": 1, "channel_post": {"message_id": 1, "chat": {"id": -100, "type": "channel"}, "text": "x"}},
         message_update("from a bot", **{"from": {"id": 5, "is_bot": True, "first_name": "B"}}),
     ],
-    ids=["sticker", "service message", "edit", "channel post", "another bot"],
+    ids=["sticker", "service message", "channel post", "another bot"],
 )
 def test_what_is_ignored_by_design(update: dict[str, Any]) -> None:
     assert inbound_from_update(update, BOT, GROUPS) is None

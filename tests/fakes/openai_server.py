@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible HTTP server for tests.
 
-``FakeOpenAI`` serves ``/v1/chat/completions`` (plain and SSE streaming), ``/v1/embeddings`` and
-``/v1/models`` on 127.0.0.1 from its own thread and event loop, so one instance works from sync tests,
+``FakeOpenAI`` serves ``/v1/chat/completions`` (plain and SSE streaming), ``/v1/embeddings``,
+``/v1/audio/transcriptions`` (multipart, like OpenAI's; switch it off with ``transcriptions_supported``)
+and ``/v1/models`` on 127.0.0.1 from its own thread and event loop, so one instance works from sync tests,
 async tests and for a bot running in a subprocess. Point a real ``openai`` client at ``fake.base_url``.
 
 Chat replies come from a queue filled with ``script()`` (one item per chat request: a ``str``, a
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import email.parser
+import email.policy
 import hashlib
 import json
 import math
@@ -363,6 +366,10 @@ class FakeOpenAI:
         # Seconds every /v1/embeddings response waits (a slow embedding endpoint).
         self.embedding_delay = 0.0
         self.models = list(models)
+        # /v1/audio/transcriptions: False answers 404 like an endpoint without it; the text it returns.
+        self.transcriptions_supported = True
+        self.transcript = "this is what the voice note says"
+        self._transcriptions: list[JSONDict] = []
         self._requested_port = port
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
@@ -472,6 +479,27 @@ class FakeOpenAI:
             raise LookupError("FakeOpenAI has received no chat completion requests")
         return chats[-1]
 
+    def transcription_requests(self) -> list[JSONDict]:
+        """The form of each /v1/audio/transcriptions request: ``model``, ``fileName``, ``file`` (bytes)."""
+        with self._lock:
+            return list(self._transcriptions)
+
+    def image_urls(self, body: JSONDict | None = None) -> list[str]:
+        """The ``image_url`` URLs of a chat request's messages (the last request by default), in order."""
+        body = self.last_chat_request() if body is None else body
+        urls: list[str] = []
+        for message in body.get("messages", []):
+            content = message.get("content") if isinstance(message, dict) else None
+            for part in content if isinstance(content, list) else []:
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    urls.append(str((part.get("image_url") or {}).get("url", "")))
+        return urls
+
+    def user_texts(self, body: JSONDict | None = None) -> list[str]:
+        """The text of each user message of a chat request (the last by default): names, quotes and all."""
+        body = self.last_chat_request() if body is None else body
+        return [message_text(m.get("content")) for m in body.get("messages", []) if m.get("role") == "user"]
+
     def system_prompts(self) -> list[str | None]:
         """Text of the system messages of each chat request, in order, joined by a blank line (None when it
         has none): the bot sends what stays the same first and what it made for the message after the
@@ -498,6 +526,7 @@ class FakeOpenAI:
         app = web.Application(middlewares=[self._middleware])
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions_endpoint)
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/v1/models/{model}", self._get_model)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
@@ -651,6 +680,29 @@ class FakeOpenAI:
             }
         )
 
+    async def _transcriptions_endpoint(self, request: web.Request) -> web.StreamResponse:
+        if not self.transcriptions_supported:
+            return await self._not_found(request)
+        form = _multipart_form(request.headers.get("Content-Type", ""), await request.read())
+        audio = form.get("file")
+        record = {
+            "model": form.get("model", b"").decode(errors="replace") if isinstance(form.get("model"), bytes) else "",
+            "fileName": form.get("file.filename", b"").decode(errors="replace"),
+            "file": audio if isinstance(audio, bytes) else b"",
+        }
+        with self._lock:
+            self._transcriptions.append(record)
+        if not isinstance(audio, bytes) or not record["model"]:
+            return _error_response(400, "'file' and 'model' are required", "invalid_request_error")
+        if not audio.startswith((b"OggS", b"ID3", b"RIFF", b"fLaC", b"\xff\xfb")):
+            return _error_response(
+                400,
+                "Invalid file format. Supported formats: ['flac', 'm4a', 'mp3', 'mp4', 'mpeg', 'mpga', 'oga', 'ogg', "
+                "'wav', 'webm']",
+                "invalid_request_error",
+            )
+        return web.json_response({"text": self.transcript})
+
     def _model_json(self, model: str) -> JSONDict:
         return {"id": model, "object": "model", "created": 0, "owned_by": "fake-openai"}
 
@@ -669,6 +721,24 @@ class FakeOpenAI:
         return _error_response(
             404, f"Invalid URL ({request.method} {request.path})", "invalid_request_error", "unknown_url"
         )
+
+
+def _multipart_form(content_type: str, raw: bytes) -> dict[str, bytes]:
+    """The fields of a multipart/form-data body; a file field's name is also under ``<field>.filename``."""
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + raw
+    )
+    form: dict[str, bytes] = {}
+    for part in message.iter_parts() if message.is_multipart() else []:
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            continue
+        payload = part.get_payload(decode=True)
+        form[name] = payload if isinstance(payload, bytes) else b""
+        filename = part.get_filename()
+        if filename:
+            form[f"{name}.filename"] = filename.encode()
+    return form
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1026,6 +1026,7 @@ class _BotApi:
         self.methods: dict[str, SyncMethod] = {
             "getMe": self.get_me,
             "sendMessage": self.send_message,
+            "sendDocument": self.send_document,
             "editMessageText": self.edit_message_text,
             "deleteMessage": self.delete_message,
             "sendChatAction": self.send_chat_action,
@@ -1089,6 +1090,34 @@ class _BotApi:
         reply_to = self._reply_target(chat_id, params)
         if reply_to is not None:
             payload["reply_to_message"] = reply_to
+        return self.world.new_message(chat_id, True, payload)
+
+    def send_document(self, params: JsonDict) -> JsonDict:
+        """sendDocument with an uploaded file (multipart); a file_id or URL string is refused here."""
+        chat_id = self._chat_id(params)
+        upload = params.get("document")
+        if isinstance(upload, str) and upload.startswith("attach://"):
+            upload = params.get(upload.removeprefix("attach://"))  # the file in another multipart field
+        if not isinstance(upload, UploadedFile):
+            raise _bad_request("wrong remote file identifier specified: can't unserialize it. Wrong padding length")
+        if not upload.data:
+            raise _bad_request("file must be non-empty")
+        stored = self.world.add_file(upload.data, upload.filename or "document", "documents")
+        payload: JsonDict = {
+            "from": dict(self.world.bot_user),
+            "chat": self.world.chat(chat_id),
+            "date": int(time.time()),
+            "document": {
+                "file_id": stored.file_id,
+                "file_unique_id": stored.file_unique_id,
+                "file_name": upload.filename or "document",
+                "mime_type": upload.content_type,
+                "file_size": len(upload.data),
+            },
+        }
+        caption = params.get("caption")
+        if isinstance(caption, str) and caption:
+            payload["caption"] = caption
         return self.world.new_message(chat_id, True, payload)
 
     def _reply_target(self, chat_id: int, params: JsonDict) -> JsonDict | None:
@@ -1820,6 +1849,17 @@ class _CallInspection:
             )
             for call in self._ok_calls("sendMessage", chat_id)
         ]
+
+    def sent_documents(self, chat_id: int | None = None) -> list[UploadedFile]:
+        """The files of successful sendDocument calls (optionally to one chat), oldest first."""
+        found = []
+        for call in self._ok_calls("sendDocument", chat_id):
+            document = call.params.get("document")
+            if isinstance(document, str) and document.startswith("attach://"):
+                document = call.params.get(document.removeprefix("attach://"))
+            if isinstance(document, UploadedFile):
+                found.append(document)
+        return found
 
     def edits(self, chat_id: int | None = None) -> list[EditRecord]:
         """Successful editMessageText calls (optionally in one chat), oldest first."""

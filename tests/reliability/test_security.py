@@ -206,6 +206,12 @@ async def test_no_secret_leaks_through_the_telegram_channel_and_its_failures(
         try:
             telegram.push_message(OWNER, "hello")
             await telegram.await_messages(OWNER, 1)
+            # A photo and a voice note: fetched from the file URL, which holds the token.
+            telegram.push_photo(OWNER, caption="what is this?")
+            await telegram.await_messages(OWNER, 2)
+            telegram.push_voice(OWNER)
+            await telegram.await_messages(OWNER, 3)
+            assert len(telegram.calls_to("getFile")) == 2
             # Delivery failures: an nginx error page, a dropped connection, flood control, refused formatting.
             for fault in [
                 TelegramFault.server_error(502, html_body=True),

@@ -23,6 +23,7 @@ from bot.compaction.service import CompactionService
 from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.turn_storage import GROUP_KEY
 from bot.rag.service import RagService
 from bot.skills.library import SkillLibrary, render_catalog, render_instructions
 from bot.skills.tools import active_skill
@@ -65,6 +66,9 @@ class ContextBuildingSystem(PipelineSystem):
         ctx.system_prompt_parts["time"] = (
             f"Current date and time: {now.strftime('%A, %Y-%m-%d %H:%M')} ({now.tzname()})."
         )
+        people = _people_line(ctx)
+        if people:  # the same for every message of the chat: with the persona, not with the time
+            ctx.system_prompt_parts["people"] = people
         skill = await self._skills_part(ctx)
         memory = await self._memory_part(ctx, skill)
         if memory is not None and memory.stable:
@@ -146,3 +150,17 @@ class ContextBuildingSystem(PipelineSystem):
             log.exception("[RAG] Relevant Memory could not be read; answering without it")
             return ""
         return retrieved.text
+
+
+GROUP_CHAT_LINE = (
+    "This is a group chat: each user message starts with its sender's name. "
+    '"I", "me" and "my" in a message mean its sender, not the others.'
+)
+
+
+def _people_line(ctx: TurnContext) -> str:
+    """Who the model talks with: in a group, how messages are named; in a private chat, the person (once)."""
+    if ctx.inbound.is_group or ctx.session.metadata.get(GROUP_KEY):
+        return GROUP_CHAT_LINE
+    sender = ctx.user_message.sender
+    return f"You are talking with {sender.name} (user id {sender.id})." if sender is not None else ""

@@ -4,19 +4,27 @@ It dual-writes: the daily note line (`memory/YYYY-MM-DD.md`, while `legacyDailyN
 the structured turn (`TurnMemoryEvent` → EPISODIC item plus extracted facts and procedures). Each
 write is fail-safe on its own: a full disk or a permission error is one warning, and the reply,
 already sent, is unaffected.
+
+In a group, what a person said is recorded as "Name: text" (note line, turn and facts), so the
+group's memory never mixes people and "I" in a fact means its sender. Under `memory.scope: user` the
+turn is also written, in the person's own words, to that person's memory, which follows them into
+their private chat with the bot and no one else's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from bot.clock import Clock
 from bot.domain.memory import TurnMemoryEvent
 from bot.domain.message import Role
 from bot.domain.turn import TurnContext
+from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.turn_storage import GROUP_KEY
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +54,27 @@ class MemoryPersistSystem(PipelineSystem):
 
     async def process(self, ctx: TurnContext) -> None:
         answers = [message for message in ctx.new_messages if message.role is Role.ASSISTANT and message.content]
+        sender = ctx.user_message.sender
+        in_group = ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
+        said = ctx.user_message.content
         event = TurnMemoryEvent(
             session_id=ctx.session.id,
-            user_text=ctx.user_message.content,
+            user_text=f"{sender.name}: {said}" if in_group and sender is not None else said,
+            speaker=sender.name if in_group and sender is not None else None,
             assistant_text=ctx.reply_text or "",
             timestamp=self._clock.now(),
             user_message_id=ctx.user_message.id,
             assistant_message_id=answers[-1].id if answers else None,
             tool_names=tuple(sorted({m.name for m in ctx.new_messages if m.role is Role.TOOL and m.name})),
         )
-        # The two writes touch different files: done side by side, the chat's next message waits less.
-        await asyncio.gather(self._append_note(ctx, event), self._record(ctx, event))
+        writes = [self._append_note(ctx, event), self._record(ctx, event)]
+        if in_group and sender is not None and ctx.config.memory.scope == "user":
+            own = dataclasses.replace(
+                event, user_text=said, speaker=None, memory_key=person_memory_key(ctx.session.channel_type, sender.id)
+            )
+            writes += [self._append_note(ctx, own), self._record(ctx, own)]
+        # The writes touch different files: done side by side, the chat's next message waits less.
+        await asyncio.gather(*writes)
 
     async def _append_note(self, ctx: TurnContext, event: TurnMemoryEvent) -> None:
         if not ctx.config.memory.legacy_daily_notes_enabled:

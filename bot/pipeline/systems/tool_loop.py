@@ -18,9 +18,13 @@ from bot.compaction.service import CompactionService
 from bot.domain.message import Message, ToolCall
 from bot.domain.turn import TurnContext
 from bot.llm.client import ChatRequest, ChatResult, LlmClient, TextDelta
+from bot.llm.errors import LlmError, LlmFailure
 from bot.llm.wire import to_openai_messages
+from bot.media.intake import NO_VISION_NOTE, VisionSupport
+from bot.media.prompt import images_for_prompt
+from bot.media.store import MediaStore
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.pipeline.turn_storage import store_turn_messages
+from bot.pipeline.turn_storage import GROUP_KEY, store_turn_messages
 from bot.sessions.service import SessionPersistError, SessionService
 from bot.tools.eviction import evict_if_large
 from bot.tools.orphans import close_orphaned_tool_calls
@@ -50,7 +54,11 @@ class ToolLoopExecutionSystem(PipelineSystem):
         tools: ToolRegistry,
         workspace_root: Path,
         compaction: CompactionService | None = None,
+        media: MediaStore | None = None,
+        vision: VisionSupport | None = None,
     ) -> None:
+        self._media = media
+        self._vision = vision or VisionSupport()
         self._llm = llm
         self._sessions = sessions
         self._tools = tools
@@ -84,10 +92,30 @@ class ToolLoopExecutionSystem(PipelineSystem):
         config = ctx.config
         tools = self._tools.schemas() or None
 
+        group = ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
+
         async def call() -> ChatResult:
+            try:
+                return await call_with(await self._images(ctx))
+            except LlmError as error:
+                if error.failure is not LlmFailure.BAD_REQUEST or not _about_images(error.detail):
+                    raise
+                if not await self._images(ctx):
+                    raise
+                # The endpoint refused the images: answer from their text stand-ins, and say so once.
+                self._vision.mark_blind(ctx.model)
+                if self._vision.first_telling(ctx.session.id, ctx.model):
+                    ctx.reply_note = NO_VISION_NOTE.format(model=ctx.model)
+                return await call_with({})
+
+        async def call_with(images: dict[str, list[str]]) -> ChatResult:
             # Built from the session on every try: after a payload-too-large refusal it was compacted.
             wire_messages = to_openai_messages(
-                ctx.system_prompt, prune_tool_results(ctx.session.messages, config.tool_loop), ctx.turn_prompt
+                ctx.system_prompt,
+                prune_tool_results(ctx.session.messages, config.tool_loop),
+                images,
+                group=group,
+                turn_prompt=ctx.turn_prompt,
             )
             request = ChatRequest(
                 model=ctx.model,
@@ -114,6 +142,13 @@ class ToolLoopExecutionSystem(PipelineSystem):
             ctx.usages.append(result.usage)
             ctx.session.metadata["lastUsage"] = result.usage.to_json_dict()
         return result
+
+    async def _images(self, ctx: TurnContext) -> dict[str, list[str]]:
+        """The data URLs of the images this call carries (the image budget), none when the model is blind."""
+        media = ctx.config.media
+        if self._media is None or not self._vision.sees(ctx.model, media):
+            return {}
+        return await images_for_prompt(ctx.session.messages, self._media, media.images_in_prompt)
 
     async def _stream(self, ctx: TurnContext, request: ChatRequest) -> ChatResult:
         assert ctx.reply_stream is not None
@@ -151,9 +186,10 @@ class ToolLoopExecutionSystem(PipelineSystem):
             log.warning("[ToolLoop] %s answered with no text (finish reason %s)", ctx.model, result.finish_reason)
             raise UserFacingError(EMPTY_ANSWER_REPLY)
         await self._store(ctx, [Message.assistant(result.text)])
+        shown = result.text if ctx.reply_note is None else f"{ctx.reply_note}\n\n{result.text}"
         ctx.reply_text = result.text
         if ctx.reply_stream is not None and ctx.config.tool_loop.streaming:
-            await ctx.reply_stream.finish(result.text)
+            await ctx.reply_stream.finish(shown)
             ctx.reply_delivered = True
 
     async def _store(self, ctx: TurnContext, messages: list[Message]) -> None:
@@ -170,3 +206,9 @@ class ToolLoopExecutionSystem(PipelineSystem):
                 await self._sessions.save(ctx.session)
             except (OSError, SessionPersistError) as error:
                 ctx.storage_problem = str(error)
+
+
+def _about_images(detail: str) -> bool:
+    """Whether a 400 from the endpoint is about the images sent (a model without vision)."""
+    lowered = detail.lower()
+    return any(word in lowered for word in ("image", "vision", "multimodal", "content type"))

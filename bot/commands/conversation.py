@@ -1,0 +1,121 @@
+"""`/retry`, `/undo` and `/export`: what people expect to do with the conversation itself.
+
+- `/retry` answers the last message again: the answer (and its tool calls) leave the session and the
+  pipeline runs once more for the same message, which is not stored twice.
+- `/undo` drops the last exchange (the last message and everything after it) from the session; the
+  archive keeps every message, as it always does.
+- `/export` sends the conversation so far as a Markdown file (as text where the channel cannot send files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+
+from bot.channels.base import Channel
+from bot.clock import Clock
+from bot.commands.registry import Command, CommandRegistry, CommandRequest
+from bot.domain.inbound import InboundMessage
+from bot.domain.message import Message, Role
+from bot.domain.session import AgentSession
+from bot.pipeline.turn_storage import SETTLED_KEY
+from bot.sessions.service import SessionService
+
+log = logging.getLogger(__name__)
+
+AnswerAgain = Callable[[InboundMessage, Channel], Awaitable[object]]
+# A tool result is cut to this many characters in an export.
+EXPORT_TOOL_CHARS = 500
+
+
+def last_user_index(messages: list[Message]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role is Role.USER:
+            return index
+    return None
+
+
+def register_conversation_commands(
+    registry: CommandRegistry, sessions: SessionService, answer_again: AnswerAgain, clock: Clock
+) -> None:
+    async def retry(request: CommandRequest) -> str:
+        inbound = request.inbound
+        session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
+        async with sessions.lock_for(session.id):
+            index = last_user_index(session.messages)
+            if index is None:
+                return "There is no message of yours to answer again."
+            last = session.messages[index]
+            dropped = len(session.messages) - index - 1
+            session.metadata.pop(SETTLED_KEY, None)
+            await sessions.replace_messages(session, session.messages[: index + 1])
+        log.info("[Session] /retry in %s: %d messages of the last answer dropped", session.id, dropped)
+        again = dataclasses.replace(
+            inbound, text=last.content, resumed=True, journal_id=last.id, dedup_key=None, extra={}
+        )
+        await answer_again(again, request.channel)
+        return ""  # the answer itself is the reply
+
+    async def undo(request: CommandRequest) -> str:
+        inbound = request.inbound
+        session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
+        async with sessions.lock_for(session.id):
+            index = last_user_index(session.messages)
+            if index is None:
+                return "There is nothing to undo."
+            removed = session.messages[index:]
+            await sessions.replace_messages(session, session.messages[:index])
+        log.info("[Session] /undo in %s: %d messages dropped", session.id, len(removed))
+        quoted = " ".join(removed[0].content.split())
+        quoted = quoted if len(quoted) <= 80 else quoted[:79] + "…"
+        return (
+            f'Removed your last message ("{quoted}") and my answer ({len(removed)} messages) from the conversation. '
+            "The archive keeps them."
+        )
+
+    async def export(request: CommandRequest) -> str:
+        inbound = request.inbound
+        session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
+        if not session.messages:
+            return "The conversation is empty; there is nothing to export."
+        text = conversation_markdown(session, clock)
+        name = f"conversation-{clock.now().strftime('%Y-%m-%d-%H%M')}.md"
+        caption = f"The conversation so far ({len(session.messages)} messages)."
+        try:
+            sent = await request.channel.send_file(inbound.chat_id, name, text.encode("utf-8"), caption)
+        except Exception as error:
+            log.warning("[Session] /export of %s could not be sent: %s", session.id, error)
+            return f"I couldn't send the export file ({error}). Please try again later."
+        return "" if sent else text
+
+    registry.register(Command("retry", "answer your last message again", retry))
+    registry.register(Command("undo", "drop the last exchange from the conversation", undo))
+    registry.register(Command("export", "the conversation so far as a Markdown file", export))
+
+
+def conversation_markdown(session: AgentSession, clock: Clock) -> str:
+    """The session as Markdown: a heading per speaker turn with its time, tool calls and results cut short."""
+    lines = [f"# Conversation {session.id}", "", f"Exported {clock.now().strftime('%Y-%m-%d %H:%M %Z')}.", ""]
+    for message in session.messages:
+        when = message.timestamp.astimezone(clock.zone).strftime("%Y-%m-%d %H:%M")
+        if message.role is Role.SYSTEM:
+            lines += ["## Summary of the earlier conversation", "", message.content, ""]
+        elif message.role is Role.USER:
+            who = message.sender.name if message.sender is not None else "You"
+            lines += [f"## {who} ({when})", ""]
+            if message.quote is not None:
+                lines += [f"> {message.quote.author}: {message.quote.text}", ""]
+            lines += [f"[image: {media.path}]" for media in message.media or []]
+            lines += [message.content, ""]
+        elif message.role is Role.ASSISTANT:
+            if message.content:
+                lines += [f"## Assistant ({when})", "", message.content, ""]
+            for call in message.tool_calls or []:
+                lines += [f"*Tool call `{call.name}`*", ""]
+        else:
+            output = message.content if len(message.content) <= EXPORT_TOOL_CHARS else (
+                message.content[:EXPORT_TOOL_CHARS] + " …"
+            )  # fmt: skip
+            lines += [f"*Tool `{message.name}` answered:*", "", "```", output, "```", ""]
+    return "\n".join(lines).rstrip() + "\n"

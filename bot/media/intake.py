@@ -1,0 +1,191 @@
+"""`MediaIntake`: before a message's turn runs, its image is fetched and kept, its audio transcribed.
+
+Called in the chat's order after the access check. Each outcome is either the message to answer
+(its text the caption or the transcript, a stored image's reference in `extra`) plus notes to send
+first, or a clear reply and nothing else: an image or audio over its size limit, a file Telegram
+would not give, an endpoint without transcription, audio it could not decode, a model without vision
+and no caption to answer. The file URL (which holds the bot token) never leaves the channel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from dataclasses import dataclass, field
+
+from bot.channels.base import (
+    AUDIO_ID,
+    AUDIO_MIME,
+    AUDIO_NAME,
+    AUDIO_SIZE,
+    IMAGE_ID,
+    IMAGE_MIME,
+    IMAGE_SIZE,
+    Channel,
+    FileUnavailable,
+)
+from bot.domain.inbound import InboundMessage
+from bot.llm.client import LlmClient
+from bot.llm.errors import LlmError, LlmFailure
+from bot.media.store import MediaStore
+from bot.settings import MediaConfig
+
+log = logging.getLogger(__name__)
+
+# `InboundMessage.extra` keys set here: the stored image (path under the workspace, MIME type), and
+# "1" on a message whose text is a transcript.
+MEDIA_PATH, MEDIA_MIME, TRANSCRIBED = "mediaPath", "mediaMime", "transcribed"
+
+NO_VISION_REPLY = (
+    "The model I use ({model}) can't see images, so I can't look at your photo. "
+    "Add a caption or describe it in words, and I'll help."
+)
+NO_VISION_NOTE = "(The model I use ({model}) can't see images; I'm answering your caption alone.)"
+NO_TRANSCRIPTION_REPLY = (
+    "I can't listen to voice messages here: the model endpoint offers no speech-to-text "
+    "(audio transcription). Please type your message."
+)
+UNDECODABLE_AUDIO_REPLY = "I couldn't decode that audio ({detail}). Please record it again or type your message."
+NO_WORDS_REPLY = "I couldn't make out any words in that recording. Please try again or type your message."
+TRANSCRIPT_ECHO = 'I heard: "{text}"'
+
+
+def megabytes(size: int) -> str:
+    """A size for people: "2.8 kB", "12.0 MB"."""
+    return f"{size / 1_000_000:.1f} MB" if size >= 1_000_000 else f"{size / 1000:.1f} kB"
+
+
+class VisionSupport:
+    """The models the endpoint refused images for (found at run time), shared by intake and the tool loop."""
+
+    def __init__(self) -> None:
+        self._blind: set[str] = set()
+        # Chats already told that the model cannot see images (told once per chat and model).
+        self._told: set[tuple[str, str]] = set()
+
+    def sees(self, model: str, config: MediaConfig) -> bool:
+        return config.vision_enabled and model not in self._blind
+
+    def mark_blind(self, model: str) -> None:
+        if model not in self._blind:
+            log.warning("[Media] %s refused an image; images go as text stand-ins from now on", model)
+        self._blind.add(model)
+
+    def first_telling(self, session_id: str, model: str) -> bool:
+        """True the first time a chat is to be told that `model` cannot see images; False after."""
+        if (session_id, model) in self._told:
+            return False
+        self._told.add((session_id, model))
+        return True
+
+
+@dataclass
+class Prepared:
+    """What to do with a message: answer `inbound` (None: nothing to answer) after sending `notes`."""
+
+    inbound: InboundMessage | None
+    notes: list[str] = field(default_factory=list)
+
+
+class MediaIntake:
+    """Turns a message's image or audio into what the turn needs; says clearly when it cannot."""
+
+    def __init__(self, store: MediaStore, llm: LlmClient, vision: VisionSupport) -> None:
+        self._store = store
+        self._llm = llm
+        self._vision = vision
+
+    @staticmethod
+    def has_media(inbound: InboundMessage) -> bool:
+        return IMAGE_ID in inbound.extra or AUDIO_ID in inbound.extra
+
+    async def prepare(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:
+        if IMAGE_ID in inbound.extra:
+            return await self._image(inbound, channel, config, model)
+        if AUDIO_ID in inbound.extra:
+            return await self._audio(inbound, channel, config, model)
+        return Prepared(inbound)
+
+    async def _image(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:
+        extra = dict(inbound.extra)
+        file_id, mime = extra.pop(IMAGE_ID), extra.pop(IMAGE_MIME, "image/jpeg")
+        declared = _as_int(extra.pop(IMAGE_SIZE, "0"))
+        without_image = dataclasses.replace(inbound, extra=extra)
+        if not self._vision.sees(model, config):
+            if not inbound.text.strip():
+                return Prepared(None, [NO_VISION_REPLY.format(model=model)])
+            first = self._vision.first_telling(inbound.session_id, model)
+            return Prepared(without_image, [NO_VISION_NOTE.format(model=model)] if first else [])
+        too_big = f"That image is {{size}}; I take images up to {megabytes(config.max_image_bytes)}."
+        if declared > config.max_image_bytes:
+            return Prepared(None, [too_big.format(size=megabytes(declared))])
+        try:
+            data = await channel.download(file_id)
+        except FileUnavailable as error:
+            log.info("[Media] An image in %s could not be fetched: %s", inbound.session_id, error)
+            return Prepared(None, [f"I couldn't get your image: {error}."])
+        if len(data) > config.max_image_bytes:
+            return Prepared(None, [too_big.format(size=megabytes(len(data)))])
+        path = await self._store.save(inbound.session_id, data, mime)
+        log.info("[Media] Kept an image of %s (%d bytes) as %s", inbound.session_id, len(data), path)
+        extra.update({MEDIA_PATH: path, MEDIA_MIME: mime})
+        return Prepared(dataclasses.replace(inbound, extra=extra))
+
+    async def _audio(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:
+        extra = dict(inbound.extra)
+        file_id, mime = extra.pop(AUDIO_ID), extra.pop(AUDIO_MIME, "")
+        name, declared = extra.pop(AUDIO_NAME, "voice.ogg"), _as_int(extra.pop(AUDIO_SIZE, "0"))
+        too_big = f"That recording is {{size}}; I can transcribe up to {megabytes(config.max_audio_bytes)}."
+        if declared > config.max_audio_bytes:
+            return Prepared(None, [too_big.format(size=megabytes(declared))])
+        try:
+            data = await channel.download(file_id)
+        except FileUnavailable as error:
+            log.info("[Media] A recording in %s could not be fetched: %s", inbound.session_id, error)
+            return Prepared(None, [f"I couldn't get your recording: {error}."])
+        if len(data) > config.max_audio_bytes:
+            return Prepared(None, [too_big.format(size=megabytes(len(data)))])
+        try:
+            transcript = await self._llm.transcribe(
+                data, name, mime, config.transcription_model, config.transcription_timeout_seconds
+            )
+        except LlmError as error:
+            if error.failure is LlmFailure.UNSUPPORTED:
+                return Prepared(None, [NO_TRANSCRIPTION_REPLY])
+            if error.failure is LlmFailure.BAD_REQUEST:
+                return Prepared(None, [UNDECODABLE_AUDIO_REPLY.format(detail=_reason(error.detail))])
+            return Prepared(None, [error.user_message])
+        if not transcript:
+            return Prepared(None, [NO_WORDS_REPLY])
+        log.info("[Media] Transcribed %d bytes of %s: %d chars", len(data), inbound.session_id, len(transcript))
+        caption = inbound.text.strip()
+        text = f"{caption}\n\n{transcript}" if caption else transcript
+        extra[TRANSCRIBED] = "1"
+        notes = []
+        if config.transcript_echo_chars and len(transcript) > config.transcript_echo_chars:
+            notes.append(TRANSCRIPT_ECHO.format(text=_cut_at_word(transcript, config.transcript_echo_chars)))
+        return Prepared(dataclasses.replace(inbound, text=text, extra=extra), notes)
+
+
+def _as_int(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
+def _cut_at_word(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a word boundary, with an ellipsis."""
+    cut = text[:limit]
+    if text[limit : limit + 1].strip() and " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip() + "…"
+
+
+def _reason(detail: str) -> str:
+    """The endpoint's own words, short: "Error code: 400 - Invalid file format. ..." → "Invalid file format"."""
+    words = re.sub(r"^Error code: \d+ - ", "", detail)
+    if "'message': '" in words:
+        words = words.split("'message': '", 1)[1].split("'", 1)[0]
+    return words.split(". ", 1)[0].rstrip(".")[:160]

@@ -1,0 +1,54 @@
+"""The one translation to the OpenAI wire format: old session messages as before, and what a user
+message now carries (sender, quote, correction, images or their stand-ins)."""
+
+from __future__ import annotations
+
+from bot.domain.message import MediaRef, Message, Quote, Sender
+from bot.llm.wire import to_openai_messages
+
+
+def test_a_message_of_an_older_session_file_loads_and_is_sent_as_before() -> None:
+    old = Message.model_validate({"id": "m1", "role": "user", "content": "hello", "timestamp": "2025-01-02T10:00:00Z"})
+    assert (old.sender, old.quote, old.media, old.correction_of) == (None, None, None, None)
+    assert to_openai_messages("sys", [old]) == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hello"},
+    ]
+    assert "sender" not in old.to_json_dict() and "media" not in old.to_json_dict()
+
+
+def test_names_only_in_groups_and_quotes_always() -> None:
+    ann = Message.user("and tomorrow?")
+    ann.sender = Sender(id="1001", name="Ann")
+    ann.quote = Quote(author="Bob", text="rain today")
+    [private] = to_openai_messages("", [ann])
+    assert private["content"] == '[Replying to Bob: "rain today"]\nand tomorrow?'
+    [group] = to_openai_messages("", [ann], group=True)
+    assert group["content"] == '[Replying to Bob: "rain today"]\nAnn: and tomorrow?'
+
+
+def test_an_image_is_a_part_when_given_and_a_stand_in_otherwise() -> None:
+    photo = Message.user("my cat")
+    photo.media = [MediaRef(path="media/telegram:1/a.jpg", caption="my cat")]
+    answer = Message.assistant("A grey cat on a sofa. Cute!")
+    sent = to_openai_messages("", [photo, answer], {photo.id: ["data:image/jpeg;base64,AAAA"]})
+    assert sent[0]["content"] == [
+        {"type": "text", "text": "my cat"},
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
+    ]
+    later = to_openai_messages("", [photo, answer])
+    assert later[0]["content"] == "[Image sent earlier: you said of it: A grey cat on a sofa]\nmy cat"
+    unanswered = to_openai_messages("", [photo])
+    assert unanswered[0]["content"] == "[Image sent earlier: caption: my cat]\nmy cat"
+
+
+def test_a_correction_quotes_the_message_it_corrects() -> None:
+    first = Message.user("I arrive Monday")
+    fixed = Message.user("I arrive Tuesday")
+    fixed.correction_of = first.id
+    sent = to_openai_messages("", [first, Message.assistant("Ok."), fixed])
+    assert sent[-1]["content"] == (
+        '[Correction: I edited my earlier message "I arrive Monday"; it now reads:]\nI arrive Tuesday'
+    )
+    alone = to_openai_messages("", [fixed])  # the original was compacted away
+    assert alone[0]["content"] == "[Correction: I edited my earlier message; it now reads:]\nI arrive Tuesday"

@@ -1,0 +1,72 @@
+"""Replies and edits: a reply carries the quoted text and its author to the model; an edit of a message
+already answered is a correction the model sees; an edit of one still queued replaces its text."""
+
+from __future__ import annotations
+
+import json
+
+from tests.channels.telegram_harness import OWNER
+from tests.fakes.bot_fixtures import BotFactory
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_server import FakeTelegram
+
+
+def message_id_of(fake_telegram: FakeTelegram, update_id: int) -> int:
+    return int(fake_telegram.update(update_id)["message"]["message_id"])
+
+
+def stored_user_messages(workspace_messages: dict[str, object]) -> list[dict[str, object]]:
+    messages = workspace_messages["messages"]
+    assert isinstance(messages, list)
+    return [m for m in messages if m["role"] == "user"]
+
+
+async def test_a_reply_carries_the_quoted_text_and_its_author(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = await start()
+    fake_openai.script("Paris has about 2.1 million people.", "The Eiffel Tower, 330 m.")
+    fake_telegram.push_message(OWNER, "how many people live in Paris?")
+    await fake_telegram.await_messages(OWNER, 1)
+    fake_telegram.push_message(OWNER, "and its tallest building?", reply_to_bot=True)
+    await fake_telegram.await_messages(OWNER, 2)
+    assert fake_openai.user_texts()[-1] == (
+        '[Replying to you (the assistant): "Paris has about 2.1 million people."]\nand its tallest building?'
+    )
+    session = json.loads((bot.workspace / "sessions" / f"telegram:{OWNER}.json").read_text())
+    reply = stored_user_messages(session)[-1]
+    assert reply["content"] == "and its tallest building?"
+    assert reply["quote"] == {"author": "you (the assistant)", "text": "Paris has about 2.1 million people."}
+
+
+async def test_an_edit_of_an_answered_message_is_a_correction(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = await start()
+    fake_openai.script("Noted: you arrive on Monday.", "Got it, Tuesday then.")
+    first = fake_telegram.push_message(OWNER, "I arrive on Monday")
+    await fake_telegram.await_messages(OWNER, 1)
+    fake_telegram.push_edited_message(OWNER, message_id_of(fake_telegram, first), "I arrive on Tuesday")
+    assert (await fake_telegram.await_messages(OWNER, 2))[-1].text == "Got it, Tuesday then."
+    assert fake_openai.user_texts()[-2:] == [
+        "I arrive on Monday",
+        '[Correction: I edited my earlier message "I arrive on Monday"; it now reads:]\nI arrive on Tuesday',
+    ]
+    session = json.loads((bot.workspace / "sessions" / f"telegram:{OWNER}.json").read_text())
+    original, correction = stored_user_messages(session)
+    assert correction["content"] == "I arrive on Tuesday" and correction["correctionOf"] == original["id"]
+
+
+async def test_an_edit_of_a_queued_message_replaces_its_text(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    await start()
+    fake_openai.script(Reply(text="First answer.", delay=1.5), "Second answer.")
+    fake_telegram.push_message(OWNER, "first question")
+    waiting = fake_telegram.push_message(OWNER, "secnd qestion")
+    await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0, what="both taken")
+    fake_telegram.push_edited_message(OWNER, message_id_of(fake_telegram, waiting), "second question")
+    texts = [m.text for m in await fake_telegram.await_messages(OWNER, 2, timeout=15)]
+    assert texts == ["First answer.", "Second answer."]
+    assert fake_openai.user_texts() == ["first question", "second question"]
+    assert len(fake_openai.chat_requests()) == 2  # the edit was not answered on its own
