@@ -362,6 +362,8 @@ class FakeOpenAI:
         self.embedding_dimensions = embedding_dimensions
         # Seconds every /v1/embeddings response waits (a slow embedding endpoint).
         self.embedding_delay = 0.0
+        # False: /v1/embeddings answers 404, as a local server or router without embeddings does.
+        self.serves_embeddings = True
         self.models = list(models)
         self._requested_port = port
         self._lock = threading.Lock()
@@ -626,6 +628,8 @@ class FakeOpenAI:
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         body = request[_JSON_BODY]
+        if not self.serves_embeddings:
+            return _error_response(404, "404 page not found", "invalid_request_error")
         if not isinstance(body, dict) or "input" not in body:
             return _error_response(400, "'input' is a required property", "invalid_request_error")
         if self.embedding_delay and await self._sleep(self.embedding_delay):
