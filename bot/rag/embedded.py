@@ -151,6 +151,10 @@ class EmbeddedLightRag:
         lightrag = self._lightrag
         if not content_words(query.text):
             return []  # nothing to look up (a greeting)
+        # `rag.cosineThreshold` applies live: LightRAG reads it from its vector storages at each search.
+        threshold = self._config().cosine_threshold
+        for storage in (rag.entities_vdb, rag.relationships_vdb, rag.chunks_vdb):
+            storage.cosine_better_than_threshold = threshold
         # The message itself stands for both levels of keywords: LightRAG then asks no model for them,
         # and embeds one text where it would embed three (the message, and each level's keywords).
         param = lightrag.QueryParam(
