@@ -36,6 +36,7 @@ from bot.llm.embedders import Embedders
 from bot.llm.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
+from bot.rag.graph_batches import use_batched_reads
 from bot.rag.keywords import content_words
 from bot.rag.tokenizer import OfflineTokenizer
 from bot.settings import RagConfig
@@ -270,6 +271,7 @@ class EmbeddedLightRag:
             enable_llm_cache_for_entity_extract=True,
             vector_db_storage_cls_kwargs={"cosine_better_than_threshold": config.cosine_threshold},
         )
+        use_batched_reads(rag.chunk_entity_relation_graph)
         await rag.initialize_storages()
         log.info("[RAG] LightRAG workspace %s opened (%s storages)", workspace, self._storage)
         return rag
