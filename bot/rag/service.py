@@ -285,7 +285,7 @@ class RagService:
         if not await self._store.has_indexed(workspace):
             return ""
         chosen = mode or rag.query_mode
-        query = RagQuery(query_text, chosen, rag.top_k, rag.chunk_top_k * 2, rag.tool_max_tokens)
+        query = RagQuery(query_text, chosen, rag.top_k * 2, rag.chunk_top_k * 2, rag.tool_max_tokens)
         snippets = await self._backend.query(workspace, query)
         return self.render(snippets, rag.tool_max_tokens, "")
 
