@@ -304,6 +304,7 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
     services.reminders.connect(_reminder_delivery(services, channels), {c.channel_type for c in channels})
     services.scheduler.start()
     services.memory.warm_up((await services.config_store.current()).memory)
+    services.rag.warm_up()
     services.documents.resume({channel.channel_type: channel for channel in channels})
     resubmit(services, channels, backlog)
 

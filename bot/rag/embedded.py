@@ -189,6 +189,9 @@ class EmbeddedLightRag:
                         raise RagBackendError(f"could not delete {doc_id}: {result.message}")
                     await asyncio.sleep(DELETE_RETRY_SECONDS)
 
+    async def open(self, workspace: str) -> None:
+        await self._instance(workspace)
+
     async def close(self) -> None:
         global _open_adapters
         if self._closed:

@@ -11,6 +11,7 @@ the reply goes on without `# Relevant Memory`, and the log says why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -86,6 +87,7 @@ class RagService:
         self._last_flush = time.monotonic()
         # When the chat has been quiet long enough after the last queued exchange (None: nothing waits).
         self._idle_due_at: float | None = None
+        self._warming: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> RagDocumentStore:
@@ -325,7 +327,32 @@ class RagService:
             config.enabled, self._backend.name, counts["indexed"], counts["queued"], counts["failed"], self.last_error
         )
 
+    def warm_up(self) -> asyncio.Task[None] | None:
+        """At start, in the background: open every graph that holds documents, so the first message
+        after a start does not wait for LightRAG's import and files (a second or more, which could
+        exceed `queryTimeoutSeconds` and leave that reply without `# Relevant Memory`). Returns the
+        task (the same one when called again); None when RAG is off."""
+        if self._config().rag.enabled and self._warming is None:
+            self._warming = asyncio.get_running_loop().create_task(self._open_graphs(), name="rag warm-up")
+        return self._warming
+
+    async def _open_graphs(self) -> None:
+        started = time.monotonic()
+        try:
+            workspaces = await self._store.indexed_workspaces()
+            for workspace in workspaces:
+                await self._backend.open(workspace)
+        except Exception as error:  # the first query opens it instead, and says what is wrong
+            log.warning("[RAG] Could not open the knowledge graph at start: %s", error or type(error).__name__)
+            return
+        if workspaces:
+            log.info("[RAG] Opened %d graphs in %.1fs", len(workspaces), time.monotonic() - started)
+
     async def close(self) -> None:
+        if self._warming is not None and not self._warming.done():
+            self._warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warming
         await self._backend.close()
 
 

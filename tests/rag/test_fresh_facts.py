@@ -64,7 +64,11 @@ async def test_a_changed_cosine_threshold_applies_to_the_next_message(
     services = build_rag_bot(workspace_dir, fake_openai, {"queryMode": "hybrid", "cosineThreshold": 0.2})
     try:
         await say(services, channel, "1", FACT)
-        await wait_until(lambda: queued_count(services), timeout=10)
+
+        async def queued() -> bool:
+            return await queued_count(services) == 1
+
+        await wait_until(queued, timeout=10)
         assert await rag_of(services).flush() == 1
         await say(services, channel, "2", "Where does Marta work these days?")  # another chat: no history
         assert "Gulbenkian" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory", 1)[-1]
