@@ -270,7 +270,8 @@ class RagService:
         except Exception as error:
             log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
             return RetrievedContext("", 0, 0, "error")
-        fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown)]
+        shown_words = normalized(shown)  # once, not once per snippet (a few ms with a full memory part)
+        fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown_words)]
         text = self.render(fresh, rag.max_context_tokens, RELEVANT_MEMORY_HEADER)
         log.info(
             "[RAG] Retrieved %d snippets (%d already in memory) in %.0f ms, %s mode: %d chars",
@@ -360,15 +361,15 @@ def normalized(text: str) -> str:
     return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
 
 
-def already_shown(snippet: str, shown: str) -> bool:
-    """Whether everything a snippet says is already in the memory part (as a daily note, an item...).
+def already_shown(snippet: str, shown_words: str) -> bool:
+    """Whether everything a snippet says is already in the memory part (as a daily note, an item...),
+    given as `normalized(memory part)`.
 
     A snippet is cut into segments (lines, and `User: ... | Assistant: ...` halves); it is shown when
     each segment long enough to mean something appears, by its first words, in the memory text.
     """
-    if not shown:
+    if not shown_words:
         return False
-    shown_norm = normalized(shown)
     segments = []
     for line in snippet.replace(" | ", "\n").splitlines():
         if line.lower().startswith("conversation in chat "):
@@ -378,4 +379,4 @@ def already_shown(snippet: str, shown: str) -> bool:
             segments.append(
                 segment[:DEDUP_PREFIX_CHARS].rsplit(" ", 1)[0] if len(segment) > DEDUP_PREFIX_CHARS else segment
             )
-    return bool(segments) and all(segment in shown_norm for segment in segments)
+    return bool(segments) and all(segment in shown_words for segment in segments)
