@@ -152,6 +152,8 @@ class Bot:
         self.answered += 1
         await self.channel.wait_for("solo", self.answered, timeout=120)
         elapsed, cpu_used = (time.perf_counter() - sent) * 1000, (time.process_time() - cpu) * 1000
+        # What memory does after a reply (embedding the new items) must not land in the next reply's figures.
+        await self.services.memory.settle()
         if not measured:
             return
         self.latencies.append(elapsed)
