@@ -7,6 +7,7 @@ async tests and for a bot running in a subprocess. Point a real ``openai`` clien
 Chat replies come from a queue filled with ``script()`` (one item per chat request: a ``str``, a
 ``Reply`` or a ``Fault``); when the queue is empty the responder answers (``"echo: <last user message>"``
 unless replaced with ``set_responder()``). Every request is recorded in ``fake.requests``.
+``serves_embeddings = False`` makes ``/v1/embeddings`` answer 404, as an endpoint without embeddings does.
 
 Run standalone with ``python -m tests.fakes.openai_server --port 0``: prints ``PORT=<n>`` and serves
 with the echo responder until killed.
