@@ -7,4 +7,5 @@
 - `backend`: the `RagBackend` protocol; `embedded` (lightrag-hku in the process, file or PostgreSQL
   storages) and `server` (a LightRAG server over HTTP) implement it; `factory` picks one at start.
 - `tokenizer`: the offline tokenizer LightRAG is given, so nothing is downloaded at run time.
+- `graph_batches`: batched reads for LightRAG's file graph storage (one lock per batch, not per item).
 """
