@@ -14,6 +14,8 @@ print, and prints one Markdown table, headed by the machine it ran on:
 - compaction time for sessions of 100 / 1,000 / 5,000 messages, and over a 500-turn conversation
   on an 8k model (`compaction_figures`);
 - RAG indexing throughput and hybrid query latency at 100 / 1,000 documents (`rag_throughput`);
+- what the knowledge graph adds to a reply: p50 with the graph empty and with 1,000 indexed
+  exchanges, through the real pipeline with an instant model (`rag_reply_latency`);
 - the share of each request that is the request before it, over 50 turns (`prompt_prefix`);
 - resident memory of the session cache after 10,000 chats (`session_cache`);
 - memory recall@5 / @10 (`memory_quality`).
@@ -139,6 +141,21 @@ def rag_cell(output: str) -> str:
     )
 
 
+def rag_reply_cell(output: str) -> str:
+    [row] = json_lines(output)
+    empty, graph = row["empty"], row["graph"]
+    chat = graph["requests"].get("/v1/chat/completions", 0)
+    embeddings = graph["requests"].get("/v1/embeddings", 0)
+    return (
+        f"reply p50 {ms(empty['p50_ms'])} with the graph empty, {ms(graph['p50_ms'])} with it "
+        f"(+{row['added_p50_ms']:.1f} ms); CPU per reply p50 {ms(empty['cpu_p50_ms'])} / "
+        f"{ms(graph['cpu_p50_ms'])} (+{row['added_cpu_p50_ms']:.1f} ms); p99 {ms(empty['p99_ms'])} / "
+        f"{ms(graph['p99_ms'])}; {graph['with_relevant_memory']} of {row['messages']} replies with Relevant "
+        f"Memory; {chat} chat and {embeddings} embeddings requests; RSS {row['rss_mib_before_graph']:.0f} MiB "
+        f"before the graph was read, {row['rss_mib_graph_loaded']:.0f} MiB with it"
+    )
+
+
 def quality_cell(output: str) -> str:
     return "; ".join(f"{row['label']}: R@5 {row['r5']:.2f}, R@10 {row['r10']:.2f}" for row in json_lines(output))
 
@@ -176,6 +193,7 @@ def plan(quick: bool) -> list[Part]:
     compaction_sizes = (100, 1_000) if quick else (100, 1_000, 5_000)
     turns = 100 if quick else 500
     rag_sizes, rag_queries = ((100,), 5) if quick else ((100, 1_000), 20)
+    graph_documents, graph_messages = (100, 30) if quick else (1_000, 100)
 
     parts = [
         Part(
@@ -237,6 +255,15 @@ def plan(quick: bool) -> list[Part]:
         )
         for size in rag_sizes
     ]
+    parts.append(
+        Part(
+            "rag",
+            "what the knowledge graph adds to a reply, instant model",
+            f"graph empty vs {graph_documents:,} indexed exchanges",
+            f"bench.rag_reply_latency --documents {graph_documents} --messages {graph_messages}",
+            rag_reply_cell,
+        )
+    )
     parts.append(
         Part(
             "locomo",

@@ -340,6 +340,7 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
     services.scheduler.start()
     config = await services.config_store.current()
     services.memory.warm_up(config.memory)
+    services.rag.warm_up()
     await services.mcp.sync(config)
     services.documents.resume({channel.channel_type: channel for channel in channels})
     resubmit(services, channels, backlog)

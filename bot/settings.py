@@ -274,7 +274,9 @@ class RagConfig(ConfigSection):
     # Size of `# Relevant Memory` in the prompt; the `rag_query` tool may return up to `toolMaxTokens`.
     max_context_tokens: int = Field(1200, ge=0)
     tool_max_tokens: int = Field(4000, ge=100)
-    top_k: int = Field(20, ge=1, le=200)
+    # Entities and relations each message's retrieval starts from (the `rag_query` tool takes twice as many):
+    # more only costs time, as `maxContextTokens` cuts what does not fit.
+    top_k: int = Field(10, ge=1, le=200)
     chunk_top_k: int = Field(8, ge=1, le=200)
     # Vector matches below this cosine similarity are ignored.
     cosine_threshold: float = Field(0.2, ge=-1, le=1)

@@ -7,4 +7,9 @@
 - `backend`: the `RagBackend` protocol; `embedded` (lightrag-hku in the process, file or PostgreSQL
   storages) and `server` (a LightRAG server over HTTP) implement it; `factory` picks one at start.
 - `tokenizer`: the offline tokenizer LightRAG is given, so nothing is downloaded at run time.
+- `graph_batches`: batched reads for LightRAG's file graph storage (one lock per batch, not per item).
+- `keywords`: what in a message is worth looking up, decided without a model.
+- `reading` and `uploads`: documents sent in a chat (text extraction and limits; `DocumentReader`: queue,
+  progress message, resume after a restart, `/docs`).
+- `tool`: the `rag_query` tool.
 """

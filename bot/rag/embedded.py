@@ -36,6 +36,7 @@ from bot.llm.embedders import Embedders
 from bot.llm.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
+from bot.rag.graph_batches import use_batched_reads
 from bot.rag.keywords import content_words
 from bot.rag.tokenizer import OfflineTokenizer
 from bot.settings import RagConfig
@@ -151,6 +152,10 @@ class EmbeddedLightRag:
         lightrag = self._lightrag
         if not content_words(query.text):
             return []  # nothing to look up (a greeting)
+        # `rag.cosineThreshold` applies live: LightRAG reads it from its vector storages at each search.
+        threshold = self._config().cosine_threshold
+        for storage in (rag.entities_vdb, rag.relationships_vdb, rag.chunks_vdb):
+            storage.cosine_better_than_threshold = threshold
         # The message itself stands for both levels of keywords: LightRAG then asks no model for them,
         # and embeds one text where it would embed three (the message, and each level's keywords).
         param = lightrag.QueryParam(
@@ -183,6 +188,9 @@ class EmbeddedLightRag:
                     if attempt == DELETE_ATTEMPTS:
                         raise RagBackendError(f"could not delete {doc_id}: {result.message}")
                     await asyncio.sleep(DELETE_RETRY_SECONDS)
+
+    async def open(self, workspace: str) -> None:
+        await self._instance(workspace)
 
     async def close(self) -> None:
         global _open_adapters
@@ -266,7 +274,9 @@ class EmbeddedLightRag:
             enable_llm_cache_for_entity_extract=True,
             vector_db_storage_cls_kwargs={"cosine_better_than_threshold": config.cosine_threshold},
         )
+        use_batched_reads(rag.chunk_entity_relation_graph)
         await rag.initialize_storages()
+        _build_global_config_once(rag)
         log.info("[RAG] LightRAG workspace %s opened (%s storages)", workspace, self._storage)
         return rag
 
@@ -329,6 +339,18 @@ class EmbeddedLightRag:
                 "graph (delete the folder to rebuild)", self._working_dir, self._embedding[0], config.embedding_model,
             )  # fmt: skip
         return self._embedding
+
+
+def _build_global_config_once(rag: Any) -> None:
+    """LightRAG rebuilds its configuration dict for every query and insert (`dataclasses.asdict`, a deep
+    copy of every field: about 1.5 ms a query); nothing in it changes after the instance is made
+    (settings that apply live are passed with each call), so it is built once, and each caller gets
+    its own top-level copy as before."""
+    build = getattr(rag, "_build_global_config", None)
+    if not callable(build):
+        return
+    built = build()
+    rag._build_global_config = lambda: dict(built)
 
 
 def _dataclass_fields(utils: Any) -> set[str]:

@@ -120,6 +120,9 @@ class LightRagServerBackend:
             body = {"doc_ids": backend_ids, "delete_file": False, "delete_llm_cache": True}
             await self._call("DELETE", "/documents/delete_document", workspace, body)
 
+    async def open(self, workspace: str) -> None:
+        return None  # the server holds its graphs itself
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -11,6 +11,7 @@ the reply goes on without `# Relevant Memory`, and the log says why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -86,6 +87,7 @@ class RagService:
         self._last_flush = time.monotonic()
         # When the chat has been quiet long enough after the last queued exchange (None: nothing waits).
         self._idle_due_at: float | None = None
+        self._warming: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> RagDocumentStore:
@@ -268,7 +270,8 @@ class RagService:
         except Exception as error:
             log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
             return RetrievedContext("", 0, 0, "error")
-        fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown)]
+        shown_words = normalized(shown)  # once, not once per snippet (a few ms with a full memory part)
+        fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown_words)]
         text = self.render(fresh, rag.max_context_tokens, RELEVANT_MEMORY_HEADER)
         log.info(
             "[RAG] Retrieved %d snippets (%d already in memory) in %.0f ms, %s mode: %d chars",
@@ -285,7 +288,7 @@ class RagService:
         if not await self._store.has_indexed(workspace):
             return ""
         chosen = mode or rag.query_mode
-        query = RagQuery(query_text, chosen, rag.top_k, rag.chunk_top_k * 2, rag.tool_max_tokens)
+        query = RagQuery(query_text, chosen, rag.top_k * 2, rag.chunk_top_k * 2, rag.tool_max_tokens)
         snippets = await self._backend.query(workspace, query)
         return self.render(snippets, rag.tool_max_tokens, "")
 
@@ -325,7 +328,32 @@ class RagService:
             config.enabled, self._backend.name, counts["indexed"], counts["queued"], counts["failed"], self.last_error
         )
 
+    def warm_up(self) -> asyncio.Task[None] | None:
+        """At start, in the background: open every graph that holds documents, so the first message
+        after a start does not wait for LightRAG's import and files (a second or more, which could
+        exceed `queryTimeoutSeconds` and leave that reply without `# Relevant Memory`). Returns the
+        task (the same one when called again); None when RAG is off."""
+        if self._config().rag.enabled and self._warming is None:
+            self._warming = asyncio.get_running_loop().create_task(self._open_graphs(), name="rag warm-up")
+        return self._warming
+
+    async def _open_graphs(self) -> None:
+        started = time.monotonic()
+        try:
+            workspaces = await self._store.indexed_workspaces()
+            for workspace in workspaces:
+                await self._backend.open(workspace)
+        except Exception as error:  # the first query opens it instead, and says what is wrong
+            log.warning("[RAG] Could not open the knowledge graph at start: %s", error or type(error).__name__)
+            return
+        if workspaces:
+            log.info("[RAG] Opened %d graphs in %.1fs", len(workspaces), time.monotonic() - started)
+
     async def close(self) -> None:
+        if self._warming is not None and not self._warming.done():
+            self._warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warming
         await self._backend.close()
 
 
@@ -333,15 +361,15 @@ def normalized(text: str) -> str:
     return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
 
 
-def already_shown(snippet: str, shown: str) -> bool:
-    """Whether everything a snippet says is already in the memory part (as a daily note, an item...).
+def already_shown(snippet: str, shown_words: str) -> bool:
+    """Whether everything a snippet says is already in the memory part (as a daily note, an item...),
+    given as `normalized(memory part)`.
 
     A snippet is cut into segments (lines, and `User: ... | Assistant: ...` halves); it is shown when
     each segment long enough to mean something appears, by its first words, in the memory text.
     """
-    if not shown:
+    if not shown_words:
         return False
-    shown_norm = normalized(shown)
     segments = []
     for line in snippet.replace(" | ", "\n").splitlines():
         if line.lower().startswith("conversation in chat "):
@@ -351,4 +379,4 @@ def already_shown(snippet: str, shown: str) -> bool:
             segments.append(
                 segment[:DEDUP_PREFIX_CHARS].rsplit(" ", 1)[0] if len(segment) > DEDUP_PREFIX_CHARS else segment
             )
-    return bool(segments) and all(segment in shown_norm for segment in segments)
+    return bool(segments) and all(segment in shown_words for segment in segments)

@@ -141,6 +141,11 @@ class RagDocumentStore:
     async def counts(self) -> Counter[str]:
         return Counter(doc.status for doc in (await self._loaded()).values())
 
+    async def indexed_workspaces(self) -> list[str]:
+        """The LightRAG workspaces that hold at least one indexed document."""
+        docs = await self._loaded()
+        return sorted({doc.rag_workspace for doc in docs.values() if doc.status == "indexed"})
+
     async def has_indexed(self, rag_workspace: str) -> bool:
         docs = await self._loaded()
         return any(doc.status == "indexed" and doc.rag_workspace == rag_workspace for doc in docs.values())

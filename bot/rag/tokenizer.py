@@ -10,6 +10,7 @@ Encoding is stateless, so it is thread-safe and survives `copy.deepcopy`, as Lig
 
 from __future__ import annotations
 
+import functools
 import re
 
 # A space joins the word after it, as in BPE; long words, numbers and punctuation runs are cut into
@@ -19,6 +20,7 @@ _CJK = "\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af"
 _PIECE = re.compile(
     rf" ?[{_CJK}]{{1,2}}| ?[^\W\d_{_CJK}]{{1,6}}| ?\d{{1,3}}| ?[^\w\s]{{1,3}}|\s{{1,8}}|_{{1,4}}", re.UNICODE
 )
+PIECE_CACHE_SIZE = 65_536
 # A leading 0x01 byte keeps pieces that start with NUL bytes distinct.
 _MARKER = b"\x01"
 
@@ -27,6 +29,9 @@ class OfflineTokenizer:
     """Deterministic, reversible tokenizer; the model name is only a label for LightRAG."""
 
     def encode(self, content: str) -> list[int]:
+        pieces = _PIECE.findall(content)
+        if sum(map(len, pieces)) == len(content):  # every character matched a branch (nearly always)
+            return [_piece_id(piece) for piece in pieces]
         tokens: list[int] = []
         position = 0
         for match in _PIECE.finditer(content):
@@ -44,6 +49,9 @@ class OfflineTokenizer:
         return len(self.encode(content))
 
 
+# Words repeat: a piece's id is looked up far more often than made (the query path counts the same
+# entity descriptions and excerpts on every message).
+@functools.lru_cache(maxsize=PIECE_CACHE_SIZE)
 def _piece_id(piece: str) -> int:
     return int.from_bytes(_MARKER + piece.encode("utf-8", "surrogatepass"), "big")
 

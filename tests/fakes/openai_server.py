@@ -8,6 +8,7 @@ async tests and for a bot running in a subprocess. Point a real ``openai`` clien
 Chat replies come from a queue filled with ``script()`` (one item per chat request: a ``str``, a
 ``Reply`` or a ``Fault``); when the queue is empty the responder answers (``"echo: <last user message>"``
 unless replaced with ``set_responder()``). Every request is recorded in ``fake.requests``.
+``serves_embeddings = False`` makes ``/v1/embeddings`` answer 404, as an endpoint without embeddings does.
 
 Run standalone with ``python -m tests.fakes.openai_server --port 0``: prints ``PORT=<n>`` and serves
 with the echo responder until killed.
@@ -365,6 +366,8 @@ class FakeOpenAI:
         self.embedding_dimensions = embedding_dimensions
         # Seconds every /v1/embeddings response waits (a slow embedding endpoint).
         self.embedding_delay = 0.0
+        # False: /v1/embeddings answers 404, as a local server or router without embeddings does.
+        self.serves_embeddings = True
         self.models = list(models)
         # /v1/audio/transcriptions: False answers 404 like an endpoint without it; the text it returns.
         self.transcriptions_supported = True
@@ -657,6 +660,8 @@ class FakeOpenAI:
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         body = request[_JSON_BODY]
+        if not self.serves_embeddings:
+            return _error_response(404, "404 page not found", "invalid_request_error")
         if not isinstance(body, dict) or "input" not in body:
             return _error_response(400, "'input' is a required property", "invalid_request_error")
         if self.embedding_delay and await self._sleep(self.embedding_delay):

@@ -9,7 +9,7 @@ from pathlib import Path
 from bot.app import BotServices, shutdown, start
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, queued_count, rag_of, say, wait_until
 
 FACT = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
 
@@ -54,5 +54,30 @@ async def test_a_changed_flush_interval_applies_without_a_restart(
             return await indexed(services) == 1
 
         await wait_until(in_the_graph, timeout=10)
+    finally:
+        await shutdown(services, [])
+
+
+async def test_a_changed_cosine_threshold_applies_to_the_next_message(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    services = build_rag_bot(workspace_dir, fake_openai, {"queryMode": "hybrid", "cosineThreshold": 0.2})
+    try:
+        await say(services, channel, "1", FACT)
+
+        async def queued() -> bool:
+            return await queued_count(services) == 1
+
+        await wait_until(queued, timeout=10)
+        assert await rag_of(services).flush() == 1
+        await say(services, channel, "2", "Where does Marta work these days?")  # another chat: no history
+        assert "Gulbenkian" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory", 1)[-1]
+
+        config_file = services.workspace.runtime_config_file
+        config = json.loads(config_file.read_text())
+        config["rag"]["cosineThreshold"] = 0.999  # nothing is that close: the graph finds nothing
+        config_file.write_text(json.dumps(config))
+        await say(services, channel, "3", "Where does Marta work these days?")
+        assert "# Relevant Memory" not in (fake_openai.system_prompts()[-1] or "")
     finally:
         await shutdown(services, [])
