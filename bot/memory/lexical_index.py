@@ -81,6 +81,10 @@ class Bm25Index:
     """
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every document (the store is rebuilding what it holds)."""
         self._postings: dict[str, _Postings] = {}
         self._slot_of: dict[str, int] = {}
         self._ids: list[str] = []

@@ -156,7 +156,7 @@ class MemoryService:
         scope = self._scopes.get(paths)
         if scope is None:
             store = MemoryItemStore(paths, self._clock.zone)
-            lexical, vectors = Bm25Index(), VectorIndex()
+            lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
             scope = MemoryScope(
@@ -302,6 +302,7 @@ class MemoryService:
                     await scope.indexing
             if scope.vector_cache is not None:
                 await asyncio.to_thread(scope.vector_cache.close)
+            await asyncio.to_thread(scope.store.close)
         self._executor.shutdown(wait=False)
 
     # -- the prompt -------------------------------------------------------------------------------
