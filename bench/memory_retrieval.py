@@ -22,7 +22,6 @@ Run: `.venv/bin/python -m bench.memory_retrieval [sizes...]`
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import random
@@ -44,7 +43,7 @@ from bot.domain.text import fingerprint_of
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import VectorCache, text_key
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryScope, MemoryService
 from bot.settings import MemoryConfig
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths, Workspace
@@ -133,6 +132,23 @@ class EmbeddedCount(logging.Handler):
             self.embedded += int(found[1])
 
 
+async def timed_retrieval(
+    service: MemoryService, config: MemoryConfig, scope: MemoryScope, rng: random.Random
+) -> list[float]:
+    """`build_prompt` with the query's vector made beforehand: what retrieval itself costs."""
+    timings = []
+    embedder = service.embedder(config)
+    assert embedder is not None
+    for _ in range(QUERIES):
+        text = sentence(rng, 12)
+        await embedder.embed_query(text)  # kept by the embedder: build_prompt finds it made
+        began = time.perf_counter()
+        await service.build_prompt(config, "telegram:1", text)
+        timings.append((time.perf_counter() - began) * 1000)
+    timings.sort()
+    return timings
+
+
 async def timed_queries(service: MemoryService, config: MemoryConfig, rng: random.Random) -> list[float]:
     timings = []
     for _ in range(QUERIES):
@@ -144,82 +160,114 @@ async def timed_queries(service: MemoryService, config: MemoryConfig, rng: rando
     return timings
 
 
-async def measure_async(count: int) -> dict[str, float | str]:
+def prepare(count: int, folder: Path) -> None:
+    """Write `count` items and the vector cache a previous run would have left (in its own process, so
+    the measuring process's resident memory is the bot's alone)."""
     rng = random.Random(count)
+    memory = folder / "memory"
+    everything: list[MemoryItem] = []
+    for name, items in make_items(count, rng).items():
+        path = memory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(dumps_line(item.to_json_dict()) + "\n" for item in items))
+        everything += items
+    fill_vector_cache(memory, everything, rng)
+
+
+async def start(root: Path, config: MemoryConfig) -> tuple[MemoryService, float, float]:
+    """A new `MemoryService` as the bot makes it at start: (service, first answer ms, memory ready s)."""
+    started = time.perf_counter()
+    service = MemoryService(Workspace(root), Clock(UTC), cast(LlmClient, None))
+    service.warm_up(config)
+    await asyncio.sleep(0)  # as in the bot: the warm-up has begun before the first message comes
+    await service.build_prompt(config, "telegram:1", "what did we plan for the garden?")
+    first_ms = (time.perf_counter() - started) * 1000
+    await service.settle()
+    return service, first_ms, time.perf_counter() - started
+
+
+async def cold_start_async(root: Path) -> dict[str, float]:
+    """The first start on the files `prepare` wrote: the index database is built from them."""
+    service, first_ms, ready_s = await start(root, MemoryConfig())
+    await service.close()
+    return {"cold_first_ms": first_ms, "cold_ready_s": ready_s}
+
+
+async def measure_async(count: int, root: Path) -> dict[str, float | str]:
+    """A restart (a new process finding the index database the cold start built): the first answer,
+    what it re-read and re-embedded, latency and resident memory."""
+    rng = random.Random(count + 1)
     baseline = rss_kib()
     counter = EmbeddedCount()
     logging.getLogger("bot").addHandler(counter)
     logging.getLogger("bot").setLevel(logging.INFO)
-    with tempfile.TemporaryDirectory() as folder:
-        root = Path(folder)
-        memory = root / "memory"
-        everything: list[MemoryItem] = []
-        for name, items in make_items(count, rng).items():
-            path = memory / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(dumps_line(item.to_json_dict()) + "\n" for item in items))
-            everything += items
-        fill_vector_cache(memory, everything, rng)
-        del everything
-        gc.collect()
-        before_start = rss_kib()
-
-        config = MemoryConfig()
-        started = time.perf_counter()
-        service = MemoryService(Workspace(root), Clock(UTC), cast(LlmClient, None))
-        service.warm_up(config)
-        await asyncio.sleep(0)  # as in the bot: the warm-up has begun before the first message comes
-        await service.build_prompt(config, "telegram:1", "what did we plan for the garden?")
-        first_ms = (time.perf_counter() - started) * 1000
-        scope = await service.scope(config, "telegram:1")
-        while (indexing := scope.indexing) is not None and not indexing.done():
-            await asyncio.wait({indexing})
-        ready_s = time.perf_counter() - started
-        loaded_rss = rss_kib()
-        hybrid = await timed_queries(service, config, rng)
-        lexical = await timed_queries(service, config.model_copy(update={"embeddings_model": None}), rng)
-        vectors_done, vectors_total = scope.vectors.coverage
-        await service.close()
+    config = MemoryConfig()
+    service, first_ms, ready_s = await start(root, config)
+    scope = await service.scope(config, "telegram:1")
+    reread = scope.store.files_read
+    # The query model is loaded by the first message's vector; the bot keeps it from then on.
+    loaded_rss = rss_kib()
+    hybrid = await timed_queries(service, config, rng)
+    lexical = await timed_queries(service, config.model_copy(update={"embeddings_model": None}), rng)
+    retrieval_only = await timed_retrieval(service, config, scope, rng)
+    after_rss = rss_kib()
+    vectors_done, vectors_total = scope.vectors.coverage
+    await service.close()
     return {
         "items": count,
         "first_ms": first_ms,
         "ready_s": ready_s,
         "p50_ms": statistics.median(hybrid),
         "p99_ms": hybrid[int(len(hybrid) * 0.99) - 1],
+        "retrieval_p50_ms": statistics.median(retrieval_only),
+        "retrieval_p99_ms": retrieval_only[int(len(retrieval_only) * 0.99) - 1],
         "lexical_p50_ms": statistics.median(lexical),
         "embedded_at_start": counter.embedded,
+        "files_reread": reread,
         "vectors": f"{vectors_done}/{vectors_total}",
-        "rss_mib": loaded_rss / 1024,
-        "rss_growth_mib": (loaded_rss - before_start) / 1024,
+        "rss_mib": max(loaded_rss, after_rss) / 1024,
         "baseline_mib": baseline / 1024,
     }
 
 
-def measure(count: int) -> dict[str, float | str]:
-    return asyncio.run(measure_async(count))
+def measure(count: int, root: Path) -> dict[str, float | str]:
+    return asyncio.run(measure_async(count, root))
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--one":
-        print(json.dumps(measure(int(sys.argv[2]))))
+    if len(sys.argv) == 4 and sys.argv[1] in ("--one", "--prepare", "--cold"):
+        count, folder = int(sys.argv[2]), Path(sys.argv[3])
+        if sys.argv[1] == "--prepare":
+            prepare(count, folder)
+        elif sys.argv[1] == "--cold":
+            print(json.dumps(asyncio.run(cold_start_async(folder))))
+        else:
+            print(json.dumps(measure(count, folder)))
         return
     sizes = [int(arg) for arg in sys.argv[1:]] or list(SIZES)
     print(
-        f"{'items':>8} {'1st answer':>11} {'ready':>7} {'p50':>9} {'p99':>9} {'lexical':>9} {'embedded':>9} "
-        f"{'RSS':>9} {'growth':>8}"
+        f"{'items':>8} {'cold 1st':>9} {'cold ready':>10} {'1st answer':>10} {'ready':>6} {'p50':>8} {'p99':>8} "
+        f"{'retr p50':>8} {'retr p99':>8} {'lexical':>8} {'embedded':>8} {'re-read':>7} {'RSS':>8} {'base':>8}"
     )
     for size in sizes:
-        output = subprocess.run(
-            [sys.executable, "-m", "bench.memory_retrieval", "--one", str(size)],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        row = json.loads(output.strip().splitlines()[-1])
+        row: dict[str, float | str] = {}
+        with tempfile.TemporaryDirectory() as directory:
+            # Each step in its own process: the files written, the first start, then a restart.
+            for step in ("--prepare", "--cold", "--one"):
+                output = subprocess.run(
+                    [sys.executable, "-m", "bench.memory_retrieval", step, str(size), directory],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                if step != "--prepare":
+                    row.update(json.loads(output.strip().splitlines()[-1]))
         print(
-            f"{row['items']:>8} {row['first_ms']:>8.0f} ms {row['ready_s']:>5.1f} s {row['p50_ms']:>6.1f} ms "
-            f"{row['p99_ms']:>6.1f} ms {row['lexical_p50_ms']:>6.1f} ms {row['embedded_at_start']:>9} "
-            f"{row['rss_mib']:>5.0f} MiB {row['rss_growth_mib']:>4.0f} MiB"
+            f"{row['items']:>8} {row['cold_first_ms']:>6.0f} ms {row['cold_ready_s']:>8.1f} s "
+            f"{row['first_ms']:>7.0f} ms {row['ready_s']:>4.1f} s {row['p50_ms']:>5.1f} ms {row['p99_ms']:>5.1f} ms "
+            f"{row['retrieval_p50_ms']:>5.1f} ms {row['retrieval_p99_ms']:>5.1f} ms {row['lexical_p50_ms']:>5.1f} ms "
+            f"{row['embedded_at_start']:>8} "
+            f"{row['files_reread']:>7} {row['rss_mib']:>4.0f} MiB {row['baseline_mib']:>4.0f} MiB"
         )
 
 

@@ -37,6 +37,7 @@ FAILURE_PAUSE_SECONDS = 300.0
 # matrix and 60 ms with chunks of 4,096 rows).
 SEARCH_CHUNK_ROWS = 1024
 INT8_MAX = 127
+LOAD_BATCH_ROWS = 4096
 CACHE_FILE_NAME = "vectors.sqlite3"
 # Below this many items a z-score says little: an item counts as similar from this cosine on (measured
 # with the bundled e5 model: a paraphrase scores 0.85-0.87, unrelated short texts 0.71-0.83).
@@ -56,6 +57,17 @@ def unit(values: list[float] | npt.NDArray[np.floating]) -> Vector:
     vector = np.asarray(values, dtype=np.float32)
     norm = float(np.linalg.norm(vector))
     return vector / norm if norm > 0 else vector
+
+
+QuantizedBatch = tuple[list[str], npt.NDArray[np.int8], npt.NDArray[np.float32]]
+
+
+def quantize(matrix: npt.NDArray[np.floating]) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+    """Rows as int8 with one scale each (a row's largest component maps to 127)."""
+    values = np.asarray(matrix, dtype=np.float32)
+    peaks = np.abs(values).max(axis=1)
+    scales = np.where(peaks > 0, peaks / INT8_MAX, 1.0).astype(np.float32)
+    return np.rint(values / scales[:, None]).astype(np.int8), scales
 
 
 class VectorCache:
@@ -98,6 +110,25 @@ class VectorCache:
         with self._lock:
             rows = self._connect().execute("SELECT key, vector FROM vectors WHERE embedder = ?", (embedder,))
             return {key: np.frombuffer(blob, dtype=np.float16) for key, blob in rows if key in keys}
+
+    def load_quantized(self, embedder: str, keys: set[str]) -> list[QuantizedBatch]:
+        """The stored vectors of `keys`, as `quantize` makes them, a batch of rows at a time.
+
+        A restart reads the whole cache: batches of contiguous arrays, not one small array per vector,
+        so the memory it passes through is a few large blocks the allocator gives back.
+        """
+        batches: list[QuantizedBatch] = []
+        with self._lock:
+            cursor = self._connect().execute("SELECT key, vector FROM vectors WHERE embedder = ?", (embedder,))
+            while rows := cursor.fetchmany(LOAD_BATCH_ROWS):
+                found = [(key, blob) for key, blob in rows if key in keys]
+                if not found:
+                    continue
+                # Vectors of one embedder all have its dimensions: one buffer, one reshape.
+                halves = np.frombuffer(b"".join(blob for _, blob in found), dtype=np.float16)
+                quantized, scales = quantize(halves.reshape(len(found), -1))
+                batches.append(([key for key, _ in found], quantized, scales))
+        return batches
 
     def store(self, embedder: str, vectors: dict[str, npt.NDArray[np.float16]]) -> None:
         with self._lock:
@@ -209,19 +240,26 @@ class VectorIndex:
         return [(key, item.content) for key in keys if (item := found.get(self._ids_of[key][0])) is not None]
 
     def put(self, vectors: dict[str, npt.NDArray[np.floating]]) -> None:
-        if not vectors:
+        if vectors:
+            rows, scales = quantize(np.stack([np.asarray(vector, dtype=np.float32) for vector in vectors.values()]))
+            self.put_quantized(list(vectors), rows, scales)
+
+    def put_quantized(self, keys: list[str], rows: npt.NDArray[np.int8], scales: npt.NDArray[np.float32]) -> None:
+        """Store rows made by `quantize`, one per text key (a whole cache read arrives this way)."""
+        if not keys:
             return
-        dimensions = len(next(iter(vectors.values())))
+        dimensions = rows.shape[1]
         if self._matrix is not None and self._matrix.shape[1] != dimensions:
             self._row_of.clear()
             self._row_keys = []
             self._matrix = None
         if len(self._row_keys) > 1024 and len(self._row_keys) > 4 * max(len(self._ids_of), 1) / 3:
             self._compact()
-        new_rows = sum(1 for key in vectors if key not in self._row_of)
+        new_rows = sum(1 for key in keys if key not in self._row_of)
         self._reserve(len(self._row_keys) + new_rows, dimensions)
         assert self._matrix is not None
-        for key, vector in vectors.items():
+        targets = np.empty(len(keys), dtype=np.int64)
+        for number, key in enumerate(keys):
             row = self._row_of.get(key)
             if row is None:
                 row = len(self._row_keys)
@@ -231,21 +269,23 @@ class VectorIndex:
                     key = self._key_of.get(ids[0], key)
                 self._row_of[key] = row
                 self._row_keys.append(key)
-            values = np.asarray(vector, dtype=np.float32)
-            peak = float(np.abs(values).max())
-            scale = peak / INT8_MAX if peak > 0 else 1.0
-            self._matrix[row] = np.rint(values / scale).astype(np.int8)
-            self._scales[row] = scale
+            targets[number] = row
             self._missing.discard(key)
             self._text_of.pop(key, None)
+        self._matrix[targets] = rows
+        self._scales[targets] = scales
 
-    def _reserve(self, rows: int, dimensions: int) -> None:
+    def reserve(self, rows: int, dimensions: int) -> None:
+        """Make room for exactly `rows` more rows (before a cache read arrives in batches)."""
+        self._reserve(len(self._row_keys) + rows, dimensions, slack=False)
+
+    def _reserve(self, rows: int, dimensions: int, slack: bool = True) -> None:
         """Room for `rows` rows: grown once per call, by a quarter more than asked (a restart's whole cache
         arrives in one call, and doubling then would hold three copies of it at the peak)."""
         if self._matrix is not None and rows <= self._matrix.shape[0]:
             return
         used = len(self._row_keys)
-        capacity = max(1024, rows + rows // 4)
+        capacity = max(1024, rows + rows // 4 if slack else rows + EMBED_BATCH_SIZE)
         grown = np.zeros((capacity, dimensions), dtype=np.int8)
         scales = np.zeros(capacity, dtype=np.float32)
         if self._matrix is not None:

@@ -49,8 +49,9 @@ FileSignature = tuple[int, int, int]
 INDEX_FILE_NAME = "items.sqlite3"
 # Bumped when the database's layout changes: a database of another version is rebuilt from the files.
 SCHEMA_VERSION = "1"
-# Parsed items kept for reuse (about 3 KB each): the pinned, the core and the last prompts' candidates.
-ITEM_CACHE_SIZE = 4096
+# Parsed items kept for reuse (about 3 KB each): the pinned, the core and the last prompts' candidates
+# (a prompt reads about 600 at 100,000 items: the lexical and dense candidates and their neighbours).
+ITEM_CACHE_SIZE = 2048
 # Rows parsed at a time when every item is streamed (start-up, `items()`): bounds the memory it takes.
 STREAM_BATCH = 2000
 # SQLite's limit on bound parameters is 32,766 (3.32+); a lookup by ids goes in chunks well below it.
@@ -317,6 +318,8 @@ class MemoryItemStore:
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
         self._writing: set[Path] = set()
         self._indexes: list[ItemIndex] = []
+        # How many times a file was read and parsed (a restart with an up-to-date index reads none).
+        self.files_read = 0
 
     def subscribe(self, index: ItemIndex) -> None:
         """Keep `index` in step from now on (it is given every item already loaded)."""
@@ -523,6 +526,7 @@ class MemoryItemStore:
     def _load_file(self, path: Path, signature: FileSignature) -> None:
         name = self._name(path)
         parsed = parse_item_file(_read_raw(path), path, self._zone)
+        self.files_read += 1
         loaded: dict[str, tuple[MemoryItem, bytes, int]] = {}
         kept: list[tuple[str, int, bytes]] = []
         lines = iter(parsed.lines)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import functools
 import logging
@@ -47,7 +49,7 @@ from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.paths import CHAT_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
-from bot.memory.retrieval import MemoryRetrievalService
+from bot.memory.retrieval import LEXICAL_CANDIDATES, MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
 from bot.workspace import MemoryPaths, Workspace
@@ -64,6 +66,20 @@ LONG_TERM_HEADER = "## Long-term Memory"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
 SHARE_MARGIN = 0.02
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap a large read freed (the start-up load of the items and their vectors) to the system.
+
+    glibc keeps freed blocks for reuse and, once large temporary arrays were freed, raises its mmap
+    threshold, so the temporaries of a 100,000-item load stay resident (60 MB measured) until asked
+    to trim. Where there is no glibc this does nothing.
+    """
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 @dataclass
@@ -190,6 +206,7 @@ class MemoryService:
                     await asyncio.get_running_loop().run_in_executor(self._executor, scope.store.refresh_sync)
                 if not scope.loaded:
                     scope.loaded = True
+                    give_back_freed_memory()
                     log.info(
                         "[Memory] Loaded %d items from %s in %.0f ms",
                         len(scope.store),
@@ -236,10 +253,16 @@ class MemoryService:
                 scope.vectors.use_embedder(embedder.name)
                 wanted = scope.vectors.wanted_keys() if fresh_embedder else set()
             if wanted:
-                stored = await asyncio.to_thread(cache.load, embedder.name, wanted)
+                batches = await asyncio.to_thread(cache.load_quantized, embedder.name, wanted)
+                del wanted
+                read = sum(len(keys) for keys, _, _ in batches)
                 async with scope.lock:
-                    scope.vectors.put(stored)
-                log.info("[Memory] %d item vectors read from %s", len(stored), cache.path)
+                    if batches:
+                        scope.vectors.reserve(read, batches[0][1].shape[1])
+                    while batches:
+                        scope.vectors.put_quantized(*batches.pop(0))
+                log.info("[Memory] %d item vectors read from %s", read, cache.path)
+                give_back_freed_memory()
             while not scope.vectors.paused():
                 async with scope.lock:
                     todo = scope.vectors.pending()
@@ -352,6 +375,14 @@ class MemoryService:
             return MemoryPrompt("", pack)
         return MemoryPrompt("\n\n".join([MEMORY_HEADER, *sections]), pack)
 
+    @staticmethod
+    def _prefetch(scope: MemoryScope, text: str) -> None:
+        """Read the lexical candidates of `text` and their neighbours ahead of scoring (the store keeps them
+        parsed, the lexical index keeps the search), while the message's vector is being made."""
+        hits = list(scope.lexical.search(text, LEXICAL_CANDIDATES))
+        scope.store.get_many(hits)
+        scope.store.neighbours_of(hits)
+
     async def _read_long_term(self, scope: MemoryScope) -> str:
         try:
             return await scope.long_term.read()
@@ -389,13 +420,20 @@ class MemoryService:
             log.info("[Context] Memory items of %s still loading; the daily notes stand in", scope.paths.root)
             return None
         self.index_vectors(scope, config)
-        vector = await self.query_vector(scope, config, text)
+        # The message's vector is made in a worker thread (the engine runs in C without the GIL) while
+        # the files are checked for changes and the lexical candidates are read: the two overlap.
+        vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
         try:
             async with self.fresh(scope):
+                await self._off_loop_if_large(scope, self._prefetch, scope, text)
+                vector = await vector_task
                 result = await self._off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
+        finally:
+            if not vector_task.done():
+                vector_task.cancel()
         offered = offered_order(result.items, query)
         pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens)
         pack = dataclasses.replace(
