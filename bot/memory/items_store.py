@@ -635,6 +635,11 @@ class MemoryItemStore:
         for batch in self._stream(""):
             yield from batch
 
+    def recently_updated(self, limit: int) -> list[MemoryItem]:
+        """The `limit` active items changed last, newest first."""
+        rows = self._rows("SELECT id, line FROM items WHERE active ORDER BY updated DESC, id LIMIT ?", (limit,))
+        return self._items_from(rows)
+
     def count_by_layer(self) -> dict[MemoryLayer, int]:
         counts = dict.fromkeys(MemoryLayer, 0)
         for layer, count in self._rows("SELECT layer, count(*) FROM items WHERE active GROUP BY layer"):

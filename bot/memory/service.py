@@ -139,7 +139,7 @@ class MemoryService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
         self._forget_listeners: list[ForgetListener] = []
 
-    async def _off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
+    async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
         """Run a read of the scope in memory's thread, or inline while the scope is small.
 
         Below `INLINE_WORK_MAX_ITEMS` the work (a few `stat`s, scoring a few hundred items) takes less
@@ -201,7 +201,7 @@ class MemoryService:
             if scope.refreshed_at < requested:
                 started = scope.refreshed_at = time.monotonic()
                 if scope.loaded:
-                    await self._off_loop_if_large(scope, scope.store.refresh_sync)
+                    await self.off_loop_if_large(scope, scope.store.refresh_sync)
                 else:  # the first load reads every file: never on the event loop
                     await asyncio.get_running_loop().run_in_executor(self._executor, scope.store.refresh_sync)
                 if not scope.loaded:
@@ -425,9 +425,9 @@ class MemoryService:
         vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
         try:
             async with self.fresh(scope):
-                await self._off_loop_if_large(scope, self._prefetch, scope, text)
+                await self.off_loop_if_large(scope, self._prefetch, scope, text)
                 vector = await vector_task
-                result = await self._off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
+                result = await self.off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
@@ -521,19 +521,15 @@ class MemoryService:
         vector = await self.query_vector(scope, config, text)
         async with self.fresh(scope):
             if not text.strip():
-                recent = sorted(
-                    (item for item in scope.store.items() if item.active),
-                    key=lambda item: item.updated_at,
-                    reverse=True,
-                )
-                return [(item, 0.0) for item in recent[:limit]]
-            return scope.retrieval.search(text, limit, vector)
+                return [(item, 0.0) for item in scope.store.recently_updated(limit)]
+            return await self.off_loop_if_large(scope, scope.retrieval.search, text, limit, vector)
 
     async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
         """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""
         scope = await self.scope(config, session_id)
         async with self.fresh(scope):
-            result = edit(scope.writer)
+            # A forget looks through every exchange: at 100,000 items, seconds the event loop must not wait.
+            result = await self.off_loop_if_large(scope, edit, scope.writer)
         await scope.store.flush()
         return result
 
