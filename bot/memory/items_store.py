@@ -461,10 +461,12 @@ class MemoryItemStore:
         self._opened = True
 
     def _refresh(self) -> bool:
+        present = self._files_on_disk()
         if not self._opened:
+            if not present and not self._db.path.exists():
+                return False  # no items yet: no database either (a stranger's message must leave no file)
             self._open()
         changed = False
-        present = self._files_on_disk()
         for path in list(self._known_files):
             if path not in present and not self._pending(path):
                 self._drop_file(path)
