@@ -1,20 +1,26 @@
 """Memory retrieval at scale: 1,000 / 10,000 / 100,000 items, with the offline embedder on.
 
-For each size, in a fresh subprocess (so resident memory is that size's own): synthetic items are
-written as the bot writes them (a year of episodic day files, plus semantic and procedural files),
-and the vector cache beside them is filled as a previous run would have left it. Embedding 100,000
-texts with the bundled model takes about half an hour on 2 cores, once; the bench measures what
-every later start pays, so it stores seeded random unit vectors under the real embedder's name and
-the items' text keys (search cost and memory do not depend on the values). Then, through
-`MemoryService` (the read path a message takes, the real embedder making each query's vector):
+For each size, three processes (so each figure is that step's own, resident memory included):
 
-- start: a new `MemoryService` warms up in the background (items read, vectors read from the
-  cache) and the first `build_prompt` returns (what the first message after a start waits for);
-- a restart embeds nothing: the count of items embedded during the run (0 expected);
-- per-message latency of `build_prompt` (change check of the files, the query's vector, hybrid
-  scoring, the prompt pack), p50 and p99 over 300 queries, and the same without the query's vector
-  (lexical scoring only) to show what the embedder costs;
-- resident memory (RSS) after loading, and its growth over the interpreter's baseline.
+1. `--prepare`: synthetic items written as the bot writes them (a year of episodic day files, plus
+   semantic and procedural files), and the vector cache beside them as a previous run would have
+   left it. Embedding 100,000 texts with the bundled model takes about half an hour on 2 cores,
+   once; the bench measures what every later start pays, so it stores seeded random unit vectors
+   under the real embedder's name and the items' text keys (search cost and memory do not depend
+   on the values).
+2. `--cold`: the first start, which builds the index database (`memory/index/items.sqlite3`) from
+   the files: its first answer and when memory was ready.
+3. `--one`: a restart, through `MemoryService` (the read path a message takes, the real embedder
+   making each query's vector):
+   - the first `build_prompt` after the start (what the first message waits for), and when the
+     warm-up (BM25 index, vectors from the cache) was done;
+   - a restart re-reads and re-embeds nothing: files read and items embedded during the run (0, 0);
+   - per-message latency of `build_prompt` (change check of the files, the query's vector, hybrid
+     scoring, the prompt pack), p50 and p99 over 300 queries, with the CPU time per query (all
+     threads: on a shared machine the wall time includes waiting for a core); the same with the
+     query's vector made beforehand (retrieval itself), and without vectors (lexical only);
+   - resident memory (RSS) after loading and after the queries (the larger), and the
+     interpreter's own at the process start.
 
 Run: `.venv/bin/python -m bench.memory_retrieval [sizes...]`
 """
@@ -149,13 +155,20 @@ async def timed_retrieval(
     return timings
 
 
-async def timed_queries(service: MemoryService, config: MemoryConfig, rng: random.Random) -> list[float]:
+async def timed_queries(
+    service: MemoryService, config: MemoryConfig, rng: random.Random, cpu: list[float] | None = None
+) -> list[float]:
+    """Wall times of `build_prompt`, sorted; with `cpu`, also the CPU time of the process (every thread)
+    per query, which on a shared machine says what the work costs when the wall time says how long
+    it waited for a core."""
     timings = []
     for _ in range(QUERIES):
         text = sentence(rng, 12)
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         await service.build_prompt(config, "telegram:1", text)
         timings.append((time.perf_counter() - began) * 1000)
+        if cpu is not None:
+            cpu.append((time.process_time() - began_cpu) * 1000)
     timings.sort()
     return timings
 
@@ -207,7 +220,8 @@ async def measure_async(count: int, root: Path) -> dict[str, float | str]:
     reread = scope.store.files_read
     # The query model is loaded by the first message's vector; the bot keeps it from then on.
     loaded_rss = rss_kib()
-    hybrid = await timed_queries(service, config, rng)
+    cpu: list[float] = []
+    hybrid = await timed_queries(service, config, rng, cpu)
     lexical = await timed_queries(service, config.model_copy(update={"embeddings_model": None}), rng)
     retrieval_only = await timed_retrieval(service, config, scope, rng)
     after_rss = rss_kib()
@@ -219,6 +233,7 @@ async def measure_async(count: int, root: Path) -> dict[str, float | str]:
         "ready_s": ready_s,
         "p50_ms": statistics.median(hybrid),
         "p99_ms": hybrid[int(len(hybrid) * 0.99) - 1],
+        "cpu_p50_ms": statistics.median(cpu),
         "retrieval_p50_ms": statistics.median(retrieval_only),
         "retrieval_p99_ms": retrieval_only[int(len(retrieval_only) * 0.99) - 1],
         "lexical_p50_ms": statistics.median(lexical),
@@ -247,7 +262,8 @@ def main() -> None:
     sizes = [int(arg) for arg in sys.argv[1:]] or list(SIZES)
     print(
         f"{'items':>8} {'cold 1st':>9} {'cold ready':>10} {'1st answer':>10} {'ready':>6} {'p50':>8} {'p99':>8} "
-        f"{'retr p50':>8} {'retr p99':>8} {'lexical':>8} {'embedded':>8} {'re-read':>7} {'RSS':>8} {'base':>8}"
+        f"{'cpu p50':>8} {'retr p50':>8} {'retr p99':>8} {'lexical':>8} {'embedded':>8} {'re-read':>7} {'RSS':>8} "
+        f"{'base':>8}"
     )
     for size in sizes:
         row: dict[str, float | str] = {}
@@ -265,7 +281,8 @@ def main() -> None:
         print(
             f"{row['items']:>8} {row['cold_first_ms']:>6.0f} ms {row['cold_ready_s']:>8.1f} s "
             f"{row['first_ms']:>7.0f} ms {row['ready_s']:>4.1f} s {row['p50_ms']:>5.1f} ms {row['p99_ms']:>5.1f} ms "
-            f"{row['retrieval_p50_ms']:>5.1f} ms {row['retrieval_p99_ms']:>5.1f} ms {row['lexical_p50_ms']:>5.1f} ms "
+            f"{row['cpu_p50_ms']:>5.1f} ms {row['retrieval_p50_ms']:>5.1f} ms {row['retrieval_p99_ms']:>5.1f} ms "
+            f"{row['lexical_p50_ms']:>5.1f} ms "
             f"{row['embedded_at_start']:>8} "
             f"{row['files_reread']:>7} {row['rss_mib']:>4.0f} MiB {row['baseline_mib']:>4.0f} MiB"
         )
