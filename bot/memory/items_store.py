@@ -34,9 +34,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from pydantic import ValidationError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (Windows)
+    fcntl = None  # type: ignore[assignment]
 
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.storage.files import append_lines, write_atomic
@@ -209,6 +214,11 @@ class IndexDatabase:
     It is derived data: one that cannot be opened, is of another version or was built in another time
     zone (times without a zone are read in the bot's) is moved aside and started afresh. An error met
     later marks it broken, and the store rebuilds it on its next refresh.
+
+    One process at a time owns it (an exclusive `flock` on `items.sqlite3.lock`, held while open): the
+    rows of a file with changes not yet written are the owner's alone, and another process (`python
+    -m bot status` beside the running bot) reading that file must not put its older content back.
+    A process that finds it owned builds a private index in memory from the files instead.
     """
 
     def __init__(self, path: Path, zone: tzinfo) -> None:
@@ -217,6 +227,8 @@ class IndexDatabase:
         self.lock = threading.RLock()
         self.broken = False
         self._connection: sqlite3.Connection | None = None
+        self._owner: BinaryIO | None = None
+        self.private = False
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -224,8 +236,27 @@ class IndexDatabase:
             self._connection = self._open_or_rebuild()
         return self._connection
 
+    def _take_ownership(self) -> bool:
+        """Lock the database for this process; False when another one holds it."""
+        if fcntl is None:  # no flock (Windows): one process at a time, as the README says
+            return True
+        handle = open(self.path.with_name(self.path.name + ".lock"), "a+b")  # held while the index is open
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        self._owner = handle
+        return True
+
     def _open_or_rebuild(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.private = not self._take_ownership()
+        if self.private:
+            log.info("[Memory] Index %s is in use by another process: the files are read into memory", self.path)
+            connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            connection.executescript(_SCHEMA)
+            return connection
         try:
             connection = self._open()
             if self._meta(connection) == {"schema": SCHEMA_VERSION, "zone": self._zone_name}:
@@ -275,15 +306,26 @@ class IndexDatabase:
     def reset(self) -> None:
         """Start from an empty database (after an error: the files will be read again)."""
         with self.lock:
+            private = self.private
             self.close()
-            self._discard(aside=True)
+            if not private:
+                self._discard(aside=True)
             self.broken = False
+
+    @property
+    def exists(self) -> bool:
+        """Whether there is an index to open (a private one is made when opened)."""
+        return self.path.exists()
 
     def close(self) -> None:
         with self.lock:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+            if self._owner is not None:
+                self._owner.close()  # releases the flock
+                self._owner = None
+            self.private = False
 
 
 def _epoch(moment: Any) -> float:

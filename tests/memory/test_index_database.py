@@ -184,3 +184,32 @@ async def test_kept_lines_and_unchanged_items_are_written_back_byte_for_byte_aft
     assert third.files_read == 0  # the bot's own write was recorded: nothing to read again
     pinned = third.pinned()
     assert [entry.id for entry in pinned] == ["m2"]
+
+
+async def test_a_second_process_reads_the_files_into_its_own_index_and_never_puts_old_rows_back(
+    tmp_path: Path,
+) -> None:
+    paths = MemoryPaths(tmp_path)
+    write_items(paths.semantic_file, [item(S, "The boat is called Marlin.", DAY, item_id="m1")])
+    bot = MemoryItemStore(paths, UTC)  # the running bot owns the index
+    bot.refresh_sync()
+    stored = bot.get("m1")
+    assert stored is not None
+    bot.replace([stored.model_copy(update={"content": "The boat is called Seagull."})])  # not written yet
+
+    status = MemoryItemStore(paths, UTC)  # `python -m bot status` meanwhile
+    status.refresh_sync()
+    seen = status.get("m1")
+    assert seen is not None and seen.content == "The boat is called Marlin."  # what the file says now
+    status.close()
+
+    await bot.flush()
+    written = bot.get("m1")
+    assert written is not None and written.content == "The boat is called Seagull."
+    assert "Seagull" in paths.semantic_file.read_text()
+    bot.close()
+    reopened = MemoryItemStore(paths, UTC)
+    reopened.refresh_sync()
+    assert reopened.files_read == 0
+    again = reopened.get("m1")
+    assert again is not None and again.content == "The boat is called Seagull."
