@@ -176,10 +176,14 @@ class VectorIndex:
         self._missing: set[str] = set()
         self._paused_until = 0.0
         self.embedder_name: str | None = None
+        # Bumped by every change; the last search is kept for it (see `relevance`).
+        self._version = 0
+        self._last: tuple[tuple[int, bytes, int], dict[str, float]] | None = None
 
     # -- following the store (ItemIndex) ------------------------------------------------------------
 
     def add(self, item: MemoryItem) -> None:
+        self._version += 1
         self.remove(item.id)
         if item.active:
             key = text_key(item.content)
@@ -195,6 +199,7 @@ class VectorIndex:
             self.add(item)
 
     def remove(self, item_id: str) -> None:
+        self._version += 1
         key = self._key_of.pop(item_id, None)
         if key is None:
             return
@@ -207,6 +212,7 @@ class VectorIndex:
 
     def clear(self) -> None:
         """Forget every item (their rows stay, and are reused by the texts added again)."""
+        self._version += 1
         self._key_of.clear()
         self._ids_of.clear()
         self._text_of.clear()
@@ -216,6 +222,7 @@ class VectorIndex:
 
     def use_embedder(self, name: str) -> None:
         """Vectors of another embedder are not comparable: switching drops them."""
+        self._version += 1
         if self.embedder_name != name:
             self.embedder_name = name
             self._row_of.clear()
@@ -246,6 +253,7 @@ class VectorIndex:
 
     def put_quantized(self, keys: list[str], rows: npt.NDArray[np.int8], scales: npt.NDArray[np.float32]) -> None:
         """Store rows made by `quantize`, one per text key (a whole cache read arrives this way)."""
+        self._version += 1
         if not keys:
             return
         dimensions = rows.shape[1]
@@ -295,6 +303,7 @@ class VectorIndex:
 
     def _compact(self) -> None:
         """Drop the rows no item's text uses any more."""
+        self._version += 1
         if self._matrix is None:
             return
         keep = [key for key in self._row_keys if key in self._ids_of]
@@ -361,8 +370,18 @@ class VectorIndex:
 
         A raw cosine means little on its own (every text is somewhat similar to every other), so the
         score is how far an item stands above the typical one: its z-score among all items, clipped
-        at 0 and divided by the best one's.
+        at 0 and divided by the best one's. The last answer is kept until anything changes (a message's
+        is computed ahead of its scoring, beside other work: see `MemoryService`).
         """
+        asked = (self._version, np.asarray(query, dtype=np.float32).tobytes(), limit)
+        last = self._last
+        if last is not None and last[0] == asked:
+            return dict(last[1])
+        found = self._relevance(query, limit)
+        self._last = (asked, dict(found))
+        return found
+
+    def _relevance(self, query: Vector, limit: int) -> dict[str, float]:
         used = len(self._row_keys)
         if self._matrix is None or used == 0 or self._matrix.shape[1] != query.shape[0]:
             return {}

@@ -49,7 +49,7 @@ from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.paths import CHAT_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
-from bot.memory.retrieval import LEXICAL_CANDIDATES, MemoryRetrievalService
+from bot.memory.retrieval import LEXICAL_CANDIDATES, VECTOR_CANDIDATES, MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
 from bot.workspace import MemoryPaths, Workspace
@@ -376,6 +376,14 @@ class MemoryService:
         return MemoryPrompt("\n\n".join([MEMORY_HEADER, *sections]), pack)
 
     @staticmethod
+    async def _dense_ahead(scope: MemoryScope, vector_task: asyncio.Future[Vector | None]) -> None:
+        """The dense candidates of the message, computed while the lexical ones are read (the vector
+        index keeps the answer for the scoring that follows; the scope's lock is held meanwhile)."""
+        vector = await vector_task
+        if vector is not None:
+            await asyncio.to_thread(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
+
+    @staticmethod
     def _prefetch(scope: MemoryScope, text: str) -> None:
         """Read the lexical candidates of `text` and their neighbours ahead of scoring (the store keeps them
         parsed, the lexical index keeps the search), while the message's vector is being made."""
@@ -422,18 +430,25 @@ class MemoryService:
         self.index_vectors(scope, config)
         # The message's vector is made in a worker thread (the engine runs in C without the GIL) while
         # the files are checked for changes and the lexical candidates are read: the two overlap.
+        # As soon as it is there, the dense search runs in another thread (numpy, without the GIL too).
         vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
+        dense_task: asyncio.Future[None] | None = None
         try:
             async with self.fresh(scope):
+                if len(scope.store) > INLINE_WORK_MAX_ITEMS:
+                    dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
                 await self.off_loop_if_large(scope, self._prefetch, scope, text)
                 vector = await vector_task
+                if dense_task is not None:
+                    await dense_task
                 result = await self.off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
         finally:
-            if not vector_task.done():
-                vector_task.cancel()
+            for task in (vector_task, dense_task):
+                if task is not None and not task.done():
+                    task.cancel()
         offered = offered_order(result.items, query)
         pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens)
         pack = dataclasses.replace(
