@@ -379,7 +379,7 @@ class MemoryService:
     async def _dense_ahead(scope: MemoryScope, vector_task: asyncio.Future[Vector | None]) -> None:
         """The dense candidates of the message, computed while the lexical ones are read (the vector
         index keeps the answer for the scoring that follows; the scope's lock is held meanwhile)."""
-        vector = await vector_task
+        vector = await asyncio.shield(vector_task)  # a cancel here must not cancel the vector itself
         if vector is not None:
             await asyncio.to_thread(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
 
@@ -429,8 +429,9 @@ class MemoryService:
             return None
         self.index_vectors(scope, config)
         # The message's vector is made in a worker thread (the engine runs in C without the GIL) while
-        # the files are checked for changes and the lexical candidates are read: the two overlap.
-        # As soon as it is there, the dense search runs in another thread (numpy, without the GIL too).
+        # the files are checked and the lexical candidates and their neighbours are read; if the vector
+        # is there by then, the dense search has run beside that read too (numpy, without the GIL). The
+        # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
         vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
         dense_task: asyncio.Future[None] | None = None
         try:
@@ -438,17 +439,20 @@ class MemoryService:
                 if len(scope.store) > INLINE_WORK_MAX_ITEMS:
                     dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
                 await self.off_loop_if_large(scope, self._prefetch, scope, text)
-                vector = await vector_task
                 if dense_task is not None:
-                    await dense_task
+                    if not vector_task.done():
+                        dense_task.cancel()  # still waiting for the vector: nothing started yet
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await dense_task
+            vector = await vector_task
+            async with self.fresh(scope):
                 result = await self.off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
         finally:
-            for task in (vector_task, dense_task):
-                if task is not None and not task.done():
-                    task.cancel()
+            if not vector_task.done():
+                vector_task.cancel()
         offered = offered_order(result.items, query)
         pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens)
         pack = dataclasses.replace(
