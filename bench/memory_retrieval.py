@@ -1,20 +1,26 @@
 """Memory retrieval at scale: 1,000 / 10,000 / 100,000 items, with the offline embedder on.
 
-For each size, in a fresh subprocess (so resident memory is that size's own): synthetic items are
-written as the bot writes them (a year of episodic day files, plus semantic and procedural files),
-and the vector cache beside them is filled as a previous run would have left it. Embedding 100,000
-texts with the bundled model takes about half an hour on 2 cores, once; the bench measures what
-every later start pays, so it stores seeded random unit vectors under the real embedder's name and
-the items' text keys (search cost and memory do not depend on the values). Then, through
-`MemoryService` (the read path a message takes, the real embedder making each query's vector):
+For each size, three processes (so each figure is that step's own, resident memory included):
 
-- start: a new `MemoryService` warms up in the background (items read, vectors read from the
-  cache) and the first `build_prompt` returns (what the first message after a start waits for);
-- a restart embeds nothing: the count of items embedded during the run (0 expected);
-- per-message latency of `build_prompt` (change check of the files, the query's vector, hybrid
-  scoring, the prompt pack), p50 and p99 over 300 queries, and the same without the query's vector
-  (lexical scoring only) to show what the embedder costs;
-- resident memory (RSS) after loading, and its growth over the interpreter's baseline.
+1. `--prepare`: synthetic items written as the bot writes them (a year of episodic day files, plus
+   semantic and procedural files), and the vector cache beside them as a previous run would have
+   left it. Embedding 100,000 texts with the bundled model takes about half an hour on 2 cores,
+   once; the bench measures what every later start pays, so it stores seeded random unit vectors
+   under the real embedder's name and the items' text keys (search cost and memory do not depend
+   on the values).
+2. `--cold`: the first start, which builds the index database (`memory/index/items.sqlite3`) from
+   the files: its first answer and when memory was ready.
+3. `--one`: a restart, through `MemoryService` (the read path a message takes, the real embedder
+   making each query's vector):
+   - the first `build_prompt` after the start (what the first message waits for), and when the
+     warm-up (BM25 index, vectors from the cache) was done;
+   - a restart re-reads and re-embeds nothing: files read and items embedded during the run (0, 0);
+   - per-message latency of `build_prompt` (change check of the files, the query's vector, hybrid
+     scoring, the prompt pack), p50 and p99 over 300 queries, with the CPU time per query (all
+     threads: on a shared machine the wall time includes waiting for a core); the same with the
+     query's vector made beforehand (retrieval itself), and without vectors (lexical only);
+   - resident memory (RSS) after loading and after the queries (the larger), and the
+     interpreter's own at the process start.
 
 Run: `.venv/bin/python -m bench.memory_retrieval [sizes...]`
 """
@@ -22,7 +28,6 @@ Run: `.venv/bin/python -m bench.memory_retrieval [sizes...]`
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import random
@@ -44,7 +49,7 @@ from bot.domain.text import fingerprint_of
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import VectorCache, text_key
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryScope, MemoryService
 from bot.settings import MemoryConfig
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths, Workspace
@@ -133,10 +138,16 @@ class EmbeddedCount(logging.Handler):
             self.embedded += int(found[1])
 
 
-async def timed_queries(service: MemoryService, config: MemoryConfig, rng: random.Random) -> list[float]:
+async def timed_retrieval(
+    service: MemoryService, config: MemoryConfig, scope: MemoryScope, rng: random.Random
+) -> list[float]:
+    """`build_prompt` with the query's vector made beforehand: what retrieval itself costs."""
     timings = []
+    embedder = service.embedder(config)
+    assert embedder is not None
     for _ in range(QUERIES):
         text = sentence(rng, 12)
+        await embedder.embed_query(text)  # kept by the embedder: build_prompt finds it made
         began = time.perf_counter()
         await service.build_prompt(config, "telegram:1", text)
         timings.append((time.perf_counter() - began) * 1000)
@@ -144,82 +155,136 @@ async def timed_queries(service: MemoryService, config: MemoryConfig, rng: rando
     return timings
 
 
-async def measure_async(count: int) -> dict[str, float | str]:
+async def timed_queries(
+    service: MemoryService, config: MemoryConfig, rng: random.Random, cpu: list[float] | None = None
+) -> list[float]:
+    """Wall times of `build_prompt`, sorted; with `cpu`, also the CPU time of the process (every thread)
+    per query, which on a shared machine says what the work costs when the wall time says how long
+    it waited for a core."""
+    timings = []
+    for _ in range(QUERIES):
+        text = sentence(rng, 12)
+        began, began_cpu = time.perf_counter(), time.process_time()
+        await service.build_prompt(config, "telegram:1", text)
+        timings.append((time.perf_counter() - began) * 1000)
+        if cpu is not None:
+            cpu.append((time.process_time() - began_cpu) * 1000)
+    timings.sort()
+    return timings
+
+
+def prepare(count: int, folder: Path) -> None:
+    """Write `count` items and the vector cache a previous run would have left (in its own process, so
+    the measuring process's resident memory is the bot's alone)."""
     rng = random.Random(count)
+    memory = folder / "memory"
+    everything: list[MemoryItem] = []
+    for name, items in make_items(count, rng).items():
+        path = memory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(dumps_line(item.to_json_dict()) + "\n" for item in items))
+        everything += items
+    fill_vector_cache(memory, everything, rng)
+
+
+async def start(root: Path, config: MemoryConfig) -> tuple[MemoryService, float, float]:
+    """A new `MemoryService` as the bot makes it at start: (service, first answer ms, memory ready s)."""
+    started = time.perf_counter()
+    service = MemoryService(Workspace(root), Clock(UTC), cast(LlmClient, None))
+    service.warm_up(config)
+    await asyncio.sleep(0)  # as in the bot: the warm-up has begun before the first message comes
+    await service.build_prompt(config, "telegram:1", "what did we plan for the garden?")
+    first_ms = (time.perf_counter() - started) * 1000
+    await service.settle()
+    return service, first_ms, time.perf_counter() - started
+
+
+async def cold_start_async(root: Path) -> dict[str, float]:
+    """The first start on the files `prepare` wrote: the index database is built from them."""
+    service, first_ms, ready_s = await start(root, MemoryConfig())
+    await service.close()
+    return {"cold_first_ms": first_ms, "cold_ready_s": ready_s}
+
+
+async def measure_async(count: int, root: Path) -> dict[str, float | str]:
+    """A restart (a new process finding the index database the cold start built): the first answer,
+    what it re-read and re-embedded, latency and resident memory."""
+    rng = random.Random(count + 1)
     baseline = rss_kib()
     counter = EmbeddedCount()
     logging.getLogger("bot").addHandler(counter)
     logging.getLogger("bot").setLevel(logging.INFO)
-    with tempfile.TemporaryDirectory() as folder:
-        root = Path(folder)
-        memory = root / "memory"
-        everything: list[MemoryItem] = []
-        for name, items in make_items(count, rng).items():
-            path = memory / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(dumps_line(item.to_json_dict()) + "\n" for item in items))
-            everything += items
-        fill_vector_cache(memory, everything, rng)
-        del everything
-        gc.collect()
-        before_start = rss_kib()
-
-        config = MemoryConfig()
-        started = time.perf_counter()
-        service = MemoryService(Workspace(root), Clock(UTC), cast(LlmClient, None))
-        service.warm_up(config)
-        await asyncio.sleep(0)  # as in the bot: the warm-up has begun before the first message comes
-        await service.build_prompt(config, "telegram:1", "what did we plan for the garden?")
-        first_ms = (time.perf_counter() - started) * 1000
-        scope = await service.scope(config, "telegram:1")
-        while (indexing := scope.indexing) is not None and not indexing.done():
-            await asyncio.wait({indexing})
-        ready_s = time.perf_counter() - started
-        loaded_rss = rss_kib()
-        hybrid = await timed_queries(service, config, rng)
-        lexical = await timed_queries(service, config.model_copy(update={"embeddings_model": None}), rng)
-        vectors_done, vectors_total = scope.vectors.coverage
-        await service.close()
+    config = MemoryConfig()
+    service, first_ms, ready_s = await start(root, config)
+    scope = await service.scope(config, "telegram:1")
+    reread = scope.store.files_read
+    # The query model is loaded by the first message's vector; the bot keeps it from then on.
+    loaded_rss = rss_kib()
+    cpu: list[float] = []
+    hybrid = await timed_queries(service, config, rng, cpu)
+    lexical = await timed_queries(service, config.model_copy(update={"embeddings_model": None}), rng)
+    retrieval_only = await timed_retrieval(service, config, scope, rng)
+    after_rss = rss_kib()
+    vectors_done, vectors_total = scope.vectors.coverage
+    await service.close()
     return {
         "items": count,
         "first_ms": first_ms,
         "ready_s": ready_s,
         "p50_ms": statistics.median(hybrid),
         "p99_ms": hybrid[int(len(hybrid) * 0.99) - 1],
+        "cpu_p50_ms": statistics.median(cpu),
+        "retrieval_p50_ms": statistics.median(retrieval_only),
+        "retrieval_p99_ms": retrieval_only[int(len(retrieval_only) * 0.99) - 1],
         "lexical_p50_ms": statistics.median(lexical),
         "embedded_at_start": counter.embedded,
+        "files_reread": reread,
         "vectors": f"{vectors_done}/{vectors_total}",
-        "rss_mib": loaded_rss / 1024,
-        "rss_growth_mib": (loaded_rss - before_start) / 1024,
+        "rss_mib": max(loaded_rss, after_rss) / 1024,
         "baseline_mib": baseline / 1024,
     }
 
 
-def measure(count: int) -> dict[str, float | str]:
-    return asyncio.run(measure_async(count))
+def measure(count: int, root: Path) -> dict[str, float | str]:
+    return asyncio.run(measure_async(count, root))
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--one":
-        print(json.dumps(measure(int(sys.argv[2]))))
+    if len(sys.argv) == 4 and sys.argv[1] in ("--one", "--prepare", "--cold"):
+        count, folder = int(sys.argv[2]), Path(sys.argv[3])
+        if sys.argv[1] == "--prepare":
+            prepare(count, folder)
+        elif sys.argv[1] == "--cold":
+            print(json.dumps(asyncio.run(cold_start_async(folder))))
+        else:
+            print(json.dumps(measure(count, folder)))
         return
     sizes = [int(arg) for arg in sys.argv[1:]] or list(SIZES)
     print(
-        f"{'items':>8} {'1st answer':>11} {'ready':>7} {'p50':>9} {'p99':>9} {'lexical':>9} {'embedded':>9} "
-        f"{'RSS':>9} {'growth':>8}"
+        f"{'items':>8} {'cold 1st':>9} {'cold ready':>10} {'1st answer':>10} {'ready':>6} {'p50':>8} {'p99':>8} "
+        f"{'cpu p50':>8} {'retr p50':>8} {'retr p99':>8} {'lexical':>8} {'embedded':>8} {'re-read':>7} {'RSS':>8} "
+        f"{'base':>8}"
     )
     for size in sizes:
-        output = subprocess.run(
-            [sys.executable, "-m", "bench.memory_retrieval", "--one", str(size)],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        row = json.loads(output.strip().splitlines()[-1])
+        row: dict[str, float | str] = {}
+        with tempfile.TemporaryDirectory() as directory:
+            # Each step in its own process: the files written, the first start, then a restart.
+            for step in ("--prepare", "--cold", "--one"):
+                output = subprocess.run(
+                    [sys.executable, "-m", "bench.memory_retrieval", step, str(size), directory],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                if step != "--prepare":
+                    row.update(json.loads(output.strip().splitlines()[-1]))
         print(
-            f"{row['items']:>8} {row['first_ms']:>8.0f} ms {row['ready_s']:>5.1f} s {row['p50_ms']:>6.1f} ms "
-            f"{row['p99_ms']:>6.1f} ms {row['lexical_p50_ms']:>6.1f} ms {row['embedded_at_start']:>9} "
-            f"{row['rss_mib']:>5.0f} MiB {row['rss_growth_mib']:>4.0f} MiB"
+            f"{row['items']:>8} {row['cold_first_ms']:>6.0f} ms {row['cold_ready_s']:>8.1f} s "
+            f"{row['first_ms']:>7.0f} ms {row['ready_s']:>4.1f} s {row['p50_ms']:>5.1f} ms {row['p99_ms']:>5.1f} ms "
+            f"{row['cpu_p50_ms']:>5.1f} ms {row['retrieval_p50_ms']:>5.1f} ms {row['retrieval_p99_ms']:>5.1f} ms "
+            f"{row['lexical_p50_ms']:>5.1f} ms "
+            f"{row['embedded_at_start']:>8} "
+            f"{row['files_reread']:>7} {row['rss_mib']:>4.0f} MiB {row['baseline_mib']:>4.0f} MiB"
         )
 
 

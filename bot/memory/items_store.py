@@ -1,31 +1,47 @@
 """`MemoryItemStore`: the JSONL files of `memory/items/` are the only store; this is their live view.
 
 Each layer has its files (CONTRACT): `episodic/YYYY-MM-DD.jsonl` (the day the item was made, in the
-bot's time zone), `semantic.jsonl`, `procedural.jsonl`. The store keeps every item in memory and
-re-reads a file whenever its size, mtime or inode changed, so hand edits and deletions are picked up
-on the next use. Appends go through `append_lines`; every other change rewrites the whole file with
-`write_atomic`. Indexes subscribe as `ItemIndex` and are told of every item added or removed.
+bot's time zone), `semantic.jsonl`, `procedural.jsonl`. The store re-reads a file whenever its size,
+mtime or inode changed, so hand edits and deletions are picked up on the next use. Appends go through
+`append_lines`; every other change rewrites the whole file with `write_atomic`. Indexes subscribe as
+`ItemIndex` and are told of every item added or removed.
 
-Changes are made in memory first and written by `flush`, which callers await after releasing the
-scope's lock: concurrent turns then share one durable write (group commit) instead of queueing for
-an fsync each. In-memory reads and changes are not safe across threads: `MemoryScope.lock`
-serialises them.
+What was read is kept in an index database beside the files (`index/items.sqlite3`, SQLite from the
+standard library), not in RAM: one row per item (its line, and the columns that lookups and retrieval
+need), the lines kept without being items, and each file's signature. A restart re-reads only the
+files whose signature changed; a missing, unreadable or foreign database is rebuilt from the files.
+It is derived data and never ahead of the truth: a file with changes not yet written has no
+signature in the database, so a crash before the write makes the next start re-read that file.
+Items are parsed from their rows on demand (a small cache keeps the recently used ones).
+
+Changes are made to the database first and written to the files by `flush`, which callers await
+after releasing the scope's lock: concurrent turns then share one durable write (group commit)
+instead of queueing for an fsync each. Reads and changes are serialised by `MemoryScope.lock`; the
+database connection is also guarded by its own lock, since a flush reads it outside the scope's lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import heapq
 import logging
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from pathlib import Path
-from typing import Protocol
+from typing import Any, BinaryIO, Protocol
 
 from pydantic import ValidationError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (Windows)
+    fcntl = None  # type: ignore[assignment]
 
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.storage.files import append_lines, write_atomic
@@ -35,6 +51,16 @@ from bot.workspace import MemoryPaths
 log = logging.getLogger(__name__)
 
 FileSignature = tuple[int, int, int]
+INDEX_FILE_NAME = "items.sqlite3"
+# Bumped when the database's layout changes: a database of another version is rebuilt from the files.
+SCHEMA_VERSION = "1"
+# Parsed items kept for reuse (about 3 KB each): the pinned, the core and the last prompts' candidates
+# (a prompt reads about 600 at 100,000 items: the lexical and dense candidates and their neighbours).
+ITEM_CACHE_SIZE = 2048
+# Rows parsed at a time when every item is streamed (start-up, `items()`): bounds the memory it takes.
+STREAM_BATCH = 2000
+# SQLite's limit on bound parameters is 32,766 (3.32+); a lookup by ids goes in chunks well below it.
+IDS_PER_QUERY = 500
 # SEMANTIC items this salient (names, constraints) are worth a prompt even without a word in common.
 CORE_SALIENCE = 0.8
 
@@ -47,6 +73,8 @@ class ItemIndex(Protocol):
     def add_many(self, items: list[MemoryItem]) -> None: ...
 
     def remove(self, item_id: str) -> None: ...
+
+    def clear(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -63,6 +91,8 @@ class ParsedItems:
     items: list[MemoryItem]
     layout: list[str | KeptLine]
     skipped: int
+    # Each item's line as read (parallel to `items`), so an unchanged item is written back as it was.
+    lines: list[str] = field(default_factory=list)
     # The last line is whole (an item or a kept line) but has no newline after it, as editors that
     # save without a final newline leave it: an append must not cut it off as a torn tail.
     unterminated: bool = False
@@ -100,6 +130,7 @@ def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
             parsed.skipped += 1
         else:
             parsed.items.append(item)
+            parsed.lines.append(line)
             parsed.layout.append(item.id)
         parsed.unterminated = number == len(lines)
     return parsed
@@ -134,116 +165,375 @@ def _discard(lists: dict[str, list[str]], key: str, item_id: str) -> None:
             del lists[key]
 
 
-class _LookupIndex:
-    """Active items by fingerprint and by slot key, so dedup and supersede need no scan."""
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS files (
+    name TEXT PRIMARY KEY,
+    mtime_ns INTEGER, size INTEGER, inode INTEGER,  -- NULL: changes not yet written, re-read it
+    skipped INTEGER NOT NULL DEFAULT 0,
+    unterminated INTEGER NOT NULL DEFAULT 0,
+    next_pos INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS items (
+    id TEXT PRIMARY KEY,
+    file TEXT NOT NULL,
+    pos INTEGER NOT NULL,
+    layer TEXT NOT NULL,
+    active INTEGER NOT NULL,
+    pinned INTEGER NOT NULL,
+    core INTEGER NOT NULL,
+    day_file INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    slot TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    salience REAL NOT NULL,
+    line BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS items_by_file ON items (file, pos);
+CREATE INDEX IF NOT EXISTS items_by_fingerprint ON items (fingerprint) WHERE active;
+CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot IS NOT NULL;
+CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
+CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
+CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
+CREATE TABLE IF NOT EXISTS kept (file TEXT NOT NULL, pos INTEGER NOT NULL, line BLOB NOT NULL,
+    PRIMARY KEY (file, pos)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refs (ref TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (ref, id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS refs_by_id ON refs (id);
+"""
 
-    def __init__(self) -> None:
-        # Lists, not sets: almost every fingerprint has one item, and a list of one is a third the size.
-        self.by_fingerprint: dict[str, list[str]] = {}
-        self.by_key: dict[str, list[str]] = {}
-        self.pinned: set[str] = set()
-        self.core: set[str] = set()
-        # Bumped whenever `core` changes, so the store's ranking of it can be cached.
-        self.core_version = 0
-        # How many active items refer to each message id.
-        self.references: dict[str, int] = {}
-        self._entries: dict[str, tuple[str, str | None, tuple[str, ...]]] = {}
+_INSERT_ITEM = (
+    "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, core, day_file, fingerprint, slot,"
+    " created, updated, salience, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
-    def add(self, item: MemoryItem) -> None:
-        if not item.active:
-            return
-        self._entries[item.id] = (item.fingerprint, item.key, tuple(item.references))
-        self.by_fingerprint.setdefault(item.fingerprint, []).append(item.id)
-        if item.key:
-            self.by_key.setdefault(item.key, []).append(item.id)
-        if item.pinned:
-            self.pinned.add(item.id)
-        if item.layer is MemoryLayer.SEMANTIC and item.salience >= CORE_SALIENCE:
-            self.core.add(item.id)
-            self.core_version += 1
-        for reference in item.references:
-            self.references[reference] = self.references.get(reference, 0) + 1
 
-    def add_many(self, items: list[MemoryItem]) -> None:
-        for item in items:
-            self.add(item)
+class IndexDatabase:
+    """The connection to one scope's `index/items.sqlite3`, guarded by a lock (see the module's doc).
 
-    def remove(self, item_id: str) -> None:
-        self.pinned.discard(item_id)
-        if item_id in self.core:
-            self.core.discard(item_id)
-            self.core_version += 1
-        entry = self._entries.pop(item_id, None)
-        if entry is None:
-            return
-        fingerprint, key, references = entry
-        for reference in references:
-            left = self.references.pop(reference, 1) - 1
-            if left > 0:
-                self.references[reference] = left
-        _discard(self.by_fingerprint, fingerprint, item_id)
-        if key:
-            _discard(self.by_key, key, item_id)
+    It is derived data: one that cannot be opened, is of another version or was built in another time
+    zone (times without a zone are read in the bot's) is moved aside and started afresh. An error met
+    later marks it broken, and the store rebuilds it on its next refresh.
+
+    One process at a time owns it (an exclusive `flock` on `items.sqlite3.lock`, held while open): the
+    rows of a file with changes not yet written are the owner's alone, and another process (`python
+    -m bot status` beside the running bot) reading that file must not put its older content back.
+    A process that finds it owned builds a private index in memory from the files instead.
+    """
+
+    def __init__(self, path: Path, zone: tzinfo) -> None:
+        self.path = path
+        self._zone_name = str(zone)
+        self.lock = threading.RLock()
+        self.broken = False
+        self._connection: sqlite3.Connection | None = None
+        self._owner: BinaryIO | None = None
+        self.private = False
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        if self._connection is None:
+            self._connection = self._open_or_rebuild()
+        return self._connection
+
+    def _take_ownership(self) -> bool:
+        """Lock the database for this process; False when another one holds it."""
+        if fcntl is None:  # no flock (Windows): one process at a time, as the README says
+            return True
+        handle = open(self.path.with_name(self.path.name + ".lock"), "a+b")  # held while the index is open
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        self._owner = handle
+        return True
+
+    def _open_or_rebuild(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.private = not self._take_ownership()
+        if self.private:
+            log.info("[Memory] Index %s is in use by another process: the files are read into memory", self.path)
+            connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            connection.executescript(_SCHEMA)
+            return connection
+        try:
+            connection = self._open()
+            if self._meta(connection) == {"schema": SCHEMA_VERSION, "zone": self._zone_name}:
+                return connection
+            if self._meta(connection):
+                log.info("[Memory] Index %s is of another version or time zone: rebuilt", self.path)
+            connection.close()
+            self._discard(aside=False)
+        except sqlite3.DatabaseError as error:
+            log.warning("[Memory] Index %s unreadable (%s): rebuilt from the item files", self.path, error)
+            self._discard(aside=True)
+        connection = self._open()
+        with connection:
+            connection.executemany(
+                "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+                [("schema", SCHEMA_VERSION), ("zone", self._zone_name)],
+            )
+        return connection
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            # Derived data: a power cut may lose the last transactions, never the files, and a file whose
+            # signature the database lost is simply re-read.
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.executescript(_SCHEMA)
+            connection.execute("PRAGMA quick_check(1)").fetchone()
+        except sqlite3.DatabaseError:
+            connection.close()
+            raise
+        return connection
+
+    @staticmethod
+    def _meta(connection: sqlite3.Connection) -> dict[str, str]:
+        return dict(connection.execute("SELECT name, value FROM meta").fetchall())
+
+    def _discard(self, aside: bool) -> None:
+        """Remove the database (moved aside when unreadable, for a post-mortem) with its WAL files."""
+        for suffix in ("-wal", "-shm", "-journal"):
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+        if aside and self.path.exists():
+            self.path.rename(self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}"))
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def reset(self) -> None:
+        """Start from an empty database (after an error: the files will be read again)."""
+        with self.lock:
+            private = self.private
+            self.close()
+            if not private:
+                self._discard(aside=True)
+            self.broken = False
+
+    @property
+    def exists(self) -> bool:
+        """Whether there is an index to open (a private one is made when opened)."""
+        return self.path.exists()
+
+    def close(self) -> None:
+        with self.lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+            if self._owner is not None:
+                self._owner.close()  # releases the flock
+                self._owner = None
+            self.private = False
+
+
+def _epoch(moment: Any) -> float:
+    return float(moment.timestamp())
 
 
 class MemoryItemStore:
-    """Every item of one memory scope, kept in step with its files."""
+    """Every item of one memory scope, kept in step with its files (rows in the index database)."""
 
     def __init__(self, paths: MemoryPaths, zone: tzinfo) -> None:
         self.paths = paths
         self._zone = zone
-        self._items: dict[str, MemoryItem] = {}
-        self._file_of: dict[str, Path] = {}
-        self._ids_in: dict[Path, list[str]] = {}
+        self._context = {"zone": zone}
+        self._db = IndexDatabase(paths.index_dir / INDEX_FILE_NAME, zone)
+        # Per file as last read or written (also in the database; here so a refresh needs no query).
         self._signatures: dict[Path, FileSignature] = {}
-        # Each file's lines as last read or written: item ids and the lines kept without being items.
-        self._layout: dict[Path, list[str | KeptLine]] = {}
         self._skipped: dict[Path, int] = {}
-        # Files whose whole last line has no newline after it: rewritten rather than appended to.
-        self._unterminated: set[Path] = set()
+        self._known_files: set[Path] = set()
+        self._count = 0
+        self._opened = False
+        # Whether the subscribed indexes were given the items of the database (the first refresh does it).
+        self._fed = False
         self._pending_appends: dict[Path, list[str]] = {}
         self._pending_rewrites: set[Path] = set()
         self._flush_lock = asyncio.Lock()
         self._episodic_dir = paths.episodic_dir
+        self._items_dir = paths.items_dir
         self._path_cache: dict[str, Path] = {}
+        self._cache: OrderedDict[str, MemoryItem] = OrderedDict()
+        # Bumped by every change, so results derived from the items (the core ranking) can be cached.
+        self._version = 0
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
-        self._day_files: list[Path] | None = None
         self._writing: set[Path] = set()
-        self._lookup = _LookupIndex()
-        self._indexes: list[ItemIndex] = [self._lookup]
+        self._indexes: list[ItemIndex] = []
+        # How many times a file was read and parsed (a restart with an up-to-date index reads none).
+        self.files_read = 0
 
     def subscribe(self, index: ItemIndex) -> None:
         """Keep `index` in step from now on (it is given every item already loaded)."""
         self._indexes.append(index)
-        for item in self._items.values():
-            index.add(item)
+        if self._fed:
+            for batch in self._stream("WHERE active"):
+                index.add_many(batch)
+
+    def close(self) -> None:
+        """Close the index database (the store reopens it when used again)."""
+        self._db.close()
+
+    # -- the database ------------------------------------------------------------------------------
+
+    def _execute(self, sql: str, parameters: Sequence[object] = ()) -> sqlite3.Cursor:
+        with self._db.lock:
+            try:
+                return self._db.connection.execute(sql, parameters)
+            except sqlite3.DatabaseError:
+                self._db.broken = True
+                raise
+
+    def _rows(self, sql: str, parameters: Sequence[object] = ()) -> list[Any]:
+        with self._db.lock:
+            try:
+                return self._db.connection.execute(sql, parameters).fetchall()
+            except sqlite3.DatabaseError:
+                self._db.broken = True
+                raise
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
+        with self._db.lock:
+            connection = self._db.connection
+            try:
+                connection.execute("BEGIN")
+                try:
+                    work(connection)
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
+            except sqlite3.DatabaseError:
+                self._db.broken = True
+                raise
+
+    def _name(self, path: Path) -> str:
+        return path.relative_to(self._items_dir).as_posix()
+
+    def _path_of(self, name: str) -> Path:
+        path = self._path_cache.get(name)
+        if path is None:
+            path = self._path_cache[name] = self._items_dir / name
+        return path
+
+    def _parse(self, line: bytes) -> MemoryItem:
+        return MemoryItem.model_validate_json(line, context=self._context)
+
+    def _row(self, item: MemoryItem, name: str, pos: int, line: bytes) -> tuple[object, ...]:
+        return (
+            item.id,
+            name,
+            pos,
+            item.layer.value,
+            item.active,
+            item.active and item.pinned,
+            item.active and item.layer is MemoryLayer.SEMANTIC and item.salience >= CORE_SALIENCE,
+            # Day files are named YYYY-MM-DD.jsonl, the only item files whose names start with a digit.
+            name.rsplit("/", 1)[-1][:1].isdigit(),
+            item.fingerprint,
+            item.key,
+            _epoch(item.created_at),
+            _epoch(item.updated_at),
+            item.salience,
+            line,
+        )
+
+    @staticmethod
+    def _line_of(item: MemoryItem) -> bytes:
+        # A lone surrogate (legal in JSON input, not in UTF-8) becomes a \uXXXX escape, as `append_lines` does.
+        return dumps_line(item.to_json_dict()).encode("utf-8", "backslashreplace")
+
+    def _write_refs(self, connection: sqlite3.Connection, items: Iterable[MemoryItem]) -> None:
+        rows = [(reference, item.id) for item in items if item.active for reference in set(item.references)]
+        connection.executemany("INSERT OR IGNORE INTO refs (ref, id) VALUES (?, ?)", rows)
+
+    @staticmethod
+    def _forget_refs(connection: sqlite3.Connection, item_ids: Sequence[str]) -> None:
+        connection.executemany("DELETE FROM refs WHERE id = ?", [(item_id,) for item_id in item_ids])
+
+    def _stream(self, where: str, parameters: Sequence[object] = ()) -> Iterator[list[MemoryItem]]:
+        """Items of the rows matching `where`, parsed a batch at a time (in row order, changes tolerated)."""
+        last = 0
+        while True:
+            rows = self._rows(
+                f"SELECT rowid, line FROM items {where} {'AND' if where else 'WHERE'} rowid > ? "
+                f"ORDER BY rowid LIMIT {STREAM_BATCH}",
+                (*parameters, last),
+            )
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [self._parse(line) for _, line in rows]
 
     # -- reading -----------------------------------------------------------------------------------
 
     def refresh_sync(self) -> bool:
         """Re-read every file that changed on disk since last seen; True when anything changed."""
-        changed = False
+        if self._db.broken:
+            log.warning("[Memory] Index %s failed; rebuilding it from the item files", self._db.path)
+            self._rebuild()
+        try:
+            return self._refresh()
+        except sqlite3.DatabaseError as error:
+            log.warning("[Memory] Index %s failed (%s); rebuilding it from the item files", self._db.path, error)
+            self._rebuild()
+            return self._refresh()
+
+    def _rebuild(self) -> None:
+        self._db.reset()
+        self._opened = self._fed = False
+        self._signatures.clear()
+        self._skipped.clear()
+        self._known_files.clear()
+        self._cache.clear()
+        self._count = 0
+        self._version += 1
+        for index in self._indexes:
+            index.clear()
+
+    def _open(self) -> None:
+        """Read what the database knows of the files: their signatures (None: re-read it)."""
+        for name, mtime, size, inode, skipped in self._rows("SELECT name, mtime_ns, size, inode, skipped FROM files"):
+            path = self._path_of(name)
+            self._known_files.add(path)
+            self._skipped[path] = skipped
+            if mtime is not None:
+                self._signatures[path] = (mtime, size, inode)
+        self._count = self._rows("SELECT count(*) FROM items")[0][0]
+        self._opened = True
+
+    def _refresh(self) -> bool:
         present = self._files_on_disk()
-        for path in list(self._ids_in):
+        if not self._opened:
+            if not present and not self._db.path.exists():
+                return False  # no items yet: no database either (a stranger's message must leave no file)
+            self._open()
+        changed = False
+        for path in list(self._known_files):
             if path not in present and not self._pending(path):
                 self._drop_file(path)
                 changed = True
         stale = [path for path, signature in present.items() if self._signatures.get(path) != signature]
-        if not stale:
-            return changed
-        # Loading makes many objects and no reference cycles: pausing the cyclic garbage collector
-        # meanwhile saves it from re-scanning the growing heap (a quarter of a large start-up).
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            # Loaded in name order, so the later file wins for an id found twice (see `relocate`).
-            for path in sorted(stale, key=str):
-                if not self._pending(path):
-                    self._load_file(path, present[path])
-                    changed = True
-        finally:
-            if collecting:
-                gc.enable()
+        if stale:
+            # Loading makes many objects and no reference cycles: pausing the cyclic garbage collector
+            # meanwhile saves it from re-scanning the growing heap (a quarter of a large start-up).
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                # Loaded in name order, so the later file wins for an id found twice (see `relocate`).
+                for path in sorted(stale, key=str):
+                    if not self._pending(path):
+                        self._load_file(path, present[path])
+                        changed = True
+            finally:
+                if collecting:
+                    gc.enable()
+        if not self._fed:
+            self._fed = True
+            if self._indexes:
+                for batch in self._stream("WHERE active"):
+                    for index in self._indexes:
+                        index.add_many(batch)
         return changed
 
     def _files_on_disk(self) -> dict[Path, FileSignature]:
@@ -254,7 +544,7 @@ class MemoryItemStore:
                 for entry in entries:
                     if entry.name.endswith(".jsonl") and entry.is_file():
                         stat = entry.stat()
-                        found[self._path_for(entry.path)] = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+                        found[self._path_of("episodic/" + entry.name)] = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         except FileNotFoundError:
             pass
         for path in (self.paths.semantic_file, self.paths.procedural_file):
@@ -263,157 +553,235 @@ class MemoryItemStore:
                 found[path] = signature
         return found
 
-    def _path_for(self, name: str) -> Path:
-        path = self._path_cache.get(name)
-        if path is None:
-            path = self._path_cache[name] = Path(name)
-        return path
-
-    def _ids_of(self, path: Path) -> list[str]:
-        """The ids stored in `path`, in file order (a new list for a new file)."""
-        ids = self._ids_in.get(path)
-        if ids is None:
-            ids = self._ids_in[path] = []
-            self._day_files = None
-        return ids
-
     def _pending(self, path: Path) -> bool:
         # A file with unwritten changes is not re-read: the flush about to happen would overwrite them.
         return path in self._pending_rewrites or path in self._pending_appends or path in self._writing
 
+    def _tell_removed(self, item_ids: Iterable[str]) -> None:
+        if self._fed:
+            for item_id in item_ids:
+                self._cache.pop(item_id, None)
+                for index in self._indexes:
+                    index.remove(item_id)
+        else:
+            for item_id in item_ids:
+                self._cache.pop(item_id, None)
+
     def _load_file(self, path: Path, signature: FileSignature) -> None:
-        self._drop_file(path)
-        loaded: dict[str, MemoryItem] = {}
+        name = self._name(path)
         parsed = parse_item_file(_read_raw(path), path, self._zone)
-        self._layout[path] = parsed.layout
+        self.files_read += 1
+        loaded: dict[str, tuple[MemoryItem, bytes, int]] = {}
+        kept: list[tuple[str, int, bytes]] = []
+        lines = iter(parsed.lines)
+        items = iter(parsed.items)
+        for pos, entry in enumerate(parsed.layout):
+            if isinstance(entry, KeptLine):
+                # A kept line goes back byte for byte (undecodable bytes were read as surrogate escapes).
+                kept.append((name, pos, entry.text.encode("utf-8", "surrogateescape")))
+                continue
+            item, line = next(items), next(lines).encode("utf-8", "surrogateescape")
+            first = loaded.get(item.id)
+            # An id twice in one file: the later line wins, at the place of the first.
+            loaded[item.id] = (item, line, pos if first is None else first[2])
+        ids = list(loaded)
+        before = [row[0] for row in self._rows("SELECT id FROM items WHERE file = ?", (name,))]
+        # An id also found in another file: this one wins (see `relocate`).
+        elsewhere: list[str] = []
+        for start in range(0, len(ids), IDS_PER_QUERY):
+            chunk = ids[start : start + IDS_PER_QUERY]
+            marks = ",".join("?" * len(chunk))
+            rows = self._rows(f"SELECT id FROM items WHERE file != ? AND id IN ({marks})", (name, *chunk))
+            elsewhere += [row[0] for row in rows]
+
+        def write(connection: sqlite3.Connection) -> None:
+            connection.execute("DELETE FROM items WHERE file = ?", (name,))
+            connection.execute("DELETE FROM kept WHERE file = ?", (name,))
+            self._forget_refs(connection, [*before, *elsewhere])
+            connection.executemany(
+                _INSERT_ITEM, [self._row(item, name, pos, line) for item, line, pos in loaded.values()]
+            )
+            connection.executemany("INSERT INTO kept (file, pos, line) VALUES (?, ?, ?)", kept)
+            self._write_refs(connection, (item for item, _, _ in loaded.values()))
+            connection.execute(
+                "INSERT OR REPLACE INTO files (name, mtime_ns, size, inode, skipped, unterminated, next_pos)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, *signature, parsed.skipped, parsed.unterminated, len(parsed.layout)),
+            )
+
+        self._transaction(write)
+        self._count += len(loaded) - len(before) - len(elsewhere)
+        self._tell_removed([*before, *elsewhere])
+        if self._fed:
+            batch = [item for item, _, _ in loaded.values()]
+            for index in self._indexes:
+                index.add_many(batch)
+        self._known_files.add(path)
         self._skipped[path] = parsed.skipped
-        if parsed.unterminated:
-            self._unterminated.add(path)
-        for item in parsed.items:
-            if item.id in self._items:
-                self._forget_in_memory(item.id)  # found in an earlier file too: this one wins
-            loaded[item.id] = item  # an id twice in one file: the later line wins
-        for item in loaded.values():
-            self._items[item.id] = item
-            self._file_of[item.id] = path
-        for index in self._indexes:
-            index.add_many(list(loaded.values()))
-        self._ids_in[path] = list(loaded)
-        self._day_files = None
         self._signatures[path] = signature
+        self._version += 1
 
     def _drop_file(self, path: Path) -> None:
-        self._day_files = None
-        for item_id in self._ids_in.pop(path, []):
-            if self._file_of.get(item_id) == path:
-                self._forget_in_memory(item_id)
+        name = self._name(path)
+        ids = [row[0] for row in self._rows("SELECT id FROM items WHERE file = ?", (name,))]
+
+        def write(connection: sqlite3.Connection) -> None:
+            connection.execute("DELETE FROM items WHERE file = ?", (name,))
+            connection.execute("DELETE FROM kept WHERE file = ?", (name,))
+            connection.execute("DELETE FROM files WHERE name = ?", (name,))
+            self._forget_refs(connection, ids)
+
+        self._transaction(write)
+        self._count -= len(ids)
+        self._tell_removed(ids)
+        self._known_files.discard(path)
         self._signatures.pop(path, None)
-        self._layout.pop(path, None)
-        self._unterminated.discard(path)
         self._skipped.pop(path, None)
+        self._version += 1
 
-    def _remember_in_memory(self, item: MemoryItem, path: Path) -> None:
-        self._items[item.id] = item
-        self._file_of[item.id] = path
-        for index in self._indexes:
-            index.add(item)
+    def _items_from(self, rows: Iterable[tuple[str, bytes]]) -> list[MemoryItem]:
+        found = []
+        for item_id, line in rows:
+            item = self._cache.get(item_id)
+            if item is None:
+                item = self._remember(self._parse(line))
+            found.append(item)
+        return found
 
-    def _forget_in_memory(self, item_id: str) -> None:
-        self._items.pop(item_id, None)
-        path = self._file_of.pop(item_id, None)
-        if path is not None and item_id in self._ids_in.get(path, []):
-            self._ids_in[path].remove(item_id)
-        for index in self._indexes:
-            index.remove(item_id)
+    def _remember(self, item: MemoryItem) -> MemoryItem:
+        self._cache[item.id] = item
+        if len(self._cache) > ITEM_CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return item
 
     def get(self, item_id: str) -> MemoryItem | None:
-        return self._items.get(item_id)
+        item = self._cache.get(item_id)
+        if item is not None:
+            return item
+        rows = self._rows("SELECT line FROM items WHERE id = ?", (item_id,))
+        return self._remember(self._parse(rows[0][0])) if rows else None
+
+    def get_many(self, item_ids: Iterable[str]) -> dict[str, MemoryItem]:
+        """The stored items of `item_ids` in that order (those not stored are left out), in a few queries."""
+        wanted = list(dict.fromkeys(item_ids))
+        missing = [item_id for item_id in wanted if item_id not in self._cache]
+        read: dict[str, MemoryItem] = {}
+        for start in range(0, len(missing), IDS_PER_QUERY):
+            chunk = missing[start : start + IDS_PER_QUERY]
+            rows = self._rows(f"SELECT id, line FROM items WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            read.update((item.id, item) for item in self._items_from(rows))
+        return {
+            item_id: item for item_id in wanted if (item := self._cache.get(item_id) or read.get(item_id)) is not None
+        }
 
     def items(self) -> Iterable[MemoryItem]:
-        return self._items.values()
+        """Every item, active or not (read from the database a batch at a time)."""
+        for batch in self._stream(""):
+            yield from batch
+
+    def recently_updated(self, limit: int) -> list[MemoryItem]:
+        """The `limit` active items changed last, newest first."""
+        rows = self._rows("SELECT id, line FROM items WHERE active ORDER BY updated DESC, id LIMIT ?", (limit,))
+        return self._items_from(rows)
 
     def count_by_layer(self) -> dict[MemoryLayer, int]:
         counts = dict.fromkeys(MemoryLayer, 0)
-        for item in self._items.values():
-            if item.active:
-                counts[item.layer] += 1
+        for layer, count in self._rows("SELECT layer, count(*) FROM items WHERE active GROUP BY layer"):
+            counts[MemoryLayer(layer)] = count
         return counts
 
     def find_by_fingerprint(self, fingerprint: str, layer: MemoryLayer | None = None) -> MemoryItem | None:
         """The active item with this fingerprint (in `layer`, when given)."""
-        for item_id in sorted(self._lookup.by_fingerprint.get(fingerprint, ())):
-            item = self._items[item_id]
-            if layer is None or item.layer is layer:
-                return item
-        return None
+        rows = self._rows(
+            "SELECT id, line FROM items WHERE fingerprint = ? AND active AND layer LIKE ? ORDER BY id LIMIT 1",
+            (fingerprint, layer.value if layer is not None else "%"),
+        )
+        return self._items_from(rows)[0] if rows else None
 
     def is_referenced(self, reference: str) -> bool:
         """Whether an active item refers to `reference` (a message id)."""
-        return bool(self._lookup.references.get(reference))
+        return bool(self._rows("SELECT 1 FROM refs WHERE ref = ? LIMIT 1", (reference,)))
 
     def core(self, limit: int) -> list[MemoryItem]:
         """The `limit` most salient (then newest) active SEMANTIC items of salience at least `CORE_SALIENCE`."""
         cached = self._core_cache
-        if cached is not None and cached[0] == (self._lookup.core_version, limit):
+        if cached is not None and cached[0] == (self._version, limit):
             return cached[1]
-        items = (self._items[item_id] for item_id in self._lookup.core)
-        ranked = heapq.nlargest(limit, items, key=lambda item: (item.salience, item.updated_at))
-        self._core_cache = ((self._lookup.core_version, limit), ranked)
+        rows = self._rows(
+            "SELECT id, line FROM items WHERE active AND core ORDER BY salience DESC, updated DESC LIMIT ?", (limit,)
+        )
+        ranked = self._items_from(rows)
+        self._core_cache = ((self._version, limit), ranked)
         return ranked
 
     def pinned(self) -> list[MemoryItem]:
-        return [self._items[item_id] for item_id in sorted(self._lookup.pinned)]
+        return self._items_from(self._rows("SELECT id, line FROM items WHERE active AND pinned ORDER BY id"))
 
     def find_by_key(self, key: str, layer: MemoryLayer) -> list[MemoryItem]:
         """The active items filling the slot `key` in `layer`."""
-        found = [self._items[item_id] for item_id in self._lookup.by_key.get(key, ())]
-        return [item for item in found if item.layer is layer]
+        rows = self._rows("SELECT id, line FROM items WHERE slot = ? AND active AND layer = ?", (key, layer.value))
+        return self._items_from(rows)
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._count
 
     def in_layer(self, layer: MemoryLayer) -> list[MemoryItem]:
         """Active items of one layer (EPISODIC means every day file: prefer `recent_episodic`)."""
-        if layer is MemoryLayer.EPISODIC:
-            candidates: Iterable[MemoryItem] = self._items.values()
-        else:
-            path = self.paths.semantic_file if layer is MemoryLayer.SEMANTIC else self.paths.procedural_file
-            candidates = (self._items[item_id] for item_id in self._ids_in.get(path, []) if item_id in self._items)
-        return [item for item in candidates if item.layer is layer and item.active]
+        return [item for batch in self._stream("WHERE active AND layer = ?", (layer.value,)) for item in batch]
 
     def recent_episodic(self, limit: int, skip: Callable[[MemoryItem], bool]) -> list[MemoryItem]:
         """The newest active EPISODIC items, newest first, reading day files from the latest back."""
         found: list[MemoryItem] = []
-        if self._day_files is None:
-            # Day files are named YYYY-MM-DD.jsonl, the only item files whose names start with a digit.
-            self._day_files = sorted((p for p in self._ids_in if p.name[:1].isdigit()), key=str, reverse=True)
-        day_files = self._day_files
-        for path in day_files:
-            day_items = [self._items[item_id] for item_id in self._ids_in[path] if item_id in self._items]
-            for item in sorted(day_items, key=lambda entry: entry.created_at, reverse=True):
-                if item.active and item.layer is MemoryLayer.EPISODIC and not skip(item):
+        offset = 0
+        batch = max(2 * limit, 16)
+        while len(found) < limit:
+            rows = self._rows(
+                "SELECT id, line FROM items WHERE layer = 'EPISODIC' AND active = 1 AND day_file = 1"
+                " ORDER BY file DESC, created DESC LIMIT ? OFFSET ?",
+                (batch, offset),
+            )
+            for item in self._items_from(rows):
+                if not skip(item):
                     found.append(item)
                     if len(found) >= limit:
-                        return found
+                        break
+            if len(rows) < batch:
+                break
+            offset += batch
         return found
 
     def neighbours(self, item_id: str) -> list[MemoryItem]:
         """The active EPISODIC items just before and after `item_id` in its day file (a turn's context)."""
-        path = self._file_of.get(item_id)
-        if path is None or not path.name[:1].isdigit():
-            return []
-        ids = self._ids_in.get(path, [])
-        try:
-            position = ids.index(item_id)
-        except ValueError:
-            return []
-        found = []
-        for other in (position - 1, position + 1):
-            if 0 <= other < len(ids):
-                item = self._items.get(ids[other])
-                if item is not None and item.active and item.layer is MemoryLayer.EPISODIC:
-                    found.append(item)
-        return found
+        return self.neighbours_of([item_id]).get(item_id, [])
+
+    def neighbours_of(self, item_ids: Iterable[str]) -> dict[str, list[MemoryItem]]:
+        """`neighbours` of many items at once (one query for all of them)."""
+        ids = list(item_ids)
+        if not ids:
+            return {}
+        around: dict[str, list[str]] = {}
+        wanted: set[str] = set()
+        for start in range(0, len(ids), IDS_PER_QUERY):
+            chunk = ids[start : start + IDS_PER_QUERY]
+            rows = self._rows(
+                "SELECT i.id,"
+                " (SELECT p.id FROM items p WHERE p.file = i.file AND p.pos < i.pos ORDER BY p.pos DESC LIMIT 1),"
+                " (SELECT n.id FROM items n WHERE n.file = i.file AND n.pos > i.pos ORDER BY n.pos LIMIT 1)"
+                f" FROM items i WHERE i.day_file AND i.id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            for item_id, before, after in rows:
+                around[item_id] = [other for other in (before, after) if other is not None]
+                wanted.update(around[item_id])
+        found = self.get_many(wanted)
+        return {
+            item_id: [
+                item
+                for other in others
+                if (item := found.get(other)) is not None and item.active and item.layer is MemoryLayer.EPISODIC
+            ]
+            for item_id, others in around.items()
+        }
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -425,26 +793,78 @@ class MemoryItemStore:
             return self.paths.semantic_file
         return self.paths.procedural_file
 
+    def _unwritten(self, connection: sqlite3.Connection, path: Path) -> None:
+        """Mark `path` as changed in the database before the file is: a crash until `flush` has written it
+        makes the next start re-read the file rather than trust rows that are ahead of it."""
+        connection.execute(
+            "INSERT INTO files (name) VALUES (?) ON CONFLICT (name) DO UPDATE SET mtime_ns = NULL",
+            (self._name(path),),
+        )
+        self._known_files.add(path)
+
+    def _next_pos(self, connection: sqlite3.Connection, path: Path) -> int:
+        name = self._name(path)
+        self._unwritten(connection, path)
+        pos: int = connection.execute(
+            "UPDATE files SET next_pos = next_pos + 1 WHERE name = ? RETURNING next_pos - 1", (name,)
+        ).fetchone()[0]
+        return pos
+
+    def _changed(self, items: Iterable[MemoryItem]) -> None:
+        self._version += 1
+        for item in items:
+            self._cache.pop(item.id, None)
+            self._remember(item)
+
     def append(self, items: list[MemoryItem]) -> None:
         """Add new items (written by the next `flush`, one durable append per file)."""
-        for item in items:
-            path = self.file_for(item)
-            self._remember_in_memory(item, path)
-            self._ids_of(path).append(item.id)
+        placed: list[tuple[MemoryItem, Path]] = []
+
+        def write(connection: sqlite3.Connection) -> None:
+            for item in items:
+                path = self.file_for(item)
+                replaced = connection.execute("SELECT 1 FROM items WHERE id = ?", (item.id,)).fetchone()
+                if replaced is not None:
+                    self._forget_refs(connection, [item.id])
+                else:
+                    self._count += 1
+                name = self._name(path)
+                connection.execute(
+                    _INSERT_ITEM, self._row(item, name, self._next_pos(connection, path), self._line_of(item))
+                )
+                self._write_refs(connection, [item])
+                placed.append((item, path))
+
+        self._transaction(write)
+        for item, path in placed:
             self._pending_appends.setdefault(path, []).append(item.id)
+            for index in self._indexes:
+                index.add(item)
+        self._changed(items)
 
     def replace(self, items: list[MemoryItem]) -> None:
         """Store changed versions of existing items (the next `flush` rewrites their files atomically)."""
+        paths: list[Path] = []
+
+        def write(connection: sqlite3.Connection) -> None:
+            for item in items:
+                row = connection.execute("SELECT file, pos FROM items WHERE id = ?", (item.id,)).fetchone()
+                if row is None:
+                    raise KeyError(item.id)
+                path = self._path_of(row[0])
+                self._unwritten(connection, path)
+                connection.execute(_INSERT_ITEM, self._row(item, row[0], row[1], self._line_of(item)))
+                self._forget_refs(connection, [item.id])
+                self._write_refs(connection, [item])
+                paths.append(path)
+
+        self._transaction(write)
         for item in items:
-            path = self._file_of.get(item.id)
-            if path is None:
-                raise KeyError(item.id)
             for index in self._indexes:
                 index.remove(item.id)
-            self._items[item.id] = item
-            for index in self._indexes:
                 index.add(item)
-            self._pending_rewrites.add(path)
+        self._pending_rewrites.update(paths)
+        self._changed(items)
 
     def relocate(self, item: MemoryItem) -> None:
         """Move an existing item to the file its (changed) layer belongs in.
@@ -452,30 +872,49 @@ class MemoryItemStore:
         `flush` appends to the new file before rewriting the old one, so a crash in between leaves
         the item twice with one id (the later file wins on load), never lost.
         """
-        old_path = self._file_of[item.id]
         new_path = self.file_for(item)
+        old: list[Path] = []
+
+        def write(connection: sqlite3.Connection) -> None:
+            row = connection.execute("SELECT file FROM items WHERE id = ?", (item.id,)).fetchone()
+            if row is None:
+                raise KeyError(item.id)
+            old_path = self._path_of(row[0])
+            self._unwritten(connection, old_path)
+            pos = self._next_pos(connection, new_path)
+            connection.execute(_INSERT_ITEM, self._row(item, self._name(new_path), pos, self._line_of(item)))
+            self._forget_refs(connection, [item.id])
+            self._write_refs(connection, [item])
+            old.append(old_path)
+
+        self._transaction(write)
         for index in self._indexes:
             index.remove(item.id)
-        self._items[item.id] = item
-        self._file_of[item.id] = new_path
-        self._ids_in[old_path].remove(item.id)
-        self._ids_of(new_path).append(item.id)
-        self._pending_appends.setdefault(new_path, []).append(item.id)
-        self._pending_rewrites.add(old_path)
-        for index in self._indexes:
             index.add(item)
+        self._pending_appends.setdefault(new_path, []).append(item.id)
+        self._pending_rewrites.add(old[0])
+        self._changed([item])
 
     def remove(self, item_ids: list[str]) -> list[MemoryItem]:
-        """Delete items from memory and every index (the next `flush` rewrites their files atomically)."""
-        removed: list[MemoryItem] = []
-        for item_id in item_ids:
-            item = self._items.get(item_id)
-            path = self._file_of.get(item_id)
-            if item is None or path is None:
-                continue
-            self._forget_in_memory(item_id)
-            removed.append(item)
-            self._pending_rewrites.add(path)
+        """Delete items from the store and every index (the next `flush` rewrites their files atomically)."""
+        found = self.get_many(item_ids)
+        removed = [found[item_id] for item_id in dict.fromkeys(item_ids) if item_id in found]
+        paths: list[Path] = []
+
+        def write(connection: sqlite3.Connection) -> None:
+            for item in removed:
+                row = connection.execute("DELETE FROM items WHERE id = ? RETURNING file", (item.id,)).fetchone()
+                if row is not None:
+                    path = self._path_of(row[0])
+                    self._unwritten(connection, path)
+                    paths.append(path)
+            self._forget_refs(connection, [item.id for item in removed])
+
+        self._transaction(write)
+        self._count -= len(paths)
+        self._version += 1
+        self._tell_removed([item.id for item in removed])
+        self._pending_rewrites.update(paths)
         return removed
 
     @property
@@ -492,14 +931,16 @@ class MemoryItemStore:
         async with self._flush_lock:
             appends, rewrites = self._pending_appends, self._pending_rewrites
             self._pending_appends, self._pending_rewrites = {}, set()
-            # An append would cut off a hand-written last line that lacks its newline; a rewrite keeps it.
-            rewrites |= self._unterminated & appends.keys()
-            append_jobs = [
-                (path, [dumps_line(self._items[i].to_json_dict()) for i in ids if i in self._items])
-                for path, ids in appends.items()
-                if path not in rewrites
-            ]
-            rewrite_jobs = [(path, self._file_bytes(path)) for path in rewrites]
+            try:
+                # An append would cut off a hand-written last line that lacks its newline; a rewrite keeps it.
+                rewrites |= {path for path in appends if self._unterminated(path)}
+                append_jobs = [
+                    (path, self._lines_of(path, ids)) for path, ids in appends.items() if path not in rewrites
+                ]
+                rewrite_jobs = [(path, self._file_bytes(path)) for path in rewrites]
+            except BaseException:
+                self._keep_pending(appends, rewrites)
+                raise
             self._writing = set(appends) | rewrites
             try:
                 for path, lines in append_jobs:
@@ -510,34 +951,40 @@ class MemoryItemStore:
                     self._after_write(path)
             except BaseException:
                 # Not written: keep it pending so the next flush tries again.
-                for path, ids in appends.items():
-                    self._pending_appends.setdefault(path, [])[:0] = ids
-                self._pending_rewrites |= rewrites
+                self._keep_pending(appends, rewrites)
                 raise
             finally:
                 self._writing = set()
 
+    def _keep_pending(self, appends: dict[Path, list[str]], rewrites: set[Path]) -> None:
+        for path, ids in appends.items():
+            self._pending_appends.setdefault(path, [])[:0] = ids
+        self._pending_rewrites |= rewrites
+
+    def _unterminated(self, path: Path) -> bool:
+        rows = self._rows("SELECT unterminated FROM files WHERE name = ?", (self._name(path),))
+        return bool(rows and rows[0][0])
+
+    def _lines_of(self, path: Path, item_ids: list[str]) -> list[str]:
+        """The lines to append to `path`: the items of `item_ids` still stored there, in that order."""
+        name = self._name(path)
+        lines: dict[str, str] = {}
+        for start in range(0, len(item_ids), IDS_PER_QUERY):
+            chunk = item_ids[start : start + IDS_PER_QUERY]
+            rows = self._rows(
+                f"SELECT id, line FROM items WHERE file = ? AND id IN ({','.join('?' * len(chunk))})", (name, *chunk)
+            )
+            lines.update((item_id, line.decode("utf-8", "surrogateescape")) for item_id, line in rows)
+        return [lines[item_id] for item_id in dict.fromkeys(item_ids) if item_id in lines]
+
     def _file_bytes(self, path: Path) -> bytes:
-        """The file's new text: its items and kept lines where they were, then the items added since."""
-        ids = self._ids_in.get(path, [])
-        present = set(ids)
-        layout: list[str | KeptLine] = []
-        placed: set[str] = set()  # a set, not `in layout`: semantic.jsonl may hold 100,000 items
-        for entry in self._layout.get(path, []):
-            if isinstance(entry, KeptLine):
-                layout.append(entry)
-            elif entry in present and entry not in placed:
-                layout.append(entry)
-                placed.add(entry)
-        layout += [item_id for item_id in ids if item_id not in placed]
-        self._layout[path] = layout
-        return b"".join(
-            # A kept line goes back byte for byte (undecodable bytes were read as surrogate escapes).
-            (entry.text + "\n").encode("utf-8", "surrogateescape")
-            if isinstance(entry, KeptLine)
-            else (dumps_line(self._items[entry].to_json_dict()) + "\n").encode("utf-8", "backslashreplace")
-            for entry in layout
+        """The file's new text: its items and kept lines in their places (items added since at the end)."""
+        name = self._name(path)
+        rows = self._rows(
+            "SELECT pos, line FROM items WHERE file = ? UNION ALL SELECT pos, line FROM kept WHERE file = ? ORDER BY 1",
+            (name, name),
         )
+        return b"".join(line + b"\n" for _, line in rows)
 
     @property
     def skipped_lines(self) -> int:
@@ -545,7 +992,15 @@ class MemoryItemStore:
         return sum(self._skipped.values())
 
     def _after_write(self, path: Path) -> None:
-        self._unterminated.discard(path)  # the bot ends every line it writes
         signature = _signature(path)
-        if signature is not None:
-            self._signatures[path] = signature
+        if signature is None:
+            return
+        # The bot ends every line it writes; a file changed again since this flush began stays unwritten.
+        if path not in self._pending_appends and path not in self._pending_rewrites:
+            self._execute(
+                "UPDATE files SET mtime_ns = ?, size = ?, inode = ?, unterminated = 0 WHERE name = ?",
+                (*signature, self._name(path)),
+            )
+        else:
+            self._execute("UPDATE files SET unterminated = 0 WHERE name = ?", (self._name(path),))
+        self._signatures[path] = signature

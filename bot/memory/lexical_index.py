@@ -81,12 +81,20 @@ class Bm25Index:
     """
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every document (the store is rebuilding what it holds)."""
         self._postings: dict[str, _Postings] = {}
         self._slot_of: dict[str, int] = {}
         self._ids: list[str] = []
         self._lengths = np.zeros(1024, dtype=np.float32)
         self._alive = np.zeros(1024, dtype=bool)
         self._total_length = 0.0
+        # Bumped by every change; the last search is kept for it (a message's candidates are looked up
+        # ahead of its scoring, while its vector is made: see `MemoryService`).
+        self._version = 0
+        self._last: tuple[int, str, int, dict[str, float]] | None = None
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -96,6 +104,7 @@ class Bm25Index:
 
     def add_many(self, items: list[MemoryItem]) -> None:
         """Index items in one batch: per-term work is done once per batch, not once per item."""
+        self._version += 1
         for item in items:
             self.remove(item.id)
         terms: list[str] = []
@@ -142,6 +151,7 @@ class Bm25Index:
         return slot
 
     def remove(self, item_id: str) -> None:
+        self._version += 1
         slot = self._slot_of.pop(item_id, None)
         if slot is None:
             return
@@ -153,6 +163,14 @@ class Bm25Index:
 
     def search(self, query: str, limit: int) -> dict[str, float]:
         """The `limit` best-scoring ids for `query`, with their raw BM25 scores."""
+        last = self._last
+        if last is not None and last[:3] == (self._version, query, limit):
+            return dict(last[3])
+        found = self._search(query, limit)
+        self._last = (self._version, query, limit, dict(found))
+        return found
+
+    def _search(self, query: str, limit: int) -> dict[str, float]:
         count = len(self._slot_of)
         terms = set(tokenize(query))
         if count == 0 or not terms:

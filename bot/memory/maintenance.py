@@ -58,7 +58,8 @@ async def _maintain_scope(
     memory: MemoryService, scope: MemoryScope, config: MemoryConfig, now: datetime
 ) -> MaintenanceReport:
     report = MaintenanceReport()
-    async with memory.fresh(scope):
+
+    def maintain() -> None:
         writer = scope.writer
         if config.decay_enabled:
             report.decayed = writer.decay(now, config, scope.accessed)
@@ -68,6 +69,11 @@ async def _maintain_scope(
             report.promoted = writer.promote_due(now, config)
         report.merged = writer.merge_duplicates(now)
         report.history_dropped = writer.drop_old_history(now, config.history_retention_days)
+
+    async with memory.fresh(scope):
+        # Every item is read (and many rewritten): in memory's thread, so replies meanwhile are not held up
+        # beyond the scope's lock.
+        await memory.off_loop_if_large(scope, maintain)
     await scope.store.flush()
     if config.note_retention_days:
         cutoff = now.date() - timedelta(days=config.note_retention_days)

@@ -157,7 +157,7 @@ class MemoryRetrievalService:
     def _relevance(self, query: MemoryQuery, query_vector: Vector | None) -> dict[str, float]:
         """Each candidate's relevance 0..1: the match lifted by its day, its neighbours, time and skill."""
         match = self._match(query.text, query_vector)
-        items = {item_id: item for item_id in match if (item := self._store.get(item_id)) is not None}
+        items = self._store.get_many(match)
         named = set(_NAME.findall(query.text))
         if named:
             for item_id, item in items.items():
@@ -199,10 +199,13 @@ class MemoryRetrievalService:
 
     def _lift_by_neighbours(self, items: dict[str, MemoryItem], lifted: dict[str, float]) -> None:
         base = dict(lifted)
+        around = self._store.neighbours_of(
+            item_id for item_id, item in items.items() if item.layer is MemoryLayer.EPISODIC and base[item_id] > 0
+        )
         for item_id, item in list(items.items()):
             if item.layer is not MemoryLayer.EPISODIC or base[item_id] <= 0:
                 continue
-            for neighbour in self._store.neighbours(item_id):
+            for neighbour in around.get(item_id, []):
                 items.setdefault(neighbour.id, neighbour)
                 own = base.get(neighbour.id, 0.0)
                 lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + NEIGHBOUR_WEIGHT * base[item_id])

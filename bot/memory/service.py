@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import functools
 import logging
@@ -47,7 +49,7 @@ from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
-from bot.memory.retrieval import MemoryRetrievalService
+from bot.memory.retrieval import LEXICAL_CANDIDATES, VECTOR_CANDIDATES, MemoryRetrievalService
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
 from bot.workspace import MemoryPaths, Workspace
@@ -64,6 +66,20 @@ LONG_TERM_HEADER = "## Long-term Memory"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
 SHARE_MARGIN = 0.02
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap a large read freed (the start-up load of the items and their vectors) to the system.
+
+    glibc keeps freed blocks for reuse and, once large temporary arrays were freed, raises its mmap
+    threshold, so the temporaries of a 100,000-item load stay resident (60 MB measured) until asked
+    to trim. Where there is no glibc this does nothing.
+    """
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 @dataclass
@@ -135,7 +151,7 @@ class MemoryService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
         self._forget_listeners: list[ForgetListener] = []
 
-    async def _off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
+    async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
         """Run a read of the scope in memory's thread, or inline while the scope is small.
 
         Below `INLINE_WORK_MAX_ITEMS` the work (a few `stat`s, scoring a few hundred items) takes less
@@ -167,7 +183,7 @@ class MemoryService:
         scope = self._scopes.get(paths)
         if scope is None:
             store = MemoryItemStore(paths, self._clock.zone)
-            lexical, vectors = Bm25Index(), VectorIndex()
+            lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
             scope = MemoryScope(
@@ -196,11 +212,12 @@ class MemoryService:
             if scope.refreshed_at < requested:
                 started = scope.refreshed_at = time.monotonic()
                 if scope.loaded:
-                    await self._off_loop_if_large(scope, scope.store.refresh_sync)
+                    await self.off_loop_if_large(scope, scope.store.refresh_sync)
                 else:  # the first load reads every file: never on the event loop
                     await asyncio.get_running_loop().run_in_executor(self._executor, scope.store.refresh_sync)
                 if not scope.loaded:
                     scope.loaded = True
+                    give_back_freed_memory()
                     log.info(
                         "[Memory] Loaded %d items from %s in %.0f ms",
                         len(scope.store),
@@ -247,10 +264,16 @@ class MemoryService:
                 scope.vectors.use_embedder(embedder.name)
                 wanted = scope.vectors.wanted_keys() if fresh_embedder else set()
             if wanted:
-                stored = await asyncio.to_thread(cache.load, embedder.name, wanted)
+                batches = await asyncio.to_thread(cache.load_quantized, embedder.name, wanted)
+                del wanted
+                read = sum(len(keys) for keys, _, _ in batches)
                 async with scope.lock:
-                    scope.vectors.put(stored)
-                log.info("[Memory] %d item vectors read from %s", len(stored), cache.path)
+                    if batches:
+                        scope.vectors.reserve(read, batches[0][1].shape[1])
+                    while batches:
+                        scope.vectors.put_quantized(*batches.pop(0))
+                log.info("[Memory] %d item vectors read from %s", read, cache.path)
+                give_back_freed_memory()
             while not scope.vectors.paused():
                 async with scope.lock:
                     todo = scope.vectors.pending()
@@ -313,6 +336,7 @@ class MemoryService:
                     await scope.indexing
             if scope.vector_cache is not None:
                 await asyncio.to_thread(scope.vector_cache.close)
+            await asyncio.to_thread(scope.store.close)
         self._executor.shutdown(wait=False)
 
     # -- the prompt -------------------------------------------------------------------------------
@@ -370,6 +394,22 @@ class MemoryService:
         turn = "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
         return MemoryPrompt(stable, turn, pack)
 
+    @staticmethod
+    async def _dense_ahead(scope: MemoryScope, vector_task: asyncio.Future[Vector | None]) -> None:
+        """The dense candidates of the message, computed while the lexical ones are read (the vector
+        index keeps the answer for the scoring that follows; the scope's lock is held meanwhile)."""
+        vector = await asyncio.shield(vector_task)  # a cancel here must not cancel the vector itself
+        if vector is not None:
+            await asyncio.to_thread(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
+
+    @staticmethod
+    def _prefetch(scope: MemoryScope, text: str) -> None:
+        """Read the lexical candidates of `text` and their neighbours ahead of scoring (the store keeps them
+        parsed, the lexical index keeps the search), while the message's vector is being made."""
+        hits = list(scope.lexical.search(text, LEXICAL_CANDIDATES))
+        scope.store.get_many(hits)
+        scope.store.neighbours_of(hits)
+
     async def _read_long_term(self, scope: MemoryScope) -> str:
         try:
             return await scope.long_term.read()
@@ -410,13 +450,31 @@ class MemoryService:
             log.info("[Context] Memory items of %s still loading; the daily notes stand in", scope.paths.root)
             return None
         self.index_vectors(scope, config)
-        vector = await self.query_vector(scope, config, text)
+        # The message's vector is made in a worker thread (the engine runs in C without the GIL) while
+        # the files are checked and the lexical candidates and their neighbours are read; if the vector
+        # is there by then, the dense search has run beside that read too (numpy, without the GIL). The
+        # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
+        vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
+        dense_task: asyncio.Future[None] | None = None
         try:
             async with self.fresh(scope):
-                result = await self._off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
+                if len(scope.store) > INLINE_WORK_MAX_ITEMS:
+                    dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
+                await self.off_loop_if_large(scope, self._prefetch, scope, text)
+                if dense_task is not None:
+                    if not vector_task.done():
+                        dense_task.cancel()  # still waiting for the vector: nothing started yet
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await dense_task
+            vector = await vector_task
+            async with self.fresh(scope):
+                result = await self.off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
+        finally:
+            if not vector_task.done():
+                vector_task.cancel()
         offered = offered_order(result.items, query)
         pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens, model)
         pack = dataclasses.replace(
@@ -506,19 +564,15 @@ class MemoryService:
         vector = await self.query_vector(scope, config, text)
         async with self.fresh(scope):
             if not text.strip():
-                recent = sorted(
-                    (item for item in scope.store.items() if item.active),
-                    key=lambda item: item.updated_at,
-                    reverse=True,
-                )
-                return [(item, 0.0) for item in recent[:limit]]
-            return scope.retrieval.search(text, limit, vector)
+                return [(item, 0.0) for item in scope.store.recently_updated(limit)]
+            return await self.off_loop_if_large(scope, scope.retrieval.search, text, limit, vector)
 
     async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
         """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""
         scope = await self.scope(config, session_id)
         async with self.fresh(scope):
-            result = edit(scope.writer)
+            # A forget looks through every exchange: at 100,000 items, seconds the event loop must not wait.
+            result = await self.off_loop_if_large(scope, edit, scope.writer)
         await scope.store.flush()
         return result
 
