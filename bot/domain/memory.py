@@ -109,6 +109,9 @@ class TurnMemoryEvent:
     # Who said it, in a group: every fact drawn from it is recorded as "Name: ..." under a key of that
     # person's, so one member's "I live in Lyon" never becomes (or replaces) another's.
     speaker: str | None = None
+    # The skill active when it was said: procedures learnt from it are tagged with the skill's name, so
+    # retrieval favours them while the skill is active again.
+    skill: str | None = None
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,8 @@ class MemoryWriteService:
         turn = MemoryCandidate(MemoryLayer.EPISODIC, "turn", turn_content(event), TURN_CONFIDENCE, TURN_SALIENCE)
         report = self.add(turn, event.session_id, event.timestamp, config, references, tags=event.tool_names)
         for candidate in candidates:
-            report.merge(self.add(candidate, event.session_id, event.timestamp, config, references))
+            skill = (event.skill,) if event.skill and candidate.layer is MemoryLayer.PROCEDURAL else ()
+            report.merge(self.add(candidate, event.session_id, event.timestamp, config, references, tags=skill))
         return report
 
     def add(

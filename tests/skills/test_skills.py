@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import UTC, datetime
@@ -155,6 +156,23 @@ async def test_the_active_skill_favours_its_procedural_items_in_the_memory_pack(
     procedures = after[after.index("## Procedures and Fixes") :]
     assert "Book the overnight sleeper from Paris to Vienna." in procedures
     assert "tomatoes" not in after
+
+
+async def test_procedures_learnt_while_a_skill_is_active_are_tagged_with_it(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    write_skill(services, "trip", TRIP)
+    await say(services, channel, "1", "/skill trip-planning")
+    await say(services, channel, "1", "To check the trains I run:\n```bash\ncurl -s https://example.org/trains\n```")
+    await say(services, channel, "1", "/skill off")
+    await say(services, channel, "1", "And for the garden:\n```bash\nwater --tomatoes\n```")
+    procedures = [
+        json.loads(line) for line in services.workspace.memory.procedural_file.read_text().splitlines() if line
+    ]
+    trains = [p for p in procedures if "curl -s" in p["content"]]
+    garden = [p for p in procedures if "water --tomatoes" in p["content"]]
+    assert trains and all(SKILL in p["tags"] for p in trains)
+    assert garden and not any(SKILL in p["tags"] for p in garden)
 
 
 async def test_skills_can_be_switched_off(

@@ -25,6 +25,7 @@ from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
 from bot.pipeline.turn_storage import GROUP_KEY
+from bot.skills.tools import active_skill
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class MemoryPersistSystem(PipelineSystem):
             user_message_id=ctx.user_message.id,
             assistant_message_id=answers[-1].id if answers else None,
             tool_names=tuple(sorted({m.name for m in ctx.new_messages if m.role is Role.TOOL and m.name})),
+            skill=active_skill(ctx.session),
         )
         writes = [self._append_note(ctx, event), self._record(ctx, event)]
         if in_group and sender is not None and ctx.config.memory.scope == "user":
