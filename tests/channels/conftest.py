@@ -1,4 +1,5 @@
-"""Fixtures for the Telegram channel tests: each end-to-end test runs once per backend."""
+"""Fixtures for the Telegram channel tests: each end-to-end test runs once per backend (the `backend`
+fixture of `tests/fakes/bot_fixtures.py`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.channels.telegram_harness import BACKENDS, RunningBot, start_bot
+from tests.channels.telegram_harness import RunningBot, start_bot
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture

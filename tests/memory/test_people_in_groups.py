@@ -39,7 +39,8 @@ async def say(fake_telegram: FakeTelegram, chat: int, text: str, user: int, name
 
 
 def text_under(folder: Path) -> str:
-    files = [path for path in sorted(folder.rglob("*")) if path.is_file() and path.suffix != ".sqlite3"]
+    """The text of the memory files under `folder` (not the indexes derived from them, under index/)."""
+    files = [path for path in sorted(folder.rglob("*")) if path.is_file() and "index" not in path.parts]
     return "\n".join(path.read_text() for path in files)
 
 
