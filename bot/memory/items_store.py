@@ -27,33 +27,27 @@ import gc
 import logging
 import os
 import sqlite3
-import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, tzinfo
+from datetime import tzinfo
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
-
-from pydantic import ValidationError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover (Windows)
-    fcntl = None  # type: ignore[assignment]
+from typing import Any, Protocol
 
 from bot.domain.memory import MemoryItem, MemoryLayer
+from bot.memory.index_database import INDEX_FILE_NAME, INSERT_ITEM, IndexDatabase
+from bot.memory.item_files import (
+    FileSignature,
+    KeptLine,
+    file_signature,
+    parse_item_file,
+    read_raw,
+)
 from bot.storage.files import append_lines, write_atomic
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths
 
 log = logging.getLogger(__name__)
 
-FileSignature = tuple[int, int, int]
-INDEX_FILE_NAME = "items.sqlite3"
-# Bumped when the database's layout changes: a database of another version is rebuilt from the files.
-SCHEMA_VERSION = "1"
 # Parsed items kept for reuse (about 3 KB each): the pinned, the core and the last prompts' candidates
 # (a prompt reads about 600 at 100,000 items: the lexical and dense candidates and their neighbours).
 ITEM_CACHE_SIZE = 2048
@@ -75,257 +69,6 @@ class ItemIndex(Protocol):
     def remove(self, item_id: str) -> None: ...
 
     def clear(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class KeptLine:
-    """A line of an items file that is not a valid item: skipped when read, written back as it was."""
-
-    text: str
-
-
-@dataclass
-class ParsedItems:
-    """A JSONL file read: its valid items, and its layout (item ids and kept lines, in file order)."""
-
-    items: list[MemoryItem]
-    layout: list[str | KeptLine]
-    skipped: int
-    # Each item's line as read (parallel to `items`), so an unchanged item is written back as it was.
-    lines: list[str] = field(default_factory=list)
-    # The last line is whole (an item or a kept line) but has no newline after it, as editors that
-    # save without a final newline leave it: an append must not cut it off as a torn tail.
-    unterminated: bool = False
-
-
-def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
-    """Every valid item of a JSONL file's text; other lines are skipped with one warning each.
-
-    A hand-edited file is input, not trusted data: a line that is not JSON, has an unknown layer, an
-    unreadable date or misses a field is skipped, counted and kept (its text goes back into the file
-    on every rewrite); a time without a zone is read in `zone`. Only a torn last line (no newline
-    after it: a crash cut the last append short) is dropped, which repairs it on the next rewrite.
-    Parsed straight from JSON by pydantic (three times faster than `json.loads` and validating, which
-    is most of the start-up time at 100,000 items).
-    """
-    parsed = ParsedItems([], [], 0)
-    context = {"zone": zone}
-    lines = text.split("\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            item = MemoryItem.model_validate_json(line, context=context)
-        except ValidationError as error:
-            problem = error.errors()[0]
-            torn_tail = number == len(lines) and problem["type"] == "json_invalid"
-            if torn_tail:
-                log.warning("[Memory] Skipped torn last line %d of %s", number, source)
-                continue
-            where = ".".join(str(part) for part in problem["loc"]) or "line"
-            log.warning(
-                "[Memory] Skipped line %d of %s (kept in the file): %s: %s", number, source, where, problem["msg"]
-            )
-            parsed.layout.append(KeptLine(line))
-            parsed.skipped += 1
-        else:
-            parsed.items.append(item)
-            parsed.lines.append(line)
-            parsed.layout.append(item.id)
-        parsed.unterminated = number == len(lines)
-    return parsed
-
-
-def parse_items(text: str, source: Path, zone: tzinfo = UTC) -> list[MemoryItem]:
-    """The valid items of a JSONL file's text (see `parse_item_file`)."""
-    return parse_item_file(text, source, zone).items
-
-
-def _read_raw(path: Path) -> str:
-    """A file's text with undecodable bytes kept as surrogate escapes, so a rewrite gives them back."""
-    try:
-        return path.read_bytes().decode("utf-8", "surrogateescape")
-    except FileNotFoundError:
-        return ""
-
-
-def _signature(path: Path) -> FileSignature | None:
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-
-
-def _discard(lists: dict[str, list[str]], key: str, item_id: str) -> None:
-    ids = lists.get(key)
-    if ids is not None and item_id in ids:
-        ids.remove(item_id)
-        if not ids:
-            del lists[key]
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS files (
-    name TEXT PRIMARY KEY,
-    mtime_ns INTEGER, size INTEGER, inode INTEGER,  -- NULL: changes not yet written, re-read it
-    skipped INTEGER NOT NULL DEFAULT 0,
-    unterminated INTEGER NOT NULL DEFAULT 0,
-    next_pos INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS items (
-    id TEXT PRIMARY KEY,
-    file TEXT NOT NULL,
-    pos INTEGER NOT NULL,
-    layer TEXT NOT NULL,
-    active INTEGER NOT NULL,
-    pinned INTEGER NOT NULL,
-    core INTEGER NOT NULL,
-    day_file INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    slot TEXT,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    salience REAL NOT NULL,
-    line BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS items_by_file ON items (file, pos);
-CREATE INDEX IF NOT EXISTS items_by_fingerprint ON items (fingerprint) WHERE active;
-CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot IS NOT NULL;
-CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
-CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
-CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
-CREATE TABLE IF NOT EXISTS kept (file TEXT NOT NULL, pos INTEGER NOT NULL, line BLOB NOT NULL,
-    PRIMARY KEY (file, pos)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS refs (ref TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (ref, id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS refs_by_id ON refs (id);
-"""
-
-_INSERT_ITEM = (
-    "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, core, day_file, fingerprint, slot,"
-    " created, updated, salience, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-
-class IndexDatabase:
-    """The connection to one scope's `index/items.sqlite3`, guarded by a lock (see the module's doc).
-
-    It is derived data: one that cannot be opened, is of another version or was built in another time
-    zone (times without a zone are read in the bot's) is moved aside and started afresh. An error met
-    later marks it broken, and the store rebuilds it on its next refresh.
-
-    One process at a time owns it (an exclusive `flock` on `items.sqlite3.lock`, held while open): the
-    rows of a file with changes not yet written are the owner's alone, and another process (`python
-    -m bot status` beside the running bot) reading that file must not put its older content back.
-    A process that finds it owned builds a private index in memory from the files instead.
-    """
-
-    def __init__(self, path: Path, zone: tzinfo) -> None:
-        self.path = path
-        self._zone_name = str(zone)
-        self.lock = threading.RLock()
-        self.broken = False
-        self._connection: sqlite3.Connection | None = None
-        self._owner: BinaryIO | None = None
-        self.private = False
-
-    @property
-    def connection(self) -> sqlite3.Connection:
-        if self._connection is None:
-            self._connection = self._open_or_rebuild()
-        return self._connection
-
-    def _take_ownership(self) -> bool:
-        """Lock the database for this process; False when another one holds it."""
-        if fcntl is None:  # no flock (Windows): one process at a time, as the README says
-            return True
-        handle = open(self.path.with_name(self.path.name + ".lock"), "a+b")  # held while the index is open
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            return False
-        self._owner = handle
-        return True
-
-    def _open_or_rebuild(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.private = not self._take_ownership()
-        if self.private:
-            log.info("[Memory] Index %s is in use by another process: the files are read into memory", self.path)
-            connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-            connection.executescript(_SCHEMA)
-            return connection
-        try:
-            connection = self._open()
-            if self._meta(connection) == {"schema": SCHEMA_VERSION, "zone": self._zone_name}:
-                return connection
-            if self._meta(connection):
-                log.info("[Memory] Index %s is of another version or time zone: rebuilt", self.path)
-            connection.close()
-            self._discard(aside=False)
-        except sqlite3.DatabaseError as error:
-            log.warning("[Memory] Index %s unreadable (%s): rebuilt from the item files", self.path, error)
-            self._discard(aside=True)
-        connection = self._open()
-        with connection:
-            connection.executemany(
-                "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-                [("schema", SCHEMA_VERSION), ("zone", self._zone_name)],
-            )
-        return connection
-
-    def _open(self) -> sqlite3.Connection:
-        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            # Derived data: a power cut may lose the last transactions, never the files, and a file whose
-            # signature the database lost is simply re-read.
-            connection.execute("PRAGMA synchronous=NORMAL")
-            connection.executescript(_SCHEMA)
-            connection.execute("PRAGMA quick_check(1)").fetchone()
-        except sqlite3.DatabaseError:
-            connection.close()
-            raise
-        return connection
-
-    @staticmethod
-    def _meta(connection: sqlite3.Connection) -> dict[str, str]:
-        return dict(connection.execute("SELECT name, value FROM meta").fetchall())
-
-    def _discard(self, aside: bool) -> None:
-        """Remove the database (moved aside when unreadable, for a post-mortem) with its WAL files."""
-        for suffix in ("-wal", "-shm", "-journal"):
-            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
-        if aside and self.path.exists():
-            self.path.rename(self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}"))
-        else:
-            self.path.unlink(missing_ok=True)
-
-    def reset(self) -> None:
-        """Start from an empty database (after an error: the files will be read again)."""
-        with self.lock:
-            private = self.private
-            self.close()
-            if not private:
-                self._discard(aside=True)
-            self.broken = False
-
-    @property
-    def exists(self) -> bool:
-        """Whether there is an index to open (a private one is made when opened)."""
-        return self.path.exists()
-
-    def close(self) -> None:
-        with self.lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
-            if self._owner is not None:
-                self._owner.close()  # releases the flock
-                self._owner = None
-            self.private = False
 
 
 def _epoch(moment: Any) -> float:
@@ -548,7 +291,7 @@ class MemoryItemStore:
         except FileNotFoundError:
             pass
         for path in (self.paths.semantic_file, self.paths.procedural_file):
-            signature = _signature(path)
+            signature = file_signature(path)
             if signature is not None:
                 found[path] = signature
         return found
@@ -569,7 +312,7 @@ class MemoryItemStore:
 
     def _load_file(self, path: Path, signature: FileSignature) -> None:
         name = self._name(path)
-        parsed = parse_item_file(_read_raw(path), path, self._zone)
+        parsed = parse_item_file(read_raw(path), path, self._zone)
         self.files_read += 1
         loaded: dict[str, tuple[MemoryItem, bytes, int]] = {}
         kept: list[tuple[str, int, bytes]] = []
@@ -599,7 +342,7 @@ class MemoryItemStore:
             connection.execute("DELETE FROM kept WHERE file = ?", (name,))
             self._forget_refs(connection, [*before, *elsewhere])
             connection.executemany(
-                _INSERT_ITEM, [self._row(item, name, pos, line) for item, line, pos in loaded.values()]
+                INSERT_ITEM, [self._row(item, name, pos, line) for item, line, pos in loaded.values()]
             )
             connection.executemany("INSERT INTO kept (file, pos, line) VALUES (?, ?, ?)", kept)
             self._write_refs(connection, (item for item, _, _ in loaded.values()))
@@ -830,7 +573,7 @@ class MemoryItemStore:
                     self._count += 1
                 name = self._name(path)
                 connection.execute(
-                    _INSERT_ITEM, self._row(item, name, self._next_pos(connection, path), self._line_of(item))
+                    INSERT_ITEM, self._row(item, name, self._next_pos(connection, path), self._line_of(item))
                 )
                 self._write_refs(connection, [item])
                 placed.append((item, path))
@@ -853,7 +596,7 @@ class MemoryItemStore:
                     raise KeyError(item.id)
                 path = self._path_of(row[0])
                 self._unwritten(connection, path)
-                connection.execute(_INSERT_ITEM, self._row(item, row[0], row[1], self._line_of(item)))
+                connection.execute(INSERT_ITEM, self._row(item, row[0], row[1], self._line_of(item)))
                 self._forget_refs(connection, [item.id])
                 self._write_refs(connection, [item])
                 paths.append(path)
@@ -882,7 +625,7 @@ class MemoryItemStore:
             old_path = self._path_of(row[0])
             self._unwritten(connection, old_path)
             pos = self._next_pos(connection, new_path)
-            connection.execute(_INSERT_ITEM, self._row(item, self._name(new_path), pos, self._line_of(item)))
+            connection.execute(INSERT_ITEM, self._row(item, self._name(new_path), pos, self._line_of(item)))
             self._forget_refs(connection, [item.id])
             self._write_refs(connection, [item])
             old.append(old_path)
@@ -992,7 +735,7 @@ class MemoryItemStore:
         return sum(self._skipped.values())
 
     def _after_write(self, path: Path) -> None:
-        signature = _signature(path)
+        signature = file_signature(path)
         if signature is None:
             return
         # The bot ends every line it writes; a file changed again since this flush began stays unwritten.

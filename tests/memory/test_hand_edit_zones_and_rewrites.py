@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from bot.app import BotServices, build_services, shutdown
 from bot.domain.memory import MemoryItem, MemoryLayer
-from bot.memory.items_store import MemoryItemStore, parse_item_file
+from bot.memory.item_files import parse_item_file
+from bot.memory.items_store import MemoryItemStore
 from bot.memory.maintenance import run_maintenance
 from bot.memory.write_service import MemoryWriteService
 from bot.settings import MemoryConfig

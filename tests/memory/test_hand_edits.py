@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from bot.app import BotServices
 from bot.domain.memory import MemoryItem
-from bot.memory.items_store import MemoryItemStore, parse_item_file
+from bot.memory.item_files import parse_item_file
+from bot.memory.items_store import MemoryItemStore
 from bot.memory.maintenance import run_maintenance
 from bot.settings import MemoryConfig
 from bot.workspace import MemoryPaths

@@ -15,7 +15,9 @@ import pytest
 
 from bot.app import BotServices, build_services, shutdown
 from bot.domain.memory import MemoryLayer
-from bot.memory.items_store import INDEX_FILE_NAME, MemoryItemStore, parse_items
+from bot.memory.index_database import INDEX_FILE_NAME
+from bot.memory.item_files import parse_items
+from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.settings import MemoryConfig
 from bot.storage.jsonl import dumps_line

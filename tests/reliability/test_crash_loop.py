@@ -53,7 +53,7 @@ import pytest
 
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
-from bot.memory.items_store import parse_items
+from bot.memory.item_files import parse_items
 from bot.pipeline.turn_storage import stored_answer
 from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService

@@ -1,0 +1,102 @@
+"""Reading memory item files (JSONL): valid items, and the lines that are not, kept as they were.
+
+A hand-edited file is input, not trusted data: `parse_item_file` skips what does not parse and keeps
+its text, so every rewrite puts it back byte for byte (see `MemoryItemStore`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bot.domain.memory import MemoryItem
+
+log = logging.getLogger(__name__)
+
+# (mtime in ns, size, inode): a file whose signature changed is read again.
+FileSignature = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class KeptLine:
+    """A line of an items file that is not a valid item: skipped when read, written back as it was."""
+
+    text: str
+
+
+@dataclass
+class ParsedItems:
+    """A JSONL file read: its valid items, and its layout (item ids and kept lines, in file order)."""
+
+    items: list[MemoryItem]
+    layout: list[str | KeptLine]
+    skipped: int
+    # Each item's line as read (parallel to `items`), so an unchanged item is written back as it was.
+    lines: list[str] = field(default_factory=list)
+    # The last line is whole (an item or a kept line) but has no newline after it, as editors that
+    # save without a final newline leave it: an append must not cut it off as a torn tail.
+    unterminated: bool = False
+
+
+def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
+    """Every valid item of a JSONL file's text; other lines are skipped with one warning each.
+
+    A hand-edited file is input, not trusted data: a line that is not JSON, has an unknown layer, an
+    unreadable date or misses a field is skipped, counted and kept (its text goes back into the file
+    on every rewrite); a time without a zone is read in `zone`. Only a torn last line (no newline
+    after it: a crash cut the last append short) is dropped, which repairs it on the next rewrite.
+    Parsed straight from JSON by pydantic (three times faster than `json.loads` and validating, which
+    is most of the start-up time at 100,000 items).
+    """
+    parsed = ParsedItems([], [], 0)
+    context = {"zone": zone}
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = MemoryItem.model_validate_json(line, context=context)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            torn_tail = number == len(lines) and problem["type"] == "json_invalid"
+            if torn_tail:
+                log.warning("[Memory] Skipped torn last line %d of %s", number, source)
+                continue
+            where = ".".join(str(part) for part in problem["loc"]) or "line"
+            log.warning(
+                "[Memory] Skipped line %d of %s (kept in the file): %s: %s", number, source, where, problem["msg"]
+            )
+            parsed.layout.append(KeptLine(line))
+            parsed.skipped += 1
+        else:
+            parsed.items.append(item)
+            parsed.lines.append(line)
+            parsed.layout.append(item.id)
+        parsed.unterminated = number == len(lines)
+    return parsed
+
+
+def parse_items(text: str, source: Path, zone: tzinfo = UTC) -> list[MemoryItem]:
+    """The valid items of a JSONL file's text (see `parse_item_file`)."""
+    return parse_item_file(text, source, zone).items
+
+
+def read_raw(path: Path) -> str:
+    """A file's text with undecodable bytes kept as surrogate escapes, so a rewrite gives them back."""
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return ""
+
+
+def file_signature(path: Path) -> FileSignature | None:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
