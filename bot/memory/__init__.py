@@ -2,10 +2,12 @@
 
 One module per concept:
 
-- `paths`: where a memory scope keeps its files (`memory.scope`: `global` or one per `chat`).
+- `paths`: where a memory scope keeps its files (`memory.scope`: `global`, one per `chat`, or per `user`).
 - `long_term`, `daily_notes`, `legacy_context`, `file_cache`: MEMORY.md, the daily note lines, the
   legacy `## Today's Notes` / `## Recent Context` sections, and reading them only when changed.
-- `items_store`: the JSONL item files, kept in step with hand edits; group-committed writes.
+- `item_files`, `index_database`, `items_store`: reading the JSONL item files (bad lines kept), the
+  SQLite index derived from them (items out of RAM), and the store over both: kept in step with hand
+  edits, group-committed writes.
 - `extraction`, `llm_extraction`: what of a turn becomes SEMANTIC or PROCEDURAL knowledge.
 - `write_service`: dedup by fingerprint, supersede by slot key, promotion, decay, pins, forgetting.
 - `lexical_index`, `embeddings`, `temporal`, `retrieval`: BM25, item vectors (made by `bot.llm`'s
