@@ -51,7 +51,11 @@ class StatusReporter:
         pack = memory.last_pack
         pack_line = f"Memory pack (last message): {pack.diagnostics.describe()}" if pack else ""
         last_usage = session.metadata.get("lastUsage")
-        last_prompt = f", last call {last_usage['promptTokens']} prompt tokens" if last_usage else ""
+        last_prompt = (
+            f", last call {last_usage['promptTokens']} prompt tokens ({last_usage.get('cachedTokens', 0)} cached)"
+            if last_usage
+            else ""
+        )
         items = ", ".join(f"{layer.lower()} {count}" for layer, count in memory.items_per_layer.items())
         known = "" if model.known else " (not in models.json; default limits)"
         percent = round(100 * tokens / budget.trigger_tokens)

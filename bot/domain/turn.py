@@ -24,11 +24,14 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     model: str
+    # Of the prompt tokens, those the provider served from its prompt cache (billed at a fraction).
+    cached_tokens: int = 0
 
     def to_json_dict(self) -> dict[str, object]:
         return {
             "promptTokens": self.prompt_tokens,
             "completionTokens": self.completion_tokens,
+            "cachedTokens": self.cached_tokens,
             "model": self.model,
         }
 

@@ -101,10 +101,11 @@ class LlmClient:
         ]
         usage = self._record_usage(request.model, response.usage)
         log.info(
-            "[LLM] %s answered in %.2fs (%s prompt tokens)",
+            "[LLM] %s answered in %.2fs (%s prompt tokens, %s cached)",
             request.model,
             time.monotonic() - started,
             usage.prompt_tokens if usage else "?",
+            usage.cached_tokens if usage else "?",
         )
         return ChatResult(choice.message.content or "", calls, usage, choice.finish_reason)
 
@@ -189,9 +190,12 @@ class LlmClient:
     def _record_usage(self, model: str, reported: Any) -> Usage | None:
         if reported is None:
             return None
-        usage = Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0, model)
+        details = getattr(reported, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None) or 0  # providers without a prompt cache omit it
+        usage = Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0, model, cached)
         self._metrics.model_tokens.labels(model, "prompt").inc(usage.prompt_tokens)
         self._metrics.model_tokens.labels(model, "completion").inc(usage.completion_tokens)
+        self._metrics.model_tokens.labels(model, "cached").inc(usage.cached_tokens)
         return usage
 
 

@@ -52,6 +52,8 @@ class Usage:
 
     prompt_tokens: int
     completion_tokens: int
+    # Prompt tokens served from the provider's prompt cache (OpenAI's `prompt_tokens_details`).
+    cached_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -62,6 +64,7 @@ class Usage:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         }
 
 
@@ -264,21 +267,38 @@ def _fragments(text: str, size: int = 8) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _estimate_usage(request: JSONDict, reply: Reply, calls: Sequence[tuple[str, str, str]]) -> Usage:
+def _message_chars(messages: Sequence[JSONDict]) -> int:
+    chars = sum(len(message_text(m.get("content"))) for m in messages)
+    return chars + sum(len(json.dumps(call)) for m in messages for call in m.get("tool_calls") or [])
+
+
+def _estimate_usage(
+    request: JSONDict, reply: Reply, calls: Sequence[tuple[str, str, str]], previous: JSONDict | None = None
+) -> Usage:
     # Like a real provider, the prompt count includes tool calls and the tool schemas, not just the text.
     messages = [m for m in request.get("messages", []) if isinstance(m, dict)]
-    prompt_chars = sum(len(message_text(m.get("content"))) for m in messages)
-    prompt_chars += sum(len(json.dumps(call)) for m in messages for call in m.get("tool_calls") or [])
-    if request.get("tools"):
-        prompt_chars += len(json.dumps(request["tools"]))
+    tools_chars = len(json.dumps(request["tools"])) if request.get("tools") else 0
+    prompt_chars = _message_chars(messages) + tools_chars
     completion_chars = len(reply.text or "") + sum(len(name) + len(args) for _, name, args in calls)
-    return Usage(prompt_tokens=max(1, prompt_chars // 4), completion_tokens=max(1, completion_chars // 4))
+    # A prompt cache like a real provider's: the leading messages the previous request had too (with the
+    # same tools) are served from it.
+    cached_chars = 0
+    if previous is not None and previous.get("tools") == request.get("tools"):
+        before = [m for m in previous.get("messages", []) if isinstance(m, dict)]
+        same = next((i for i, (a, b) in enumerate(zip(messages, before, strict=False)) if a != b), None)
+        shared = messages[: min(len(messages), len(before)) if same is None else same]
+        cached_chars = _message_chars(shared) + tools_chars if shared else 0
+    return Usage(
+        prompt_tokens=max(1, prompt_chars // 4),
+        completion_tokens=max(1, completion_chars // 4),
+        cached_tokens=cached_chars // 4,
+    )
 
 
 class _Completion:
     """Everything needed to render one chat completion, plain or as SSE chunks."""
 
-    def __init__(self, request: JSONDict, reply: Reply) -> None:
+    def __init__(self, request: JSONDict, reply: Reply, previous: JSONDict | None = None) -> None:
         self.reply = reply
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
@@ -286,7 +306,7 @@ class _Completion:
         self.calls = [
             (tc.id or f"call_{uuid.uuid4().hex[:24]}", tc.name, tc.arguments_json()) for tc in reply.tool_calls
         ]
-        self.usage = reply.usage or _estimate_usage(request, reply, self.calls)
+        self.usage = reply.usage or _estimate_usage(request, reply, self.calls, previous)
 
     def body(self) -> JSONDict:
         message: JSONDict = {"role": "assistant", "content": self.reply.text, "refusal": None}
@@ -618,7 +638,8 @@ class FakeOpenAI:
             return await self._fault(request, body, reply)
         if await self._sleep(reply.delay):
             return self._drop(request)
-        completion = _Completion(body, reply)
+        chats = self.chat_requests()
+        completion = _Completion(body, reply, chats[-2] if len(chats) > 1 else None)
         if not body.get("stream"):
             return web.json_response(completion.body())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 
@@ -52,6 +53,22 @@ async def test_the_model_gets_the_system_prompt_and_the_whole_conversation(
     assert request["messages"][:2] == [first_request[0], first_request[2]]
 
 
+async def test_the_tokens_the_provider_served_from_its_prompt_cache_are_logged_and_shown_in_status(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The fake caches like a provider: the leading messages the previous request had too.
+    await say(services, channel, "1", "my name is Ann and I keep bees on the roof of my building in Lisbon")
+    caplog.set_level("INFO", logger="bot")
+    await say(services, channel, "1", "how many hives would fit on a flat roof of forty square metres?")
+    await services.router.dispatcher.drain()
+    status = await say(services, channel, "1", "/status")
+    found = re.search(r"last call (\d+) prompt tokens \((\d+) cached\)", status)
+    assert found is not None, status
+    prompt, cached = int(found[1]), int(found[2])
+    assert 0 < cached < prompt  # the persona and the first exchange came from the cache
+    assert any(re.search(rf"prompt tokens, {cached} cached", r.getMessage()) for r in caplog.records)
+
+
 async def test_a_hand_edited_persona_is_used_on_the_next_message(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
@@ -77,11 +94,16 @@ async def test_bot_model_from_the_environment_overrides_the_runtime_config(
 async def test_usage_reported_by_the_provider_is_recorded(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    fake_openai.script(Reply(text="ok", usage=Usage(prompt_tokens=1234, completion_tokens=5)))
+    fake_openai.script(Reply(text="ok", usage=Usage(prompt_tokens=1234, completion_tokens=5, cached_tokens=1024)))
     await say(services, channel, "1", "hi")
     session = await services.sessions.get("test:1")
     assert session is not None
-    assert session.metadata["lastUsage"] == {"promptTokens": 1234, "completionTokens": 5, "model": "gpt-4o-mini"}
+    assert session.metadata["lastUsage"] == {
+        "promptTokens": 1234,
+        "completionTokens": 5,
+        "cachedTokens": 1024,
+        "model": "gpt-4o-mini",
+    }
 
 
 async def test_a_model_error_keeps_the_users_message_and_says_so(
