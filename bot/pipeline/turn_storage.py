@@ -23,6 +23,11 @@ SETTLED_KEY = "settledUserMessage"
 GROUP_KEY = "isGroup"
 
 
+def is_group_chat(ctx: TurnContext) -> bool:
+    """Whether the turn is in a group: this message says so, or an earlier one of the chat did."""
+    return ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
+
+
 def unanswered_user_message(session: AgentSession) -> Message | None:
     """The user message a stopped bot left without an answer, if the conversation ends on one."""
     if not session.messages or session.messages[-1].role is Role.SYSTEM:

@@ -23,7 +23,7 @@ from bot.compaction.service import CompactionService
 from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
-from bot.pipeline.turn_storage import GROUP_KEY
+from bot.pipeline.turn_storage import is_group_chat
 from bot.rag.service import RagService
 from bot.skills.library import SkillLibrary, render_catalog, render_instructions
 from bot.skills.tools import active_skill
@@ -160,7 +160,7 @@ GROUP_CHAT_LINE = (
 
 def _people_line(ctx: TurnContext) -> str:
     """Who the model talks with: in a group, how messages are named; in a private chat, the person (once)."""
-    if ctx.inbound.is_group or ctx.session.metadata.get(GROUP_KEY):
+    if is_group_chat(ctx):
         return GROUP_CHAT_LINE
     sender = ctx.user_message.sender
     return f"You are talking with {sender.name} (user id {sender.id})." if sender is not None else ""

@@ -24,7 +24,7 @@ from bot.domain.turn import TurnContext
 from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
-from bot.pipeline.turn_storage import GROUP_KEY
+from bot.pipeline.turn_storage import is_group_chat
 from bot.skills.tools import active_skill
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class MemoryPersistSystem(PipelineSystem):
     async def process(self, ctx: TurnContext) -> None:
         answers = [message for message in ctx.new_messages if message.role is Role.ASSISTANT and message.content]
         sender = ctx.user_message.sender
-        in_group = ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
+        in_group = is_group_chat(ctx)
         said = ctx.user_message.content
         event = TurnMemoryEvent(
             session_id=ctx.session.id,

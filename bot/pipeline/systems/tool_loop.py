@@ -24,7 +24,7 @@ from bot.media.intake import NO_VISION_NOTE, VisionSupport
 from bot.media.prompt import images_for_prompt
 from bot.media.store import MediaStore
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.pipeline.turn_storage import GROUP_KEY, store_turn_messages
+from bot.pipeline.turn_storage import is_group_chat, store_turn_messages
 from bot.sessions.service import SessionPersistError, SessionService
 from bot.tools.eviction import evict_if_large
 from bot.tools.orphans import close_orphaned_tool_calls
@@ -92,7 +92,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
         config = ctx.config
         tools = self._tools.schemas() or None
 
-        group = ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
+        group = is_group_chat(ctx)
 
         async def call() -> ChatResult:
             try:
