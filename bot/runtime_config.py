@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from bot.settings import RuntimeConfig
+from bot.storage.files import FileSignature, file_signature
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RuntimeConfigStore:
         self._defaults: dict[str, Any] = json.loads(defaults_path.read_text(encoding="utf-8"))
         self._overrides = overrides or {}
         self._config = parse_runtime_config(json.dumps(self._defaults), defaults_path, {}, self._overrides)
-        self._signature: tuple[int, int, int] | None = None
+        self._signature: FileSignature | None = None
         self._lock = asyncio.Lock()
 
     @property
@@ -105,14 +105,10 @@ class RuntimeConfigStore:
         self._reload(self._file_signature())
         return self._config
 
-    def _file_signature(self) -> tuple[int, int, int] | None:
-        try:
-            stat = os.stat(self._workspace_path)
-        except FileNotFoundError:
-            return None
-        return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    def _file_signature(self) -> FileSignature | None:
+        return file_signature(self._workspace_path)
 
-    def _reload(self, signature: tuple[int, int, int] | None) -> None:
+    def _reload(self, signature: FileSignature | None) -> None:
         # Remember the signature even when refused, so one bad edit is one log line, not one per message.
         self._signature = signature
         if signature is None:

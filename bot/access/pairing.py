@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.storage.files import read_text_sync, write_atomic_sync
+from bot.storage.files import FileSignature, file_signature, read_text_sync, write_atomic_sync
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class PairingStore:
         self._path = path
         self._now = now
         self._approved: frozenset[int] = frozenset()
-        self._signature: tuple[int, int, int] | None = None
+        self._signature: FileSignature | None = None
 
     @property
     def path(self) -> Path:
@@ -199,12 +199,8 @@ class PairingStore:
         }
         write_atomic_sync(self._path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
-    def _file_signature(self) -> tuple[int, int, int] | None:
-        try:
-            stat = os.stat(self._path)
-        except FileNotFoundError:
-            return None
-        return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    def _file_signature(self) -> FileSignature | None:
+        return file_signature(self._path)
 
 
 def _new_code(taken: set[str]) -> str:

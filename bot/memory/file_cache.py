@@ -8,28 +8,23 @@ is always seen: the cache is keyed by the file's signature, so nothing stale sur
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from bot.storage.files import read_text
-
-Signature = tuple[int, int, int]
+from bot.storage.files import FileSignature, file_signature, read_text
 
 
 class TextFileCache:
     """Texts of files by path, each valid for one signature of its file."""
 
     def __init__(self) -> None:
-        self._entries: dict[Path, tuple[Signature, str]] = {}
+        self._entries: dict[Path, tuple[FileSignature, str]] = {}
 
     async def read(self, path: Path) -> str | None:
         """The file's text, or None when it does not exist (raises OSError when it cannot be read)."""
-        try:
-            stat = os.stat(path)
-        except FileNotFoundError:
+        signature = file_signature(path)
+        if signature is None:
             self._entries.pop(path, None)
             return None
-        signature = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         cached = self._entries.get(path)
         if cached is not None and cached[0] == signature:
             return cached[1]

@@ -7,7 +7,6 @@ its text, so every rewrite puts it back byte for byte (see `MemoryItemStore`).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from pathlib import Path
@@ -17,9 +16,6 @@ from pydantic import ValidationError
 from bot.domain.memory import MemoryItem
 
 log = logging.getLogger(__name__)
-
-# (mtime in ns, size, inode): a file whose signature changed is read again.
-FileSignature = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -92,11 +88,3 @@ def read_raw(path: Path) -> str:
         return path.read_bytes().decode("utf-8", "surrogateescape")
     except FileNotFoundError:
         return ""
-
-
-def file_signature(path: Path) -> FileSignature | None:
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)

@@ -35,14 +35,8 @@ from typing import Any, Protocol
 
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.index_database import INDEX_FILE_NAME, INSERT_ITEM, IndexDatabase
-from bot.memory.item_files import (
-    FileSignature,
-    KeptLine,
-    file_signature,
-    parse_item_file,
-    read_raw,
-)
-from bot.storage.files import append_lines, write_atomic
+from bot.memory.item_files import KeptLine, parse_item_file, read_raw
+from bot.storage.files import FileSignature, append_lines, file_signature, write_atomic
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths
 

@@ -17,6 +17,18 @@ from pathlib import Path
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 
+# (mtime in ns, size, inode): a file whose signature changed was edited or replaced, and is read again.
+FileSignature = tuple[int, int, int]
+
+
+def file_signature(path: Path) -> FileSignature | None:
+    """The file's signature, or None when there is no such file."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
 
 def make_private_dirs(folder: Path) -> None:
     """Create `folder` and its missing parents, each 0700 (`mkdir(parents=True)` gives parents the umask's mode)."""
