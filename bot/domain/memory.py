@@ -7,6 +7,7 @@ a person adds by hand are kept on rewrite.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +25,17 @@ class MemoryLayer(StrEnum):
     EPISODIC = "EPISODIC"
     SEMANTIC = "SEMANTIC"
     PROCEDURAL = "PROCEDURAL"
+
+
+# Who said an item: the name before its first colon ("Ann: …", "[D1:3] Ann: …", "User: … | Assistant: …"),
+# as group chats and imported conversations write them.
+_SPEAKER = re.compile(r"^(?:\[[^\]]{1,40}\]\s*)?([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2}):\s")
+
+
+def speaker_of(content: str) -> str | None:
+    """The name an item's content starts with as its speaker, if any."""
+    found = _SPEAKER.match(content)
+    return found[1] if found else None
 
 
 def new_memory_id() -> str:
@@ -87,6 +99,10 @@ class MemoryItem(CamelModel):
     def active(self) -> bool:
         """Whether retrieval may return it (superseded items are kept only for history)."""
         return self.superseded_by is None
+
+    @property
+    def speaker(self) -> str | None:
+        return speaker_of(self.content)
 
     @property
     def last_used_at(self) -> datetime:

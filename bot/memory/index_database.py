@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 INDEX_FILE_NAME = "items.sqlite3"
 # Bumped when the database's layout changes: a database of another version is rebuilt from the files.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS items (
     created REAL NOT NULL,
     updated REAL NOT NULL,
     salience REAL NOT NULL,
+    speaker TEXT,
     line BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS items_by_file ON items (file, pos);
@@ -55,6 +56,7 @@ CREATE INDEX IF NOT EXISTS items_by_fingerprint ON items (fingerprint) WHERE act
 CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
 CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
+CREATE INDEX IF NOT EXISTS items_by_speaker ON items (speaker) WHERE active AND speaker IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
 CREATE TABLE IF NOT EXISTS kept (file TEXT NOT NULL, pos INTEGER NOT NULL, line BLOB NOT NULL,
     PRIMARY KEY (file, pos)) WITHOUT ROWID;
@@ -64,7 +66,7 @@ CREATE INDEX IF NOT EXISTS refs_by_id ON refs (id);
 
 INSERT_ITEM = (
     "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, core, day_file, fingerprint, slot,"
-    " created, updated, salience, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " created, updated, salience, speaker, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 

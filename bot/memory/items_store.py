@@ -172,6 +172,7 @@ class MemoryItemStore:
             _epoch(item.created_at),
             _epoch(item.updated_at),
             item.salience,
+            item.speaker,
             line,
         )
 
@@ -450,6 +451,12 @@ class MemoryItemStore:
         ranked = self._items_from(rows)
         self._core_cache = ((self._version, limit), ranked)
         return ranked
+
+    def speakers_among(self, names: Iterable[str]) -> set[str]:
+        """Those of `names` that speak in some active item (see `MemoryItem.speaker`)."""
+        return {
+            name for name in names if self._rows("SELECT 1 FROM items WHERE active AND speaker = ? LIMIT 1", (name,))
+        }
 
     def pinned(self) -> list[MemoryItem]:
         return self._items_from(self._rows("SELECT id, line FROM items WHERE active AND pinned ORDER BY id"))

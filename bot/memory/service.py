@@ -49,7 +49,13 @@ from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
-from bot.memory.retrieval import LEXICAL_CANDIDATES, VECTOR_CANDIDATES, MemoryRetrievalService
+from bot.memory.retrieval import (
+    LEXICAL_CANDIDATES,
+    VECTOR_CANDIDATES,
+    MemoryRetrievalService,
+    dense_query_text,
+    names_in,
+)
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
 from bot.workspace import MemoryPaths, Workspace
@@ -235,7 +241,11 @@ class MemoryService:
         embedder = self.embedder(config)
         if embedder is None or not text.strip() or scope.vectors.embedder_name != embedder.name:
             return None
-        return await scope.vectors.embed_query(embedder, text)
+        names = names_in(text)
+        speakers = (
+            await self.off_loop_if_large(scope, scope.store.speakers_among, names) if names and scope.loaded else set()
+        )
+        return await scope.vectors.embed_query(embedder, dense_query_text(text, speakers))
 
     def index_vectors(self, scope: MemoryScope, config: MemoryConfig) -> None:
         """Make sure every active item of the scope gets a vector, in the background.

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from bot.app import BotServices
+from bot.domain.memory import MemoryLayer
 from bot.domain.message import Message
 from bot.llm.errors import LlmError, LlmFailure
 from bot.memory.compaction_sink import PreCompactionMemory, pair_turns
@@ -16,7 +17,7 @@ from bot.memory.embeddings import VectorIndex
 from bot.memory.service import MemoryService
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
-from tests.memory.helpers import configure_memory, memory_section, read_items, say
+from tests.memory.helpers import configure_memory, item, memory_section, read_items, say, write_items
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -40,6 +41,31 @@ async def test_with_an_embedding_model_retrieval_is_hybrid(
     assert "the garage door code is 9876." in (memory_section(fake_openai.system_prompts()[-1]) or "")
     status = await say(services, channel, "2", "/status")
     assert "(hybrid," in status
+
+
+async def test_the_message_vector_leaves_out_the_names_of_people_who_speak_in_memory(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    """A name says whose lines matter (the speaker lift); in the vector it would draw every line that
+    merely addresses that person. A name nobody speaks under stays in."""
+    day = datetime(2026, 2, 10, 18, 0, tzinfo=UTC)
+    lines = ["Ann: I moved to Lyon last spring.", "Bob: Thanks, Ann! Say hi to Toby for me."]
+    write_items(
+        services.workspace.memory.episodic_file(day.date()),
+        [item(MemoryLayer.EPISODIC, text, day, type_="dialog_turn") for text in lines],
+    )
+    configure_memory(services, embeddingsModel="fake-embedding")
+    await say(services, channel, "1", "hello")  # loads the items and embeds them
+    await say(services, channel, "1", "Where does Ann live, and how is Toby?")
+    embedded = [
+        text
+        for r in embedding_requests(fake_openai)
+        for text in (r["input"] if isinstance(r["input"], list) else [r["input"]])
+    ]
+    assert "Where does live, and how is Toby?" in embedded
+    assert "Where does Ann live, and how is Toby?" not in embedded
+    section = memory_section(fake_openai.system_prompts()[-1]) or ""
+    assert "Ann: I moved to Lyon last spring." in section
 
 
 class FailingEmbedder:

@@ -8,7 +8,7 @@ from bot.compaction.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery, ScoredItem
 from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.prompt_pack import ITEM_CHAR_LIMIT, MemoryPromptPackService, offered_order
-from bot.memory.retrieval import Section
+from bot.memory.retrieval import Section, dense_query_text, names_in
 from tests.memory.helpers import item
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -69,3 +69,12 @@ def test_recency_favours_newer_items_with_equal_relevance() -> None:
     fresh = item(S, "a", NOW - timedelta(days=1))
     old = item(S, "b", NOW - timedelta(days=30))
     assert recency(fresh, query) > 0.95 and 0.45 < recency(old, query) < 0.55  # halves every 30 days
+
+
+def test_the_dense_query_drops_speakers_names_with_their_possessive_and_keeps_other_names() -> None:
+    text = "What is Dave's main passion, and did Calvin meet Toby?"
+    assert names_in(text) == {"What", "Dave", "Calvin", "Toby"}
+    assert dense_query_text(text, {"Dave", "Calvin"}) == "What is main passion, and did meet Toby?"
+    assert dense_query_text(text, set()) == text
+    # A message that is only a speaker's name keeps it: an empty vector query would match nothing.
+    assert dense_query_text("Dave?", {"Dave"}) == "Dave?"
