@@ -43,7 +43,7 @@ from bot.media.store import MediaStore
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
-from bot.memory.tools import register_memory_tools
+from bot.memory.tools import MemoryToolSource
 from bot.metrics import BotMetrics
 from bot.pipeline.inbox import Inbox
 from bot.pipeline.router import InboundRouter
@@ -154,8 +154,7 @@ def build_services(env: EnvSettings) -> BotServices:
     estimator = TokenEstimator()
     embedders = Embedders(llm)  # one offline embedding model for memory and the knowledge graph
     memory = MemoryService(workspace, clock, llm, estimator, embedders)
-    if config_store.config.memory.enabled:  # tools are fixed at start: switching memory on later needs a restart
-        register_memory_tools(tools, memory)
+    tools.add_source(MemoryToolSource(memory, lambda: config_store.config))
     tools.register(search_history_tool(HistorySearch(sessions.archive)))
     rag = build_rag_service(workspace, env, llm, config_store, estimator, embedders)
     tools.register(rag_query_tool(rag))
@@ -167,8 +166,7 @@ def build_services(env: EnvSettings) -> BotServices:
     compaction = CompactionService(
         sessions, Summarizer(llm, models, estimator), estimator, models, config_store, tools.schemas
     )
-    if config_store.config.memory.enabled:
-        compaction.set_pre_compaction_sink(PreCompactionMemory(memory, config_store))
+    compaction.set_pre_compaction_sink(PreCompactionMemory(memory, config_store))
     skills = SkillLibrary(workspace.skills_dir)
     skill_tools = SkillTools(skills, sessions, lambda: config_store.config)
     tools.add_source(skill_tools)

@@ -7,7 +7,7 @@ MEMORY.md. Every tool acts on the memory scope of the chat it was called from an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -16,7 +16,8 @@ from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.extraction import MemoryCandidate
 from bot.memory.service import MemoryService
 from bot.memory.write_service import MemoryWriteService, UnknownMemoryItem, WriteReport
-from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
+from bot.settings import RuntimeConfig
+from bot.tools.registry import Tool, ToolContext, ToolError
 
 SEARCH_LIMIT_MAX = 30
 EXPLICIT_SALIENCE = 0.8
@@ -188,6 +189,12 @@ def memory_tools(memory: MemoryService) -> list[Tool[Any]]:
     ]  # fmt: skip
 
 
-def register_memory_tools(registry: ToolRegistry, memory: MemoryService) -> None:
-    for tool in memory_tools(memory):
-        registry.register(tool)
+class MemoryToolSource:
+    """The memory tools, offered while `memory.enabled` is true (switching it applies live)."""
+
+    def __init__(self, memory: MemoryService, config: Callable[[], RuntimeConfig]) -> None:
+        self._tools = memory_tools(memory)
+        self._config = config
+
+    def tools(self) -> Sequence[Tool[Any]]:
+        return self._tools if self._config().memory.enabled else []

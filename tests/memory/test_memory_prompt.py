@@ -106,6 +106,23 @@ async def test_memory_disabled_sends_nothing_and_writes_nothing(
     assert not services.workspace.memory.daily_note_file(services.clock.now().date()).exists()
 
 
+def offered_tools(fake_openai: FakeOpenAI) -> set[str]:
+    return {tool["function"]["name"] for tool in fake_openai.chat_requests()[-1].get("tools", [])}
+
+
+async def test_switching_memory_off_and_on_applies_live_to_its_tools_too(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    await say(services, channel, "1", "hello")
+    assert {"memory_search", "memory_add", "read_memory"} <= offered_tools(fake_openai)
+    configure_memory(services, enabled=False)
+    await say(services, channel, "1", "hello again")
+    assert not {name for name in offered_tools(fake_openai) if "memory" in name}
+    configure_memory(services, enabled=True)
+    await say(services, channel, "1", "and once more")
+    assert {"memory_search", "memory_add", "read_memory"} <= offered_tools(fake_openai)
+
+
 async def test_what_the_live_conversation_holds_is_not_repeated_from_memory(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
