@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.settings import RuntimeConfig
+from bot.settings import RuntimeConfig, read_at_start_keys
 from bot.storage.files import FileSignature, file_signature
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,18 @@ def parse_runtime_config(
         return RuntimeConfig.model_validate(deep_merge(deep_merge(base, data), overrides or {}))
     except ValidationError as error:
         raise InvalidRuntimeConfig(f"{source}: {_describe_validation_error(error)}") from error
+
+
+def _value_at(config: RuntimeConfig, path: tuple[str, ...]) -> object:
+    value: object = config
+    for name in path:
+        value = getattr(value, name)
+    return value
+
+
+def changed_at_start_keys(before: RuntimeConfig, after: RuntimeConfig) -> list[str]:
+    """The settings read only at start whose value differs between two configurations."""
+    return [key for key, path in read_at_start_keys().items() if _value_at(before, path) != _value_at(after, path)]
 
 
 class RuntimeConfigStore:
@@ -122,4 +134,10 @@ class RuntimeConfigStore:
             return
         if config != self._config:
             log.info("[Config] Loaded %s", self._workspace_path)
+            for key in changed_at_start_keys(self._config, config):
+                log.warning(
+                    "[Config] %s changed in %s: it is read at start and applies after a restart",
+                    key,
+                    self._workspace_path,
+                )
         self._config = config

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SecretStr, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -52,6 +52,11 @@ class EnvSettings(BaseSettings):
             self.tavily_api_key,
         ]
         return [value.get_secret_value() for value in values if value and value.get_secret_value()]
+
+
+# Marks a setting read only at start (`Field(..., json_schema_extra=READ_AT_START)`): a change in the
+# file is logged as waiting for a restart. Every other setting applies on the next message.
+READ_AT_START: dict[str, JsonValue] = {"readAtStart": True}
 
 
 class ConfigSection(BaseModel):
@@ -222,18 +227,18 @@ class ToolLoopConfig(ConfigSection):
 
 
 class SchedulerConfig(ConfigSection):
-    """Background jobs. Intervals are read at start; a change takes effect after a restart."""
+    """Background jobs. The jobs' timings are read at start; a change takes effect after a restart."""
 
-    reminder_check_seconds: float = Field(5.0, ge=1, le=300)
+    reminder_check_seconds: float = Field(5.0, ge=1, le=300, json_schema_extra=READ_AT_START)
     # A reminder more than this late (the bot was down at its time) says so when it arrives.
-    reminder_late_after_seconds: float = Field(120.0, ge=0)
+    reminder_late_after_seconds: float = Field(120.0, ge=0, json_schema_extra=READ_AT_START)
     # A chat quiet this long is compacted in the background, so its next message starts fast; 0 = never.
     idle_compaction_minutes: float = Field(60.0, ge=0)
     # ... but only when its conversation fills at least this share of the room it has.
     idle_compaction_fill_ratio: float = Field(0.5, gt=0, le=1)
-    idle_check_seconds: float = Field(300.0, ge=1)
+    idle_check_seconds: float = Field(300.0, ge=1, json_schema_extra=READ_AT_START)
     # When memory maintenance runs: a 5-field cron expression in BOT_TIMEZONE.
-    maintenance_cron: str = "30 3 * * *"
+    maintenance_cron: str = Field("30 3 * * *", json_schema_extra=READ_AT_START)
 
 
 class RagConfig(ConfigSection):
@@ -242,9 +247,9 @@ class RagConfig(ConfigSection):
     enabled: bool = True
     # `embedded`: LightRAG in the bot, files in workspace/rag/; `postgres`: LightRAG's PostgreSQL storages
     # (connection from the POSTGRES_* environment variables); `server`: a running LightRAG server.
-    backend: Literal["embedded", "postgres", "server"] = "embedded"
+    backend: Literal["embedded", "postgres", "server"] = Field("embedded", json_schema_extra=READ_AT_START)
     # With `postgres`: vectors in PostgreSQL (`pgvector`, needs the extension) or in workspace/rag/ files.
-    postgres_vectors: Literal["pgvector", "files"] = "pgvector"
+    postgres_vectors: Literal["pgvector", "files"] = Field("pgvector", json_schema_extra=READ_AT_START)
     server_url: str = "http://127.0.0.1:9621"
     server_timeout_seconds: float = Field(30.0, gt=0)
     # The model that extracts entities and keywords; null means `llm.balancedModel`, then the chat model.
@@ -407,3 +412,16 @@ class RuntimeConfig(ConfigSection):
             if not MCP_SERVER_NAME.fullmatch(name):
                 raise ValueError(f"mcpServers: {name!r}: a server name is 1 to 32 letters, digits, `_` or `-`")
         return self
+
+
+def read_at_start_keys(model: type[BaseModel] = RuntimeConfig, prefix: str = "") -> dict[str, tuple[str, ...]]:
+    """Every setting marked `READ_AT_START`: its dotted camelCase key, and the path of attribute names to it."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name, field in model.model_fields.items():
+        key = prefix + (field.alias or name)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, ConfigSection):
+            found.update({k: (name, *path) for k, path in read_at_start_keys(annotation, key + ".").items()})
+        elif field.json_schema_extra == READ_AT_START:
+            found[key] = (name,)
+    return found

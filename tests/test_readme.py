@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from bot.settings import RuntimeConfig
+from bot.settings import RuntimeConfig, read_at_start_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -28,6 +28,11 @@ def config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
 def test_every_runtime_config_key_is_documented() -> None:
     missing = [key for key in config_keys(RuntimeConfig) if f"`{key}`" not in README]
     assert missing == []
+
+
+def test_the_readme_marks_restart_exactly_the_settings_read_at_start() -> None:
+    marked = set(re.findall(r"^\| `([\w.]+)` \|.*\*\*restart\*\*", README, re.MULTILINE))
+    assert marked == set(read_at_start_keys())
 
 
 def test_the_readme_has_no_unfinished_parts() -> None:

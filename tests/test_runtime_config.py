@@ -115,3 +115,17 @@ def test_float_keys_accept_integers(tmp_path: Path) -> None:
     config = store.load_now()
     assert config.memory.promotion_min_confidence == 1.0
     assert config.llm.temperature == 0.0
+
+
+async def test_changing_a_setting_read_at_start_says_it_waits_for_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = store_at(tmp_path)
+    await store.current()
+    with caplog.at_level(logging.WARNING):
+        write(store.path, json.dumps({"scheduler": {"maintenanceCron": "0 4 * * *"}, "memory": {"recentDays": 3}}))
+        config = await store.current()
+    assert config.scheduler.maintenance_cron == "0 4 * * *"  # in force for whatever reads it later
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "scheduler.maintenanceCron changed" in warnings[0] and "after a restart" in warnings[0]
