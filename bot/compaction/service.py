@@ -64,7 +64,9 @@ class PreCompactionSink(Protocol):
     messages leave the live session; a failure is logged and the compaction goes on (the archive
     still has every message)."""
 
-    async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> None: ...
+    async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> bool:
+        """False when memory is switched off and nothing was recorded."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -387,13 +389,13 @@ class CompactionService:
         if self._sink is None:
             return "memory-flush-skipped"
         try:
-            await self._sink.remember_before_compaction(session_id, list(old))
+            flushed = await self._sink.remember_before_compaction(session_id, list(old))
         except asyncio.CancelledError:
             raise
         except Exception as error:
             log.warning("[AutoCompact] Memory flush before compacting %s failed: %s", session_id, error)
             return "memory-flush-failed"
-        return "memory-flush"
+        return "memory-flush" if flushed else "memory-flush-skipped"
 
     def _truncation_summary(self, session: AgentSession, previous: str | None, removed: int, reason: str) -> str:
         """The previous summary (if any) with one visible note counting what was dropped unsummarized."""

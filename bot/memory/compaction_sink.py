@@ -28,7 +28,9 @@ class PreCompactionMemory:
         self._memory = memory
         self._config_store = config_store
 
-    async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> None:
+    async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> bool:
         config = (await self._config_store.current()).memory
-        if config.enabled:
-            await self._memory.record_missing_turns(config, session_id, pair_turns(messages))
+        if not config.enabled:
+            return False
+        await self._memory.record_missing_turns(config, session_id, pair_turns(messages))
+        return True

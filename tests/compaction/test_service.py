@@ -180,10 +180,11 @@ class RecordingSink:
         self.calls: list[tuple[str, list[Message]]] = []
         self.still_live: list[bool] = []
 
-    async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> None:
+    async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> bool:
         self.calls.append((session_id, messages))
         live_ids = {m.id for m in self.session.messages}
         self.still_live.append(all(m.id in live_ids for m in messages))
+        return True
 
 
 async def test_memory_gets_the_compacted_messages_before_they_leave_the_session(small_services: BotServices) -> None:
@@ -205,7 +206,7 @@ async def test_memory_gets_the_compacted_messages_before_they_leave_the_session(
 
 async def test_a_failing_memory_flush_does_not_stop_the_compaction(small_services: BotServices) -> None:
     class BrokenSink:
-        async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> None:
+        async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> bool:
             raise OSError("disk full")
 
     session = await long_session(small_services)
