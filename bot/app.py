@@ -27,10 +27,10 @@ from bot.commands.memory import register_memory_commands
 from bot.commands.model import ModelSwitch, register_model_command
 from bot.commands.registry import CommandRegistry
 from bot.commands.status import StatusReporter
-from bot.compaction.estimator import TokenEstimator
 from bot.compaction.history_search import HistorySearch, search_history_tool
 from bot.compaction.service import CompactionService
 from bot.compaction.summarizer import Summarizer
+from bot.context.estimator import TokenEstimator
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.http.listener import HttpListener

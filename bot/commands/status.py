@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bot.clock import Clock
-from bot.compaction.budget import ContextBudget
-from bot.compaction.estimator import TokenEstimator
 from bot.compaction.service import COUNT_KEY as COMPACTION_COUNT_KEY
+from bot.context.budget import ContextBudget
+from bot.context.estimator import TokenEstimator
 from bot.domain.session import AgentSession
 from bot.llm.models import ModelRegistry
 from bot.memory.service import MemoryService

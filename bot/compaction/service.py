@@ -21,12 +21,9 @@ import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bot.compaction.budget import MEMORY, RAG, SYSTEM, TOOLS, ContextBudget
 from bot.compaction.cut_point import Snap, find_cut_point
-from bot.compaction.estimator import TokenEstimator
 from bot.compaction.events import (
     CompactionEvent,
     CompactionMethod,
@@ -36,6 +33,9 @@ from bot.compaction.events import (
     log_event,
 )
 from bot.compaction.summarizer import SUMMARY_HEADER, Summarizer, SummaryFailed, cap_summary, strip_header
+from bot.context.budget import ContextBudget
+from bot.context.estimator import TokenEstimator
+from bot.context.plan import ContextPlan
 from bot.domain.message import Message, Role
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession
@@ -65,48 +65,6 @@ class PreCompactionSink(Protocol):
     still has every message)."""
 
     async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> None: ...
-
-
-@dataclass(frozen=True)
-class ContextPlan:
-    """A session's prompt size against the budget, part by part (what `/context` shows)."""
-
-    budget: ContextBudget
-    summary_tokens: int
-    recent_tokens: int
-    reserve: dict[str, int]
-    messages: int
-
-    @property
-    def message_tokens(self) -> int:
-        return self.summary_tokens + self.recent_tokens
-
-    @property
-    def total_tokens(self) -> int:
-        return self.message_tokens + sum(self.reserve.values())
-
-    @property
-    def room_for_messages(self) -> int:
-        return self.budget.room_for_messages(self.reserve)
-
-    @property
-    def over(self) -> bool:
-        return self.message_tokens > self.room_for_messages
-
-    @property
-    def keep_recent_tokens(self) -> int:
-        """The verbatim recent part a compaction keeps: within its share's `keepRecentRatio`, and
-        with the summary within `keepRecentRatio` of the room, so the conversation has room to grow
-        and the next compaction is many turns away even when the other parts leave little room."""
-        return max(1, min(self.budget.keep_recent_tokens, self._half_of_kept_room))
-
-    @property
-    def summary_cap_tokens(self) -> int:
-        return max(1, min(self.budget.summary_cap_tokens, self._half_of_kept_room))
-
-    @property
-    def _half_of_kept_room(self) -> int:
-        return int(self.room_for_messages * self.budget.keep_recent_ratio / 2)
 
 
 def split_summary(messages: list[Message]) -> tuple[list[Message], list[Message]]:
@@ -444,9 +402,3 @@ class CompactionService:
         self._record(session, event, shorter, config)
         await self._sessions.replace_messages(session, compacted)
         log_event(event)
-
-
-def reserve_description(reserve: dict[str, int]) -> list[tuple[str, int]]:
-    """The reserved parts in `/context`'s order with human names."""
-    names = {SYSTEM: "system prompt", MEMORY: "memory", RAG: "relevant memory (RAG)", TOOLS: "tool schemas"}
-    return [(names[key], tokens) for key, tokens in reserve.items() if key in names]

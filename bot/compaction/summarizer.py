@@ -18,8 +18,8 @@ import logging
 import math
 from dataclasses import dataclass
 
-from bot.compaction.budget import ContextBudget
-from bot.compaction.estimator import TokenEstimator
+from bot.context.budget import ContextBudget
+from bot.context.estimator import TokenEstimator
 from bot.domain.message import Message, Role
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.errors import LlmError

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bot.clock import Clock
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message, Role
 from bot.llm.client import LlmClient

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.rag.backend import QueryMode, RagBackend, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument, document_id, document_text, rag_workspace_for, worth_indexing
 from bot.rag.store import RagDocumentStore

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.app import BotServices, shutdown
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.message import ToolCall
 from bot.tools.registry import ToolContext
 from tests.fakes.openai_server import FakeOpenAI

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 
 from bot.clock import Clock
-from bot.compaction.budget import MEMORY, fit_prompt_parts
 from bot.compaction.service import CompactionService
+from bot.context.budget import MEMORY, fit_prompt_parts
 from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.compaction.budget import ContextBudget, fit_prompt_parts, share_for_part
-from bot.compaction.estimator import TokenEstimator
+from bot.context.budget import ContextBudget, fit_prompt_parts, share_for_part
+from bot.context.estimator import TokenEstimator
 from bot.llm.models import ModelSpec, Tier
 from bot.settings import BudgetShares, CompactionConfig, MemoryConfig, RagConfig, RuntimeConfig
 

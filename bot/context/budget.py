@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.llm.models import ModelSpec
 from bot.settings import BudgetShares, CompactionConfig, RuntimeConfig
 

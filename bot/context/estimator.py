@@ -16,7 +16,7 @@ import logging
 import math
 from typing import Any
 
-from bot.compaction.tokenizer import Counter, OfflineTokenizers
+from bot.context.tokenizer import Counter, OfflineTokenizers
 from bot.domain.message import Message
 
 log = logging.getLogger(__name__)
