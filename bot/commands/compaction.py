@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.compaction.events import EVENTS_KEY, CompactionMethod, CompactionStatus
-from bot.compaction.service import COUNT_KEY, CompactionService, split_summary
+from bot.compaction.service import COUNT_KEY, CompactionService
 from bot.context.budget import RECENT, SUMMARY
 from bot.context.plan import ContextPlan, reserve_description
+from bot.domain.conversation import split_summary
 from bot.domain.message import Role
 from bot.domain.session import AgentSession
 from bot.runtime_config import RuntimeConfigStore

@@ -32,11 +32,12 @@ from bot.compaction.events import (
     keep_event,
     log_event,
 )
-from bot.compaction.summarizer import SUMMARY_HEADER, Summarizer, SummaryFailed, cap_summary, strip_header
+from bot.compaction.summarizer import Summarizer, SummaryFailed, cap_summary, strip_header
 from bot.context.budget import ContextBudget
 from bot.context.estimator import TokenEstimator
 from bot.context.plan import ContextPlan
-from bot.domain.message import Message, Role
+from bot.domain.conversation import SUMMARY_HEADER, split_summary
+from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession
 from bot.llm.models import ModelRegistry
@@ -65,13 +66,6 @@ class PreCompactionSink(Protocol):
     still has every message)."""
 
     async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> None: ...
-
-
-def split_summary(messages: list[Message]) -> tuple[list[Message], list[Message]]:
-    """(`[summary message]` or `[]`, the conversation after it)."""
-    if messages and messages[0].role is Role.SYSTEM and messages[0].content.startswith(SUMMARY_HEADER):
-        return messages[:1], messages[1:]
-    return [], messages
 
 
 def current_summary(session: AgentSession) -> str | None:

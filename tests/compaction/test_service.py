@@ -11,7 +11,7 @@ import pytest
 
 from bot.app import BotServices
 from bot.compaction.events import CompactionMethod, CompactionReason, CompactionStatus
-from bot.compaction.service import split_summary
+from bot.domain.conversation import split_summary
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
 from tests.compaction.helpers import (
