@@ -20,8 +20,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from bot.compaction.cut_point import Snap, find_cut_point
 from bot.compaction.events import (
@@ -33,14 +32,12 @@ from bot.compaction.events import (
     log_event,
 )
 from bot.compaction.summarizer import Summarizer, SummaryFailed, cap_summary, strip_header
-from bot.context.budget import ContextBudget
-from bot.context.estimator import TokenEstimator
 from bot.context.plan import ContextPlan
+from bot.context.planner import ContextPlanner
 from bot.domain.conversation import SUMMARY_HEADER, split_summary
 from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession
-from bot.llm.models import ModelRegistry
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionService
 from bot.settings import RuntimeConfig
@@ -80,24 +77,21 @@ class CompactionService:
         self,
         sessions: SessionService,
         summarizer: Summarizer,
-        estimator: TokenEstimator,
-        models: ModelRegistry,
+        planner: ContextPlanner,
         config_store: RuntimeConfigStore,
-        tool_schemas: Callable[[], list[dict[str, Any]]] = list,
         sink: PreCompactionSink | None = None,
     ) -> None:
         self._sessions = sessions
         self._summarizer = summarizer
-        self._estimator = estimator
-        self._models = models
+        self._planner = planner
+        self._estimator = planner.estimator
         self._config_store = config_store
-        self._tool_schemas = tool_schemas
         self._sink = sink
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
-    def estimator(self) -> TokenEstimator:
-        return self._estimator
+    def planner(self) -> ContextPlanner:
+        return self._planner
 
     def set_pre_compaction_sink(self, sink: PreCompactionSink | None) -> None:
         """Connect structured memory: it gets the messages of every compaction before they go."""
@@ -105,22 +99,6 @@ class CompactionService:
 
     def summary_model(self, config: RuntimeConfig, chat_model: str) -> str:
         return config.compaction.summary_model or config.llm.balanced_model or chat_model
-
-    def budget(self, model: str, config: RuntimeConfig) -> ContextBudget:
-        return ContextBudget.for_model(self._models.lookup(model), config.compaction)
-
-    def plan(self, session: AgentSession, model: str, config: RuntimeConfig) -> ContextPlan:
-        """Where the session stands: summary and messages against the room the other parts leave."""
-        budget = self.budget(model, config)
-        reserve = budget.reserve(config, self._estimator.tool_schemas(self._tool_schemas(), model))
-        prefix, body = split_summary(session.messages)
-        return ContextPlan(
-            budget,
-            self._estimator.messages(prefix, model),
-            self._estimator.messages(body, model),
-            reserve,
-            len(session.messages),
-        )
 
     def trigger_reason(self, session: AgentSession, plan: ContextPlan) -> CompactionReason | None:
         """Why the session must be compacted before the next call, or None.
@@ -147,10 +125,13 @@ class CompactionService:
         Returns the final event, or None when nothing was needed or nothing could be cut. Safe to
         call from several tasks at once: the second one finds the work done and returns None.
         """
-        if not config.compaction.enabled or self.trigger_reason(session, self.plan(session, model, config)) is None:
+        if (
+            not config.compaction.enabled
+            or self.trigger_reason(session, self._planner.plan(session, model, config)) is None
+        ):
             return None
         async with self._lock_for(session.id):
-            plan = self.plan(session, model, config)
+            plan = self._planner.plan(session, model, config)
             reason = self.trigger_reason(session, plan)
             if reason is None:
                 log.debug("[AutoCompact] %s was compacted meanwhile; nothing to do", session.id)
@@ -181,7 +162,7 @@ class CompactionService:
         Returns None when there is nothing before the kept part.
         """
         async with self._lock_for(session.id):
-            budget = self.budget(model, config)
+            budget = self._planner.budget(model, config)
             return await self._compact_locked(
                 session,
                 model,
@@ -213,7 +194,7 @@ class CompactionService:
         factor = 2 ** max(1, attempt)
         async with self._lock_for(session.id):
             before = self._estimator.messages(session.messages, model)
-            plan = self.plan(session, model, config)
+            plan = self._planner.plan(session, model, config)
             cap_tokens = max(1, plan.summary_cap_tokens // factor)
             event = await self._compact_locked(
                 session,

@@ -121,6 +121,11 @@ class MemoryPrompt:
     pack: MemoryPack | None
 
     @property
+    def shows_pack(self) -> bool:
+        """Whether `turn` is the structured pack (else it is the daily notes standing in)."""
+        return self.pack is not None and not self.pack.empty
+
+    @property
     def text(self) -> str:
         """Both parts as one `# Memory` section."""
         sections = [part.removeprefix(MEMORY_HEADER).strip("\n") for part in (self.stable, self.turn) if part]
