@@ -120,7 +120,7 @@ class TokenEstimator:
             return
         observed = sent_chars / content_tokens
         if not MIN_CHARS_PER_TOKEN <= observed <= MAX_CHARS_PER_TOKEN:
-            log.debug("[AutoCompact] Ignored an odd calibration sample for %s: %.2f chars/token", model, observed)
+            log.debug("[Context] Ignored an odd calibration sample for %s: %.2f chars/token", model, observed)
             return
         current = self.ratio_for(model)
         self._calibrated[model] = CALIBRATION_SMOOTHING * observed + (1 - CALIBRATION_SMOOTHING) * current

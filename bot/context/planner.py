@@ -26,8 +26,10 @@ from bot.settings import RuntimeConfig
 
 log = logging.getLogger(__name__)
 
-# Session metadata: the tokens each prompt part took in the last request, `{part value: tokens}`.
+# Session metadata: the tokens each prompt part took in the last request, `{part value: tokens}`, and
+# under `cut` the parts that were cut to their share.
 LAST_PROMPT_KEY = "lastPromptTokens"
+CUT_KEY = "cut"
 
 
 class ContextPlanner:
@@ -65,8 +67,8 @@ class ContextPlanner:
         last = session.metadata.get(LAST_PROMPT_KEY)
         if not isinstance(last, dict):
             return plan
-        built = [PartUse(part, int(last[part.value])) for part in BUILT_PARTS if part.value in last]
-        return plan.with_prompt(built)
+        cut = last.get(CUT_KEY) or []
+        return plan.with_prompt(PartUse(part, int(last.get(part.value, 0)), part.value in cut) for part in BUILT_PARTS)
 
     def fit_prompt(
         self, session: AgentSession, plan: ContextPlan, parts: dict[str, str], model: str
@@ -85,5 +87,8 @@ class ContextPlanner:
                     "[Context] %s cut to its share: %d of %d tokens kept",
                     fitted_part.name, fitted_part.kept_tokens, fitted_part.tokens,
                 )  # fmt: skip
-        session.metadata[LAST_PROMPT_KEY] = {part.value: count for part, count in tokens.items()}
+        kept: dict[str, object] = {part.value: count for part, count in tokens.items()}
+        if cut:
+            kept[CUT_KEY] = sorted(part.value for part in cut)
+        session.metadata[LAST_PROMPT_KEY] = kept
         return fitted, plan.with_prompt(PartUse(part, count, part in cut) for part, count in tokens.items())

@@ -97,3 +97,24 @@ async def test_memory_md_shows_in_its_part_once_a_message_was_answered(
     assert parts["MEMORY.md"][0] >= estimator.text(long_term.read_text())
     assert parts["MEMORY.md"][1] == parts["memory pack"][1] == parts["daily notes"][1]  # one memory share
     figures(await ask(fake_telegram, OWNER, "/status"), context)
+
+
+async def test_a_persona_over_its_share_is_sent_cut_and_shown_cut(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    # A 2,000-token threshold gives the persona and instructions 200 tokens; the persona alone has ~860.
+    bot = await start({"compaction": {"maxContextTokens": 2000}})
+    persona = bot.workspace / "preferences" / "system-prompt.md"
+    persona.write_text("You are a careful assistant who explains every step.\n" * 60)
+    fake_openai.script("Fine.")
+    await ask(fake_telegram, OWNER, "hi")
+    sent = str(fake_openai.last_chat_request()["messages"][0]["content"])
+    assert "base cut here: it exceeded its share of the context" in sent
+
+    status = await ask(fake_telegram, OWNER, "/status")
+    context = await ask(fake_telegram, OWNER, "/context")
+    figures(status, context)
+    used, given = next((u, g) for name, u, g in CONTEXT_PART.findall(context) if name == "persona and instructions")
+    # What the request carried: the persona cut to the share, and the cut markers of the parts after it.
+    assert number(given) == 200 and number(used) >= 190
+    assert "persona and instructions: ~" + used + " / 200 (cut to its share)" in context
