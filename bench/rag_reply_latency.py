@@ -37,7 +37,7 @@ from typing import Any, cast
 from bench.pipeline_overhead import percentile
 from bench.rag_throughput import InstantModel, rss_mib
 from bot.app import BotServices, build_services, shutdown
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.rag.embedded import EmbeddedLightRag

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.llm.client import ChatRequest, ChatResult, LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.local_embeddings import LOCAL_MODEL

@@ -27,10 +27,11 @@ from bot.commands.memory import register_memory_commands
 from bot.commands.model import ModelSwitch, register_model_command
 from bot.commands.registry import CommandRegistry
 from bot.commands.status import StatusReporter
-from bot.compaction.estimator import TokenEstimator
 from bot.compaction.history_search import HistorySearch, search_history_tool
 from bot.compaction.service import CompactionService
 from bot.compaction.summarizer import Summarizer
+from bot.context.estimator import TokenEstimator
+from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.http.listener import HttpListener
@@ -163,9 +164,8 @@ def build_services(env: EnvSettings) -> BotServices:
         await rag.forget_documents(await rag.documents_for_messages(message_ids))
 
     memory.on_forget(forget_in_rag)
-    compaction = CompactionService(
-        sessions, Summarizer(llm, models, estimator), estimator, models, config_store, tools.schemas
-    )
+    planner = ContextPlanner(estimator, models, tools.schemas)
+    compaction = CompactionService(sessions, Summarizer(llm, models, estimator), planner, config_store)
     compaction.set_pre_compaction_sink(PreCompactionMemory(memory, config_store))
     skills = SkillLibrary(workspace.skills_dir)
     skill_tools = SkillTools(skills, sessions, lambda: config_store.config)
@@ -174,13 +174,13 @@ def build_services(env: EnvSettings) -> BotServices:
     vision = VisionSupport()
     systems = [
         AutoCompactionSystem(compaction),
-        ContextBuildingSystem(workspace, clock, memory, rag, compaction, skills),
+        ContextBuildingSystem(workspace, clock, planner, memory, rag, skills),
         ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction, media_store, vision),
         MemoryPersistSystem(memory, clock),
         RagIndexingSystem(rag, clock),
     ]
     runner = PipelineRunner(systems, sessions, config_store, metrics)
-    status = StatusReporter(workspace, config_store, models, estimator, clock, memory, rag, mcp, skills)
+    status = StatusReporter(config_store, planner, memory, rag, mcp, skills)
     commands = CommandRegistry()
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
-from bot.compaction.budget import RECENT, SUMMARY
 from bot.compaction.events import EVENTS_KEY, CompactionMethod, CompactionStatus
-from bot.compaction.service import COUNT_KEY, CompactionService, ContextPlan, reserve_description, split_summary
+from bot.compaction.service import COUNT_KEY, CompactionService
+from bot.context.plan import BUILT_PARTS, ContextPlan, PromptPart
+from bot.domain.conversation import split_summary
 from bot.domain.message import Role
 from bot.domain.session import AgentSession
 from bot.runtime_config import RuntimeConfigStore
@@ -30,7 +31,7 @@ def usage_bar(used: int, total: int, width: int = BAR_WIDTH) -> str:
 
 
 def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> str:
-    """The `/context` text: a usage bar, tokens against the threshold, compactions, the largest parts."""
+    """The `/context` text: a usage bar, tokens against the threshold, compactions, each part's real use."""
     budget = plan.budget
     prefix, body = split_summary(session.messages)
     lines = [
@@ -43,16 +44,15 @@ def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> st
         f"Compactions: {session.metadata.get(COUNT_KEY, 0)}" + _last_compaction(session),
         "Largest parts (tokens / share):",
     ]
-    parts = [
-        ("recent messages", plan.recent_tokens, budget.cap(RECENT), ""),
-        ("summary", plan.summary_tokens, budget.cap(SUMMARY), ""),
-    ]
-    parts += [
-        (name, tokens, budget.cap(key), "" if key == "tools" else " reserved")
-        for (name, tokens), key in zip(reserve_description(plan.reserve), plan.reserve, strict=True)
-    ]
-    for name, tokens, cap, note in sorted(parts, key=lambda part: part[1], reverse=True):
-        lines.append(f"  {name}: ~{tokens:,} / {cap:,}{note}")
+    # A switched-off part (memory, RAG) takes and is given nothing: not worth a line each.
+    shown = [part for part in PromptPart if plan.given(part.share) or plan.used(part)]
+    if not plan.prompt_measured:
+        shown = [part for part in shown if part not in BUILT_PARTS]
+    for part in sorted(shown, key=plan.used, reverse=True):
+        lines.append(f"  {part.label}: ~{plan.used(part):,} / {plan.given(part.share):,}{_share_note(plan, part)}")
+    if not plan.prompt_measured:
+        lines.append("  persona, instructions, memory and RAG: measured when the next message is answered")
+    lines.append(f"Reply reserve: {plan.reply_reserve_tokens:,} tokens (the model's output, outside the threshold)")
     largest = sorted(body, key=lambda m: len(m.content), reverse=True)[:LARGEST_MESSAGES_SHOWN]
     if largest:
         lines.append("Largest messages:")
@@ -62,6 +62,16 @@ def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> st
     if prefix and prefix[0].role is Role.SYSTEM:
         lines.append(f"Summary: {len(prefix[0].content):,} chars (first message of the session)")
     return "\n".join(lines)
+
+
+def _share_note(plan: ContextPlan, part: PromptPart) -> str:
+    """Says when a part shares its share with others (memory), and when it was cut to it."""
+    notes = []
+    if sum(1 for other in PromptPart if other.share == part.share) > 1:
+        notes.append(f"{part.share} share, ~{plan.share_used(part.share):,} used in all")
+    if plan.cut(part):
+        notes.append("cut to its share")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _last_compaction(session: AgentSession) -> str:
@@ -105,7 +115,7 @@ def register_compaction_commands(
         inbound = request.inbound
         session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
         model = config.llm.model
-        return describe_context(session, compaction.plan(session, model, config), model)
+        return describe_context(session, compaction.planner.plan(session, model, config), model)
 
     registry.register(
         Command("compact", "summarize all but the last N messages (optional focus)", compact, "[N] [focus]")

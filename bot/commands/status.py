@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from bot.clock import Clock
-from bot.compaction.budget import ContextBudget
-from bot.compaction.estimator import TokenEstimator
 from bot.compaction.service import COUNT_KEY as COMPACTION_COUNT_KEY
+from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
-from bot.llm.models import ModelRegistry
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
 from bot.skills.library import SkillLibrary
 from bot.skills.tools import active_skill
 from bot.tools.mcp import McpManager
-from bot.workspace import Workspace
 
 
 class StatusReporter:
@@ -22,11 +18,8 @@ class StatusReporter:
 
     def __init__(
         self,
-        workspace: Workspace,
         config_store: RuntimeConfigStore,
-        models: ModelRegistry,
-        estimator: TokenEstimator,
-        clock: Clock,
+        planner: ContextPlanner,
         memory: MemoryService,
         rag: RagService | None = None,
         mcp: McpManager | None = None,
@@ -35,18 +28,15 @@ class StatusReporter:
         self._rag = rag
         self._mcp = mcp
         self._skills = skills
-        self._workspace = workspace
         self._config_store = config_store
-        self._models = models
-        self._estimator = estimator
-        self._clock = clock
+        self._planner = planner
         self._memory = memory
 
     async def report(self, session: AgentSession) -> str:
         config = await self._config_store.current()
-        model = self._models.lookup(config.llm.model)
-        budget = ContextBudget.for_model(model, config.compaction)
-        tokens = self._estimator.messages(session.messages, model.name)
+        # The same plan `/context` shows: the last request's prompt parts and the conversation now.
+        plan = self._planner.plan(session, config.llm.model, config)
+        model = plan.budget.model
         memory = await self._memory.status(config.memory, session.id)
         pack = memory.last_pack
         pack_line = f"Memory pack (last message): {pack.diagnostics.describe()}" if pack else ""
@@ -58,7 +48,6 @@ class StatusReporter:
         )
         items = ", ".join(f"{layer.lower()} {count}" for layer, count in memory.items_per_layer.items())
         known = "" if model.known else " (not in models.json; default limits)"
-        percent = round(100 * tokens / budget.trigger_tokens)
         rag_line = (await self._rag.status()).describe() if self._rag is not None and config.rag.enabled else ""
         mcp_line = self._mcp_line() if config.mcp.enabled and config.mcp_servers else ""
         skills = await self._skills.skills() if self._skills is not None and config.skills.enabled else []
@@ -71,7 +60,8 @@ class StatusReporter:
             [
                 f"Session {session.id} ({session.state.value})",
                 f"Messages: {len(session.messages)}",
-                f"Context: ~{tokens} tokens of {budget.trigger_tokens} ({percent}%){last_prompt}",
+                f"Context: ~{plan.total_tokens} tokens of {plan.budget.trigger_tokens} ({plan.used_percent}%)"
+                f"{'' if plan.prompt_measured else ', system prompt not measured yet'}{last_prompt}",
                 f"Compactions: {session.metadata.get(COMPACTION_COUNT_KEY, 0)}",
                 f"Memory: MEMORY.md {memory.long_term_chars} chars; items: {items}; "
                 f"today's notes: {memory.today_note_lines} entries; scope {config.memory.scope}; "

@@ -1,11 +1,7 @@
 """Keeping the prompt inside the model's context without silently losing what matters.
 
-Modules, in the order a compaction uses them:
+Modules, in the order a compaction uses them (the token estimate and the budget are in `bot.context`):
 
-- `estimator`: `TokenEstimator`, characters per token calibrated per model by reported usage, or
-  exact counts where a tokenizer is on the machine (`tokenizer.OfflineTokenizers`; never downloaded).
-- `budget`: `ContextBudget`, the threshold for a model and each prompt part's share of it;
-  `fit_prompt_parts` cuts a part that overflows its share, visibly.
 - `cut_point`: where to cut, always between whole turns.
 - `summarizer`: the structured checkpoint summary (create, or UPDATE the previous one), validated.
 - `service`: `CompactionService`, which runs a compaction, keeps the `CompactionEvent`s (`events`),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.message import Message, Role
 
 Snap = Literal["fewer", "more"]

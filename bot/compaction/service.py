@@ -20,13 +20,9 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from bot.compaction.budget import MEMORY, RAG, SYSTEM, TOOLS, ContextBudget
 from bot.compaction.cut_point import Snap, find_cut_point
-from bot.compaction.estimator import TokenEstimator
 from bot.compaction.events import (
     CompactionEvent,
     CompactionMethod,
@@ -35,11 +31,13 @@ from bot.compaction.events import (
     keep_event,
     log_event,
 )
-from bot.compaction.summarizer import SUMMARY_HEADER, Summarizer, SummaryFailed, cap_summary, strip_header
-from bot.domain.message import Message, Role
+from bot.compaction.summarizer import Summarizer, SummaryFailed, cap_summary, strip_header
+from bot.context.plan import ContextPlan
+from bot.context.planner import ContextPlanner
+from bot.domain.conversation import SUMMARY_HEADER, split_summary
+from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession
-from bot.llm.models import ModelRegistry
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionService
 from bot.settings import RuntimeConfig
@@ -69,55 +67,6 @@ class PreCompactionSink(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class ContextPlan:
-    """A session's prompt size against the budget, part by part (what `/context` shows)."""
-
-    budget: ContextBudget
-    summary_tokens: int
-    recent_tokens: int
-    reserve: dict[str, int]
-    messages: int
-
-    @property
-    def message_tokens(self) -> int:
-        return self.summary_tokens + self.recent_tokens
-
-    @property
-    def total_tokens(self) -> int:
-        return self.message_tokens + sum(self.reserve.values())
-
-    @property
-    def room_for_messages(self) -> int:
-        return self.budget.room_for_messages(self.reserve)
-
-    @property
-    def over(self) -> bool:
-        return self.message_tokens > self.room_for_messages
-
-    @property
-    def keep_recent_tokens(self) -> int:
-        """The verbatim recent part a compaction keeps: within its share's `keepRecentRatio`, and
-        with the summary within `keepRecentRatio` of the room, so the conversation has room to grow
-        and the next compaction is many turns away even when the other parts leave little room."""
-        return max(1, min(self.budget.keep_recent_tokens, self._half_of_kept_room))
-
-    @property
-    def summary_cap_tokens(self) -> int:
-        return max(1, min(self.budget.summary_cap_tokens, self._half_of_kept_room))
-
-    @property
-    def _half_of_kept_room(self) -> int:
-        return int(self.room_for_messages * self.budget.keep_recent_ratio / 2)
-
-
-def split_summary(messages: list[Message]) -> tuple[list[Message], list[Message]]:
-    """(`[summary message]` or `[]`, the conversation after it)."""
-    if messages and messages[0].role is Role.SYSTEM and messages[0].content.startswith(SUMMARY_HEADER):
-        return messages[:1], messages[1:]
-    return [], messages
-
-
 def current_summary(session: AgentSession) -> str | None:
     prefix, _ = split_summary(session.messages)
     return strip_header(prefix[0].content) if prefix else None
@@ -130,24 +79,21 @@ class CompactionService:
         self,
         sessions: SessionService,
         summarizer: Summarizer,
-        estimator: TokenEstimator,
-        models: ModelRegistry,
+        planner: ContextPlanner,
         config_store: RuntimeConfigStore,
-        tool_schemas: Callable[[], list[dict[str, Any]]] = list,
         sink: PreCompactionSink | None = None,
     ) -> None:
         self._sessions = sessions
         self._summarizer = summarizer
-        self._estimator = estimator
-        self._models = models
+        self._planner = planner
+        self._estimator = planner.estimator
         self._config_store = config_store
-        self._tool_schemas = tool_schemas
         self._sink = sink
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
-    def estimator(self) -> TokenEstimator:
-        return self._estimator
+    def planner(self) -> ContextPlanner:
+        return self._planner
 
     def set_pre_compaction_sink(self, sink: PreCompactionSink | None) -> None:
         """Connect structured memory: it gets the messages of every compaction before they go."""
@@ -155,22 +101,6 @@ class CompactionService:
 
     def summary_model(self, config: RuntimeConfig, chat_model: str) -> str:
         return config.compaction.summary_model or config.llm.balanced_model or chat_model
-
-    def budget(self, model: str, config: RuntimeConfig) -> ContextBudget:
-        return ContextBudget.for_model(self._models.lookup(model), config.compaction)
-
-    def plan(self, session: AgentSession, model: str, config: RuntimeConfig) -> ContextPlan:
-        """Where the session stands: summary and messages against the room the other parts leave."""
-        budget = self.budget(model, config)
-        reserve = budget.reserve(config, self._estimator.tool_schemas(self._tool_schemas(), model))
-        prefix, body = split_summary(session.messages)
-        return ContextPlan(
-            budget,
-            self._estimator.messages(prefix, model),
-            self._estimator.messages(body, model),
-            reserve,
-            len(session.messages),
-        )
 
     def trigger_reason(self, session: AgentSession, plan: ContextPlan) -> CompactionReason | None:
         """Why the session must be compacted before the next call, or None.
@@ -197,10 +127,13 @@ class CompactionService:
         Returns the final event, or None when nothing was needed or nothing could be cut. Safe to
         call from several tasks at once: the second one finds the work done and returns None.
         """
-        if not config.compaction.enabled or self.trigger_reason(session, self.plan(session, model, config)) is None:
+        if (
+            not config.compaction.enabled
+            or self.trigger_reason(session, self._planner.plan(session, model, config)) is None
+        ):
             return None
         async with self._lock_for(session.id):
-            plan = self.plan(session, model, config)
+            plan = self._planner.plan(session, model, config)
             reason = self.trigger_reason(session, plan)
             if reason is None:
                 log.debug("[AutoCompact] %s was compacted meanwhile; nothing to do", session.id)
@@ -231,7 +164,7 @@ class CompactionService:
         Returns None when there is nothing before the kept part.
         """
         async with self._lock_for(session.id):
-            budget = self.budget(model, config)
+            budget = self._planner.budget(model, config)
             return await self._compact_locked(
                 session,
                 model,
@@ -263,7 +196,7 @@ class CompactionService:
         factor = 2 ** max(1, attempt)
         async with self._lock_for(session.id):
             before = self._estimator.messages(session.messages, model)
-            plan = self.plan(session, model, config)
+            plan = self._planner.plan(session, model, config)
             cap_tokens = max(1, plan.summary_cap_tokens // factor)
             event = await self._compact_locked(
                 session,
@@ -446,9 +379,3 @@ class CompactionService:
         self._record(session, event, shorter, config)
         await self._sessions.replace_messages(session, compacted)
         log_event(event)
-
-
-def reserve_description(reserve: dict[str, int]) -> list[tuple[str, int]]:
-    """The reserved parts in `/context`'s order with human names."""
-    names = {SYSTEM: "system prompt", MEMORY: "memory", RAG: "relevant memory (RAG)", TOOLS: "tool schemas"}
-    return [(names[key], tokens) for key, tokens in reserve.items() if key in names]

@@ -18,8 +18,9 @@ import logging
 import math
 from dataclasses import dataclass
 
-from bot.compaction.budget import ContextBudget
-from bot.compaction.estimator import TokenEstimator
+from bot.context.budget import ContextBudget
+from bot.context.estimator import TokenEstimator
+from bot.domain.conversation import SUMMARY_HEADER
 from bot.domain.message import Message, Role
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.errors import LlmError
@@ -28,7 +29,6 @@ from bot.settings import CompactionConfig
 
 log = logging.getLogger(__name__)
 
-SUMMARY_HEADER = "[Conversation summary]"
 SECTIONS = (
     "## Goal",
     "## Constraints & Preferences",

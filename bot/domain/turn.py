@@ -14,7 +14,7 @@ from bot.settings import RuntimeConfig
 # Parts of the system prompt made anew for every message (`TurnContext.system_prompt_parts` keys): they
 # go after the history, so the rest (persona, MEMORY.md, the history itself) is a prefix the provider
 # can cache from one request to the next.
-TURN_PROMPT_PARTS = frozenset({"time", "memory.turn", "rag"})
+TURN_PROMPT_PARTS = frozenset({"time", "memory.pack", "memory.notes", "rag"})
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 
 
 def cut_marker(hidden_chars: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import tzinfo
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
 from bot.domain.text import fingerprint_of
 from bot.memory.budget import cut_marker

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bot.clock import Clock
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message, Role
 from bot.llm.client import LlmClient
@@ -125,6 +125,11 @@ class MemoryPrompt:
     stable: str
     turn: str
     pack: MemoryPack | None
+
+    @property
+    def shows_pack(self) -> bool:
+        """Whether `turn` is the structured pack (else it is the daily notes standing in)."""
+        return self.pack is not None and not self.pack.empty
 
     @property
     def text(self) -> str:

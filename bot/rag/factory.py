@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.rag.backend import RagBackend

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.rag.backend import QueryMode, RagBackend, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument, document_id, document_text, rag_workspace_for, worth_indexing
 from bot.rag.store import RagDocumentStore
@@ -247,15 +247,19 @@ class RagService:
 
     # -- reading ------------------------------------------------------------------------------------
 
-    async def retrieve(self, config: RuntimeConfig, session_id: str, query_text: str, shown: str) -> RetrievedContext:
-        """`# Relevant Memory` for `query_text`, without what `shown` (the memory part) already says."""
+    async def retrieve(
+        self, config: RuntimeConfig, session_id: str, query_text: str, shown: str, share_tokens: int | None = None
+    ) -> RetrievedContext:
+        """`# Relevant Memory` for `query_text`, without what `shown` (the memory part) already says,
+        within `rag.maxContextTokens` and `share_tokens` (what the turn's context plan gives RAG)."""
         rag = config.rag
         workspace = rag_workspace_for(session_id, config.memory.scope)
-        if not rag.enabled or rag.max_context_tokens == 0 or not query_text.strip():
+        max_tokens = rag.max_context_tokens if share_tokens is None else min(rag.max_context_tokens, share_tokens)
+        if not rag.enabled or max_tokens <= 0 or not query_text.strip():
             return RetrievedContext("", 0, 0, "skipped")
         if not await self._store.has_indexed(workspace):
             return RetrievedContext("", 0, 0, "empty")
-        query = RagQuery(query_text, rag.query_mode, rag.top_k, rag.chunk_top_k, rag.max_context_tokens)
+        query = RagQuery(query_text, rag.query_mode, rag.top_k, rag.chunk_top_k, max_tokens)
         started = time.monotonic()
         try:
             snippets = await asyncio.wait_for(self._backend.query(workspace, query), timeout=rag.query_timeout_seconds)
@@ -272,7 +276,7 @@ class RagService:
             return RetrievedContext("", 0, 0, "error")
         shown_words = normalized(shown)  # once, not once per snippet (a few ms with a full memory part)
         fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown_words)]
-        text = self.render(fresh, rag.max_context_tokens, RELEVANT_MEMORY_HEADER)
+        text = self.render(fresh, max_tokens, RELEVANT_MEMORY_HEADER)
         log.info(
             "[RAG] Retrieved %d snippets (%d already in memory) in %.0f ms, %s mode: %d chars",
             len(snippets), len(snippets) - len(fresh), (time.monotonic() - started) * 1000, rag.query_mode, len(text),

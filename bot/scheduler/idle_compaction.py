@@ -47,7 +47,7 @@ class IdleCompactor:
             if lock.locked():
                 continue  # a run or a command holds it: never compete with the user
             async with lock:
-                plan = self._compaction.plan(session, model, config)
+                plan = self._compaction.planner.plan(session, model, config)
                 if plan.message_tokens < settings.idle_compaction_fill_ratio * plan.room_for_messages:
                     continue
                 event = await self._compaction.compact(

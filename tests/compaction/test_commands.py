@@ -91,10 +91,12 @@ async def test_context_shows_usage_threshold_compactions_and_the_largest_parts(
     assert lines[4] == "Compactions: 1 (last: manual, summary removed 4, kept 2)"
     assert lines[5] == "Largest parts (tokens / share):"
     parts = "\n".join(lines[6:])
-    assert "  system prompt: ~320 / 320 reserved" in parts
-    assert "  recent messages: ~" in parts and "/ 1,280" in parts
+    # Each part's real use against its share: not the share itself (memory and RAG are off here).
+    assert "  persona and instructions: ~" in parts and "/ 320\n" in parts
+    assert "  history: ~" in parts and "/ 1,280" in parts
     assert "  summary: ~" in parts and "/ 480" in parts
-    assert "  tool schemas: ~" in parts
+    assert "  tool schemas: ~" in parts and "MEMORY.md" not in parts and "RAG" not in parts
+    assert "Reply reserve: 500 tokens" in parts
     assert "Largest messages:" in parts and "Summary: " in parts
 
     status = await say(small_services, channel, "1", "/status")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bot.compaction.cut_point import find_cut_point, turn_starts
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.message import Message, Role, ToolCall
 
 estimator = TokenEstimator()

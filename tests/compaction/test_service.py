@@ -11,7 +11,7 @@ import pytest
 
 from bot.app import BotServices
 from bot.compaction.events import CompactionMethod, CompactionReason, CompactionStatus
-from bot.compaction.service import split_summary
+from bot.domain.conversation import split_summary
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
 from tests.compaction.helpers import (
@@ -261,7 +261,7 @@ async def test_old_messages_larger_than_the_summary_models_window_are_summarized
 async def test_recovery_compacts_harder_each_attempt_and_says_when_it_cannot(small_services: BotServices) -> None:
     session = await long_session(small_services, turns=30)
     service = compaction_of(small_services)
-    estimate = service.estimator.messages
+    estimate = service.planner.estimator.messages
 
     before = estimate(session.messages, SMALL_MODEL)
     assert await service.shrink_for_retry(session, SMALL_MODEL, attempt=1)

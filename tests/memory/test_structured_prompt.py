@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from bot.app import BotServices
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer
 from bot.workspace import MemoryPaths
 from tests.fakes.openai_server import FakeOpenAI

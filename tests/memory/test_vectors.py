@@ -22,8 +22,8 @@ import pytest
 
 from bot.app import BotServices, build_services, shutdown
 from bot.clock import Clock
-from bot.compaction.budget import MEMORY, ContextBudget
-from bot.compaction.estimator import TokenEstimator
+from bot.context.budget import MEMORY, ContextBudget
+from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.app import BotServices, shutdown
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.domain.message import ToolCall
 from bot.tools.registry import ToolContext
 from tests.fakes.openai_server import FakeOpenAI
@@ -66,6 +66,25 @@ async def test_relevant_memory_stays_within_its_token_budget(
         system = fake_openai.system_prompts()[-1] or ""
         relevant = "# Relevant Memory" + system.split("# Relevant Memory", 1)[1]
         assert TokenEstimator().text(relevant) <= 60
+    finally:
+        await shutdown(services, [])
+        await rag_of(services).close()
+
+
+async def test_relevant_memory_is_chosen_within_the_share_the_context_plan_gives_it(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    # rag.maxContextTokens stays at its default; the plan's RAG share (0.03 of 2,000 tokens) is smaller.
+    compaction = {"maxContextTokens": 2000, "budgetShares": {"rag": 0.03}}
+    services = build_rag_bot(workspace_dir, fake_openai, None, memory={"enabled": False}, compaction=compaction)
+    try:
+        await remembered(services, channel)
+        await say(services, channel, "1", "/new")
+        await say(services, channel, "1", "Marta museum Lisbon?")
+        system = fake_openai.system_prompts()[-1] or ""
+        relevant = "# Relevant Memory" + system.split("# Relevant Memory", 1)[1]
+        assert TokenEstimator().text(relevant) <= 60
+        assert "cut here" not in relevant  # chosen to fit, not cut afterwards
     finally:
         await shutdown(services, [])
         await rag_of(services).close()

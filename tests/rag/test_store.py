@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.service import RagService

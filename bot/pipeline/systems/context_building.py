@@ -10,6 +10,8 @@ and time in the bot's time zone, `# Memory` with the structured pack or the dail
 `# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never failing the turn). So
 each request starts with the whole of the one before, which providers cache. The active skill is
 passed to memory retrieval, which favours the procedural items tagged with it.
+The turn's `ContextPlan` is made here: memory and RAG are chosen within the shares it gives them,
+every part is fitted to its share, and the plan is completed with what each part really takes.
 It runs before MemoryPersist (50), so the model sees memory as it was before this exchange.
 """
 
@@ -18,8 +20,8 @@ from __future__ import annotations
 import logging
 
 from bot.clock import Clock
-from bot.compaction.budget import MEMORY, fit_prompt_parts
-from bot.compaction.service import CompactionService
+from bot.context.budget import MEMORY, RAG
+from bot.context.planner import ContextPlanner
 from bot.domain.turn import TurnContext
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
@@ -47,16 +49,16 @@ class ContextBuildingSystem(PipelineSystem):
         self,
         workspace: Workspace,
         clock: Clock,
+        planner: ContextPlanner,
         memory: MemoryService | None = None,
         rag: RagService | None = None,
-        compaction: CompactionService | None = None,
         skills: SkillLibrary | None = None,
     ) -> None:
         self._workspace = workspace
         self._clock = clock
         self._memory = memory
         self._rag = rag
-        self._compaction = compaction
+        self._planner = planner
         self._skills = skills
 
     async def process(self, ctx: TurnContext) -> None:
@@ -69,35 +71,29 @@ class ContextBuildingSystem(PipelineSystem):
         people = _people_line(ctx)
         if people:  # the same for every message of the chat: with the persona, not with the time
             ctx.system_prompt_parts["people"] = people
+        # The turn's plan: the conversation as compaction (18) left it, and each part's share.
+        plan = self._planner.plan(ctx.session, ctx.model, ctx.config)
         skill = await self._skills_part(ctx)
-        memory = await self._memory_part(ctx, skill)
+        memory = await self._memory_part(ctx, skill, plan.given(MEMORY))
         if memory is not None and memory.stable:
             ctx.system_prompt_parts["memory"] = memory.stable
         if memory is not None and memory.turn:
-            ctx.system_prompt_parts["memory.turn"] = memory.turn
+            ctx.system_prompt_parts["memory.pack" if memory.shows_pack else "memory.notes"] = memory.turn
         # What the prompt shows anyway (the memory section and the live conversation) is not repeated.
         shown = [memory.text if memory is not None else "", *(message.content for message in ctx.session.messages)]
-        relevant = await self._rag_part(ctx, "\n".join(shown))
+        relevant = await self._rag_part(ctx, "\n".join(shown), plan.given(RAG))
         if relevant:
             ctx.system_prompt_parts["rag"] = relevant
-        self._fit_to_budget(ctx)
+        # Each part within its share; an overflowing one is cut with a visible marker, so it never
+        # silently pushes the conversation out of the model's window. The completed plan is the turn's.
+        ctx.system_prompt_parts, plan = self._planner.fit_prompt(ctx.session, plan, ctx.system_prompt_parts, ctx.model)
         log.debug(
-            "[Context] System prompt: %d chars, then %d chars for this message",
+            "[Context] System prompt: %d chars, then %d chars for this message; ~%d of %d tokens in all",
             len(ctx.system_prompt),
             len(ctx.turn_prompt),
+            plan.total_tokens,
+            plan.budget.trigger_tokens,
         )
-
-    def _fit_to_budget(self, ctx: TurnContext) -> None:
-        """Each part within its share of the prompt budget; an overflowing one is cut with a visible marker,
-        so it never silently pushes the conversation out of the model's window."""
-        if self._compaction is None:
-            return
-        budget = self._compaction.budget(ctx.model, ctx.config)
-        fitted, usage = fit_prompt_parts(ctx.system_prompt_parts, budget, self._compaction.estimator, ctx.model)
-        for share in usage:
-            if share.cut:
-                log.warning("[Context] %s cut to its share: %d of %d tokens", share.name, share.cap, share.tokens)
-        ctx.system_prompt_parts = fitted
 
     async def _skills_part(self, ctx: TurnContext) -> str | None:
         """Adds `# Skills` and the active skill's instructions; returns the active skill's name."""
@@ -119,11 +115,10 @@ class ContextBuildingSystem(PipelineSystem):
         ctx.system_prompt_parts["skill"] = render_instructions(skill, config.max_instructions_chars)
         return skill.name
 
-    async def _memory_part(self, ctx: TurnContext, skill: str | None = None) -> MemoryPrompt | None:
+    async def _memory_part(self, ctx: TurnContext, skill: str | None, share: int) -> MemoryPrompt | None:
+        """`# Memory`, chosen against the share the turn's plan gives it, so nothing chosen is cut afterwards."""
         if self._memory is None or not ctx.config.memory.enabled:
             return None
-        # Chosen against the share the prompt plan gives memory, so nothing chosen is cut afterwards.
-        share = self._compaction.budget(ctx.model, ctx.config).cap(MEMORY) if self._compaction else None
         try:
             prompt = await self._memory.build_prompt(
                 ctx.config.memory,
@@ -141,11 +136,14 @@ class ContextBuildingSystem(PipelineSystem):
         log.info("[Context] Memory context: %d chars", len(prompt.text))
         return prompt
 
-    async def _rag_part(self, ctx: TurnContext, shown: str) -> str:
+    async def _rag_part(self, ctx: TurnContext, shown: str, share: int) -> str:
+        """`# Relevant Memory`, within the share the turn's plan gives it."""
         if self._rag is None or not ctx.config.rag.enabled:
             return ""
         try:
-            retrieved = await self._rag.retrieve(ctx.config, ctx.session.id, ctx.user_message.content, shown)
+            retrieved = await self._rag.retrieve(
+                ctx.config, ctx.session.id, ctx.user_message.content, shown, share_tokens=share
+            )
         except Exception:
             log.exception("[RAG] Relevant Memory could not be read; answering without it")
             return ""

@@ -130,7 +130,9 @@ class ToolLoopExecutionSystem(PipelineSystem):
             else:
                 result = await self._llm.complete(request)
             if result.usage is not None and self._compaction is not None:
-                self._compaction.estimator.observe_request(ctx.model, wire_messages, tools, result.usage.prompt_tokens)
+                self._compaction.planner.estimator.observe_request(
+                    ctx.model, wire_messages, tools, result.usage.prompt_tokens
+                )
             return result
 
         if self._compaction is None:

@@ -6,8 +6,8 @@ the model's input window, and the input window less the reserved output and a sa
 One allocator owns the whole prompt: the system prompt, the memory sections, `# Relevant Memory`
 (RAG), the tool schemas, the conversation summary and the recent messages each get a share of the
 threshold (`compaction.budgetShares`). A part longer than its share is cut with a visible marker
-(`fit_prompt_parts`) instead of silently pushing another part out, and before the model call the
-conversation is compacted when the messages do not fit in what the other parts leave them.
+(`fit_prompt_parts`) instead of silently pushing another part out; what each part really uses, and
+when the conversation must be compacted, is the `ContextPlan`'s to say (`bot.context.plan`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bot.compaction.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator
 from bot.llm.models import ModelSpec
-from bot.settings import BudgetShares, CompactionConfig, RuntimeConfig
+from bot.settings import BudgetShares, CompactionConfig
 
 # The shares of `BudgetShares`, in the order `/context` lists them.
 SYSTEM, MEMORY, RAG, TOOLS, SUMMARY, RECENT = "system", "memory", "rag", "tools", "summary", "recent"
@@ -64,64 +64,50 @@ class ContextBudget:
     def summary_cap_tokens(self) -> int:
         return max(1, self.cap(SUMMARY))
 
-    def reserve(self, config: RuntimeConfig, tool_tokens: int) -> dict[str, int]:
-        """Tokens set aside for the parts built after compaction (18) runs: at most their shares.
-
-        The system prompt, memory and RAG sections are built at 20, after the compaction decision, so
-        they are planned at their caps (a disabled part takes nothing); the tool schemas are known.
-        """
-        return {
-            SYSTEM: self.cap(SYSTEM),
-            MEMORY: self.cap(MEMORY) if config.memory.enabled else 0,
-            RAG: self.cap(RAG) if config.rag.enabled else 0,
-            TOOLS: tool_tokens,
-        }
-
-    def room_for_messages(self, reserve: dict[str, int]) -> int:
-        """What the conversation (summary and messages) may take before it must be compacted."""
-        return max(0, self.trigger_tokens - sum(reserve.values()))
-
 
 @dataclass(frozen=True)
-class PartUsage:
-    """One prompt part against its share: tokens it has (before any cut) and its cap."""
+class FittedPart:
+    """One prompt part fitted to its share: the tokens it had, the tokens it keeps, and its share's cap."""
 
     name: str
+    share: str
     tokens: int
+    kept_tokens: int
     cap: int
-    cut: bool = False
-    reserved: bool = False
+
+    @property
+    def cut(self) -> bool:
+        return self.kept_tokens < self.tokens
 
 
 def fit_prompt_parts(
     parts: dict[str, str], budget: ContextBudget, estimator: TokenEstimator, model: str | None = None
-) -> tuple[dict[str, str], list[PartUsage]]:
-    """`parts` with each share's parts cut to the share's cap, and what each share used.
+) -> tuple[dict[str, str], list[FittedPart]]:
+    """`parts` with each share's parts cut to the share's cap, and what each part had and keeps.
 
     Parts keep their order; within a share the earlier parts are kept whole first. A cut part ends
     with a marker saying what was cut, so neither the model nor a reader is misled by a silent gap.
     """
     fitted: dict[str, str] = {}
+    report: list[FittedPart] = []
     used: dict[str, int] = {}
-    totals: dict[str, int] = {}
-    cut_shares: set[str] = set()
     for name, text in parts.items():
         share = share_for_part(name)
         cap = budget.cap(share)
         tokens = estimator.text(text, model)
-        totals[share] = totals.get(share, 0) + tokens
         room = cap - used.get(share, 0)
         if tokens <= room:
             fitted[name] = text
             used[share] = used.get(share, 0) + tokens
+            report.append(FittedPart(name, share, tokens, tokens, cap))
             continue
-        cut_shares.add(share)
         marker = CUT_MARKER.format(part=name, total=tokens, cap=cap)
         keep_chars = max(0, int((room - estimator.text(marker, model)) * estimator.ratio_for(model)))
         head = text[:keep_chars]
         if "\n" in head:
             head = head[: head.rfind("\n")]
         fitted[name] = f"{head}\n{marker}" if head else marker
-        used[share] = cap
-    report = [PartUsage(share, totals[share], budget.cap(share), share in cut_shares) for share in totals]
+        kept = estimator.text(fitted[name], model)
+        used[share] = used.get(share, 0) + kept
+        report.append(FittedPart(name, share, tokens, kept, cap))
     return fitted, report

@@ -16,7 +16,7 @@ import logging
 import math
 from typing import Any
 
-from bot.compaction.tokenizer import Counter, OfflineTokenizers
+from bot.context.tokenizer import Counter, OfflineTokenizers
 from bot.domain.message import Message
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class TokenEstimator:
             return
         observed = sent_chars / content_tokens
         if not MIN_CHARS_PER_TOKEN <= observed <= MAX_CHARS_PER_TOKEN:
-            log.debug("[AutoCompact] Ignored an odd calibration sample for %s: %.2f chars/token", model, observed)
+            log.debug("[Context] Ignored an odd calibration sample for %s: %.2f chars/token", model, observed)
             return
         current = self.ratio_for(model)
         self._calibrated[model] = CALIBRATION_SMOOTHING * observed + (1 - CALIBRATION_SMOOTHING) * current

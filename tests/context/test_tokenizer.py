@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.compaction.estimator import TokenEstimator
-from bot.compaction.tokenizer import Counter, OfflineTokenizers, cached_encoding_file, tiktoken_cache_dir
+from bot.context.estimator import TokenEstimator
+from bot.context.tokenizer import Counter, OfflineTokenizers, cached_encoding_file, tiktoken_cache_dir
 from bot.domain.message import Message
 
 

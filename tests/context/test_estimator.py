@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.compaction.estimator import DEFAULT_CHARS_PER_TOKEN, TokenEstimator
+from bot.context.estimator import DEFAULT_CHARS_PER_TOKEN, TokenEstimator
 from bot.domain.message import Message, ToolCall
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bot.compaction.budget import ContextBudget, fit_prompt_parts, share_for_part
-from bot.compaction.estimator import TokenEstimator
+from bot.context.budget import ContextBudget, fit_prompt_parts, share_for_part
+from bot.context.estimator import TokenEstimator
 from bot.llm.models import ModelSpec, Tier
-from bot.settings import BudgetShares, CompactionConfig, MemoryConfig, RagConfig, RuntimeConfig
+from bot.settings import BudgetShares, CompactionConfig
 
 
 def spec(max_input: int, max_output: int) -> ModelSpec:
@@ -37,16 +37,6 @@ def test_shares_must_not_add_up_to_more_than_the_whole() -> None:
         BudgetShares(system=0.5, memory=0.5, recent=0.5)
 
 
-def test_reserve_plans_parts_built_later_at_their_caps_and_disabled_parts_at_nothing() -> None:
-    budget = ContextBudget.for_model(spec(4000, 500), CompactionConfig())
-    reserve = budget.reserve(RuntimeConfig(), tool_tokens=150)
-    assert reserve == {"system": 320, "memory": 480, "rag": 320, "tools": 150}
-    assert budget.room_for_messages(reserve) == 3200 - 1270
-    disabled = RuntimeConfig(memory=MemoryConfig(enabled=False), rag=RagConfig(enabled=False))
-    assert budget.reserve(disabled, tool_tokens=0) == {"system": 320, "memory": 0, "rag": 0, "tools": 0}
-    assert budget.keep_recent_tokens == 640 and budget.summary_cap_tokens == 480
-
-
 def test_a_part_over_its_share_is_cut_with_a_visible_marker_and_others_are_untouched() -> None:
     budget = ContextBudget.for_model(spec(4000, 500), CompactionConfig())  # memory cap 480 tokens
     estimator = TokenEstimator()
@@ -60,8 +50,9 @@ def test_a_part_over_its_share_is_cut_with_a_visible_marker_and_others_are_untou
     assert fitted["memory"].endswith("]") and "memory cut here: it exceeded its share" in fitted["memory"]
     assert estimator.text(fitted["memory"]) <= budget.cap("memory")
     usage = {part.name: part for part in report}
-    assert usage["memory"].cut and not usage["system"].cut
+    assert usage["memory"].cut and not usage["base"].cut and not usage["rag"].cut
     assert usage["memory"].tokens == estimator.text(long_memory)
+    assert usage["memory"].kept_tokens == estimator.text(fitted["memory"]) <= usage["memory"].cap
 
 
 def test_prompt_parts_draw_on_the_share_their_name_says() -> None:

@@ -80,9 +80,9 @@ class OfflineTokenizers:
         try:
             encoding = tiktoken.get_encoding(encoding_name)
         except Exception as error:  # a broken install must not break the budget: characters still work
-            log.warning("[AutoCompact] Could not load the %s tokenizer for %s: %s", encoding_name, model, error)
+            log.warning("[Context] Could not load the %s tokenizer for %s: %s", encoding_name, model, error)
             return None
-        log.info("[AutoCompact] Exact token counts for %s (%s, offline)", model, encoding_name)
+        log.info("[Context] Exact token counts for %s (%s, offline)", model, encoding_name)
 
         def count(text: str) -> int:
             return len(encoding.encode(text, disallowed_special=()))
