@@ -272,6 +272,8 @@ class MemoryService:
                         scope.vectors.reserve(read, batches[0][1].shape[1])
                     while batches:
                         scope.vectors.put_quantized(*batches.pop(0))
+                    # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
+                    await asyncio.to_thread(scope.vectors.prepare_search)
                 log.info("[Memory] %d item vectors read from %s", read, cache.path)
                 give_back_freed_memory()
             while not scope.vectors.paused():
