@@ -201,13 +201,14 @@ class MemoryService:
         return scope
 
     @contextlib.asynccontextmanager
-    async def fresh(self, scope: MemoryScope) -> AsyncIterator[MemoryScope]:
+    async def fresh(self, scope: MemoryScope, requested: float | None = None) -> AsyncIterator[MemoryScope]:
         """Hold the scope's lock with its items re-read from any file that changed on disk.
 
-        Waiters share refreshes: a refresh that started after this call was made has seen the files as
-        they are now, so it is not repeated. Hand edits and deletions are picked up on the next use.
+        Waiters share refreshes: a refresh that started after this call was made (or after `requested`,
+        when a message's work takes the lock twice) has seen the files as they are now, so it is not
+        repeated. Hand edits and deletions are picked up on the next use.
         """
-        requested = time.monotonic()
+        requested = time.monotonic() if requested is None else requested
         async with scope.lock:
             if scope.refreshed_at < requested:
                 started = scope.refreshed_at = time.monotonic()
@@ -458,8 +459,11 @@ class MemoryService:
         # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
         vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
         dense_task: asyncio.Future[None] | None = None
+        # Both holds of the lock below see the files as they were when the message came: the scoring after
+        # the vector does not check them again (an edit made meanwhile is read for the next message).
+        arrived = time.monotonic()
         try:
-            async with self.fresh(scope):
+            async with self.fresh(scope, arrived):
                 if len(scope.store) > INLINE_WORK_MAX_ITEMS:
                     dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
                 await self.off_loop_if_large(scope, self._prefetch, scope, text)
@@ -469,7 +473,7 @@ class MemoryService:
                     with contextlib.suppress(asyncio.CancelledError):
                         await dense_task
             vector = await vector_task
-            async with self.fresh(scope):
+            async with self.fresh(scope, arrived):
                 result = await self.off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
