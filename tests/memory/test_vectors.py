@@ -350,3 +350,25 @@ def test_above_the_exact_search_size_the_short_list_finds_the_same_items_with_th
     best = np.argsort(-above)[:5]
     assert list(found) == [f"i{row}" for row in best]
     assert np.allclose(list(found.values()), above[best] / above[best[0]], atol=0.01)
+
+
+def test_vectors_stored_again_for_the_same_texts_replace_the_old_ones_in_the_mean() -> None:
+    generator = np.random.default_rng(3)
+    items = [item(MemoryLayer.EPISODIC, f"text {n}", NOW, item_id=f"i{n}") for n in range(200)]
+    index = VectorIndex()
+    index.use_embedder("test")
+    index.add_many(items)
+    keys = [text_key(entry.content) for entry in items]
+    shared = unit(generator.standard_normal(32))
+    index.put({key: unit(generator.standard_normal(32) * 0.2 + shared) for key in keys})
+    index.relevance(shared, 5)  # the mean is kept up to date by each write from now on
+    vectors = np.stack([unit(generator.standard_normal(32)) for _ in keys])
+    index.put(dict(zip(keys, vectors, strict=True)))
+    question = unit(generator.standard_normal(32) + shared)
+
+    found = index.relevance(question, 5)
+
+    above = vectors @ question - (vectors @ question).mean()
+    best = np.argsort(-above)[:5]
+    assert list(found) == [f"i{row}" for row in best]
+    assert np.allclose(list(found.values()), above[best] / above[best[0]], atol=0.01)
