@@ -27,6 +27,13 @@ import numpy.typing as npt
 from bot.domain.memory import MemoryItem
 from bot.llm.embedders import Embedder
 from bot.llm.errors import LlmError
+from bot.memory.vector_search import (
+    EXACT_SEARCH_MAX_ROWS,
+    SHORTLIST_MIN_FACTOR,
+    SHORTLIST_SHARE,
+    RowSum,
+    SignCodes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +163,9 @@ class VectorIndex:
     when it is compacted. 388 bytes a row at 384 dimensions (a float32 matrix took 1,536): a search
     converts `SEARCH_CHUNK_ROWS` rows at a time to float32 in a buffer that stays in the CPU cache, which
     at 100,000 rows is faster than one float32 product (the memory bus is the limit) and ranks the same
-    items (the int8 rounding moves a cosine by about 0.002).
+    items (the int8 rounding moves a cosine by about 0.002). Above `EXACT_SEARCH_MAX_ROWS` rows only a
+    short list chosen by sign codes is scored exactly, and the mean cosine comes from the rows' sum
+    (`bot.memory.vector_search`).
 
     Texts are not kept: with `items` (the store's batch get) the texts of rows still to embed are read
     from the store when asked for; without it (a stand-alone index) they are kept until embedded.
@@ -171,6 +180,12 @@ class VectorIndex:
         self._row_keys: list[str] = []
         self._matrix: npt.NDArray[np.int8] | None = None  # capacity rows; the first len(_row_keys) are in use
         self._scales: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
+        # The sum of the rows in use (the cosines' mean) and, above `EXACT_SEARCH_MAX_ROWS` rows, their sign
+        # codes (the short list a search scores exactly): see `bot.memory.vector_search`. Kept up to date
+        # by each write once built; None: built by `prepare_search` (in a thread after a restart's cache
+        # read, or by the next search).
+        self._sum: RowSum | None = None
+        self._codes: SignCodes | None = None
         self._buffer: Matrix = np.zeros((0, 0), dtype=np.float32)
         # Text keys that may lack a vector (checked again by `pending`): keeps `has_pending` cheap.
         self._missing: set[str] = set()
@@ -225,9 +240,7 @@ class VectorIndex:
         self._version += 1
         if self.embedder_name != name:
             self.embedder_name = name
-            self._row_of.clear()
-            self._row_keys = []
-            self._matrix = None
+            self._drop_rows()
             self._missing = set(self._ids_of)
 
     def wanted_keys(self) -> set[str]:
@@ -258,13 +271,12 @@ class VectorIndex:
             return
         dimensions = rows.shape[1]
         if self._matrix is not None and self._matrix.shape[1] != dimensions:
-            self._row_of.clear()
-            self._row_keys = []
-            self._matrix = None
+            self._drop_rows()
         if len(self._row_keys) > 1024 and len(self._row_keys) > 4 * max(len(self._ids_of), 1) / 3:
             self._compact()
         new_rows = sum(1 for key in keys if key not in self._row_of)
-        self._reserve(len(self._row_keys) + new_rows, dimensions)
+        used_before = len(self._row_keys)
+        self._reserve(used_before + new_rows, dimensions)
         assert self._matrix is not None
         targets = np.empty(len(keys), dtype=np.int64)
         for number, key in enumerate(keys):
@@ -280,8 +292,17 @@ class VectorIndex:
             targets[number] = row
             self._missing.discard(key)
             self._text_of.pop(key, None)
+        # Overwritten rows leave the sum before their new values enter it (each row once).
+        written = np.unique(targets)
+        if self._sum is not None:
+            overwritten = written[written < used_before]
+            self._sum.add(self._matrix[overwritten], self._scales[overwritten], sign=-1)
         self._matrix[targets] = rows
         self._scales[targets] = scales
+        if self._sum is not None:
+            self._sum.add(self._matrix[written], self._scales[written])
+        if self._codes is not None:
+            self._codes.set(written, self._matrix[written], self._scales[written])
 
     def reserve(self, rows: int, dimensions: int) -> None:
         """Make room for exactly `rows` more rows (before a cache read arrives in batches)."""
@@ -300,6 +321,28 @@ class VectorIndex:
             grown[:used] = self._matrix[:used]
             scales[:used] = self._scales[:used]
         self._matrix, self._scales = grown, scales
+        if self._codes is not None:
+            self._codes.grow(capacity)
+
+    def _drop_rows(self) -> None:
+        self._row_of.clear()
+        self._row_keys = []
+        self._matrix = None
+        self._sum = self._codes = None
+
+    def prepare_search(self) -> None:
+        """Build what a search needs that writes have not kept up (the rows' sum, their sign codes): after a
+        restart's cache read or a compaction, a pass over the rows (about 0.2 s at 100,000: run it in a
+        thread, under the scope's lock)."""
+        if self._matrix is None:
+            return
+        used = len(self._row_keys)
+        if self._sum is None:
+            self._sum = RowSum(self._matrix.shape[1])
+            self._sum.add(self._matrix[:used], self._scales[:used])
+        if self._codes is None and used > EXACT_SEARCH_MAX_ROWS:
+            self._codes = SignCodes(self._sum.mean_row(), len(self._matrix))
+            self._codes.set(np.arange(used), self._matrix[:used], self._scales[:used])
 
     def _compact(self) -> None:
         """Drop the rows no item's text uses any more."""
@@ -316,6 +359,7 @@ class VectorIndex:
         self._matrix, self._scales = matrix, scales
         self._row_keys = keep
         self._row_of = {key: row for row, key in enumerate(keep)}
+        self._sum = self._codes = None
 
     @property
     def rows(self) -> int:
@@ -350,19 +394,22 @@ class VectorIndex:
 
     # -- searching ----------------------------------------------------------------------------------
 
-    def _similarities(self, query: Vector, used: int) -> Vector:
-        """Cosine of `query` with each of the first `used` rows."""
+    def _similarities(self, query: Vector, rows: npt.NDArray[np.intp] | None = None) -> Vector:
+        """Cosine of `query` with each row in `rows` (every row in use when None), `SEARCH_CHUNK_ROWS` at a
+        time: one small product per chunk also keeps BLAS on one thread (a product of a few thousand rows
+        goes to its thread pool, which measured 16 ms instead of 0.2 on a busy machine)."""
         assert self._matrix is not None
         if self._buffer.shape != (SEARCH_CHUNK_ROWS, self._matrix.shape[1]):
             self._buffer = np.empty((SEARCH_CHUNK_ROWS, self._matrix.shape[1]), dtype=np.float32)
         query = np.asarray(query, dtype=np.float32)
-        out = np.empty(used, dtype=np.float32)
-        for start in range(0, used, SEARCH_CHUNK_ROWS):
-            end = min(start + SEARCH_CHUNK_ROWS, used)
+        count = len(self._row_keys) if rows is None else len(rows)
+        out = np.empty(count, dtype=np.float32)
+        for start in range(0, count, SEARCH_CHUNK_ROWS):
+            end = min(start + SEARCH_CHUNK_ROWS, count)
             chunk = self._buffer[: end - start]
-            chunk[...] = self._matrix[start:end]
+            chunk[...] = self._matrix[start:end] if rows is None else self._matrix[rows[start:end]]
             np.matmul(chunk, query, out=out[start:end])
-        out *= self._scales[:used]
+        out *= self._scales[:count] if rows is None else self._scales[rows]
         return out
 
     def relevance(self, query: Vector, limit: int) -> dict[str, float]:
@@ -385,30 +432,36 @@ class VectorIndex:
         used = len(self._row_keys)
         if self._matrix is None or used == 0 or self._matrix.shape[1] != query.shape[0]:
             return {}
-        similarities = self._similarities(query, used)
+        query = np.asarray(query, dtype=np.float32)
         if len(self._key_of) < MIN_ITEMS_FOR_SPREAD:
             # Too few items to know what "typical" is: an absolute similarity decides instead.
+            similarities = self._similarities(query)
             return {
                 item_id: float(similarities[row])
                 for row in np.flatnonzero(similarities >= SIMILAR_COSINE)
                 for item_id in self._ids_of.get(self._row_keys[row], ())
             }
-        spread = float(similarities.std())
-        if spread <= 1e-6:
-            return {}
-        z = (similarities - float(similarities.mean())) / spread
-        best_z = float(z.max())
-        if best_z <= 0:
-            return {}
+        self.prepare_search()
+        assert self._sum is not None
         # Stale rows (texts no item holds) may be among the best: look a little further.
-        wanted = min(len(z), 2 * limit)
-        best = np.argpartition(-z, wanted - 1)[:wanted] if len(z) > wanted else np.arange(len(z))
+        wanted = min(used, 2 * limit)
+        rows: npt.NDArray[np.intp] | None = None  # every row in use, or the short list
+        if self._codes is not None:
+            rows = self._codes.shortlist(query, used, max(SHORTLIST_MIN_FACTOR * wanted, int(SHORTLIST_SHARE * used)))
+        similarities = self._similarities(query, rows)
+        # The z-score's spread cancels in the ratio to the best: (cosine - mean) / (best cosine - mean).
+        above = similarities - self._sum.mean_cosine(query)
+        best_above = float(above.max())
+        if best_above <= 1e-6:
+            return {}
+        best = np.argpartition(-above, wanted - 1)[:wanted] if len(above) > wanted else np.arange(len(above))
         found: dict[str, float] = {}
-        for row in sorted(best, key=lambda r: -z[r]):
-            if z[row] <= 0 or len(found) >= limit:
+        for position in sorted(best, key=lambda p: -above[p]):
+            if above[position] <= 0 or len(found) >= limit:
                 break
+            row = position if rows is None else rows[position]
             for item_id in self._ids_of.get(self._row_keys[row], ()):
-                found[item_id] = float(z[row]) / best_z
+                found[item_id] = float(above[position]) / best_above
         return found
 
 

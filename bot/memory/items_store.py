@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 ITEM_CACHE_SIZE = 2048
 # Rows parsed at a time when every item is streamed (start-up, `items()`): bounds the memory it takes.
 STREAM_BATCH = 2000
+# Items whose neighbour ids are kept (a few prompts' candidates; the ids only, cleared by any change).
+NEIGHBOUR_CACHE_SIZE = 4 * ITEM_CACHE_SIZE
 # SQLite's limit on bound parameters is 32,766 (3.32+); a lookup by ids goes in chunks well below it.
 IDS_PER_QUERY = 500
 # SEMANTIC items this salient (names, constraints) are worth a prompt even without a word in common.
@@ -95,6 +97,11 @@ class MemoryItemStore:
         # Bumped by every change, so results derived from the items (the core ranking) can be cached.
         self._version = 0
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
+        # The ids before and after each item looked up in its day file, for the store's `_version` they were
+        # read at: a message's lexical candidates are looked up while its vector is made, and its scoring
+        # then reads only the others'.
+        self._neighbour_ids: dict[str, list[str]] = {}
+        self._neighbour_version = -1
         self._writing: set[Path] = set()
         self._indexes: list[ItemIndex] = []
         # How many times a file was read and parsed (a restart with an up-to-date index reads none).
@@ -503,10 +510,13 @@ class MemoryItemStore:
         ids = list(item_ids)
         if not ids:
             return {}
-        around: dict[str, list[str]] = {}
-        wanted: set[str] = set()
-        for start in range(0, len(ids), IDS_PER_QUERY):
-            chunk = ids[start : start + IDS_PER_QUERY]
+        if self._neighbour_version != self._version or len(self._neighbour_ids) > NEIGHBOUR_CACHE_SIZE:
+            self._neighbour_ids.clear()
+            self._neighbour_version = self._version
+        known = self._neighbour_ids
+        missing = [item_id for item_id in dict.fromkeys(ids) if item_id not in known]
+        for start in range(0, len(missing), IDS_PER_QUERY):
+            chunk = missing[start : start + IDS_PER_QUERY]
             rows = self._rows(
                 "SELECT i.id,"
                 " (SELECT p.id FROM items p WHERE p.file = i.file AND p.pos < i.pos ORDER BY p.pos DESC LIMIT 1),"
@@ -514,10 +524,12 @@ class MemoryItemStore:
                 f" FROM items i WHERE i.day_file AND i.id IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
+            for item_id in chunk:
+                known[item_id] = []  # not in a day file (or gone): no neighbours
             for item_id, before, after in rows:
-                around[item_id] = [other for other in (before, after) if other is not None]
-                wanted.update(around[item_id])
-        found = self.get_many(wanted)
+                known[item_id] = [other for other in (before, after) if other is not None]
+        around = {item_id: known[item_id] for item_id in ids if known[item_id]}
+        found = self.get_many(other for others in around.values() for other in others)
         return {
             item_id: [
                 item

@@ -24,6 +24,7 @@ from bot.domain.memory import MemoryItem
 
 K1 = 1.2
 B = 0.75
+MAX_TERM_FREQUENCY = 65535
 # Dead slots are compacted away once there are more of them than live ones, and at least this many.
 COMPACT_MIN_DEAD = 1024
 _WORD = re.compile(r"\w+")
@@ -55,21 +56,22 @@ def tokenize(text: str) -> list[str]:
 
 class _Postings:
     """One term's postings: document slots and term frequencies, appended in C (`array`) and read by
-    numpy without a copy."""
+    numpy without a copy. A frequency is kept in 16 bits (capped at `MAX_TERM_FREQUENCY`, where BM25 has
+    long saturated): 2 bytes a posting less than float32, about 5 MB at 100,000 items."""
 
     __slots__ = ("slots", "tfs")
 
     def __init__(self) -> None:
         self.slots = array("i")
-        self.tfs = array("f")
+        self.tfs = array("H")
 
-    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint16]]:
         # Views on the arrays' buffers: callers must not keep them past the query (appends need them gone).
-        return np.frombuffer(self.slots, dtype=np.int32), np.frombuffer(self.tfs, dtype=np.float32)
+        return np.frombuffer(self.slots, dtype=np.int32), np.frombuffer(self.tfs, dtype=np.uint16)
 
-    def replace(self, slots: npt.NDArray[np.int32], tfs: npt.NDArray[np.float32]) -> None:
+    def replace(self, slots: npt.NDArray[np.int32], tfs: npt.NDArray[np.uint16]) -> None:
         self.slots = array("i", slots.astype(np.int32).tobytes())
-        self.tfs = array("f", tfs.astype(np.float32).tobytes())
+        self.tfs = array("H", tfs.astype(np.uint16).tobytes())
 
 
 class Bm25Index:
@@ -127,7 +129,7 @@ class Bm25Index:
         order = np.argsort(term_ids, kind="stable")
         sorted_ids = term_ids[order]
         slot_array = np.asarray(slots, dtype=np.int32)[order]
-        tf_array = np.asarray(tfs, dtype=np.float32)[order]
+        tf_array = np.minimum(np.asarray(tfs, dtype=np.int64), MAX_TERM_FREQUENCY).astype(np.uint16)[order]
         bounds = np.flatnonzero(np.diff(sorted_ids)) + 1
         names = list(vocabulary)
         for start, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(terms)])), strict=True):
@@ -190,7 +192,7 @@ class Bm25Index:
             if frequency == 0:
                 continue
             slots = all_slots[live]
-            tfs = all_tfs[live]
+            tfs = all_tfs[live].astype(np.float32)
             del all_slots, all_tfs
             idf = math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
             norm = K1 * (1 - B + B * lengths[slots] / average_length)

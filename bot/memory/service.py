@@ -212,13 +212,14 @@ class MemoryService:
         return scope
 
     @contextlib.asynccontextmanager
-    async def fresh(self, scope: MemoryScope) -> AsyncIterator[MemoryScope]:
+    async def fresh(self, scope: MemoryScope, requested: float | None = None) -> AsyncIterator[MemoryScope]:
         """Hold the scope's lock with its items re-read from any file that changed on disk.
 
-        Waiters share refreshes: a refresh that started after this call was made has seen the files as
-        they are now, so it is not repeated. Hand edits and deletions are picked up on the next use.
+        Waiters share refreshes: a refresh that started after this call was made (or after `requested`,
+        when a message's work takes the lock twice) has seen the files as they are now, so it is not
+        repeated. Hand edits and deletions are picked up on the next use.
         """
-        requested = time.monotonic()
+        requested = time.monotonic() if requested is None else requested
         async with scope.lock:
             if scope.refreshed_at < requested:
                 started = scope.refreshed_at = time.monotonic()
@@ -287,6 +288,8 @@ class MemoryService:
                         scope.vectors.reserve(read, batches[0][1].shape[1])
                     while batches:
                         scope.vectors.put_quantized(*batches.pop(0))
+                    # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
+                    await asyncio.to_thread(scope.vectors.prepare_search)
                 log.info("[Memory] %d item vectors read from %s", read, cache.path)
                 give_back_freed_memory()
             while not scope.vectors.paused():
@@ -471,8 +474,11 @@ class MemoryService:
         # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
         vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
         dense_task: asyncio.Future[None] | None = None
+        # Both holds of the lock below see the files as they were when the message came: the scoring after
+        # the vector does not check them again (an edit made meanwhile is read for the next message).
+        arrived = time.monotonic()
         try:
-            async with self.fresh(scope):
+            async with self.fresh(scope, arrived):
                 if len(scope.store) > INLINE_WORK_MAX_ITEMS:
                     dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
                 await self.off_loop_if_large(scope, self._prefetch, scope, text)
@@ -482,7 +488,7 @@ class MemoryService:
                     with contextlib.suppress(asyncio.CancelledError):
                         await dense_task
             vector = await vector_task
-            async with self.fresh(scope):
+            async with self.fresh(scope, arrived):
                 result = await self.off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)

@@ -324,3 +324,51 @@ async def test_the_active_skill_brings_its_procedures_forward(services: BotServi
         ranked = [scored.item.content for scored in scope.retrieval.retrieve(query).items]
     assert ranked[0] == "Rebase with git pull --rebase before pushing."
     assert "Water the tomatoes every second evening." not in ranked  # no word, no vector, no skill: not a candidate
+
+
+def test_above_the_exact_search_size_the_short_list_finds_the_same_items_with_the_same_scores() -> None:
+    # One person's memory of 24,000 texts (more than EXACT_SEARCH_MAX_ROWS): vectors that share a common
+    # direction, as the e5 model's do, and ten that are near the question.
+    generator = np.random.default_rng(7)
+    count, dimensions = 24_000, 64
+    common = unit(generator.standard_normal(dimensions))
+    question = unit(generator.standard_normal(dimensions))
+    vectors = generator.standard_normal((count, dimensions)) * 0.3 + common
+    vectors[:10] = question + generator.standard_normal((10, dimensions)) * 0.2
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    items = [item(MemoryLayer.EPISODIC, f"text {n}", NOW, item_id=f"i{n}") for n in range(count)]
+    index = VectorIndex()
+    index.use_embedder("test")
+    index.add_many(items)
+    index.put({text_key(entry.content): vectors[n] for n, entry in enumerate(items)})
+
+    found = index.relevance(question, 5)
+
+    # What the exact pass over every row gives: how far each cosine stands above the mean, against the best.
+    cosines = vectors @ question
+    above = cosines - cosines.mean()
+    best = np.argsort(-above)[:5]
+    assert list(found) == [f"i{row}" for row in best]
+    assert np.allclose(list(found.values()), above[best] / above[best[0]], atol=0.01)
+
+
+def test_vectors_stored_again_for_the_same_texts_replace_the_old_ones_in_the_mean() -> None:
+    generator = np.random.default_rng(3)
+    items = [item(MemoryLayer.EPISODIC, f"text {n}", NOW, item_id=f"i{n}") for n in range(200)]
+    index = VectorIndex()
+    index.use_embedder("test")
+    index.add_many(items)
+    keys = [text_key(entry.content) for entry in items]
+    shared = unit(generator.standard_normal(32))
+    index.put({key: unit(generator.standard_normal(32) * 0.2 + shared) for key in keys})
+    index.relevance(shared, 5)  # the mean is kept up to date by each write from now on
+    vectors = np.stack([unit(generator.standard_normal(32)) for _ in keys])
+    index.put(dict(zip(keys, vectors, strict=True)))
+    question = unit(generator.standard_normal(32) + shared)
+
+    found = index.relevance(question, 5)
+
+    above = vectors @ question - (vectors @ question).mean()
+    best = np.argsort(-above)[:5]
+    assert list(found) == [f"i{row}" for row in best]
+    assert np.allclose(list(found.values()), above[best] / above[best[0]], atol=0.01)
