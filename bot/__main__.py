@@ -45,20 +45,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _run(env: EnvSettings) -> None:
+    # Before anything starts: a SIGTERM while the services are being built (the knowledge graph writes
+    # its files then) must still be a clean stop, not the default kill.
+    until = asyncio.Event()
+    stop_on_signals(until)
     services = build_services(env)
     channels: list[Channel] = []
     listener = build_listener(env, services, lambda: channels)
     channels.extend(build_channels(env, services, listener))
-    until = asyncio.Event()
-    stop_on_signals(until)
     await serve(services, channels, until, listener)
 
 
 async def _chat(env: EnvSettings) -> None:
-    services = build_services(env)
-    console = ConsoleChannel()
     until = asyncio.Event()
     stop_on_signals(until)
+    services = build_services(env)
+    console = ConsoleChannel()
     await start(services, [console])
     input_closed = asyncio.create_task(console.input_closed.wait())
     interrupted = asyncio.create_task(until.wait())
