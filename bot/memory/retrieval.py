@@ -142,7 +142,7 @@ class MemoryRetrievalService:
         taken = {item.id for item in pinned}
 
         def in_conversation(item: MemoryItem) -> bool:
-            return item.id in taken or bool(query.exclude_references.intersection(item.references))
+            return item.id in taken or not query.exclude_references.isdisjoint(item.references)
 
         since = query.now - timedelta(days=query.working_days)
         working = [
