@@ -25,8 +25,10 @@ FILE_ID, FILE_NAME, FILE_SIZE, FILE_MIME = "fileId", "fileName", "fileSize", "fi
 # `InboundMessage.extra` keys of an image for the model (a photo, or an image sent as a file): the
 # reference to fetch it with `Channel.download`, its size in bytes and MIME type.
 IMAGE_ID, IMAGE_SIZE, IMAGE_MIME = "imageId", "imageSize", "imageMime"
-# ... of a voice note or audio file to transcribe: reference, size in bytes, MIME type, file name.
+# ... of a voice note or audio file to transcribe: reference, size in bytes, MIME type, file name, and
+# its length in seconds as the sender's app gave it (to judge whether the transcript is unclear).
 AUDIO_ID, AUDIO_SIZE, AUDIO_MIME, AUDIO_NAME = "audioId", "audioSize", "audioMime", "audioName"
+AUDIO_SECONDS = "audioSeconds"
 # ... of the message this one replies to: its author's display name and its text (or caption).
 QUOTE_AUTHOR, QUOTE_TEXT = "quoteAuthor", "quoteText"
 # ... set ("1") on a new version of a message the person edited; `message_id` is the edited message's.

@@ -33,6 +33,7 @@ from bot.channels.base import (
     AUDIO_ID,
     AUDIO_MIME,
     AUDIO_NAME,
+    AUDIO_SECONDS,
     AUDIO_SIZE,
     CHANNEL_NOTICE,
     EDITED,
@@ -167,6 +168,7 @@ def _attachment(message: dict[str, Any], kind: str, text: str, max_image_pixels:
             AUDIO_SIZE: str(int(audio.get("file_size") or 0)),
             AUDIO_MIME: str(audio.get("mime_type") or ""),
             AUDIO_NAME: str(audio.get("file_name") or default_name),
+            AUDIO_SECONDS: str(int(audio.get("duration") or 0)),
         }
     if not text:
         return {CHANNEL_NOTICE: _NOTICES.get(kind, _NOTICES["location"])}

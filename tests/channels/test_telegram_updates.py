@@ -77,10 +77,12 @@ def test_a_voice_note_and_an_audio_file_carry_what_transcription_needs() -> None
     voice = {"file_id": "v", "duration": 3, "mime_type": "audio/ogg", "file_size": 1234}
     inbound = inbound_from_update(message_update(voice=voice), BOT, GROUPS)
     assert inbound is not None and inbound.text == ""
-    assert inbound.extra == {"audioId": "v", "audioSize": "1234", "audioMime": "audio/ogg", "audioName": "voice.ogg"}
+    assert inbound.extra == {
+        "audioId": "v", "audioSize": "1234", "audioMime": "audio/ogg", "audioName": "voice.ogg", "audioSeconds": "3"
+    }  # fmt: skip
     audio = {"file_id": "a", "file_name": "memo.mp3", "mime_type": "audio/mpeg", "file_size": 5}
     song = inbound_from_update(message_update(audio=audio), BOT, GROUPS)
-    assert song is not None and song.extra["audioName"] == "memo.mp3"
+    assert song is not None and song.extra["audioName"] == "memo.mp3" and song.extra["audioSeconds"] == "0"
 
 
 def test_a_reply_carries_the_quoted_text_and_its_author() -> None:
