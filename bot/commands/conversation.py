@@ -4,6 +4,8 @@
   pipeline runs once more for the same message, which is not stored twice.
 - `/undo` drops the last exchange (the last message and everything after it) from the session; the
   archive keeps every message, as it always does.
+- Both take back what memory recorded of the dropped exchange (`ForgetExchange`: its daily-note line,
+  its memory items, its knowledge-graph document), so a discarded answer does not linger there.
 - `/export` sends the conversation so far as a Markdown file (as text where the channel cannot send files).
 """
 
@@ -25,6 +27,8 @@ from bot.sessions.service import SessionService
 log = logging.getLogger(__name__)
 
 AnswerAgain = Callable[[InboundMessage, Channel], Awaitable[object]]
+# Takes back from memory what was recorded of an exchange dropped from the session (its messages).
+ForgetExchange = Callable[[AgentSession, list[Message]], Awaitable[None]]
 # A tool result is cut to this many characters in an export.
 EXPORT_TOOL_CHARS = 500
 
@@ -37,7 +41,11 @@ def last_user_index(messages: list[Message]) -> int | None:
 
 
 def register_conversation_commands(
-    registry: CommandRegistry, sessions: SessionService, answer_again: AnswerAgain, clock: Clock
+    registry: CommandRegistry,
+    sessions: SessionService,
+    answer_again: AnswerAgain,
+    forget_exchange: ForgetExchange,
+    clock: Clock,
 ) -> None:
     async def retry(request: CommandRequest) -> str:
         inbound = request.inbound
@@ -47,10 +55,11 @@ def register_conversation_commands(
             if index is None:
                 return "There is no message of yours to answer again."
             last = session.messages[index]
-            dropped = len(session.messages) - index - 1
+            exchange = session.messages[index:]
             session.metadata.pop(SETTLED_KEY, None)
             await sessions.replace_messages(session, session.messages[: index + 1])
-        log.info("[Session] /retry in %s: %d messages of the last answer dropped", session.id, dropped)
+        log.info("[Session] /retry in %s: %d messages of the last answer dropped", session.id, len(exchange) - 1)
+        await forget_exchange(session, exchange)
         again = dataclasses.replace(
             inbound, text=last.content, resumed=True, journal_id=last.id, dedup_key=None, extra={}
         )
@@ -67,11 +76,12 @@ def register_conversation_commands(
             removed = session.messages[index:]
             await sessions.replace_messages(session, session.messages[:index])
         log.info("[Session] /undo in %s: %d messages dropped", session.id, len(removed))
+        await forget_exchange(session, removed)
         quoted = " ".join(removed[0].content.split())
         quoted = quoted if len(quoted) <= 80 else quoted[:79] + "…"
         return (
-            f'Removed your last message ("{quoted}") and my answer ({len(removed)} messages) from the conversation. '
-            "The archive keeps them."
+            f'Removed your last message ("{quoted}") and my answer ({len(removed)} messages) from the conversation '
+            "and from my memory. The archive keeps them."
         )
 
     async def export(request: CommandRequest) -> str:
