@@ -4,6 +4,7 @@
   pipeline runs once more for the same message, which is not stored twice.
 - `/undo` drops the last exchange (the last message and everything after it) from the session; the
   archive keeps every message, as it always does.
+- In a group both act on the sender's own last exchange only, when it is the chat's last one.
 - Both take back what memory recorded of the dropped exchange (`ForgetExchange`: its daily-note line,
   its memory items, its knowledge-graph document), so a discarded answer does not linger there.
 - `/export` sends the conversation so far as a Markdown file (as text where the channel cannot send files).
@@ -40,6 +41,14 @@ def last_user_index(messages: list[Message]) -> int | None:
     return None
 
 
+def someone_elses(message: Message, inbound: InboundMessage) -> str | None:
+    """In a group, the name of the person who wrote `message` when it is not the command's sender: /retry
+    and /undo act on a person's own last exchange, never on another member's."""
+    if not inbound.is_group or message.sender is None or message.sender.id == inbound.user_id:
+        return None
+    return message.sender.name
+
+
 def register_conversation_commands(
     registry: CommandRegistry,
     sessions: SessionService,
@@ -55,6 +64,8 @@ def register_conversation_commands(
             if index is None:
                 return "There is no message of yours to answer again."
             last = session.messages[index]
+            if (author := someone_elses(last, inbound)) is not None:
+                return f"The last message here is {author}'s; /retry answers again only your own last message."
             exchange = session.messages[index:]
             session.metadata.pop(SETTLED_KEY, None)
             await sessions.replace_messages(session, session.messages[: index + 1])
@@ -73,6 +84,8 @@ def register_conversation_commands(
             index = last_user_index(session.messages)
             if index is None:
                 return "There is nothing to undo."
+            if (author := someone_elses(session.messages[index], inbound)) is not None:
+                return f"The last message here is {author}'s; /undo drops only your own last exchange."
             removed = session.messages[index:]
             await sessions.replace_messages(session, session.messages[:index])
         log.info("[Session] /undo in %s: %d messages dropped", session.id, len(removed))
