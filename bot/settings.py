@@ -386,6 +386,11 @@ class MediaConfig(ConfigSection):
     unclear_min_words_per_second: float = Field(0.5, ge=0, le=10)
     transcription_timeout_seconds: float = Field(120.0, gt=0)
 
+    @property
+    def images_sent(self) -> int:
+        """How many of the newest user messages with images send them as images (none without vision)."""
+        return self.images_in_prompt if self.vision_enabled else 0
+
 
 class RuntimeConfig(ConfigSection):
     """The whole `runtime-config.json`. A file need only hold the keys it changes."""

@@ -43,6 +43,7 @@ from bot.channels.base import (
     FILE_SIZE,
     IMAGE_ID,
     IMAGE_MIME,
+    IMAGE_PIXELS,
     IMAGE_SIZE,
     QUOTE_AUTHOR,
     QUOTE_TEXT,
@@ -149,7 +150,8 @@ def _attachment(message: dict[str, Any], kind: str, text: str, max_image_pixels:
         if sizes:
             chosen = _photo_size(sizes, max_image_pixels)
             size = str(int(chosen.get("file_size") or 0))
-            return {IMAGE_ID: str(chosen["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: "image/jpeg"}
+            pixels = f"{int(chosen.get('width') or 0)}x{int(chosen.get('height') or 0)}"
+            return {IMAGE_ID: str(chosen["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: "image/jpeg", IMAGE_PIXELS: pixels}
     document = message.get("document")
     if kind == "document" and isinstance(document, dict) and document.get("file_id"):
         name = str(document.get("file_name") or "document")

@@ -46,7 +46,7 @@ class StatusReporter:
         config = await self._config_store.current()
         model = self._models.lookup(config.llm.model)
         budget = ContextBudget.for_model(model, config.compaction)
-        tokens = self._estimator.messages(session.messages, model.name)
+        tokens = self._estimator.messages(session.messages, model.name, config.media.images_sent)
         memory = await self._memory.status(config.memory, session.id)
         pack = memory.last_pack
         pack_line = f"Memory pack (last message): {pack.diagnostics.describe()}" if pack else ""

@@ -162,10 +162,11 @@ class CompactionService:
         budget = self.budget(model, config)
         reserve = budget.reserve(config, self._estimator.tool_schemas(self._tool_schemas(), model))
         prefix, body = split_summary(session.messages)
+        images = config.media.images_sent
         return ContextPlan(
             budget,
-            self._estimator.messages(prefix, model),
-            self._estimator.messages(body, model),
+            self._estimator.messages(prefix, model, images),
+            self._estimator.messages(body, model, images),
             reserve,
             len(session.messages),
         )

@@ -22,6 +22,7 @@ from bot.channels.base import (
     AUDIO_SIZE,
     IMAGE_ID,
     IMAGE_MIME,
+    IMAGE_PIXELS,
     IMAGE_SIZE,
     Channel,
     FileUnavailable,
@@ -35,9 +36,9 @@ from bot.settings import MediaConfig
 
 log = logging.getLogger(__name__)
 
-# `InboundMessage.extra` keys set here: the stored image (path under the workspace, MIME type), and
-# "1" on a message whose text is a transcript.
-MEDIA_PATH, MEDIA_MIME, TRANSCRIBED = "mediaPath", "mediaMime", "transcribed"
+# `InboundMessage.extra` keys set here: the stored image (path under the workspace, MIME type, pixel
+# size "WIDTHxHEIGHT" when known), and "1" on a message whose text is a transcript.
+MEDIA_PATH, MEDIA_MIME, MEDIA_PIXELS, TRANSCRIBED = "mediaPath", "mediaMime", "mediaPixels", "transcribed"
 
 NO_VISION_REPLY = (
     "The model I use ({model}) can't see images, so I can't look at your photo. "
@@ -118,6 +119,7 @@ class MediaIntake:
         extra = dict(inbound.extra)
         file_id, mime = extra.pop(IMAGE_ID), extra.pop(IMAGE_MIME, "image/jpeg")
         declared = _as_int(extra.pop(IMAGE_SIZE, "0"))
+        pixels = extra.pop(IMAGE_PIXELS, "")
         without_image = dataclasses.replace(inbound, extra=extra)
         if not self._vision.sees(model, config):
             if not inbound.text.strip():
@@ -137,6 +139,8 @@ class MediaIntake:
         path = await self._store.save(inbound.session_id, data, mime)
         log.info("[Media] Kept an image of %s (%d bytes) as %s", inbound.session_id, len(data), path)
         extra.update({MEDIA_PATH: path, MEDIA_MIME: mime})
+        if pixels:
+            extra[MEDIA_PIXELS] = pixels
         return Prepared(dataclasses.replace(inbound, extra=extra))
 
     async def _audio(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from pathlib import Path
 
 from tests.channels.telegram_harness import OWNER
@@ -150,3 +151,25 @@ async def test_a_hundred_photos_keep_the_session_small(
     assert media_bytes == 100 * len(photo)
     assert session_bytes < 150_000  # base64 in the JSON would be over 8 MB
     assert len(fake_openai.image_urls()) == 3
+
+
+async def test_images_count_in_the_context_the_bot_budgets(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = await start({"media": {"imagesInPrompt": 1}, "rag": {"enabled": False}})
+    fake_openai.script("A cat.", "A dog.")
+    fake_telegram.push_photo(OWNER, caption="what is it?", width=1280, height=720)
+    await reply_count(fake_telegram, 1)
+    fake_telegram.push_photo(OWNER, caption="and this?", width=1280, height=720)
+    await reply_count(fake_telegram, 2)
+    stored = json.loads(session_file(bot.workspace).read_text())["messages"]
+    assert [(m["media"][0]["width"], m["media"][0]["height"]) for m in stored if m["role"] == "user"] == [
+        (1280, 720)
+    ] * 2
+    fake_telegram.push_message(OWNER, "/context")
+    context = await reply_count(fake_telegram, 3)
+    conversation = re.search(r"Conversation: ~([\d,]+) tokens in 4 messages", context)
+    assert conversation is not None, context
+    # The newest photo is sent as an image (1,105 tokens for 1280x720, by OpenAI's tile formula); the older
+    # one reaches the model as a one-line stand-in, and counts as that.
+    assert 1105 < int(conversation.group(1).replace(",", "")) < 1105 + 200
