@@ -10,9 +10,10 @@ Where a model's tokenizer is on the machine already (`OfflineTokenizers`), count
 
 Images are counted as OpenAI bills them at `detail: high` (`image_tokens`): the image scaled to fit
 2048x2048, then its shorter side to 768, costs 85 tokens plus 170 per 512-pixel tile, from the pixel
-size the bot sent (a 1280x720 photo: 6 tiles, 1,105 tokens); an image of unknown size (one sent as a
-file) counts `UNKNOWN_SIZE_IMAGE_TOKENS`, a 1024x1024 image's figure. Only the images that still go to
-the model count so: an older one is sent as a one-line text stand-in and counts as that line.
+size the bot sent (a 1280x720 photo: 6 tiles, 1,105 tokens; an image sent as a file, by its header);
+an image whose size is unknown counts `UNKNOWN_SIZE_IMAGE_TOKENS`, a 1024x1024 image's figure. Only
+the images that still go to the model count so: an older one is sent as a one-line text stand-in and
+counts as that line.
 """
 
 from __future__ import annotations

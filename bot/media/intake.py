@@ -31,6 +31,7 @@ from bot.domain.inbound import InboundMessage
 from bot.llm.client import LlmClient
 from bot.llm.errors import LlmError, LlmFailure
 from bot.media.clarity import judge_clarity
+from bot.media.pixels import pixel_size
 from bot.media.store import MediaStore
 from bot.settings import MediaConfig
 
@@ -136,6 +137,8 @@ class MediaIntake:
             return Prepared(None, [f"I couldn't get your image: {error}."])
         if len(data) > config.max_image_bytes:
             return Prepared(None, [too_big.format(size=megabytes(len(data)))])
+        if not pixels and (size := pixel_size(data)) is not None:
+            pixels = f"{size[0]}x{size[1]}"  # an image sent as a file: Telegram gives no size for it
         path = await self._store.save(inbound.session_id, data, mime)
         log.info("[Media] Kept an image of %s (%d bytes) as %s", inbound.session_id, len(data), path)
         extra.update({MEDIA_PATH: path, MEDIA_MIME: mime})

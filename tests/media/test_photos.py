@@ -8,10 +8,12 @@ import base64
 import json
 import os
 import re
+import struct
 from pathlib import Path
 
 import pytest
 
+from bot.media.pixels import PNG_SIGNATURE
 from tests.channels.telegram_harness import OWNER
 from tests.fakes.bot_fixtures import BotFactory
 from tests.fakes.openai_server import FakeOpenAI, Fault
@@ -124,6 +126,18 @@ async def test_an_image_sent_as_a_file_is_a_photo_and_a_pdf_stays_a_document(
     fake_telegram.push_document(OWNER, content=png, file_name="diagram.png", mime_type="image/png", caption="explain")
     assert await reply_count(fake_telegram, 1) == "A diagram of three boxes."
     assert fake_openai.image_urls() == ["data:image/png;base64," + base64.b64encode(png).decode()]
+
+
+async def test_an_image_file_is_counted_by_the_size_in_its_header(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = await start()
+    png = PNG_SIGNATURE + struct.pack(">I", 13) + b"IHDR" + struct.pack(">IIBBBBB", 1280, 720, 8, 2, 0, 0, 0)
+    fake_openai.script("A wide chart.")
+    fake_telegram.push_document(OWNER, content=png, file_name="chart.png", mime_type="image/png", caption="read it")
+    await reply_count(fake_telegram, 1)
+    [user] = [m for m in json.loads(session_file(bot.workspace).read_text())["messages"] if m["role"] == "user"]
+    assert (user["media"][0]["width"], user["media"][0]["height"]) == (1280, 720)
 
 
 async def test_an_image_over_the_limit_gets_a_clear_answer_and_nothing_is_kept(
