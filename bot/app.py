@@ -34,6 +34,7 @@ from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
+from bot.domain.session import AgentSession
 from bot.http.listener import HttpListener
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
@@ -172,12 +173,14 @@ def build_services(env: EnvSettings) -> BotServices:
     tools.add_source(skill_tools)
     media_store = MediaStore(workspace.root)
     vision = VisionSupport()
+    memory_persist = MemoryPersistSystem(memory, clock)
+    rag_indexing = RagIndexingSystem(rag, clock)
     systems = [
         AutoCompactionSystem(compaction),
         ContextBuildingSystem(workspace, clock, planner, memory, rag, skills),
         ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction, media_store, vision),
-        MemoryPersistSystem(memory, clock),
-        RagIndexingSystem(rag, clock),
+        memory_persist,
+        rag_indexing,
     ]
     runner = PipelineRunner(systems, sessions, config_store, metrics)
     status = StatusReporter(config_store, planner, memory, rag, mcp, skills)
@@ -186,7 +189,15 @@ def build_services(env: EnvSettings) -> BotServices:
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)
     skill_tools.register_command(commands)
-    register_conversation_commands(commands, sessions, lambda inbound, channel: runner.run(inbound, channel), clock)
+
+    async def forget_dropped_exchange(session: AgentSession, dropped: list[Message]) -> None:
+        # What the systems after the reply wrote for an exchange /retry or /undo dropped, each takes back.
+        await memory_persist.retract(session, dropped, (await config_store.current()).memory)
+        await rag_indexing.retract(dropped)
+
+    register_conversation_commands(
+        commands, sessions, lambda inbound, channel: runner.run(inbound, channel), forget_dropped_exchange, clock
+    )
     register_model_command(commands, model_switch, config_store)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
     inbox = Inbox(workspace.root / "state" / "inbox.jsonl")

@@ -384,7 +384,17 @@ class MediaConfig(ConfigSection):
     max_audio_bytes: int = Field(20_000_000, ge=1000, le=100_000_000)
     # A transcript longer than this is shown back to the sender, cut to this many characters.
     transcript_echo_chars: int = Field(300, ge=0, le=4000)
+    # An unclear transcript is shown back whatever its length (README "Voice and audio" says how it is
+    # judged); the first two are Whisper's own thresholds for a doubtful segment.
+    unclear_avg_logprob: float = Field(-1.0, le=0)
+    unclear_no_speech_prob: float = Field(0.6, ge=0, le=1)
+    unclear_min_words_per_second: float = Field(0.5, ge=0, le=10)
     transcription_timeout_seconds: float = Field(120.0, gt=0)
+
+    @property
+    def images_sent(self) -> int:
+        """How many of the newest user messages with images send them as images (none without vision)."""
+        return self.images_in_prompt if self.vision_enabled else 0
 
 
 class RuntimeConfig(ConfigSection):

@@ -23,10 +23,13 @@ CHANNEL_NOTICE = "channelNotice"
 # it with `Channel.download`, its name, size in bytes and MIME type as the sender's app gave them.
 FILE_ID, FILE_NAME, FILE_SIZE, FILE_MIME = "fileId", "fileName", "fileSize", "fileMime"
 # `InboundMessage.extra` keys of an image for the model (a photo, or an image sent as a file): the
-# reference to fetch it with `Channel.download`, its size in bytes and MIME type.
-IMAGE_ID, IMAGE_SIZE, IMAGE_MIME = "imageId", "imageSize", "imageMime"
-# ... of a voice note or audio file to transcribe: reference, size in bytes, MIME type, file name.
+# reference to fetch it with `Channel.download`, its size in bytes and MIME type, and its pixel size
+# ("WIDTHxHEIGHT") when the channel knows it.
+IMAGE_ID, IMAGE_SIZE, IMAGE_MIME, IMAGE_PIXELS = "imageId", "imageSize", "imageMime", "imagePixels"
+# ... of a voice note or audio file to transcribe: reference, size in bytes, MIME type, file name, and
+# its length in seconds as the sender's app gave it (to judge whether the transcript is unclear).
 AUDIO_ID, AUDIO_SIZE, AUDIO_MIME, AUDIO_NAME = "audioId", "audioSize", "audioMime", "audioName"
+AUDIO_SECONDS = "audioSeconds"
 # ... of the message this one replies to: its author's display name and its text (or caption).
 QUOTE_AUTHOR, QUOTE_TEXT = "quoteAuthor", "quoteText"
 # ... set ("1") on a new version of a message the person edited; `message_id` is the edited message's.

@@ -33,6 +33,7 @@ from bot.channels.base import (
     AUDIO_ID,
     AUDIO_MIME,
     AUDIO_NAME,
+    AUDIO_SECONDS,
     AUDIO_SIZE,
     CHANNEL_NOTICE,
     EDITED,
@@ -42,6 +43,7 @@ from bot.channels.base import (
     FILE_SIZE,
     IMAGE_ID,
     IMAGE_MIME,
+    IMAGE_PIXELS,
     IMAGE_SIZE,
     QUOTE_AUTHOR,
     QUOTE_TEXT,
@@ -148,7 +150,8 @@ def _attachment(message: dict[str, Any], kind: str, text: str, max_image_pixels:
         if sizes:
             chosen = _photo_size(sizes, max_image_pixels)
             size = str(int(chosen.get("file_size") or 0))
-            return {IMAGE_ID: str(chosen["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: "image/jpeg"}
+            pixels = f"{int(chosen.get('width') or 0)}x{int(chosen.get('height') or 0)}"
+            return {IMAGE_ID: str(chosen["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: "image/jpeg", IMAGE_PIXELS: pixels}
     document = message.get("document")
     if kind == "document" and isinstance(document, dict) and document.get("file_id"):
         name = str(document.get("file_name") or "document")
@@ -167,6 +170,7 @@ def _attachment(message: dict[str, Any], kind: str, text: str, max_image_pixels:
             AUDIO_SIZE: str(int(audio.get("file_size") or 0)),
             AUDIO_MIME: str(audio.get("mime_type") or ""),
             AUDIO_NAME: str(audio.get("file_name") or default_name),
+            AUDIO_SECONDS: str(int(audio.get("duration") or 0)),
         }
     if not text:
         return {CHANNEL_NOTICE: _NOTICES.get(kind, _NOTICES["location"])}

@@ -4,6 +4,9 @@
   pipeline runs once more for the same message, which is not stored twice.
 - `/undo` drops the last exchange (the last message and everything after it) from the session; the
   archive keeps every message, as it always does.
+- In a group both act on the sender's own last exchange only, when it is the chat's last one.
+- Both take back what memory recorded of the dropped exchange (`ForgetExchange`: its daily-note line,
+  its memory items, its knowledge-graph document), so a discarded answer does not linger there.
 - `/export` sends the conversation so far as a Markdown file (as text where the channel cannot send files).
 """
 
@@ -25,6 +28,8 @@ from bot.sessions.service import SessionService
 log = logging.getLogger(__name__)
 
 AnswerAgain = Callable[[InboundMessage, Channel], Awaitable[object]]
+# Takes back from memory what was recorded of an exchange dropped from the session (its messages).
+ForgetExchange = Callable[[AgentSession, list[Message]], Awaitable[None]]
 # A tool result is cut to this many characters in an export.
 EXPORT_TOOL_CHARS = 500
 
@@ -36,8 +41,20 @@ def last_user_index(messages: list[Message]) -> int | None:
     return None
 
 
+def someone_elses(message: Message, inbound: InboundMessage) -> str | None:
+    """In a group, the name of the person who wrote `message` when it is not the command's sender: /retry
+    and /undo act on a person's own last exchange, never on another member's."""
+    if not inbound.is_group or message.sender is None or message.sender.id == inbound.user_id:
+        return None
+    return message.sender.name
+
+
 def register_conversation_commands(
-    registry: CommandRegistry, sessions: SessionService, answer_again: AnswerAgain, clock: Clock
+    registry: CommandRegistry,
+    sessions: SessionService,
+    answer_again: AnswerAgain,
+    forget_exchange: ForgetExchange,
+    clock: Clock,
 ) -> None:
     async def retry(request: CommandRequest) -> str:
         inbound = request.inbound
@@ -47,10 +64,13 @@ def register_conversation_commands(
             if index is None:
                 return "There is no message of yours to answer again."
             last = session.messages[index]
-            dropped = len(session.messages) - index - 1
+            if (author := someone_elses(last, inbound)) is not None:
+                return f"The last message here is {author}'s; /retry answers again only your own last message."
+            exchange = session.messages[index:]
             session.metadata.pop(SETTLED_KEY, None)
             await sessions.replace_messages(session, session.messages[: index + 1])
-        log.info("[Session] /retry in %s: %d messages of the last answer dropped", session.id, dropped)
+        log.info("[Session] /retry in %s: %d messages of the last answer dropped", session.id, len(exchange) - 1)
+        await forget_exchange(session, exchange)
         again = dataclasses.replace(
             inbound, text=last.content, resumed=True, journal_id=last.id, dedup_key=None, extra={}
         )
@@ -64,14 +84,17 @@ def register_conversation_commands(
             index = last_user_index(session.messages)
             if index is None:
                 return "There is nothing to undo."
+            if (author := someone_elses(session.messages[index], inbound)) is not None:
+                return f"The last message here is {author}'s; /undo drops only your own last exchange."
             removed = session.messages[index:]
             await sessions.replace_messages(session, session.messages[:index])
         log.info("[Session] /undo in %s: %d messages dropped", session.id, len(removed))
+        await forget_exchange(session, removed)
         quoted = " ".join(removed[0].content.split())
         quoted = quoted if len(quoted) <= 80 else quoted[:79] + "…"
         return (
-            f'Removed your last message ("{quoted}") and my answer ({len(removed)} messages) from the conversation. '
-            "The archive keeps them."
+            f'Removed your last message ("{quoted}") and my answer ({len(removed)} messages) from the conversation '
+            "and from my memory. The archive keeps them."
         )
 
     async def export(request: CommandRequest) -> str:

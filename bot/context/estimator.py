@@ -7,6 +7,13 @@ observed one by an exponential moving average, so the estimate follows the real 
 ever loading it. Nothing is downloaded; the ratio lives in memory and starts over on restart.
 
 Where a model's tokenizer is on the machine already (`OfflineTokenizers`), counts are exact instead.
+
+Images are counted as OpenAI bills them at `detail: high` (`image_tokens`): the image scaled to fit
+2048x2048, then its shorter side to 768, costs 85 tokens plus 170 per 512-pixel tile, from the pixel
+size the bot sent (a 1280x720 photo: 6 tiles, 1,105 tokens; an image sent as a file, by its header);
+an image whose size is unknown counts `UNKNOWN_SIZE_IMAGE_TOKENS`, a 1024x1024 image's figure. Only
+the images that still go to the model count so: an older one is sent as a one-line text stand-in and
+counts as that line.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import math
 from typing import Any
 
 from bot.context.tokenizer import Counter, OfflineTokenizers
-from bot.domain.message import Message
+from bot.domain.message import MediaRef, Message, Role
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +40,31 @@ MIN_CHARS_PER_TOKEN = 1.0
 MAX_CHARS_PER_TOKEN = 6.0
 # Exact counts of stored messages are remembered (messages do not change); bounded, then started over.
 EXACT_CACHE_ENTRIES = 20_000
+# OpenAI's image cost at `detail: high`: a fixed part and a part per 512-pixel tile of the scaled image.
+IMAGE_BASE_TOKENS = 85
+IMAGE_TILE_TOKENS = 170
+IMAGE_TILE_PIXELS = 512
+IMAGE_MAX_SIDE = 2048
+IMAGE_SHORT_SIDE = 768
+# An image whose pixel size is unknown counts as a 1024x1024 one (4 tiles).
+UNKNOWN_SIZE_IMAGE_TOKENS = 765
+# The characters of an image's text stand-in ("[Image sent earlier: you said of it: …]", at most this).
+IMAGE_STAND_IN_CHARS = 200
+
+
+def image_tokens(width: int | None, height: int | None) -> int:
+    """Prompt tokens of one image of this pixel size, by OpenAI's tile formula (`detail: high`)."""
+    if not width or not height:
+        return UNKNOWN_SIZE_IMAGE_TOKENS
+    scale = min(1.0, IMAGE_MAX_SIDE / max(width, height))
+    scaled_w, scaled_h = width * scale, height * scale
+    scale = min(1.0, IMAGE_SHORT_SIDE / min(scaled_w, scaled_h))
+    tiles = math.ceil(scaled_w * scale / IMAGE_TILE_PIXELS) * math.ceil(scaled_h * scale / IMAGE_TILE_PIXELS)
+    return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * tiles
+
+
+def _images(message: Message) -> list[MediaRef]:
+    return [media for media in message.media or [] if media.kind == "image"]
 
 
 class TokenEstimator:
@@ -75,10 +107,17 @@ class TokenEstimator:
             return counter(text)
         return math.ceil(len(text) / self.ratio_for(model))
 
-    def message(self, message: Message, model: str | None = None) -> int:
+    def message(self, message: Message, model: str | None = None, *, images_sent: bool = True) -> int:
+        """Tokens of one message: its text, tool calls and images (`images_sent`: as images, else as the
+        one-line stand-in each becomes once it is no longer sent)."""
+        images = _images(message)
+        if images_sent:
+            image_cost = sum(image_tokens(image.width, image.height) for image in images)
+        else:
+            image_cost = self.text("x" * IMAGE_STAND_IN_CHARS, model) * len(images)
         counter = self.exact_counter(model)
         if counter is None:
-            return MESSAGE_OVERHEAD_TOKENS + math.ceil(message_chars(message) / self.ratio_for(model))
+            return MESSAGE_OVERHEAD_TOKENS + math.ceil(message_chars(message) / self.ratio_for(model)) + image_cost
         assert model is not None
         key = (model, message.id, message_chars(message))
         cached = self._exact_cache.get(key)
@@ -88,16 +127,27 @@ class TokenEstimator:
             if len(self._exact_cache) >= EXACT_CACHE_ENTRIES:
                 self._exact_cache.clear()
             self._exact_cache[key] = cached
-        return cached
+        return cached + image_cost
 
-    def messages(self, messages: list[Message], model: str | None = None) -> int:
-        return sum(self.message(message, model) for message in messages)
+    def messages(self, messages: list[Message], model: str | None = None, images_in_prompt: int | None = None) -> int:
+        """Tokens of a conversation. `images_in_prompt`: the images of only the newest this-many user messages
+        with images are sent as images (`media.imagesInPrompt`; 0 when the model cannot see them), the
+        others as text stand-ins; None counts every image as sent."""
+        total = 0
+        with_images_seen = 0
+        for message in reversed(messages):
+            sent = images_in_prompt is None or with_images_seen < images_in_prompt
+            if message.role is Role.USER and _images(message):
+                with_images_seen += 1
+            total += self.message(message, model, images_sent=sent)
+        return total
 
     def payload(
         self, wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, model: str | None = None
     ) -> int:
-        """Tokens of a whole request in the OpenAI wire format: messages and tool schemas."""
-        framing = MESSAGE_OVERHEAD_TOKENS * len(wire_messages)
+        """Tokens of a whole request in the OpenAI wire format: messages, tool schemas and image parts
+        (a data URL does not say its pixel size: each counts `UNKNOWN_SIZE_IMAGE_TOKENS`)."""
+        framing = MESSAGE_OVERHEAD_TOKENS * len(wire_messages) + UNKNOWN_SIZE_IMAGE_TOKENS * image_parts(wire_messages)
         counter = self.exact_counter(model)
         if counter is not None:
             return framing + counter(payload_text(wire_messages, tools))
@@ -133,7 +183,12 @@ class TokenEstimator:
         tools: list[dict[str, Any]] | None,
         prompt_tokens: int,
     ) -> None:
-        """Calibrate from one sent request and the `prompt_tokens` the provider reported for it."""
+        """Calibrate from one sent request and the `prompt_tokens` the provider reported for it.
+
+        A request with images is not used: the provider's count includes the images by its own rule,
+        which says nothing about how many characters its tokenizer puts in a token."""
+        if image_parts(wire_messages):
+            return
         self.calibrate(model, payload_chars(wire_messages, tools), prompt_tokens, len(wire_messages))
 
 
@@ -160,6 +215,17 @@ def payload_text(wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]
     if tools:
         pieces.append(json.dumps(tools, ensure_ascii=False))
     return "".join(pieces)
+
+
+def image_parts(wire_messages: list[dict[str, Any]]) -> int:
+    """How many `image_url` parts the wire messages carry."""
+    return sum(
+        1
+        for wire in wire_messages
+        if isinstance(wire.get("content"), list)
+        for part in wire["content"]
+        if isinstance(part, dict) and part.get("type") == "image_url"
+    )
 
 
 def payload_chars(wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:

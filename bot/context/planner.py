@@ -56,9 +56,10 @@ class ContextPlanner:
         """The session's request as it stands: the conversation and the tool schemas measured now, the
         prompt parts as the last turn built them (not measured before the first turn)."""
         summary, history = split_summary(session.messages)
+        images = config.media.images_sent  # older images count as the text stand-ins they are sent as
         uses = [
-            PartUse(PromptPart.SUMMARY, self._estimator.messages(summary, model)),
-            PartUse(PromptPart.HISTORY, self._estimator.messages(history, model)),
+            PartUse(PromptPart.SUMMARY, self._estimator.messages(summary, model, images)),
+            PartUse(PromptPart.HISTORY, self._estimator.messages(history, model, images)),
             PartUse(PromptPart.TOOL_SCHEMAS, self._estimator.tool_schemas(self._tool_schemas(), model)),
         ]
         plan = ContextPlan(

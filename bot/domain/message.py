@@ -52,6 +52,9 @@ class MediaRef(CamelModel):
     path: str
     mime: str = "image/jpeg"
     caption: str | None = None
+    # The image's pixel size where the channel gave it (a Telegram photo size), for its token count.
+    width: int | None = None
+    height: int | None = None
 
 
 def new_message_id() -> str:

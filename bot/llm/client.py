@@ -56,6 +56,27 @@ class ChatResult:
 
 
 @dataclass(frozen=True)
+class TranscriptSegment:
+    """A stretch of a transcript with Whisper's confidence in it (`verbose_json` segments)."""
+
+    start: float
+    end: float
+    # The mean log-probability of the segment's tokens (0 is certain; Whisper retries below -1).
+    avg_logprob: float
+    # The probability that the stretch holds no speech at all.
+    no_speech_prob: float
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What the endpoint heard: the text and, where it gives them, the clip's length and the segments."""
+
+    text: str
+    duration_seconds: float | None = None
+    segments: tuple[TranscriptSegment, ...] = ()
+
+
+@dataclass(frozen=True)
 class TextDelta:
     """A piece of streamed answer text."""
 
@@ -74,6 +95,8 @@ class LlmClient:
         self._secrets = [api_key] if api_key else []
         # When the last model call ended and how ("ok" or the failure), for /healthz.
         self.last_call: tuple[datetime, str] | None = None
+        # Transcription models that refused `verbose_json`: asked for plain text from then on.
+        self._plain_transcription_models: set[str] = set()
         # A bounded pool: the HTTP library checks every pooled connection on each request, so a pool
         # grown to hundreds of idle connections cost more CPU than the requests themselves.
         limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
@@ -152,25 +175,41 @@ class LlmClient:
 
     async def transcribe(
         self, audio: bytes, file_name: str, mime: str, model: str, timeout_seconds: float = 120.0
-    ) -> str:
+    ) -> Transcript:
         """The text of a voice note or audio file, from the endpoint's `/audio/transcriptions`.
 
-        An endpoint without that API raises `LlmError(UNSUPPORTED)`; audio it cannot decode is a 400
-        (`BAD_REQUEST`), whose detail says why.
+        Asks for `verbose_json` (Whisper's segments with their confidence, and the clip's duration), so
+        the caller can tell an unclear transcript; an endpoint or model that refuses that format (a 400
+        naming `response_format`) is asked for plain `json` instead, now and from then on. An endpoint
+        without the API raises `LlmError(UNSUPPORTED)`; audio it cannot decode is a 400 (`BAD_REQUEST`),
+        whose detail says why.
         """
+        verbose = model not in self._plain_transcription_models
         with self._counted(model), _translated_errors(model, self._secrets):
             try:
-                result = await self._client.with_options(timeout=timeout_seconds).audio.transcriptions.create(
-                    model=model, file=(file_name, audio, mime or "application/octet-stream")
-                )
+                result = await self._transcription(audio, file_name, mime, model, timeout_seconds, verbose)
+            except openai.BadRequestError as error:
+                if not (verbose and _refuses_verbose_json(error)):
+                    raise
+                log.info("[LLM] %s does not give verbose_json transcripts; asking for plain text", model)
+                self._plain_transcription_models.add(model)
+                result = await self._transcription(audio, file_name, mime, model, timeout_seconds, False)
             except openai.APIStatusError as error:
                 if error.status_code in (404, 405, 501):
                     detail = _short(error, self._secrets)
                     log.warning("[LLM] %s: the endpoint has no audio transcription: %s", model, detail)
                     raise LlmError(LlmFailure.UNSUPPORTED, detail) from error
                 raise
-        text = result if isinstance(result, str) else getattr(result, "text", "")
-        return str(text or "").strip()
+        return _transcript_from(result)
+
+    async def _transcription(
+        self, audio: bytes, file_name: str, mime: str, model: str, timeout_seconds: float, verbose: bool
+    ) -> object:
+        client = self._client.with_options(timeout=timeout_seconds)
+        file = (file_name, audio, mime or "application/octet-stream")
+        if verbose:
+            return await client.audio.transcriptions.create(model=model, file=file, response_format="verbose_json")
+        return await client.audio.transcriptions.create(model=model, file=file)
 
     @contextmanager
     def _counted(self, model: str) -> Iterator[None]:
@@ -212,6 +251,35 @@ def _request_arguments(request: ChatRequest) -> dict[str, Any]:
     if request.max_tokens is not None:
         arguments["max_tokens"] = request.max_tokens
     return arguments
+
+
+def _refuses_verbose_json(error: openai.BadRequestError) -> bool:
+    """A 400 about the response format (OpenAI: "response_format 'verbose_json' is not compatible with model
+    'gpt-4o-transcribe'"), not about the audio."""
+    text = str(error).lower()
+    return "response_format" in text or "verbose_json" in text
+
+
+def _transcript_from(result: object) -> Transcript:
+    """The endpoint's answer as a `Transcript`: a bare string, `{"text"}`, or verbose_json with segments.
+
+    Servers that take `verbose_json` but leave fields out (a local Whisper server without segments, or
+    segments without probabilities) give what they have; a segment without both probabilities is skipped.
+    """
+    if isinstance(result, str):
+        return Transcript(result.strip())
+    segments: list[TranscriptSegment] = []
+    for segment in getattr(result, "segments", None) or []:
+        values = [getattr(segment, name, None) for name in ("start", "end", "avg_logprob", "no_speech_prob")]
+        if all(isinstance(value, int | float) for value in values):
+            start, end, logprob, no_speech = (float(value) for value in values)  # type: ignore[arg-type]
+            segments.append(TranscriptSegment(start, end, logprob, no_speech))
+    duration = getattr(result, "duration", None)
+    return Transcript(
+        str(getattr(result, "text", "") or "").strip(),
+        float(duration) if isinstance(duration, int | float) and duration > 0 else None,
+        tuple(segments),
+    )
 
 
 @contextmanager

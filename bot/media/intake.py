@@ -18,9 +18,11 @@ from bot.channels.base import (
     AUDIO_ID,
     AUDIO_MIME,
     AUDIO_NAME,
+    AUDIO_SECONDS,
     AUDIO_SIZE,
     IMAGE_ID,
     IMAGE_MIME,
+    IMAGE_PIXELS,
     IMAGE_SIZE,
     Channel,
     FileUnavailable,
@@ -28,14 +30,16 @@ from bot.channels.base import (
 from bot.domain.inbound import InboundMessage
 from bot.llm.client import LlmClient
 from bot.llm.errors import LlmError, LlmFailure
+from bot.media.clarity import judge_clarity
+from bot.media.pixels import pixel_size
 from bot.media.store import MediaStore
 from bot.settings import MediaConfig
 
 log = logging.getLogger(__name__)
 
-# `InboundMessage.extra` keys set here: the stored image (path under the workspace, MIME type), and
-# "1" on a message whose text is a transcript.
-MEDIA_PATH, MEDIA_MIME, TRANSCRIBED = "mediaPath", "mediaMime", "transcribed"
+# `InboundMessage.extra` keys set here: the stored image (path under the workspace, MIME type, pixel
+# size "WIDTHxHEIGHT" when known), and "1" on a message whose text is a transcript.
+MEDIA_PATH, MEDIA_MIME, MEDIA_PIXELS, TRANSCRIBED = "mediaPath", "mediaMime", "mediaPixels", "transcribed"
 
 NO_VISION_REPLY = (
     "The model I use ({model}) can't see images, so I can't look at your photo. "
@@ -49,6 +53,11 @@ NO_TRANSCRIPTION_REPLY = (
 UNDECODABLE_AUDIO_REPLY = "I couldn't decode that audio ({detail}). Please record it again or type your message."
 NO_WORDS_REPLY = "I couldn't make out any words in that recording. Please try again or type your message."
 TRANSCRIPT_ECHO = 'I heard: "{text}"'
+# An unclear transcript is shown back up to this many characters even when `transcriptEchoChars` is smaller.
+UNCLEAR_ECHO_MIN_CHARS = 200
+UNCLEAR_TRANSCRIPT_ECHO = (
+    'The recording was hard to make out; I heard: "{text}". If that is wrong, please say it again.'
+)
 
 
 def megabytes(size: int) -> str:
@@ -111,6 +120,7 @@ class MediaIntake:
         extra = dict(inbound.extra)
         file_id, mime = extra.pop(IMAGE_ID), extra.pop(IMAGE_MIME, "image/jpeg")
         declared = _as_int(extra.pop(IMAGE_SIZE, "0"))
+        pixels = extra.pop(IMAGE_PIXELS, "")
         without_image = dataclasses.replace(inbound, extra=extra)
         if not self._vision.sees(model, config):
             if not inbound.text.strip():
@@ -127,15 +137,20 @@ class MediaIntake:
             return Prepared(None, [f"I couldn't get your image: {error}."])
         if len(data) > config.max_image_bytes:
             return Prepared(None, [too_big.format(size=megabytes(len(data)))])
+        if not pixels and (size := pixel_size(data)) is not None:
+            pixels = f"{size[0]}x{size[1]}"  # an image sent as a file: Telegram gives no size for it
         path = await self._store.save(inbound.session_id, data, mime)
         log.info("[Media] Kept an image of %s (%d bytes) as %s", inbound.session_id, len(data), path)
         extra.update({MEDIA_PATH: path, MEDIA_MIME: mime})
+        if pixels:
+            extra[MEDIA_PIXELS] = pixels
         return Prepared(dataclasses.replace(inbound, extra=extra))
 
     async def _audio(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:
         extra = dict(inbound.extra)
         file_id, mime = extra.pop(AUDIO_ID), extra.pop(AUDIO_MIME, "")
         name, declared = extra.pop(AUDIO_NAME, "voice.ogg"), _as_int(extra.pop(AUDIO_SIZE, "0"))
+        clip_seconds = _as_int(extra.pop(AUDIO_SECONDS, "0")) or None
         too_big = f"That recording is {{size}}; I can transcribe up to {megabytes(config.max_audio_bytes)}."
         if declared > config.max_audio_bytes:
             return Prepared(None, [too_big.format(size=megabytes(declared))])
@@ -156,15 +171,29 @@ class MediaIntake:
             if error.failure is LlmFailure.BAD_REQUEST:
                 return Prepared(None, [UNDECODABLE_AUDIO_REPLY.format(detail=_reason(error.detail))])
             return Prepared(None, [error.user_message])
-        if not transcript:
+        text_heard = transcript.text
+        if not text_heard:
             return Prepared(None, [NO_WORDS_REPLY])
-        log.info("[Media] Transcribed %d bytes of %s: %d chars", len(data), inbound.session_id, len(transcript))
+        clarity = judge_clarity(transcript, clip_seconds, config)
+        log.info(
+            "[Media] Transcribed %d bytes of %s: %d chars, %s (%s)",
+            len(data),
+            inbound.session_id,
+            len(text_heard),
+            "unclear" if clarity.unclear else "clear",
+            clarity.reason,
+        )
         caption = inbound.text.strip()
-        text = f"{caption}\n\n{transcript}" if caption else transcript
+        text = f"{caption}\n\n{text_heard}" if caption else text_heard
         extra[TRANSCRIBED] = "1"
         notes = []
-        if config.transcript_echo_chars and len(transcript) > config.transcript_echo_chars:
-            notes.append(TRANSCRIPT_ECHO.format(text=_cut_at_word(transcript, config.transcript_echo_chars)))
+        if clarity.unclear:
+            # Shown whatever its length (cut only past the echo limit), so the person can tell what went wrong.
+            limit = max(config.transcript_echo_chars, UNCLEAR_ECHO_MIN_CHARS)
+            shown = text_heard if len(text_heard) <= limit else _cut_at_word(text_heard, limit)
+            notes.append(UNCLEAR_TRANSCRIPT_ECHO.format(text=shown))
+        elif config.transcript_echo_chars and len(text_heard) > config.transcript_echo_chars:
+            notes.append(TRANSCRIPT_ECHO.format(text=_cut_at_word(text_heard, config.transcript_echo_chars)))
         return Prepared(dataclasses.replace(inbound, text=text, extra=extra), notes)
 
 

@@ -6,16 +6,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Iterable
 from datetime import date, datetime
+from pathlib import Path
 
 from bot.memory.file_cache import TextFileCache
-from bot.storage.files import append_lines
+from bot.storage.files import append_lines, write_atomic
 from bot.workspace import MemoryPaths
 
 USER_TEXT_LIMIT = 200
 ASSISTANT_TEXT_LIMIT = 300
 _LINE_BREAKS = re.compile(r"\r\n|\r|\n")
+_NOTE_TIME = re.compile(rb"\[\d\d:\d\d\] ")
 
 
 def one_line(text: str, limit: int) -> str:
@@ -24,10 +28,12 @@ def one_line(text: str, limit: int) -> str:
 
 
 def format_note_line(at: datetime, user_text: str, assistant_text: str) -> str:
-    return (
-        f"[{at:%H:%M}] User: {one_line(user_text, USER_TEXT_LIMIT)} "
-        f"| Assistant: {one_line(assistant_text, ASSISTANT_TEXT_LIMIT)}"
-    )
+    return f"[{at:%H:%M}] {note_body(user_text, assistant_text)}"
+
+
+def note_body(user_text: str, assistant_text: str) -> str:
+    """A note line after its time: what identifies the exchange in the file."""
+    return f"User: {one_line(user_text, USER_TEXT_LIMIT)} | Assistant: {one_line(assistant_text, ASSISTANT_TEXT_LIMIT)}"
 
 
 class DailyNotes:
@@ -36,13 +42,45 @@ class DailyNotes:
     def __init__(self, paths: MemoryPaths, cache: TextFileCache | None = None) -> None:
         self._paths = paths
         self._cache = cache or TextFileCache()
+        # Chats sharing a scope append to the same file: a line appended while `remove_exchange` rewrites
+        # the file would be lost, so the two never overlap.
+        self._lock = asyncio.Lock()
 
     async def append(self, at: datetime, user_text: str, assistant_text: str) -> str:
         """Append the exchange to `at`'s day; returns the line written."""
         line = format_note_line(at, user_text, assistant_text)
-        await append_lines(self._paths.daily_note_file(at.date()), [line])
+        async with self._lock:
+            await append_lines(self._paths.daily_note_file(at.date()), [line])
         return line
+
+    async def remove_exchange(self, days: Iterable[date], user_text: str, assistant_text: str) -> bool:
+        """Take out the newest line recording this exchange, from the first of `days` whose note has it
+        (the exchange was dropped by /retry or /undo); False when none has it (the person edited it).
+
+        The file is rewritten atomically with every other byte as it was: hand edits, blank lines and
+        lines the bot cannot read stay.
+        """
+        body = note_body(user_text, assistant_text).encode("utf-8", "backslashreplace")
+        async with self._lock:
+            for day in dict.fromkeys(days):
+                path = self._paths.daily_note_file(day)
+                data = await asyncio.to_thread(_read_bytes, path)
+                lines = data.split(b"\n")
+                for index in range(len(lines) - 1, -1, -1):
+                    line = lines[index].rstrip(b"\r")
+                    if (time := _NOTE_TIME.match(line)) is not None and line[time.end() :] == body:
+                        del lines[index]
+                        await write_atomic(path, b"\n".join(lines))
+                        return True
+        return False
 
     async def read(self, day: date) -> str:
         """The day's notes, stripped; empty when there are none."""
         return (await self._cache.read(self._paths.daily_note_file(day)) or "").strip()
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""

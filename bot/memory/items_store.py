@@ -443,6 +443,23 @@ class MemoryItemStore:
         )
         return self._items_from(rows)[0] if rows else None
 
+    def referring_to(self, references: Iterable[str]) -> list[MemoryItem]:
+        """The active items that refer to any of `references` (message ids)."""
+        wanted = list(dict.fromkeys(references))
+        ids: list[str] = []
+        for start in range(0, len(wanted), IDS_PER_QUERY):
+            chunk = wanted[start : start + IDS_PER_QUERY]
+            rows = self._rows(f"SELECT DISTINCT id FROM refs WHERE ref IN ({','.join('?' * len(chunk))})", chunk)
+            ids += [row[0] for row in rows]
+        return list(self.get_many(ids).values())
+
+    def superseded_by(self, newer: MemoryItem) -> list[MemoryItem]:
+        """The items `newer` superseded (they shared its slot)."""
+        if not newer.key:
+            return []
+        rows = self._rows("SELECT id, line FROM items WHERE slot = ? AND NOT active", (newer.key,))
+        return [item for item in self._items_from(rows) if item.superseded_by == newer.id]
+
     def is_referenced(self, reference: str) -> bool:
         """Whether an active item refers to `reference` (a message id)."""
         return bool(self._rows("SELECT 1 FROM refs WHERE ref = ? LIMIT 1", (reference,)))

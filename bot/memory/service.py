@@ -532,6 +532,24 @@ class MemoryService:
         self.index_vectors(scope, config)
         return report
 
+    async def retract_turn(self, config: MemoryConfig, event: TurnMemoryEvent, days: list[date]) -> WriteReport:
+        """Take back what `append_daily_note` and `record_turn` wrote for `event`, an exchange /retry or
+        /undo dropped: its daily-note line (looked for in `days`) and the items made or reinforced by it."""
+        scope = await self.scope(config, event.memory_key or event.session_id)
+        references = [ref for ref in (event.user_message_id, event.assistant_message_id) if ref]
+        note_removed = await scope.notes.remove_exchange(days, event.user_text, event.assistant_text)
+        async with self.fresh(scope):
+            report = scope.writer.retract(references)
+        await scope.store.flush()
+        log.info(
+            "[Memory] Took back a dropped exchange of %s: note line %s, %d items removed, %d weakened",
+            event.session_id,
+            "removed" if note_removed else "not found",
+            len(report.added),
+            len(report.reinforced),
+        )
+        return report
+
     async def record_missing_turns(
         self, config: MemoryConfig, session_id: str, turns: list[tuple[Message, Message]]
     ) -> int:

@@ -243,6 +243,33 @@ class MemoryWriteService:
             return item
         return self._promote(item.model_copy(update={"confidence": max(item.confidence, 0.8)}), now)
 
+    def retract(self, references: list[str]) -> WriteReport:
+        """Take back what the exchange of these message ids wrote (it was dropped by /retry or /undo).
+
+        An item made from it alone goes, and the items it superseded are current again; an item it
+        only reinforced keeps its other references and loses that reinforcement. Returns what was
+        removed (`added`: it is no longer) and weakened (`reinforced`).
+        """
+        dropped = set(references)
+        report = WriteReport()
+        gone: list[str] = []
+        changed: list[MemoryItem] = []
+        for item in self._store.referring_to(dropped):
+            kept = [reference for reference in item.references if reference not in dropped]
+            if kept:
+                confidence = max(0.0, item.confidence - REINFORCEMENT_STEP)
+                weakened = item.model_copy(update={"references": kept, "confidence": confidence})
+                changed.append(weakened)
+                report.reinforced.append(weakened)
+                continue
+            gone.append(item.id)
+            changed += [older.model_copy(update={"superseded_by": None}) for older in self._store.superseded_by(item)]
+        if changed:
+            self._store.replace(changed)
+        if gone:
+            report.added = self._store.remove(gone)
+        return report
+
     def forget(self, item_id: str) -> list[MemoryItem]:
         """Remove the item from its file (atomic rewrite) and from every index; returns what was removed,
         the item first.

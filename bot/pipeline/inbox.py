@@ -50,6 +50,10 @@ class Inbox:
         await append_lines(self._path, [dumps_line({"message": record})])
         return recorded
 
+    async def record_edit(self, journal_id: str, text: str) -> None:
+        """Journal the new text of a message recorded and not yet handled; `pending` hands it back edited."""
+        await append_lines(self._path, [dumps_line({"edit": journal_id, "text": text})])
+
     async def done(self, journal_id: str) -> None:
         await append_lines(self._path, [dumps_line({"done": journal_id})])
 
@@ -58,6 +62,12 @@ class Inbox:
         async with self._lock:
             records = await read_jsonl(self._path)
             finished = {record["done"] for record in records if "done" in record}
+            # The newest edit of each message, in journal order (a later edit replaces an earlier one).
+            edits = {
+                str(record["edit"]): record["text"]
+                for record in records
+                if "edit" in record and isinstance(record.get("text"), str)
+            }
             waiting: list[InboundMessage] = []
             keys: dict[tuple[str, str], None] = {}  # in arrival order, each once
             for record in records:
@@ -71,7 +81,8 @@ class Inbox:
                     keys.pop((message.channel_type, message.dedup_key), None)
                     keys[(message.channel_type, message.dedup_key)] = None
                 if message.journal_id not in finished:
-                    waiting.append(message)
+                    edited = edits.get(message.journal_id or "")
+                    waiting.append(message if edited is None else dataclasses.replace(message, text=edited))
             newest = list(keys)[-REMEMBERED_KEYS:]
             self._journaled_before = set(newest)
             lines = [dumps_line({"journaledKeys": [list(key) for key in newest]})] if newest else []

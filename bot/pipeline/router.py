@@ -3,8 +3,9 @@ command, a document to read (`DocumentReader`), an image or recording to prepare
 the pipeline.
 
 Commands marked immediate (`/stop`) skip the queue: they act on the run in progress. An edit of a
-message still waiting in the queue replaces its text there; an edit of one already taken is queued
-as a message of its own, which the runner records as a correction of the earlier one.
+message still waiting in the queue replaces its text there, and in the inbox journal (so a crash before
+its turn does not bring back the first text); an edit of one already taken is queued as a message of
+its own, which the runner records as a correction of the earlier one.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ class InboundRouter:
         self._runner = runner
         self._media = media
         self._config_store = config_store
-        # Messages queued and not yet taken, by (session, channel message id), and edits made to them meanwhile.
-        self._queued: set[tuple[str, str]] = set()
+        # Messages queued and not yet taken, by (session, channel message id), with their journal ids (None:
+        # not journaled), and edits made to them meanwhile.
+        self._queued: dict[tuple[str, str], str | None] = {}
         self._edits: dict[tuple[str, str], str] = {}
         self._documents = documents
         self._commands = commands
@@ -67,8 +69,7 @@ class InboundRouter:
         """Journal the message (a sender who may talk), queue it for its chat, and return."""
         key = (inbound.session_id, inbound.message_id or "")
         if inbound.extra.get(EDITED) and key in self._queued:
-            self._edits[key] = inbound.text  # not answered yet: it is answered as edited
-            log.info("[Router] A queued message of %s was edited before its turn; the new text replaces it", key[0])
+            await self._replace_queued_text(key, inbound.text)
             return
         if self._commands.is_immediate(inbound.text):
             if await self._admitted(inbound, channel):
@@ -88,15 +89,28 @@ class InboundRouter:
         if not self.dispatcher.submit(inbound, channel):
             log.warning("[Router] Shutting down; message for %s not taken", inbound.session_id)
         elif inbound.message_id is not None and not inbound.extra.get(EDITED):
-            self._queued.add(key)
+            self._queued[key] = inbound.journal_id
 
     def resubmit(self, inbound: InboundMessage, channel: Channel) -> None:
         """Queue a message the last stop left unhandled (from the journal or the session), as it is."""
-        self.dispatcher.submit(inbound, channel)
+        if self.dispatcher.submit(inbound, channel) and inbound.message_id is not None and not inbound.resumed:
+            # Still to be begun: an edit arriving before its turn replaces its text, as before the stop.
+            self._queued[(inbound.session_id, inbound.message_id)] = inbound.journal_id
+
+    async def _replace_queued_text(self, key: tuple[str, str], text: str) -> None:
+        """A queued message was edited before its turn: it is answered as edited (the first text never is)."""
+        self._edits[key] = text
+        journal_id = self._queued.get(key)
+        if self._inbox is not None and journal_id is not None:
+            try:
+                await self._inbox.record_edit(journal_id, text)
+            except OSError as error:
+                log.error("[Router] Could not journal an edit (%s); a crash before its turn would lose it", error)
+        log.info("[Router] A queued message of %s was edited before its turn; the new text replaces it", key[0])
 
     async def _handle(self, inbound: InboundMessage, channel: Channel) -> None:
         key = (inbound.session_id, inbound.message_id or "")
-        self._queued.discard(key)
+        self._queued.pop(key, None)
         edited = self._edits.pop(key, None)
         if edited is not None:
             inbound = dataclasses.replace(inbound, text=edited)

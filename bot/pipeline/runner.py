@@ -24,7 +24,7 @@ from bot.domain.message import MediaRef, Message, Quote, Role, Sender
 from bot.domain.session import AgentSession
 from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
-from bot.media.intake import MEDIA_MIME, MEDIA_PATH
+from bot.media.intake import MEDIA_MIME, MEDIA_PATH, MEDIA_PIXELS
 from bot.metrics import BotMetrics
 from bot.pipeline.system import PipelineSystem, UserFacingError
 from bot.pipeline.turn_storage import (
@@ -248,7 +248,17 @@ def user_message_for(inbound: InboundMessage, session: AgentSession) -> Message:
         message.quote = Quote(author=extra.get(QUOTE_AUTHOR) or "someone", text=extra[QUOTE_TEXT])
     if extra.get(MEDIA_PATH):
         mime = extra.get(MEDIA_MIME) or "image/jpeg"
-        message.media = [MediaRef(kind="image", path=extra[MEDIA_PATH], mime=mime, caption=inbound.text or None)]
+        width, _, height = (extra.get(MEDIA_PIXELS) or "").partition("x")
+        message.media = [
+            MediaRef(
+                kind="image",
+                path=extra[MEDIA_PATH],
+                mime=mime,
+                caption=inbound.text or None,
+                width=int(width) if width.isdigit() and int(width) > 0 else None,
+                height=int(height) if height.isdigit() and int(height) > 0 else None,
+            )
+        ]
     message.channel_message_id = inbound.message_id
     if extra.get(EDITED) and inbound.message_id is not None:
         earlier = next(

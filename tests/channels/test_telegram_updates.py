@@ -45,7 +45,9 @@ def test_a_caption_counts_as_text() -> None:
     update = message_update(photo=[{"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}], caption="what?")
     inbound = inbound_from_update(update, BOT, GROUPS)
     assert inbound is not None and inbound.text == "what?"
-    assert inbound.extra == {"imageId": "f", "imageSize": "0", "imageMime": "image/jpeg", "attachment": "photo"}
+    assert inbound.extra == {
+        "imageId": "f", "imageSize": "0", "imageMime": "image/jpeg", "imagePixels": "1x1", "attachment": "photo"
+    }  # fmt: skip
     assert inbound.sender_name == "Ann"
 
 
@@ -57,6 +59,7 @@ def test_a_photo_brings_its_largest_size_within_the_pixel_budget() -> None:
     ]
     inbound = inbound_from_update(message_update(photo=sizes), BOT, GROUPS, max_image_pixels=1_000_000)
     assert inbound is not None and inbound.extra["imageId"] == "medium" and inbound.extra["imageSize"] == "50"
+    assert inbound.extra["imagePixels"] == "800x600"  # what the image costs the prompt follows from it
     tiny_budget = inbound_from_update(message_update(photo=sizes), BOT, GROUPS, max_image_pixels=10_000)
     assert tiny_budget is not None and tiny_budget.extra["imageId"] == "small"
 
@@ -77,10 +80,12 @@ def test_a_voice_note_and_an_audio_file_carry_what_transcription_needs() -> None
     voice = {"file_id": "v", "duration": 3, "mime_type": "audio/ogg", "file_size": 1234}
     inbound = inbound_from_update(message_update(voice=voice), BOT, GROUPS)
     assert inbound is not None and inbound.text == ""
-    assert inbound.extra == {"audioId": "v", "audioSize": "1234", "audioMime": "audio/ogg", "audioName": "voice.ogg"}
+    assert inbound.extra == {
+        "audioId": "v", "audioSize": "1234", "audioMime": "audio/ogg", "audioName": "voice.ogg", "audioSeconds": "3"
+    }  # fmt: skip
     audio = {"file_id": "a", "file_name": "memo.mp3", "mime_type": "audio/mpeg", "file_size": 5}
     song = inbound_from_update(message_update(audio=audio), BOT, GROUPS)
-    assert song is not None and song.extra["audioName"] == "memo.mp3"
+    assert song is not None and song.extra["audioName"] == "memo.mp3" and song.extra["audioSeconds"] == "0"
 
 
 def test_a_reply_carries_the_quoted_text_and_its_author() -> None:

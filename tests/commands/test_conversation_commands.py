@@ -114,3 +114,91 @@ async def test_export_sends_the_conversation_as_a_markdown_file(
     assert "where should I travel in May?" in text and "## Assistant (" in text and "Lisbon is lovely in May." in text
     [call] = fake_telegram.calls_to("sendDocument")
     assert call.params["caption"] == "The conversation so far (2 messages)."
+
+
+FIRST_ANSWER = "Lyon is lovely: walk the traboules of the old town on a quiet morning."
+SECOND_ANSWER = "Then try a bouchon near Saint-Jean for dinner; the quenelles are the local classic."
+
+
+def memory_lines(workspace: Path) -> tuple[list[str], list[dict[str, object]], list[dict[str, object]]]:
+    """The daily-note lines, the memory items and the knowledge-graph queue entries in the workspace."""
+    memory = workspace / "memory"
+    notes = [
+        line
+        for note in sorted(memory.glob("????-??-??.md"))
+        for line in note.read_text(errors="replace").splitlines()
+        if line
+    ]
+    items = [
+        json.loads(line)
+        for path in sorted((memory / "items").rglob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    queue = workspace / "rag" / "documents.jsonl"
+    documents = [json.loads(line) for line in queue.read_text().splitlines()] if queue.exists() else []
+    return notes, items, documents
+
+
+async def memory_written(fake_telegram: FakeTelegram, workspace: Path, answer: str) -> None:
+    """Wait for the writes after the reply: the note line and the knowledge-graph document of `answer`."""
+
+    def written() -> bool:
+        notes, _, documents = memory_lines(workspace)
+        return any(answer in line for line in notes) and any(answer in str(doc.get("text")) for doc in documents)
+
+    await fake_telegram.await_until(written, what="the exchange written to memory")
+
+
+async def test_retry_takes_the_dropped_answer_out_of_memory(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = await start()
+    fake_openai.script(FIRST_ANSWER, SECOND_ANSWER)
+    assert await ask(fake_telegram, OWNER, "I live in Lyon now. What should I see first?") == FIRST_ANSWER
+    await memory_written(fake_telegram, bot.workspace, FIRST_ANSWER)
+    notes, items, documents = memory_lines(bot.workspace)
+    assert len(notes) == 1 and FIRST_ANSWER in notes[0]  # written, as every exchange is
+    assert any(FIRST_ANSWER in str(item["content"]) for item in items)
+    assert any(FIRST_ANSWER in str(doc.get("text", "")) for doc in documents)
+    first_answer_id = session_messages(bot.workspace)[-1]["id"]
+
+    assert await ask(fake_telegram, OWNER, "/retry") == SECOND_ANSWER
+    await memory_written(fake_telegram, bot.workspace, SECOND_ANSWER)
+    notes, items, documents = memory_lines(bot.workspace)
+    assert len(notes) == 1 and notes[0].endswith(
+        f"User: I live in Lyon now. What should I see first? | Assistant: {SECOND_ANSWER}"
+    )
+    assert not any(FIRST_ANSWER in json.dumps(item) or first_answer_id in json.dumps(item) for item in items)
+    [turn] = [item for item in items if item["type"] == "turn"]
+    assert SECOND_ANSWER in str(turn["content"])
+    # The fact said in the message is there once, from the exchange that stays.
+    facts = [item for item in items if "Lyon" in str(item["content"]) and item["type"] != "turn"]
+    assert facts and all(first_answer_id not in item["references"] for item in facts)
+    assert not any(FIRST_ANSWER in json.dumps(doc) for doc in documents)
+    assert [doc["status"] for doc in documents if SECOND_ANSWER in str(doc.get("text", ""))] == ["queued"]
+    archive = (bot.workspace / "sessions" / "archive" / f"telegram:{OWNER}.jsonl").read_text()
+    assert FIRST_ANSWER in archive  # the archive is never rewritten
+
+
+async def test_undo_takes_the_exchange_out_of_memory_and_keeps_hand_edits(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = await start()
+    fake_openai.script("Noted: the spare key is under the blue pot.", FIRST_ANSWER)
+    await ask(fake_telegram, OWNER, "The spare key is under the blue pot by the door")
+    await memory_written(fake_telegram, bot.workspace, "the blue pot.")
+    [note] = sorted((bot.workspace / "memory").glob("????-??-??.md"))
+    hand_written = b"my own remark, typed by hand\n\xff\xfe not even UTF-8\n"
+    with note.open("ab") as file:  # the person's own line, and one the bot cannot read, stay as written
+        file.write(hand_written)
+    before = note.read_bytes()
+    await ask(fake_telegram, OWNER, "I live in Lyon now. What should I see first?")
+    await memory_written(fake_telegram, bot.workspace, FIRST_ANSWER)
+    reply = await ask(fake_telegram, OWNER, "/undo")
+    assert reply.startswith('Removed your last message ("I live in Lyon now. What should I see first?")')
+    assert note.read_bytes() == before  # the Lyon line, written after these, is gone; nothing else changed
+    assert before.endswith(hand_written)
+    _, items, documents = memory_lines(bot.workspace)
+    assert not any("Lyon" in json.dumps(item) for item in items)
+    assert any("blue pot" in str(item["content"]) for item in items)
+    assert not any(FIRST_ANSWER in json.dumps(doc) for doc in documents)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from bot.context.estimator import DEFAULT_CHARS_PER_TOKEN, TokenEstimator
-from bot.domain.message import Message, ToolCall
+from bot.context.estimator import (
+    DEFAULT_CHARS_PER_TOKEN,
+    IMAGE_STAND_IN_CHARS,
+    UNKNOWN_SIZE_IMAGE_TOKENS,
+    TokenEstimator,
+    image_tokens,
+)
+from bot.domain.message import MediaRef, Message, ToolCall
 
 
 def test_estimates_count_text_tool_calls_and_framing() -> None:
@@ -44,3 +50,47 @@ def test_observe_request_calibrates_from_the_wire_payload() -> None:
     wire = [{"role": "system", "content": "s" * 2000}, {"role": "user", "content": "u" * 2000}]
     estimator.observe_request("m", wire, None, prompt_tokens=1008)  # 4000 chars / (1008 − 2×4) = 4.0
     assert abs(estimator.ratio_for("m") - (0.1 * 4.0 + 0.9 * 3.5)) < 1e-9
+
+
+def photo_message(text: str, width: int | None = None, height: int | None = None) -> Message:
+    message = Message.user(text)
+    message.media = [MediaRef(path="media/telegram:1/photo.jpg", width=width, height=height)]
+    return message
+
+
+def test_an_image_counts_as_openai_bills_it() -> None:
+    assert image_tokens(512, 512) == 85 + 170  # one tile
+    assert image_tokens(800, 600) == 85 + 170 * 4
+    assert image_tokens(1280, 720) == 85 + 170 * 6
+    assert image_tokens(2048, 4096) == 1105  # OpenAI's own example: scaled to 1024x2048, then 768x1536
+    assert image_tokens(None, None) == UNKNOWN_SIZE_IMAGE_TOKENS == image_tokens(1024, 1024)
+
+
+def test_a_message_counts_its_text_and_its_images() -> None:
+    estimator = TokenEstimator()
+    assert estimator.message(photo_message("x" * 35, 1280, 720)) == 4 + 10 + 1105
+    assert estimator.message(photo_message("x" * 35)) == 4 + 10 + UNKNOWN_SIZE_IMAGE_TOKENS
+    stand_in = estimator.text("x" * IMAGE_STAND_IN_CHARS)
+    assert estimator.message(photo_message("x" * 35, 1280, 720), images_sent=False) == 4 + 10 + stand_in
+
+
+def test_only_the_images_still_sent_count_as_images() -> None:
+    estimator = TokenEstimator()
+    conversation = []
+    for n in range(3):
+        conversation += [photo_message("x" * 35, 512, 512), Message.assistant(f"{n}" * 35)]
+    text_only = 6 * (4 + 10)
+    stand_in = estimator.text("x" * IMAGE_STAND_IN_CHARS)
+    assert estimator.messages(conversation) == text_only + 3 * 255
+    assert estimator.messages(conversation, images_in_prompt=1) == text_only + 255 + 2 * stand_in
+    assert estimator.messages(conversation, images_in_prompt=0) == text_only + 3 * stand_in
+
+
+def test_image_parts_count_in_a_payload_and_keep_the_request_out_of_calibration() -> None:
+    estimator = TokenEstimator()
+    image = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}}
+    wire = [{"role": "user", "content": [{"type": "text", "text": "x" * 70}, image]}]
+    assert estimator.payload(wire, None) == 4 + 20 + UNKNOWN_SIZE_IMAGE_TOKENS
+    big = [{"role": "system", "content": "s" * 4000}, *wire]
+    estimator.observe_request("m", big, None, prompt_tokens=2000)  # the image's tokens are the provider's
+    assert estimator.ratio_for("m") == DEFAULT_CHARS_PER_TOKEN and estimator.samples_for("m") == 0

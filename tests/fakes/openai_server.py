@@ -1,7 +1,9 @@
 """A fake OpenAI-compatible HTTP server for tests.
 
 ``FakeOpenAI`` serves ``/v1/chat/completions`` (plain and SSE streaming), ``/v1/embeddings``,
-``/v1/audio/transcriptions`` (multipart, like OpenAI's; switch it off with ``transcriptions_supported``)
+``/v1/audio/transcriptions`` (multipart, like OpenAI's; switch it off with ``transcriptions_supported``;
+``verbose_json`` with Whisper-style segments from ``transcript_segments``, or refused like
+``gpt-4o-transcribe`` refuses it with ``verbose_json_supported = False``)
 and ``/v1/models`` on 127.0.0.1 from its own thread and event loop, so one instance works from sync tests,
 async tests and for a bot running in a subprocess. Point a real ``openai`` client at ``fake.base_url``.
 
@@ -180,6 +182,24 @@ class Fault:
     def disconnect(cls, after_chunks: int = 0) -> Fault:
         """Close the connection without a response (streaming: optionally after ``after_chunks`` chunks)."""
         return cls(kind="disconnect", after_chunks=after_chunks)
+
+
+@dataclass(frozen=True)
+class TranscriptSegment:
+    """One segment of a ``verbose_json`` transcript, with Whisper's confidence figures."""
+
+    start: float
+    end: float
+    avg_logprob: float = -0.2
+    no_speech_prob: float = 0.01
+    text: str = ""
+
+    def to_json(self, index: int) -> JSONDict:
+        return {
+            "id": index, "seek": 0, "start": self.start, "end": self.end, "text": self.text, "tokens": [50364],
+            "temperature": 0.0, "avg_logprob": self.avg_logprob, "compression_ratio": 1.2,
+            "no_speech_prob": self.no_speech_prob,
+        }  # fmt: skip
 
 
 ReplyLike = Reply | Fault | str
@@ -392,6 +412,11 @@ class FakeOpenAI:
         # /v1/audio/transcriptions: False answers 404 like an endpoint without it; the text it returns.
         self.transcriptions_supported = True
         self.transcript = "this is what the voice note says"
+        # response_format=verbose_json: False answers 400 as OpenAI does for a model without it; the clip's
+        # duration, and its segments (None: one clear segment over the whole clip; [] none at all).
+        self.verbose_json_supported = True
+        self.transcript_duration = 2.0
+        self.transcript_segments: list[TranscriptSegment] | None = None
         self._transcriptions: list[JSONDict] = []
         self._requested_port = port
         self._lock = threading.Lock()
@@ -503,7 +528,8 @@ class FakeOpenAI:
         return chats[-1]
 
     def transcription_requests(self) -> list[JSONDict]:
-        """The form of each /v1/audio/transcriptions request: ``model``, ``fileName``, ``file`` (bytes)."""
+        """The form of each /v1/audio/transcriptions request: ``model``, ``fileName``, ``file`` (bytes),
+        ``responseFormat`` ("" when not given)."""
         with self._lock:
             return list(self._transcriptions)
 
@@ -715,11 +741,21 @@ class FakeOpenAI:
             "model": form.get("model", b"").decode(errors="replace") if isinstance(form.get("model"), bytes) else "",
             "fileName": form.get("file.filename", b"").decode(errors="replace"),
             "file": audio if isinstance(audio, bytes) else b"",
+            "responseFormat": form.get("response_format", b"").decode(errors="replace"),
         }
         with self._lock:
             self._transcriptions.append(record)
         if not isinstance(audio, bytes) or not record["model"]:
             return _error_response(400, "'file' and 'model' are required", "invalid_request_error")
+        verbose = record["responseFormat"] == "verbose_json"
+        if verbose and not self.verbose_json_supported:
+            return _error_response(
+                400,
+                f"response_format 'verbose_json' is not compatible with model '{record['model']}'. "
+                "Use 'json' or 'text' instead.",
+                "invalid_request_error",
+                "unsupported_value",
+            )
         if not audio.startswith((b"OggS", b"ID3", b"RIFF", b"fLaC", b"\xff\xfb")):
             return _error_response(
                 400,
@@ -727,7 +763,20 @@ class FakeOpenAI:
                 "'wav', 'webm']",
                 "invalid_request_error",
             )
-        return web.json_response({"text": self.transcript})
+        if not verbose:
+            return web.json_response({"text": self.transcript})
+        segments = self.transcript_segments
+        if segments is None:
+            segments = [TranscriptSegment(0.0, self.transcript_duration, text=self.transcript)]
+        return web.json_response(
+            {
+                "task": "transcribe",
+                "language": "english",
+                "duration": self.transcript_duration,
+                "text": self.transcript,
+                "segments": [segment.to_json(index) for index, segment in enumerate(segments)],
+            }
+        )
 
     def _model_json(self, model: str) -> JSONDict:
         return {"id": model, "object": "model", "created": 0, "owned_by": "fake-openai"}

@@ -15,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 
-from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec, Usage, fake_embedding
+from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec, TranscriptSegment, Usage, fake_embedding
 
 USER_HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
@@ -381,3 +381,38 @@ def test_runs_standalone_as_a_module() -> None:
         finally:
             proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_transcriptions_serve_verbose_json_with_the_configured_segments(fake_openai: FakeOpenAI) -> None:
+    fake_openai.transcript = "hello there"
+    fake_openai.transcript_duration = 4.0
+    fake_openai.transcript_segments = [
+        TranscriptSegment(0.0, 1.5, avg_logprob=-0.2, no_speech_prob=0.01, text="hello"),
+        TranscriptSegment(1.5, 4.0, avg_logprob=-1.4, no_speech_prob=0.7, text=" there"),
+    ]
+    client = sync_client(fake_openai)
+    verbose = client.audio.transcriptions.create(
+        model="whisper-1", file=("voice.ogg", b"OggS voice", "audio/ogg"), response_format="verbose_json"
+    )
+    assert (verbose.text, verbose.duration) == ("hello there", 4.0)
+    assert [(s.start, s.end, s.avg_logprob, s.no_speech_prob) for s in verbose.segments or []] == [
+        (0.0, 1.5, -0.2, 0.01),
+        (1.5, 4.0, -1.4, 0.7),
+    ]
+    plain = client.audio.transcriptions.create(model="whisper-1", file=("voice.ogg", b"OggS voice", "audio/ogg"))
+    assert plain.text == "hello there"
+    assert [r["responseFormat"] for r in fake_openai.transcription_requests()] == ["verbose_json", ""]
+
+
+def test_transcriptions_refuse_verbose_json_like_a_model_without_it(fake_openai: FakeOpenAI) -> None:
+    fake_openai.verbose_json_supported = False
+    client = sync_client(fake_openai, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.audio.transcriptions.create(
+            model="gpt-4o-transcribe", file=("voice.ogg", b"OggS voice", "audio/ogg"), response_format="verbose_json"
+        )
+    assert "response_format 'verbose_json' is not compatible with model 'gpt-4o-transcribe'" in str(refused.value)
+    plain = client.audio.transcriptions.create(
+        model="gpt-4o-transcribe", file=("voice.ogg", b"OggS voice", "audio/ogg")
+    )
+    assert plain.text == fake_openai.transcript

@@ -4,10 +4,11 @@ already answered is a correction the model sees; an edit of one still queued rep
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from tests.channels.telegram_harness import OWNER
+from tests.channels.telegram_harness import OWNER, start_bot
 from tests.fakes.bot_fixtures import BotFactory
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import FakeOpenAI, Fault, Reply
 from tests.fakes.telegram_server import FakeTelegram
 
 
@@ -70,3 +71,32 @@ async def test_an_edit_of_a_queued_message_replaces_its_text(
     assert texts == ["First answer.", "Second answer."]
     assert fake_openai.user_texts() == ["first question", "second question"]
     assert len(fake_openai.chat_requests()) == 2  # the edit was not answered on its own
+
+
+async def test_an_edit_of_a_queued_message_survives_a_restart_before_its_turn(
+    workspace_dir: Path, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, backend: str
+) -> None:
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    try:
+        fake_openai.script(Fault.hang(30))  # the first answer takes long: the second message waits in the queue
+        fake_telegram.push_message(OWNER, "first question")
+        waiting = fake_telegram.push_message(OWNER, "secnd qestion")
+        await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0, what="both taken")
+        await fake_telegram.await_until(lambda: len(fake_openai.chat_requests()) == 1, what="the first one asked")
+        fake_telegram.push_edited_message(OWNER, message_id_of(fake_telegram, waiting), "second question")
+        await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0, what="the edit taken")
+        # The bot goes down before the queued message's turn: its runs are cut short, nothing more is answered.
+        await bot.services.router.dispatcher.close(0)
+    finally:
+        await bot.stop()
+    assert fake_telegram.sent_messages(OWNER) == []
+    fake_openai.script("First answer.", "Second answer.")
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    try:
+        texts = [m.text for m in await fake_telegram.await_messages(OWNER, 2, timeout=15)]
+    finally:
+        await bot.stop()
+    assert texts == ["First answer.", "Second answer."]
+    assert fake_openai.user_texts() == ["first question", "second question"]
+    session = json.loads((workspace_dir / "sessions" / f"telegram:{OWNER}.json").read_text())
+    assert [m["content"] for m in stored_user_messages(session)] == ["first question", "second question"]

@@ -84,3 +84,38 @@ async def test_group_memory_is_kept_apart_per_person(
     # /memory in the group shows each person their own items.
     bobs = await say(fake_telegram, GROUP, "/memory", BOB, "Bob")
     assert "Porto" in bobs and "Lyon" not in bobs
+
+
+async def test_undo_in_a_group_takes_the_exchange_out_of_the_groups_and_the_persons_memory(
+    bot: RunningBot, fake_telegram: FakeTelegram
+) -> None:
+    await say(fake_telegram, GROUP, "@test_bot My favourite colour is blue.", ANN, "Ann")
+    await say(fake_telegram, GROUP, "@test_bot I live in Lyon. Any tips?", ANN, "Ann")
+    await bot.services.router.dispatcher.drain()
+    memory = bot.workspace / "memory"
+    group, ann = memory / "chats" / f"telegram:{GROUP}", memory / "users" / f"telegram:{ANN}"
+    assert "Lyon" in text_under(group) and "Lyon" in text_under(ann)
+
+    assert (await say(fake_telegram, GROUP, "/undo", ANN, "Ann")).startswith("Removed your last message")
+    await bot.services.router.dispatcher.drain()
+    assert "Lyon" not in text_under(group) and "Lyon" not in text_under(ann)
+    assert "Ann: My favourite colour is blue." in text_under(group)  # the exchange before stays
+    assert "My favourite colour is blue." in text_under(ann)
+
+
+async def test_in_a_group_retry_and_undo_act_only_on_the_senders_own_last_exchange(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    await say(fake_telegram, GROUP, "@test_bot I live in Lyon.", ANN, "Ann")
+    await bot.services.router.dispatcher.drain()
+    assert await say(fake_telegram, GROUP, "/undo", BOB, "Bob") == (
+        "The last message here is Ann's; /undo drops only your own last exchange."
+    )
+    assert await say(fake_telegram, GROUP, "/retry", BOB, "Bob") == (
+        "The last message here is Ann's; /retry answers again only your own last message."
+    )
+    assert len(fake_openai.chat_requests()) == 1  # nothing answered again
+    group = bot.workspace / "memory" / "chats" / f"telegram:{GROUP}"
+    assert "Ann: I live in Lyon." in text_under(group)  # and nothing of Ann's taken out of memory
+    session = json.loads((bot.workspace / "sessions" / f"telegram:{GROUP}.json").read_text())
+    assert [m["content"] for m in session["messages"] if m["role"] == "user"] == ["I live in Lyon."]

@@ -29,9 +29,14 @@ def store(paths: MemoryPaths) -> MemoryItemStore:
 
 
 async def say_turn(
-    store: MemoryItemStore, user: str, assistant: str = "Noted.", at: datetime = NOW, **config: object
+    store: MemoryItemStore,
+    user: str,
+    assistant: str = "Noted.",
+    at: datetime = NOW,
+    ids: tuple[str, str] = ("u1", "a1"),
+    **config: object,
 ) -> None:
-    event = TurnMemoryEvent("telegram:1", user, assistant, at, "u1", "a1")
+    event = TurnMemoryEvent("telegram:1", user, assistant, at, *ids)
     candidates = RuleBasedExtractor().extract(event, code_aware=True)
     MemoryWriteService(store).record_turn(event, candidates, MemoryConfig(**config))  # type: ignore[arg-type]
     await store.flush()
@@ -82,6 +87,27 @@ async def test_a_newer_contradicting_fact_supersedes_the_older(store: MemoryItem
     assert old["content"] == "My favourite colour is green." and old["supersededBy"] == new["id"]
     assert new["content"] == "My favourite colour is blue." and "supersededBy" not in new
     assert [item.content for item in store.in_layer(MemoryLayer.SEMANTIC)] == ["My favourite colour is blue."]
+
+
+async def test_retracting_an_exchange_takes_back_what_it_wrote(store: MemoryItemStore, paths: MemoryPaths) -> None:
+    await say_turn(store, "My favourite colour is green. Remember that the spare key is under the mat.")
+    later = NOW + timedelta(days=1)
+    await say_turn(
+        store, "My favourite colour is blue. remember: the spare key is under the mat", at=later, ids=("u2", "a2")
+    )
+    report = MemoryWriteService(store).retract(["u2", "a2"])  # /retry or /undo dropped the second exchange
+    await store.flush()
+    assert sorted(item.content for item in report.added) == [
+        "My favourite colour is blue.",
+        "User: My favourite colour is blue. remember: the spare key is under the mat | Assistant: Noted.",
+    ]
+    green, key = sorted(read_items(paths.semantic_file), key=lambda record: str(record["content"]))
+    assert green["content"] == "My favourite colour is green." and "supersededBy" not in green  # current again
+    assert key["content"] == "the spare key is under the mat."
+    assert key["references"] == ["u1", "a1"] and key["confidence"] == pytest.approx(0.8)  # its reinforcement undone
+    assert [item.content for item in store.in_layer(MemoryLayer.EPISODIC)] == [
+        "User: My favourite colour is green. Remember that the spare key is under the mat. | Assistant: Noted."
+    ]
 
 
 async def test_a_repeated_episodic_fact_is_promoted_to_semantic(store: MemoryItemStore, paths: MemoryPaths) -> None:

@@ -9,6 +9,9 @@ In a group, what a person said is recorded as "Name: text" (note line, turn and 
 group's memory never mixes people and "I" in a fact means its sender. Under `memory.scope: user` the
 turn is also written, in the person's own words, to that person's memory, which follows them into
 their private chat with the bot and no one else's.
+
+`retract` takes back what it wrote for an exchange that /retry or /undo dropped from the session:
+the note lines and the items, found from the same events, so memory never keeps a discarded answer.
 """
 
 from __future__ import annotations
@@ -16,15 +19,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from datetime import datetime
 
 from bot.clock import Clock
 from bot.domain.memory import TurnMemoryEvent
-from bot.domain.message import Role
+from bot.domain.message import Message, Role
+from bot.domain.session import AgentSession
 from bot.domain.turn import TurnContext
 from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
-from bot.pipeline.turn_storage import is_group_chat
+from bot.pipeline.turn_storage import GROUP_KEY, is_group_chat
+from bot.settings import MemoryConfig
 from bot.skills.tools import active_skill
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,38 @@ def previous_assistant_text(ctx: TurnContext) -> str:
     return ""
 
 
+def turn_events(
+    session: AgentSession,
+    user_message: Message,
+    turn_messages: list[Message],
+    reply_text: str,
+    now: datetime,
+    *,
+    in_group: bool,
+    config: MemoryConfig,
+) -> list[TurnMemoryEvent]:
+    """What memory records of a finished turn, one event per memory it goes to: the chat's and, in a
+    group under `memory.scope: user`, the sender's own (in their own words)."""
+    answers = [message for message in turn_messages if message.role is Role.ASSISTANT and message.content]
+    sender = user_message.sender if in_group else None
+    said = user_message.content
+    event = TurnMemoryEvent(
+        session_id=session.id,
+        user_text=f"{sender.name}: {said}" if sender is not None else said,
+        speaker=sender.name if sender is not None else None,
+        assistant_text=reply_text,
+        timestamp=now,
+        user_message_id=user_message.id,
+        assistant_message_id=answers[-1].id if answers else None,
+        tool_names=tuple(sorted({m.name for m in turn_messages if m.role is Role.TOOL and m.name})),
+        skill=active_skill(session),
+    )
+    if sender is None or config.scope != "user":
+        return [event]
+    own_key = person_memory_key(session.channel_type, sender.id)
+    return [event, dataclasses.replace(event, user_text=said, speaker=None, memory_key=own_key)]
+
+
 class MemoryPersistSystem(PipelineSystem):
     order = 50
     name = "MemoryPersist"
@@ -54,29 +92,42 @@ class MemoryPersistSystem(PipelineSystem):
         return ctx.config.memory.enabled and bool(ctx.reply_text)
 
     async def process(self, ctx: TurnContext) -> None:
-        answers = [message for message in ctx.new_messages if message.role is Role.ASSISTANT and message.content]
-        sender = ctx.user_message.sender
-        in_group = is_group_chat(ctx)
-        said = ctx.user_message.content
-        event = TurnMemoryEvent(
-            session_id=ctx.session.id,
-            user_text=f"{sender.name}: {said}" if in_group and sender is not None else said,
-            speaker=sender.name if in_group and sender is not None else None,
-            assistant_text=ctx.reply_text or "",
-            timestamp=self._clock.now(),
-            user_message_id=ctx.user_message.id,
-            assistant_message_id=answers[-1].id if answers else None,
-            tool_names=tuple(sorted({m.name for m in ctx.new_messages if m.role is Role.TOOL and m.name})),
-            skill=active_skill(ctx.session),
+        events = turn_events(
+            ctx.session,
+            ctx.user_message,
+            ctx.new_messages,
+            ctx.reply_text or "",
+            self._clock.now(),
+            in_group=is_group_chat(ctx),
+            config=ctx.config.memory,
         )
-        writes = [self._append_note(ctx, event), self._record(ctx, event)]
-        if in_group and sender is not None and ctx.config.memory.scope == "user":
-            own = dataclasses.replace(
-                event, user_text=said, speaker=None, memory_key=person_memory_key(ctx.session.channel_type, sender.id)
-            )
-            writes += [self._append_note(ctx, own), self._record(ctx, own)]
+        writes = [write for event in events for write in (self._append_note(ctx, event), self._record(ctx, event))]
         # The writes touch different files: done side by side, the chat's next message waits less.
         await asyncio.gather(*writes)
+
+    async def retract(self, session: AgentSession, dropped: list[Message], config: MemoryConfig) -> None:
+        """Take back the memory written for the exchange `dropped` (a user message and its answer), which
+        /retry or /undo removed from the session. Failures are logged: the command still does its work."""
+        user = next((message for message in dropped if message.role is Role.USER), None)
+        answers = [message for message in dropped if message.role is Role.ASSISTANT and message.content]
+        if not config.enabled or user is None or not answers:
+            return  # nothing was written for an exchange without an answer
+        events = turn_events(
+            session,
+            user,
+            dropped,
+            answers[-1].content,
+            answers[-1].timestamp,
+            in_group=bool(session.metadata.get(GROUP_KEY)),
+            config=config,
+        )
+        # The note line has the time it was written (just after the answer), on that day or the message's.
+        days = [moment.astimezone(self._clock.zone).date() for moment in (answers[-1].timestamp, user.timestamp)]
+        for event in events:
+            try:
+                await self._memory.retract_turn(config, event, days)
+            except OSError as error:
+                log.warning("[MemoryPersist] Could not take back a dropped exchange: %s", error)
 
     async def _append_note(self, ctx: TurnContext, event: TurnMemoryEvent) -> None:
         if not ctx.config.memory.legacy_daily_notes_enabled:

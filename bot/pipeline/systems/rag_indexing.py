@@ -2,6 +2,7 @@
 
 It only appends to the durable queue in the workspace (an fsynced line, a few milliseconds); the
 model calls of graph extraction happen later, in batches, when the scheduler flushes the queue.
+`retract` forgets the document of an exchange that /retry or /undo dropped (queued or indexed).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from bot.clock import Clock
-from bot.domain.message import Role
+from bot.domain.message import Message, Role
 from bot.domain.turn import TurnContext
 from bot.pipeline.system import PipelineSystem
 from bot.rag.service import RagService
@@ -46,3 +47,10 @@ class RagIndexingSystem(PipelineSystem):
             )
         except OSError as error:
             log.warning("[RAG] Could not queue the exchange for indexing: %s", error)
+
+    async def retract(self, dropped: list[Message]) -> None:
+        """Forget the knowledge-graph document made from these messages, if any; failures are logged."""
+        try:
+            await self._rag.forget_documents(await self._rag.documents_for_messages([m.id for m in dropped]))
+        except Exception:
+            log.exception("[RAG] Could not forget the document of a dropped exchange")
