@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -116,17 +117,23 @@ def start_channel(backend: str, fake: FakeTelegram, workspace: Path) -> subproce
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def write_runtime_config(workspace: Path, chats: list[int]) -> None:
+def write_runtime_config(workspace: Path, chats: list[int], sections: dict[str, Any] | None = None) -> None:
+    """The bench's runtime-config: these chats admitted, a short long poll, and `sections` over that."""
     (workspace / "preferences").mkdir(parents=True, exist_ok=True)
-    (workspace / "preferences" / "runtime-config.json").write_text(
-        json.dumps({"access": {"allowedUsers": chats}, "telegram": {"pollingTimeoutSeconds": 1}})
-    )
+    config: dict[str, Any] = {"access": {"allowedUsers": chats}, "telegram": {"pollingTimeoutSeconds": 1}}
+    config.update(sections or {})
+    (workspace / "preferences" / "runtime-config.json").write_text(json.dumps(config))
 
 
 def start_bot(
-    backend: str, fake: FakeTelegram, model: FakeOpenAI, workspace: Path, chats: list[int]
+    backend: str,
+    fake: FakeTelegram,
+    model: FakeOpenAI,
+    workspace: Path,
+    chats: list[int],
+    config_sections: dict[str, Any] | None = None,
 ) -> subprocess.Popen[bytes]:
-    write_runtime_config(workspace, chats)
+    write_runtime_config(workspace, chats, config_sections)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("BOT_", "TELEGRAM_", "OPENAI_"))}
     env.update(
         BOT_WORKSPACE=str(workspace),
