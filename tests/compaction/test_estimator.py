@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.compaction.estimator import DEFAULT_CHARS_PER_TOKEN, TokenEstimator
+from bot.compaction.estimator import DEFAULT_CHARS_PER_TOKEN, TokenEstimator, payload_chars, payload_text
 from bot.domain.message import Message, ToolCall
 
 
@@ -44,3 +44,15 @@ def test_observe_request_calibrates_from_the_wire_payload() -> None:
     wire = [{"role": "system", "content": "s" * 2000}, {"role": "user", "content": "u" * 2000}]
     estimator.observe_request("m", wire, None, prompt_tokens=1008)  # 4000 chars / (1008 − 2×4) = 4.0
     assert abs(estimator.ratio_for("m") - (0.1 * 4.0 + 0.9 * 3.5)) < 1e-9
+
+
+def test_payload_chars_is_the_length_of_the_payload_text() -> None:
+    wire: list[dict[str, object]] = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}, {"type": "image_url"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "read", "arguments": "{}"}}]},
+        {"role": "tool", "content": "file text"},
+    ]
+    tools: list[dict[str, object]] = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
+    assert payload_chars(wire, tools) == len(payload_text(wire, tools))
+    assert payload_chars(wire) == len(payload_text(wire))
