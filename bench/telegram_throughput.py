@@ -82,11 +82,11 @@ def run_channel_echo(backend: str, root: str, token: str, workspace: Path) -> No
 
     async def main() -> None:
         env = EnvSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             bot_workspace=workspace,
-            telegram_bot_token=token,  # type: ignore[arg-type]
+            telegram_bot_token=token,
             telegram_api_base_url=root,
-            telegram_backend=backend,  # type: ignore[arg-type]
+            telegram_backend=backend,
         )
         services = build_services(env)
         [channel] = build_channels(env, services)

@@ -75,7 +75,8 @@ async def test_a_hand_edited_persona_is_used_on_the_next_message(
     await say(services, channel, "1", "hi")
     services.workspace.system_prompt_file.write_text("You are Captain Memo, a pirate.")
     await say(services, channel, "1", "hi again")
-    assert fake_openai.system_prompts()[-1].startswith("You are Captain Memo, a pirate.")
+    prompt = fake_openai.system_prompts()[-1]
+    assert prompt is not None and prompt.startswith("You are Captain Memo, a pirate.")
 
 
 async def test_bot_model_from_the_environment_overrides_the_runtime_config(
