@@ -10,7 +10,7 @@ import re
 from datetime import date, datetime
 
 from bot.memory.file_cache import TextFileCache
-from bot.storage.files import append_lines
+from bot.storage.files import append_lines, file_signature, line_bytes
 from bot.workspace import MemoryPaths
 
 USER_TEXT_LIMIT = 200
@@ -40,7 +40,10 @@ class DailyNotes:
     async def append(self, at: datetime, user_text: str, assistant_text: str) -> str:
         """Append the exchange to `at`'s day; returns the line written."""
         line = format_note_line(at, user_text, assistant_text)
-        await append_lines(self._paths.daily_note_file(at.date()), [line])
+        path = self._paths.daily_note_file(at.date())
+        before = file_signature(path)
+        await append_lines(path, [line])
+        self._cache.appended(path, before, line_bytes(line))
         return line
 
     async def read(self, day: date) -> str:
