@@ -8,6 +8,10 @@ print, and prints one Markdown table, headed by the machine it ran on:
   1,000 messages and memories of 1,000 and 100,000 items (`pipeline_overhead`);
 - messages/s end to end through the fake Bot API, per backend: the whole bot, next to the bare
   library echo bot and our channel with an echo (`telegram_throughput`);
+- CPU per message, round trip and burst rate of the whole bot beside a minimal assistant making the
+  same three calls, as shipped and lexical only (`minimal_assistant`);
+- CPU and bytes written per message at a 5,000-message session against a 10-message one, compaction
+  off (`session_growth`);
 - memory retrieval p50 / p99 with the offline embedder, the first answer after a start and what a
   restart re-embeds, at 1,000 / 10,000 / 100,000 items (`memory_retrieval`);
 - LoCoMo evidence recall in the prompt, through the real bot (`locomo`);
@@ -23,8 +27,8 @@ print, and prints one Markdown table, headed by the machine it ran on:
 `--quick` uses smaller sizes (a few minutes in all); `--only` picks benchmarks by name. A part
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
-Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram retrieval
-compaction rag locomo prefix sessions quality.
+Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram minimal
+growth retrieval compaction rag locomo prefix sessions quality.
 """
 
 from __future__ import annotations
@@ -111,6 +115,26 @@ def telegram_cell(output: str) -> str:
         raise ValueError("no backend row in telegram_throughput's table")
     _, bare, channel, whole = match.groups()
     return f"whole bot {whole} msg/s (bare library echo {bare}, our channel with an echo {channel})"
+
+
+def minimal_cell(output: str) -> str:
+    [row] = json_lines(output)
+    bot, minimal = row["bot"], row["minimal"]
+    return (
+        f"CPU per message {ms(bot['cpu_ms'])} against {ms(minimal['cpu_ms'])} (x{row['cpu_ratio']:.2f}); round trip "
+        f"{ms(bot['round_trip_ms'])} against {ms(minimal['round_trip_ms'])} (x{row['round_trip_ratio']:.2f}); burst "
+        f"{bot['burst_per_s']:.0f} against {minimal['burst_per_s']:.0f} msg/s ({row['burst_share']:.0%})"
+    )
+
+
+def growth_cell(output: str) -> str:
+    [row] = json_lines(output)
+    short, long = (row["lengths"][key] for key in sorted(row["lengths"], key=int))
+    return (
+        f"CPU per message {ms(long['cpu_ms'])} against {ms(short['cpu_ms'])} (x{row['cpu_ratio']:.2f}); written per "
+        f"message {long['bytes_per_message'] / 1024:,.0f} KiB against {short['bytes_per_message'] / 1024:,.0f} KiB "
+        f"(x{row['bytes_ratio']:.1f}); round trip x{row['round_trip_ratio']:.2f}"
+    )
 
 
 def retrieval_cell(output: str) -> str:
@@ -216,6 +240,28 @@ def plan(quick: bool) -> list[Part]:
         )
         for backend in ("ptb", "aiogram")
     ]
+    rounds, per_round = (3, 20) if quick else (5, 40)
+    parts += [
+        Part(
+            "minimal",
+            "beside a minimal assistant (same three calls), instant model",
+            f"bot {setting}; {rounds} x {per_round} messages, burst {chats} chats x {per_chat}",
+            f"bench.minimal_assistant --settings {setting} --rounds {rounds} --per-round {per_round} "
+            f"--chats {chats} --per-chat {per_chat} --json",
+            minimal_cell,
+        )
+        for setting in ("shipped", "lexical")
+    ]
+    long_session = 1_000 if quick else 5_000
+    parts.append(
+        Part(
+            "growth",
+            "cost as the session grows, compaction off, lexical only",
+            f"session {long_session:,} against 10 messages",
+            f"bench.session_growth --lengths 10 {long_session} --rounds {rounds} --json",
+            growth_cell,
+        )
+    )
     parts += [
         Part(
             "retrieval",

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -81,11 +82,11 @@ def run_channel_echo(backend: str, root: str, token: str, workspace: Path) -> No
 
     async def main() -> None:
         env = EnvSettings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             bot_workspace=workspace,
-            telegram_bot_token=token,  # type: ignore[arg-type]
+            telegram_bot_token=token,
             telegram_api_base_url=root,
-            telegram_backend=backend,  # type: ignore[arg-type]
+            telegram_backend=backend,
         )
         services = build_services(env)
         [channel] = build_channels(env, services)
@@ -116,17 +117,23 @@ def start_channel(backend: str, fake: FakeTelegram, workspace: Path) -> subproce
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def write_runtime_config(workspace: Path, chats: list[int]) -> None:
+def write_runtime_config(workspace: Path, chats: list[int], sections: dict[str, Any] | None = None) -> None:
+    """The bench's runtime-config: these chats admitted, a short long poll, and `sections` over that."""
     (workspace / "preferences").mkdir(parents=True, exist_ok=True)
-    (workspace / "preferences" / "runtime-config.json").write_text(
-        json.dumps({"access": {"allowedUsers": chats}, "telegram": {"pollingTimeoutSeconds": 1}})
-    )
+    config: dict[str, Any] = {"access": {"allowedUsers": chats}, "telegram": {"pollingTimeoutSeconds": 1}}
+    config.update(sections or {})
+    (workspace / "preferences" / "runtime-config.json").write_text(json.dumps(config))
 
 
 def start_bot(
-    backend: str, fake: FakeTelegram, model: FakeOpenAI, workspace: Path, chats: list[int]
+    backend: str,
+    fake: FakeTelegram,
+    model: FakeOpenAI,
+    workspace: Path,
+    chats: list[int],
+    config_sections: dict[str, Any] | None = None,
 ) -> subprocess.Popen[bytes]:
-    write_runtime_config(workspace, chats)
+    write_runtime_config(workspace, chats, config_sections)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("BOT_", "TELEGRAM_", "OPENAI_"))}
     env.update(
         BOT_WORKSPACE=str(workspace),

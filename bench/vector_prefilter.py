@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-import bot.memory.embeddings as embeddings
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.llm.local_embeddings import LocalEmbedder
+from bot.memory import vector_search
 from bot.memory.embeddings import VectorIndex, text_key, unit
 from bot.memory.retrieval import VECTOR_CANDIDATES
 
@@ -93,10 +93,14 @@ def main() -> None:
     exact_index = index_of(turns, turn_vectors)
     exact = [exact_index.relevance(query, VECTOR_CANDIDATES) for query in question_vectors]
     figures: dict[str, dict[str, float]] = {}
-    original = embeddings.EXACT_SEARCH_MAX_ROWS, embeddings.SHORTLIST_SHARE, embeddings.SHORTLIST_MIN_FACTOR
+    original = vector_search.EXACT_SEARCH_MAX_ROWS, vector_search.SHORTLIST_SHARE, vector_search.SHORTLIST_MIN_FACTOR
     try:
         for share in SHARES:
-            embeddings.EXACT_SEARCH_MAX_ROWS, embeddings.SHORTLIST_SHARE, embeddings.SHORTLIST_MIN_FACTOR = 0, share, 0
+            vector_search.EXACT_SEARCH_MAX_ROWS, vector_search.SHORTLIST_SHARE, vector_search.SHORTLIST_MIN_FACTOR = (
+                0,
+                share,
+                0,
+            )
             index = index_of(turns, turn_vectors)
             row: dict[str, float] = {}
             kept_mass = []
@@ -114,12 +118,14 @@ def main() -> None:
             row["relevance_kept"] = statistics.mean(kept_mass)
             figures[f"{share:.2f}"] = row
     finally:
-        embeddings.EXACT_SEARCH_MAX_ROWS, embeddings.SHORTLIST_SHARE, embeddings.SHORTLIST_MIN_FACTOR = original
+        vector_search.EXACT_SEARCH_MAX_ROWS, vector_search.SHORTLIST_SHARE, vector_search.SHORTLIST_MIN_FACTOR = (
+            original
+        )
     print(f"{len(turns)} turns, {len(questions)} questions; dense candidates {VECTOR_CANDIDATES} of the exact search")
     print(f"{'short list':>10} " + " ".join(f"{'top ' + str(top):>8}" for top in TOP) + f" {'relevance kept':>15}")
-    for share, row in figures.items():
+    for label, row in figures.items():
         recalls = " ".join(f"{row[f'recall_top{top}']:>8.3f}" for top in TOP)
-        print(f"{float(share):>9.0%} {recalls} {row['relevance_kept']:>15.3f}")
+        print(f"{float(label):>9.0%} {recalls} {row['relevance_kept']:>15.3f}")
     if args.json:
         print(json.dumps(figures))
 

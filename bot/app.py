@@ -414,12 +414,14 @@ def _handler_for(router: InboundRouter, channel: Channel) -> InboundHandler:
 async def shutdown(services: BotServices, channels: list[Channel], listener: HttpListener | None = None) -> None:
     """Stop taking messages, let runs in progress finish (bounded), then release everything.
 
-    Every store writes through on each change, so nothing is left to flush once the runs are done.
+    Every store writes through on each change, but for the question of a turn, written with its answer:
+    a turn the stop cut short has its question written here.
     """
     log.info("[App] Stopping")
     for channel in channels:
         await channel.stop_receiving()
     await services.router.dispatcher.close(SHUTDOWN_GRACE_SECONDS)
+    await services.sessions.write_unwritten()
     await services.scheduler.shutdown()
     for channel in channels:
         await channel.stop()

@@ -99,7 +99,10 @@ class RuntimeConfigStore:
 
     async def current(self) -> RuntimeConfig:
         """The configuration in force, re-reading the workspace file first if it changed."""
-        signature = await asyncio.to_thread(self._file_signature)
+        # Asked several times per message: the check is one `stat` (microseconds) done inline, as for
+        # MEMORY.md (`TextFileCache`); a hop through the worker threads costs far more, and only the read of
+        # a changed file goes there.
+        signature = self._file_signature()
         if signature != self._signature:
             async with self._lock:
                 if signature != self._signature:

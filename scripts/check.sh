@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every check CI runs: lint, format, types, architecture contracts, then the test suite.
+# Every check CI runs: lint, format, types (bot, tests and bench: see [tool.mypy] files), architecture
+# contracts, then the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin

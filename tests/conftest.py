@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,16 +19,16 @@ pytest_plugins = ["tests.fakes.openai_fixtures", "tests.fakes.telegram_fixtures"
 TEST_API_KEY = "sk-test-key-1234567890"
 
 
-def env_for(workspace: Path, fake_openai: FakeOpenAI, **overrides: object) -> EnvSettings:
+def env_for(workspace: Path, fake_openai: FakeOpenAI, **overrides: Any) -> EnvSettings:
     """Settings as the environment would give them, pointing at the fakes; no `.env` is read."""
-    values: dict[str, object] = {
+    values: dict[str, Any] = {
         "bot_workspace": workspace,
         "openai_base_url": fake_openai.base_url,
         "openai_api_key": TEST_API_KEY,
         "bot_timezone": "UTC",
     }
     values.update(overrides)
-    return EnvSettings(_env_file=None, **values)  # type: ignore[call-arg]
+    return EnvSettings(_env_file=None, **values)
 
 
 @pytest.fixture

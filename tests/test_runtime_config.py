@@ -30,7 +30,7 @@ def write(path: Path, content: str) -> None:
 def test_shipped_defaults_are_the_contract_defaults() -> None:
     """CONTRACT's keys keep CONTRACT's defaults; the sections may have more keys (README documents them)."""
     shipped = json.loads(SHIPPED_DEFAULTS.read_text())
-    contract = {
+    contract: dict[str, dict[str, object]] = {
         "memory": {
             "enabled": True, "recentDays": 7, "softPromptBudgetTokens": 1800, "maxPromptBudgetTokens": 3500,
             "workingTopK": 6, "episodicTopK": 8, "semanticTopK": 6, "proceduralTopK": 4, "promotionEnabled": True,

@@ -156,10 +156,13 @@ class TokenEstimator:
     def tool_schemas(self, schemas: list[dict[str, Any]], model: str | None = None) -> int:
         if not schemas:
             return 0
+        return self.text(self._schemas_json(schemas), model)
+
+    def _schemas_json(self, schemas: list[dict[str, Any]]) -> str:
         seen = self._schemas_seen
         if seen is None or len(seen) != len(schemas) or any(a is not b for a, b in zip(seen, schemas, strict=True)):
             self._schemas_seen, self._schemas_text = list(schemas), json.dumps(schemas, ensure_ascii=False)
-        return self.text(self._schemas_text, model)
+        return self._schemas_text
 
     def calibrate(self, model: str, sent_chars: int, prompt_tokens: int, messages: int = 0) -> None:
         """Move `model`'s ratio towards what the provider reported for a request of `sent_chars`."""
@@ -187,9 +190,11 @@ class TokenEstimator:
 
         A request with images is not used: the provider's count includes the images by its own rule,
         which says nothing about how many characters its tokenizer puts in a token."""
-        if image_parts(wire_messages):
-            return
-        self.calibrate(model, payload_chars(wire_messages, tools), prompt_tokens, len(wire_messages))
+        if self.exact_counter(model) is not None or image_parts(wire_messages):
+            return  # exact counts need no calibration
+        # Counted, not joined into one text, with the tool schemas' JSON made once: this runs every turn.
+        chars = wire_chars(wire_messages) + (len(self._schemas_json(tools)) if tools else 0)
+        self.calibrate(model, chars, prompt_tokens, len(wire_messages))
 
 
 def message_chars(message: Message) -> int:
@@ -228,5 +233,21 @@ def image_parts(wire_messages: list[dict[str, Any]]) -> int:
     )
 
 
+def wire_chars(wire_messages: list[dict[str, Any]]) -> int:
+    """Characters of `payload_text` that come from the messages (contents and tool calls)."""
+    chars = 0
+    for wire in wire_messages:
+        content = wire.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+        for call in wire.get("tool_calls") or []:
+            function = call.get("function", {})
+            chars += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
+    return chars
+
+
 def payload_chars(wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
-    return len(payload_text(wire_messages, tools))
+    """The length of `payload_text`, without building it."""
+    return wire_chars(wire_messages) + (len(json.dumps(tools, ensure_ascii=False)) if tools else 0)

@@ -45,6 +45,8 @@ def to_openai_message(
 
 def user_text(message: Message, *, show_name: bool, corrected: str | None = None, seen_as: str | None = None) -> str:
     """A user message's text as the model reads it, with who wrote it and what it refers to."""
+    if message.quote is None and message.correction_of is None and not message.media and not show_name:
+        return message.content  # most messages: nothing to add (this runs for every message of every request)
     lines: list[str] = []
     if message.quote is not None:
         lines.append(f'[Replying to {message.quote.author}: "{message.quote.text}"]')
@@ -79,7 +81,8 @@ def to_openai_messages(
     images not in it gets a text stand-in. `group`: every user message carries its sender's name.
     """
     head = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    by_id = {message.id: message for message in messages}
+    # Only an edit needs to find the message it corrects; most conversations have none.
+    by_id = {message.id: message for message in messages} if any(m.correction_of for m in messages) else {}
     wire: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         if message.role is not Role.USER:

@@ -13,7 +13,7 @@ from datetime import date, datetime
 from pathlib import Path
 
 from bot.memory.file_cache import TextFileCache
-from bot.storage.files import append_lines, write_atomic
+from bot.storage.files import append_lines, file_signature, line_bytes, write_atomic
 from bot.workspace import MemoryPaths
 
 USER_TEXT_LIMIT = 200
@@ -49,8 +49,11 @@ class DailyNotes:
     async def append(self, at: datetime, user_text: str, assistant_text: str) -> str:
         """Append the exchange to `at`'s day; returns the line written."""
         line = format_note_line(at, user_text, assistant_text)
+        path = self._paths.daily_note_file(at.date())
         async with self._lock:
-            await append_lines(self._paths.daily_note_file(at.date()), [line])
+            before = file_signature(path)
+            await append_lines(path, [line])
+            self._cache.appended(path, before, line_bytes(line))
         return line
 
     async def remove_exchange(self, days: Iterable[date], user_text: str, assistant_text: str) -> bool:

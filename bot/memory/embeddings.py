@@ -27,13 +27,8 @@ import numpy.typing as npt
 from bot.domain.memory import MemoryItem
 from bot.llm.embedders import Embedder
 from bot.llm.errors import LlmError
-from bot.memory.vector_search import (
-    EXACT_SEARCH_MAX_ROWS,
-    SHORTLIST_MIN_FACTOR,
-    SHORTLIST_SHARE,
-    RowSum,
-    SignCodes,
-)
+from bot.memory import vector_search
+from bot.memory.vector_search import RowSum, SignCodes
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +335,7 @@ class VectorIndex:
         if self._sum is None:
             self._sum = RowSum(self._matrix.shape[1])
             self._sum.add(self._matrix[:used], self._scales[:used])
-        if self._codes is None and used > EXACT_SEARCH_MAX_ROWS:
+        if self._codes is None and used > vector_search.EXACT_SEARCH_MAX_ROWS:
             self._codes = SignCodes(self._sum.mean_row(), len(self._matrix))
             self._codes.set(np.arange(used), self._matrix[:used], self._scales[:used])
 
@@ -447,7 +442,9 @@ class VectorIndex:
         wanted = min(used, 2 * limit)
         rows: npt.NDArray[np.intp] | None = None  # every row in use, or the short list
         if self._codes is not None:
-            rows = self._codes.shortlist(query, used, max(SHORTLIST_MIN_FACTOR * wanted, int(SHORTLIST_SHARE * used)))
+            rows = self._codes.shortlist(
+                query, used, max(vector_search.SHORTLIST_MIN_FACTOR * wanted, int(vector_search.SHORTLIST_SHARE * used))
+            )
         similarities = self._similarities(query, rows)
         # The z-score's spread cancels in the ratio to the best: (cosine - mean) / (best cosine - mean).
         above = similarities - self._sum.mean_cosine(query)

@@ -4,6 +4,8 @@ MEMORY.md and the daily notes are read for every message; most of the time they 
 and a read through the shared worker threads can wait behind other stores' fsyncs under load. The
 check is one `stat` (microseconds, done inline); the read, when needed, runs in a thread. A change
 is always seen: the cache is keyed by the file's signature, so nothing stale survives an edit.
+What the bot appends itself (today's note, after every exchange) extends the cached text instead of
+making the next message read the whole file again.
 """
 
 from __future__ import annotations
@@ -34,3 +36,14 @@ class TextFileCache:
             return None
         self._entries[path] = (signature, text)
         return text
+
+    def appended(self, path: Path, before: FileSignature | None, added: bytes) -> None:
+        """`added` was just appended to `path`, whose signature was `before`: the cached text grows by it
+        when the cache held the file as it was then and the file grew by exactly that (no other writer,
+        no torn tail cut); otherwise the entry goes and the next read reads the file."""
+        cached = self._entries.pop(path, None)
+        after = file_signature(path)
+        if cached is None or before is None or cached[0] != before or after is None:
+            return
+        if after[1] == before[1] + len(added) and after[2] == before[2]:
+            self._entries[path] = (after, cached[1] + added.decode("utf-8", errors="replace"))

@@ -1,8 +1,11 @@
 """`PipelineRunner`: runs the numbered systems for one inbound message and delivers the reply.
 
-The user's message is written to the session before any system runs, so neither a crash nor a model
-error loses it. Systems before the reply (18, 20, 30) may end the turn with a user-facing error;
-the reply is then delivered; systems after it (50, 55) only log their failures.
+The user's message joins the session before any system runs. A journaled message (the inbox holds it
+durably until its turn ends) is written with the turn's answer, or with the failure that settles the
+turn, in one save: a crash before that leaves it pending in the journal, and the next start answers it.
+A message that could not be journaled is written at once. Systems before the reply (18, 20, 30) may
+end the turn with a user-facing error; the reply is then delivered; systems after it (50, 55) only log
+their failures.
 
 The answer is stored before it is sent, and the caller records the moment it went out (`on_delivered`).
 A crash in between leaves a stored answer whose message is still open in the journal: after the restart
@@ -151,14 +154,19 @@ class PipelineRunner:
             )
             if inbound.is_group:
                 session.metadata[GROUP_KEY] = True
-            if pending is None:
-                await store_turn_messages(self._sessions, ctx, [ctx.user_message])
-            else:
+            if pending is not None:
                 log.info("[Pipeline] Answering %s's message left unanswered by the last stop", session.id)
+            elif inbound.journal_id is not None:
+                self._sessions.add_unwritten(session, [ctx.user_message])
+            else:
+                await store_turn_messages(self._sessions, ctx, [ctx.user_message])
             async with _typing(channel, inbound.chat_id), self._interruptible(ctx):
                 failure_reply = await self._run_systems(ctx, after_reply=False)
             if failure_reply is not None:
                 await self._settle(ctx)
+            elif self._sessions.has_unwritten(session):
+                # No system stored an answer (a build without the tool loop): the message still gets written.
+                await store_turn_messages(self._sessions, ctx, [])
             await self._deliver(ctx, channel, failure_reply)
             if on_delivered is not None:
                 await on_delivered()

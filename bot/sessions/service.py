@@ -2,7 +2,8 @@
 
 Callers that change a session hold its lock (`lock_for`) for the whole change; the pipeline holds it
 for a run. Saving messages appends them to the archive and rewrites the live session once, so the
-cost does not grow with the archive.
+cost does not grow with the archive. A message may also be added unwritten (`add_unwritten`): the next
+save writes it with the rest, which lets a plain turn write its question and answer at once.
 
 The cache keeps the `CACHE_MAX_SESSIONS` most recently used sessions; older ones are dropped and read
 again from disk when their chat speaks, so resident memory stays bounded however many chats there
@@ -14,6 +15,7 @@ succeeds (its unwritten change lives only in memory).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections import OrderedDict
@@ -51,7 +53,8 @@ class SessionService:
         # Sessions whose last save failed: held until a save succeeds, whatever the cache drops.
         self._unsaved: dict[str, AgentSession] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        # Messages whose archive append failed, written ahead of the next append so the archive stays whole.
+        # Messages not in the archive yet (added unwritten, or their append failed), written ahead of the
+        # next save so the archive stays whole.
         self._unarchived: dict[str, list[Message]] = {}
 
     def lock_for(self, session_id: str) -> asyncio.Lock:
@@ -103,21 +106,46 @@ class SessionService:
             return None
         return None if session is None else self._cached(session_id) or self._keep(session)
 
-    async def append_messages(self, session: AgentSession, messages: list[Message]) -> None:
-        """Add messages: one archive append, then one atomic rewrite of the live session."""
+    def add_unwritten(self, session: AgentSession, messages: list[Message]) -> None:
+        """Add messages to the live session in memory only; the next save writes them (archive and session).
+
+        For a message that is durable elsewhere until then: the user's message of a turn, which the inbox
+        journal holds until the turn ends. The turn's one save then writes the question with its answer.
+        """
         session.messages.extend(messages)
-        pending = self._unarchived.pop(session.id, []) + messages
-        try:
-            await self.archive.append(session.id, pending)
-        except OSError as error:
-            self._unarchived[session.id] = pending
-            log.error("[Session] Could not archive %d messages of %s: %s", len(pending), session.id, error)
-            raise SessionPersistError(_describe(error)) from error
+        self._unarchived.setdefault(session.id, []).extend(messages)
+
+    def has_unwritten(self, session: AgentSession) -> bool:
+        return bool(self._unarchived.get(session.id))
+
+    async def write_unwritten(self) -> None:
+        """Save every session holding messages added unwritten (at a stop, the question of a turn cut short)."""
+        for session_id in list(self._unarchived):
+            session = self._cached(session_id)
+            if session is None:
+                continue
+            async with self.lock_for(session_id):
+                with contextlib.suppress(SessionPersistError):  # logged by `save`; the journal still has it
+                    await self.save(session)
+
+    async def append_messages(self, session: AgentSession, messages: list[Message]) -> None:
+        """Add messages: one archive append (with any written ahead), then one atomic rewrite of the session."""
+        self.add_unwritten(session, messages)
         await self.save(session)
 
     async def save(self, session: AgentSession) -> None:
+        """Append the messages the archive does not have yet, then rewrite the live session atomically."""
         session.updated_at = utc_now()
         self._keep(session)
+        pending = self._unarchived.pop(session.id, [])
+        try:
+            if pending:
+                await self.archive.append(session.id, pending)
+        except OSError as error:
+            self._unarchived[session.id] = pending
+            self._unsaved[session.id] = session
+            log.error("[Session] Could not archive %d messages of %s: %s", len(pending), session.id, error)
+            raise SessionPersistError(_describe(error)) from error
         try:
             await self.store.save(session)
         except OSError as error:
@@ -143,6 +171,7 @@ class SessionService:
         self._cache.pop(session_id, None)
         self._alive.pop(session_id, None)
         self._unsaved.pop(session_id, None)
+        self._unarchived.pop(session_id, None)
         await self.store.delete(session_id)
 
     async def message_count(self, session_id: str) -> int:

@@ -3,16 +3,22 @@
 A crash at any moment leaves the old or the new version (atomic rewrite). A file that does not parse
 is never overwritten: it is moved aside as `<name>.corrupt-<time>` so nothing is lost, and the chat
 starts a fresh session.
+
+The whole document is written on every save (an outside reader may open it after any turn), so the
+bytes written grow with the session; the CPU does not: each message's JSON is kept from the save before
+and only messages added or replaced since are serialized again (`MessageJsonCache`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, checked_session_id
 from bot.storage.files import read_text_sync, write_atomic
@@ -29,11 +35,50 @@ class CorruptSession(Exception):
         self.quarantined_as = quarantined_as
 
 
+# A message's JSON as last written, with the message object and the values of its fields at the time.
+_WrittenMessage = tuple[Message, tuple[object, ...], str]
+
+
+class MessageJsonCache:
+    """The JSON of each message of a live session as last written, so a save serializes only what changed.
+
+    An entry is reused while it is the same message object and its fields hold the values they held then
+    (a field assigned since, as the runner does while building a message, is caught; comparing the values
+    costs a twentieth of serializing them). Stored messages are replaced, not edited in place, so a list
+    inside a field is not looked into. Entries live as long as their session object: the session cache
+    dropping a session drops them too.
+    """
+
+    def __init__(self) -> None:
+        self._by_session: dict[int, dict[int, _WrittenMessage]] = {}
+
+    def document(self, session: AgentSession) -> bytes:
+        """The session as compact JSON, the same document as `model_dump_json(by_alias, exclude_none)`."""
+        key = id(session)
+        written = self._by_session.get(key)
+        if written is None:
+            written = {}
+            weakref.finalize(session, self._by_session.pop, key, None)
+        current: dict[int, _WrittenMessage] = {}
+        parts: list[str] = []
+        for message in session.messages:
+            values = tuple(message.__dict__.values())
+            entry = written.get(id(message))
+            if entry is None or entry[0] is not message or entry[1] != values:
+                entry = (message, values, message.model_dump_json(by_alias=True, exclude_none=True))
+            current[id(message)] = entry
+            parts.append(entry[2])
+        self._by_session[key] = current
+        head = session.model_dump_json(by_alias=True, exclude_none=True, exclude={"messages"})
+        return f'{head[:-1]},"messages":[{",".join(parts)}]}}'.encode()
+
+
 class SessionFileStore:
     """Reads and atomically writes `sessions/{channelType}:{chatId}.json`."""
 
     def __init__(self, sessions_dir: Path) -> None:
         self._dir = sessions_dir
+        self._json = MessageJsonCache()
 
     def path_for(self, session_id: str) -> Path:
         return self._dir / f"{checked_session_id(session_id)}.json"
@@ -57,8 +102,7 @@ class SessionFileStore:
 
     async def save(self, session: AgentSession) -> None:
         # Compact: the session is rewritten on every save, and indentation added about 12% to its bytes.
-        data = session.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8")
-        await write_atomic(self.path_for(session.id), data)
+        await write_atomic(self.path_for(session.id), self._json.document(session))
 
     async def delete(self, session_id: str) -> None:
         await asyncio.to_thread(self.path_for(session_id).unlink, True)

@@ -95,13 +95,18 @@ def append_lines_sync(path: Path, lines: list[str]) -> None:
     if not lines:
         return
     make_private_dirs(path.parent)
-    # A lone surrogate (legal in JSON input, not in UTF-8) becomes a \uXXXX escape, which JSON reads back.
-    payload = "".join(line.rstrip("\n") + "\n" for line in lines).encode("utf-8", "backslashreplace")
+    payload = b"".join(line_bytes(line) for line in lines)
     with open(path, "a+b", opener=_private_opener) as handle:
         _cut_torn_tail(handle)
         handle.write(payload)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def line_bytes(line: str) -> bytes:
+    """The bytes `append_lines` writes for one line: UTF-8, one newline at its end."""
+    # A lone surrogate (legal in JSON input, not in UTF-8) becomes a \uXXXX escape, which JSON reads back.
+    return (line.rstrip("\n") + "\n").encode("utf-8", "backslashreplace")
 
 
 def _cut_torn_tail(handle: io.BufferedRandom) -> None:

@@ -10,6 +10,8 @@ INTERRUPTED_RESULT = "[No result: the tool call was interrupted (stopped by the 
 
 def close_orphaned_tool_calls(messages: list[Message]) -> tuple[list[Message], list[Message]]:
     """The messages with a placeholder result after each unanswered call, and the placeholders added."""
+    if not any(message.tool_calls for message in messages):
+        return list(messages), []  # no tool call at all, the common case: checked before every model call
     patched: list[Message] = []
     added: list[Message] = []
     index = 0

@@ -64,6 +64,8 @@ def _cut_refused_arguments(messages: list[Message], limit: int) -> list[Message]
 def prune_tool_results(messages: list[Message], config: ToolLoopConfig) -> list[Message]:
     """`messages` with old tool results trimmed or cleared, and refused calls' long arguments left out;
     the input list is not changed."""
+    if not any(message.role is Role.TOOL for message in messages):
+        return list(messages)  # no tool result, nothing to prune (most chats): one pass, not three
     messages = _cut_refused_arguments(messages, config.tool_soft_trim_chars)
     if not config.pruning_enabled:
         return messages

@@ -13,6 +13,8 @@ from tests.fakes.telegram_server import detect_entities
 
 BOT = BotIdentity(id=99, username="test_bot")
 GROUPS = TelegramGroupsConfig()
+# Passed as keywords: `from` is a Python keyword.
+FROM_ANOTHER_BOT: dict[str, Any] = {"from": {"id": 5, "is_bot": True, "first_name": "B"}}
 
 
 def message_update(
@@ -117,7 +119,8 @@ def test_an_edit_comes_back_marked_with_the_edited_message_id() -> None:
     ],
 )
 def test_media_without_caption_gets_a_notice(field: str, words: str) -> None:
-    inbound = inbound_from_update(message_update(**{field: {"file_id": "f"}}), BOT, GROUPS)
+    media: dict[str, Any] = {field: {"file_id": "f"}}
+    inbound = inbound_from_update(message_update(**media), BOT, GROUPS)
     assert inbound is not None and inbound.text == ""
     assert words in inbound.extra[CHANNEL_NOTICE]
 
@@ -143,7 +146,7 @@ def test_a_document_carries_what_the_pipeline_needs_to_fetch_and_read_it() -> No
         message_update(sticker={"file_id": "s", "emoji": "👍"}),
         message_update(new_chat_members=[{"id": 5, "is_bot": False, "first_name": "B"}]),
         {"update_id": 1, "channel_post": {"message_id": 1, "chat": {"id": -100, "type": "channel"}, "text": "x"}},
-        message_update("from a bot", **{"from": {"id": 5, "is_bot": True, "first_name": "B"}}),
+        message_update("from a bot", **FROM_ANOTHER_BOT),
     ],
     ids=["sticker", "service message", "channel post", "another bot"],
 )

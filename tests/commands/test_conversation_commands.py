@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 from tests.channels.telegram_harness import GROUP, OWNER, start_bot
 from tests.fakes.bot_fixtures import BotFactory
@@ -160,7 +161,7 @@ async def test_retry_takes_the_dropped_answer_out_of_memory(
     assert len(notes) == 1 and FIRST_ANSWER in notes[0]  # written, as every exchange is
     assert any(FIRST_ANSWER in str(item["content"]) for item in items)
     assert any(FIRST_ANSWER in str(doc.get("text", "")) for doc in documents)
-    first_answer_id = session_messages(bot.workspace)[-1]["id"]
+    first_answer_id = str(session_messages(bot.workspace)[-1]["id"])
 
     assert await ask(fake_telegram, OWNER, "/retry") == SECOND_ANSWER
     await memory_written(fake_telegram, bot.workspace, SECOND_ANSWER)
@@ -173,7 +174,7 @@ async def test_retry_takes_the_dropped_answer_out_of_memory(
     assert SECOND_ANSWER in str(turn["content"])
     # The fact said in the message is there once, from the exchange that stays.
     facts = [item for item in items if "Lyon" in str(item["content"]) and item["type"] != "turn"]
-    assert facts and all(first_answer_id not in item["references"] for item in facts)
+    assert facts and all(first_answer_id not in cast(list[str], item["references"]) for item in facts)
     assert not any(FIRST_ANSWER in json.dumps(doc) for doc in documents)
     assert [doc["status"] for doc in documents if SECOND_ANSWER in str(doc.get("text", ""))] == ["queued"]
     archive = (bot.workspace / "sessions" / "archive" / f"telegram:{OWNER}.jsonl").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from bot.app import BotServices
 from tests.compaction.helpers import is_summary_request, say, structured_summary
@@ -13,8 +14,9 @@ from tests.fakes.recording_channel import RecordingChannel
 FACTS = ["FACT-01 train day is FRIDAY", "FACT-02 hotel name is ASTORIA", "FACT-03 budget cap is EUR-900"]
 
 
-def session_file(workspace: Path) -> dict[str, object]:
-    return json.loads((workspace / "sessions" / "test:1.json").read_text())
+def session_file(workspace: Path) -> dict[str, Any]:
+    stored: dict[str, Any] = json.loads((workspace / "sessions" / "test:1.json").read_text())
+    return stored
 
 
 async def test_compact_2_with_a_focus_keeps_the_last_turn_and_writes_the_summary_first(
@@ -62,7 +64,7 @@ async def test_compact_without_a_number_keeps_the_configured_count_and_says_when
     await say(small_services, channel, "1", "hello")
     reply = await say(small_services, channel, "1", "/compact the budget")
     assert reply == "Nothing to compact: the conversation has 2 messages and the last 20 are kept."
-    assert "compactionCount" not in session_file(workspace_dir)["metadata"]  # type: ignore[operator]
+    assert "compactionCount" not in session_file(workspace_dir)["metadata"]
 
 
 async def test_compact_0_summarizes_everything(small_services: BotServices, channel: RecordingChannel) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bot.context.estimator import (
     DEFAULT_CHARS_PER_TOKEN,
     IMAGE_STAND_IN_CHARS,
     UNKNOWN_SIZE_IMAGE_TOKENS,
     TokenEstimator,
     image_tokens,
+    payload_chars,
+    payload_text,
 )
 from bot.domain.message import MediaRef, Message, ToolCall
 
@@ -91,6 +95,18 @@ def test_image_parts_count_in_a_payload_and_keep_the_request_out_of_calibration(
     image = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}}
     wire = [{"role": "user", "content": [{"type": "text", "text": "x" * 70}, image]}]
     assert estimator.payload(wire, None) == 4 + 20 + UNKNOWN_SIZE_IMAGE_TOKENS
-    big = [{"role": "system", "content": "s" * 4000}, *wire]
+    big: list[dict[str, Any]] = [{"role": "system", "content": "s" * 4000}, *wire]
     estimator.observe_request("m", big, None, prompt_tokens=2000)  # the image's tokens are the provider's
     assert estimator.ratio_for("m") == DEFAULT_CHARS_PER_TOKEN and estimator.samples_for("m") == 0
+
+
+def test_payload_chars_is_the_length_of_the_payload_text() -> None:
+    wire: list[dict[str, object]] = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}, {"type": "image_url"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "read", "arguments": "{}"}}]},
+        {"role": "tool", "content": "file text"},
+    ]
+    tools: list[dict[str, object]] = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
+    assert payload_chars(wire, tools) == len(payload_text(wire, tools))
+    assert payload_chars(wire) == len(payload_text(wire))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from bot.app import BotServices
-from bot.memory.daily_notes import format_note_line
+from bot.memory.daily_notes import DailyNotes, format_note_line
+from bot.workspace import MemoryPaths
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import say
@@ -51,3 +53,17 @@ async def test_a_failed_reply_writes_no_note(
     fake_openai.fail_next(1, Fault.status(503))
     await say(services, channel, "1", "hello?")
     assert not services.workspace.memory.daily_note_file(services.clock.now().date()).exists()
+
+
+async def test_a_note_read_after_the_bots_own_append_shows_it_and_a_hand_edit_after_that(tmp_path: Path) -> None:
+    notes = DailyNotes(MemoryPaths(tmp_path / "memory"))
+    at = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
+    assert await notes.read(at.date()) == ""
+    first = await notes.append(at, "hello", "hi")
+    assert await notes.read(at.date()) == first
+    second = await notes.append(at, "and now?", "still here")
+    assert await notes.read(at.date()) == f"{first}\n{second}"  # grown in the cache, as on disk
+    path = MemoryPaths(tmp_path / "memory").daily_note_file(at.date())
+    assert path.read_text() == f"{first}\n{second}\n"
+    path.write_text("[09:00] User: edited by hand | Assistant: ok\n")
+    assert await notes.read(at.date()) == "[09:00] User: edited by hand | Assistant: ok"

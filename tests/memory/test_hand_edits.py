@@ -13,6 +13,7 @@ import logging
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,7 +40,8 @@ BAD_LINES = [
 
 
 def good_line(content: str, created: str, item_id: str) -> str:
-    record = {"id": item_id, "layer": "SEMANTIC", "type": "fact", "content": content, "createdAt": created}
+    record: dict[str, object] = {"id": item_id, "layer": "SEMANTIC", "type": "fact", "content": content}
+    record["createdAt"] = created
     record.update(updatedAt=created, confidence=0.9, salience=0.6, tags=[], references=[], source="telegram:1")
     return json.dumps(record)
 
@@ -102,16 +104,20 @@ async def test_bad_lines_are_skipped_counted_and_kept_byte_for_byte_by_every_rew
 
 
 async def test_when_the_pack_fails_as_a_whole_the_daily_notes_stand_in(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    services: BotServices,
+    channel: RecordingChannel,
+    fake_openai: FakeOpenAI,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     configure_memory(services, legacyDailyNotesEnabled=True)
     await say(services, channel, "1", "I planted three rows of carrots.")
 
-    def broken(*_: object) -> object:
+    def broken(*_: object) -> NoReturn:
         raise RuntimeError("a bug in scoring")
 
     scope = await services.memory.scope(MemoryConfig(), "test:1")
-    scope.retrieval.retrieve = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(scope.retrieval, "retrieve", broken)
     with caplog.at_level(logging.ERROR):
         await say(services, channel, "2", "what did I plant?")
     memory = memory_section(fake_openai.system_prompts()[-1]) or ""
@@ -140,7 +146,7 @@ def mutated_item(draw: st.DrawFn) -> str:
 
 
 ANY_LINE = (
-    st.text(alphabet=st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=60)
+    st.text(alphabet=st.characters(exclude_characters="\n\r", exclude_categories=["Cs"]), max_size=60)
     | mutated_item()
     | JSON_VALUES.map(json.dumps)
 )

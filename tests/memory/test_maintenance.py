@@ -22,7 +22,8 @@ NOW = datetime(2026, 11, 22, 3, 30, tzinfo=UTC)
 def item(layer: MemoryLayer, content: str, *, days_old: int, **fields: object) -> MemoryItem:
     moment = NOW - timedelta(days=days_old)
     return MemoryItem(layer=layer, type=str(fields.pop("type", "fact")), content=content, created_at=moment,
-                      updated_at=moment, fingerprint=fingerprint_of(content), source="telegram:1", **fields)  # type: ignore[arg-type]  # fmt: skip
+                      updated_at=moment, fingerprint=fingerprint_of(content), source="telegram:1",
+                      **fields)  # fmt: skip
 
 
 def write_items(path: Path, items: list[MemoryItem]) -> None:

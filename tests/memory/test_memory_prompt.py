@@ -62,13 +62,13 @@ async def test_daily_notes_of_today_and_the_recent_days_within_recent_days(
     (memory_dir / f"{(today - timedelta(days=2)).isoformat()}.md").write_text("\n")  # a day without content
 
     await say(services, channel, "1", "what did we do?")
-    day = [(today - timedelta(days=back)).isoformat() for back in range(4)]
+    days = [(today - timedelta(days=back)).isoformat() for back in range(4)]
     assert memory_section(fake_openai.system_prompts()[-1]) == (
         "# Memory\n\n"
         "## Today's Notes\n[10:00] User: day 0 | Assistant: noted\n\n"
         "## Recent Context\n"
-        f"### {day[1]}\n[10:01] User: day 1 | Assistant: noted\n\n"
-        f"### {day[3]}\n[10:03] User: day 3 | Assistant: noted"
+        f"### {days[1]}\n[10:01] User: day 1 | Assistant: noted\n\n"
+        f"### {days[3]}\n[10:03] User: day 3 | Assistant: noted"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery, ScoredItem
@@ -32,7 +33,7 @@ def test_bm25_ranks_rarer_and_denser_matches_higher_and_follows_removals() -> No
     assert "d" not in index.search("docker", 10)
 
 
-def scored(content: str, score: float, section: str = Section.SEMANTIC, **extra: object) -> ScoredItem:
+def scored(content: str, score: float, section: str = Section.SEMANTIC, **extra: Any) -> ScoredItem:
     return ScoredItem(item(S, content, NOW, **extra), score, section)
 
 

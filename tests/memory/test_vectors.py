@@ -84,7 +84,8 @@ async def test_the_local_embedder_reads_a_long_text_up_to_the_models_window() ->
     head = "My passport is in the blue folder in the second drawer of the desk. "
     longer, longest = head + "filler words " * 600, head + "filler words " * 1200
     assert np.allclose(await embedder.embed_query(longer), await embedder.embed_query(longest))
-    assert np.allclose(*(await embedder.embed([longer, longest])))
+    longer_vector, longest_vector = await embedder.embed([longer, longest])
+    assert np.allclose(longer_vector, longest_vector)
     assert not np.allclose(await embedder.embed_query(head), await embedder.embed_query(longer))
 
 

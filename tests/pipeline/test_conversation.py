@@ -75,7 +75,8 @@ async def test_a_hand_edited_persona_is_used_on_the_next_message(
     await say(services, channel, "1", "hi")
     services.workspace.system_prompt_file.write_text("You are Captain Memo, a pirate.")
     await say(services, channel, "1", "hi again")
-    assert fake_openai.system_prompts()[-1].startswith("You are Captain Memo, a pirate.")
+    prompt = fake_openai.system_prompts()[-1]
+    assert prompt is not None and prompt.startswith("You are Captain Memo, a pirate.")
 
 
 async def test_bot_model_from_the_environment_overrides_the_runtime_config(
@@ -359,7 +360,9 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
     restarted = build_services(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
     backlog = await unfinished_messages(restarted, {"test"})
-    assert [(m.text, m.resumed) for m in backlog] == [("first, slow", True), ("second, waiting", False)]
+    # Neither was written to the session (a turn writes its question with its answer): both come back
+    # from the journal, in order, as messages not yet begun.
+    assert [(m.text, m.resumed) for m in backlog] == [("first, slow", False), ("second, waiting", False)]
     resubmit(restarted, [fresh], backlog)
     assert await fresh.wait_for("1", 2) == ["echo: first, slow", "echo: second, waiting"]
     await restarted.router.dispatcher.drain()
@@ -429,3 +432,28 @@ async def test_the_journal_records_a_reply_as_soon_as_it_went_out_before_memory_
     memory_written.set()
     await router.dispatcher.drain()
     assert len(done_lines()) == 1  # recorded once, not again when the turn ends
+
+
+async def test_a_plain_turn_writes_its_question_with_its_answer_in_one_save(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    session_file = workspace_dir / "sessions" / "test:1.json"
+    await say(services, channel, "1", "first")
+    seen_while_answering: list[list[str]] = []
+
+    def answer(request: dict[str, object]) -> Reply:
+        # The model is asked while the question lives in the inbox journal, not yet in the session file.
+        stored = json.loads(session_file.read_text())
+        seen_while_answering.append([m["content"] for m in stored["messages"]])
+        return Reply(text="second answer")
+
+    fake_openai.set_responder(answer)
+    inode_before = session_file.stat().st_ino
+    assert await say(services, channel, "1", "second") == "second answer"
+    assert seen_while_answering == [["first", "echo: first"]]
+    stored = json.loads(session_file.read_text())
+    assert [m["content"] for m in stored["messages"]] == ["first", "echo: first", "second", "second answer"]
+    assert session_file.stat().st_ino != inode_before  # rewritten (atomically: a new file renamed over it)
+    archive = workspace_dir / "sessions" / "archive" / "test:1.jsonl"
+    archived = [json.loads(line)["content"] for line in archive.read_text().splitlines()]
+    assert archived == ["first", "echo: first", "second", "second answer"]

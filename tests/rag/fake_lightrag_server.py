@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 
 @dataclass
@@ -52,7 +53,7 @@ class FakeLightRagServer:
             await self._runner.cleanup()
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         workspace = request.headers.get("LIGHTRAG-WORKSPACE", "")
         self.requests.append((request.method, request.path, workspace))
         if self.api_key and request.path != "/health" and request.headers.get("X-API-Key") != self.api_key:

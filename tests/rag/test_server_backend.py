@@ -67,7 +67,7 @@ async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
 
 async def test_a_server_without_query_data_is_read_through_query_context() -> None:
     server = await FakeLightRagServer(legacy=True).start()
-    backend = LightRagServerBackend(lambda: RagConfig(serverUrl=server.url), None)
+    backend = LightRagServerBackend(lambda: RagConfig(server_url=server.url), None)
     try:
         assert (await backend.health())["status"] == "healthy"
         await backend.insert("global", [RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")])
@@ -80,7 +80,7 @@ async def test_a_server_without_query_data_is_read_through_query_context() -> No
 
 
 async def test_a_wrong_api_key_is_a_clear_error(lightrag_server: FakeLightRagServer) -> None:
-    backend = LightRagServerBackend(lambda: RagConfig(serverUrl=lightrag_server.url), "wrong")
+    backend = LightRagServerBackend(lambda: RagConfig(server_url=lightrag_server.url), "wrong")
     try:
         with pytest.raises(Exception, match="HTTP 403"):
             await backend.query("global", RagQuery("anything", "naive", 5, 5, 500))

@@ -60,6 +60,9 @@ class ScriptedBackend:
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
         return None
 
+    async def open(self, workspace: str) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 

@@ -114,7 +114,10 @@ async def test_the_model_schedules_a_reminder_that_the_running_scheduler_deliver
     assert await say(services, channel, "1", "remind me to stretch in a second") == "I'll remind you in a second."
     assert "stretch" in await say(services, channel, "1", "/reminders")
 
-    services.scheduler.add_interval_job("reminders", 0.2, lambda: services.reminders.fire_due())
+    async def fire_due() -> None:
+        await services.reminders.fire_due()
+
+    services.scheduler.add_interval_job("reminders", 0.2, fire_due)
     await services.router.dispatcher.drain()  # everything handled, so the start finds nothing left over
     await start(services, [channel])
     replies = await channel.wait_for("1", 3, timeout=10)

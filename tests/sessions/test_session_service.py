@@ -180,3 +180,47 @@ async def test_a_session_whose_save_failed_is_kept_until_a_save_succeeds(
     gc.collect()
     again = await sessions.get_or_create("telegram", "1")  # the unwritten message is not lost
     assert [m.content for m in again.messages] == ["kept on disk", "only in memory"]
+
+
+def stored_json(tmp_path: Path, session_id: str) -> str:
+    return (tmp_path / "sessions" / f"{session_id}.json").read_text()
+
+
+async def test_each_save_writes_the_document_pydantic_would_whatever_changed_since(
+    sessions: SessionService, tmp_path: Path
+) -> None:
+    session = await sessions.get_or_create("telegram", "7")
+    call = ToolCall(id="call_1", name="read_file", arguments="{}")
+    await sessions.append_messages(session, [Message.user("hi"), Message.assistant("", tool_calls=[call])])
+    session.messages[0].content = "hi, edited after its save"  # a field assigned anyway is caught
+    session.messages[1] = Message.assistant("replaced")
+    session.metadata["lastUsage"] = {"promptTokens": 12}
+    await sessions.append_messages(session, [Message.tool_result(call, "file text")])
+    expected = session.model_dump_json(by_alias=True, exclude_none=True)
+    assert stored_json(tmp_path, session.id) == expected
+    assert "hi, edited after its save" in expected and "replaced" in expected
+    await sessions.replace_messages(session, session.messages[1:])
+    assert stored_json(tmp_path, session.id) == session.model_dump_json(by_alias=True, exclude_none=True)
+
+
+async def test_messages_added_unwritten_go_out_with_the_next_save(sessions: SessionService, tmp_path: Path) -> None:
+    session = await sessions.get_or_create("telegram", "8")
+    question = Message.user("what is on today?")
+    sessions.add_unwritten(session, [question])
+    assert sessions.has_unwritten(session)
+    assert not (tmp_path / "sessions" / f"{session.id}.json").exists()
+    assert await sessions.archive.read(session.id) == []
+    await sessions.append_messages(session, [Message.assistant("the dentist at ten")])
+    assert not sessions.has_unwritten(session)
+    on_disk = json.loads(stored_json(tmp_path, session.id))
+    assert [m["content"] for m in on_disk["messages"]] == ["what is on today?", "the dentist at ten"]
+    assert [m.content for m in await sessions.archive.read(session.id)] == ["what is on today?", "the dentist at ten"]
+
+
+async def test_a_stop_writes_what_was_added_unwritten(sessions: SessionService, tmp_path: Path) -> None:
+    session = await sessions.get_or_create("telegram", "9")
+    sessions.add_unwritten(session, [Message.user("a question the stop cut short")])
+    await sessions.write_unwritten()
+    on_disk = json.loads(stored_json(tmp_path, session.id))
+    assert [m["content"] for m in on_disk["messages"]] == ["a question the stop cut short"]
+    assert len(await sessions.archive.read(session.id)) == 1

@@ -23,13 +23,13 @@ from bot.clock import Clock
 from bot.context.budget import MEMORY, RAG
 from bot.context.planner import ContextPlanner
 from bot.domain.turn import TurnContext
+from bot.memory.file_cache import TextFileCache
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
 from bot.pipeline.turn_storage import is_group_chat
 from bot.rag.service import RagService
 from bot.skills.library import SkillLibrary, render_catalog, render_instructions
 from bot.skills.tools import active_skill
-from bot.storage.files import read_text
 from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,11 @@ class ContextBuildingSystem(PipelineSystem):
         self._rag = rag
         self._planner = planner
         self._skills = skills
+        # The persona file is read for every message and rarely changes: re-read only when it did.
+        self._persona = TextFileCache()
 
     async def process(self, ctx: TurnContext) -> None:
-        persona = await read_text(self._workspace.system_prompt_file)
+        persona = await self._persona.read(self._workspace.system_prompt_file)
         ctx.system_prompt_parts["base"] = (persona or "").strip() or DEFAULT_PERSONA
         now = self._clock.now()
         ctx.system_prompt_parts["time"] = (
