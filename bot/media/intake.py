@@ -128,15 +128,9 @@ class MediaIntake:
             first = self._vision.first_telling(inbound.session_id, model)
             return Prepared(without_image, [NO_VISION_NOTE.format(model=model)] if first else [])
         too_big = f"That image is {{size}}; I take images up to {megabytes(config.max_image_bytes)}."
-        if declared > config.max_image_bytes:
-            return Prepared(None, [too_big.format(size=megabytes(declared))])
-        try:
-            data = await channel.download(file_id)
-        except FileUnavailable as error:
-            log.info("[Media] An image in %s could not be fetched: %s", inbound.session_id, error)
-            return Prepared(None, [f"I couldn't get your image: {error}."])
-        if len(data) > config.max_image_bytes:
-            return Prepared(None, [too_big.format(size=megabytes(len(data)))])
+        data = await _download_within(channel, inbound, file_id, declared, config.max_image_bytes, "image", too_big)
+        if isinstance(data, Prepared):
+            return data
         if not pixels and (size := pixel_size(data)) is not None:
             pixels = f"{size[0]}x{size[1]}"  # an image sent as a file: Telegram gives no size for it
         path = await self._store.save(inbound.session_id, data, mime)
@@ -152,15 +146,9 @@ class MediaIntake:
         name, declared = extra.pop(AUDIO_NAME, "voice.ogg"), _as_int(extra.pop(AUDIO_SIZE, "0"))
         clip_seconds = _as_int(extra.pop(AUDIO_SECONDS, "0")) or None
         too_big = f"That recording is {{size}}; I can transcribe up to {megabytes(config.max_audio_bytes)}."
-        if declared > config.max_audio_bytes:
-            return Prepared(None, [too_big.format(size=megabytes(declared))])
-        try:
-            data = await channel.download(file_id)
-        except FileUnavailable as error:
-            log.info("[Media] A recording in %s could not be fetched: %s", inbound.session_id, error)
-            return Prepared(None, [f"I couldn't get your recording: {error}."])
-        if len(data) > config.max_audio_bytes:
-            return Prepared(None, [too_big.format(size=megabytes(len(data)))])
+        data = await _download_within(channel, inbound, file_id, declared, config.max_audio_bytes, "recording", too_big)
+        if isinstance(data, Prepared):
+            return data
         try:
             transcript = await self._llm.transcribe(
                 data, name, mime, config.transcription_model, config.transcription_timeout_seconds
@@ -195,6 +183,23 @@ class MediaIntake:
         elif config.transcript_echo_chars and len(text_heard) > config.transcript_echo_chars:
             notes.append(TRANSCRIPT_ECHO.format(text=_cut_at_word(text_heard, config.transcript_echo_chars)))
         return Prepared(dataclasses.replace(inbound, text=text, extra=extra), notes)
+
+
+async def _download_within(
+    channel: Channel, inbound: InboundMessage, file_id: str, declared: int, limit: int, what: str, too_big: str
+) -> bytes | Prepared:
+    """The file's bytes, or the refusal the person gets: over `limit` as Telegram declared it (nothing is
+    fetched) or as downloaded (`too_big`, with `{size}`), or not fetchable. `what` names it in the reply."""
+    if declared > limit:
+        return Prepared(None, [too_big.format(size=megabytes(declared))])
+    try:
+        data = await channel.download(file_id)
+    except FileUnavailable as error:
+        log.info("[Media] The %s sent in %s could not be fetched: %s", what, inbound.session_id, error)
+        return Prepared(None, [f"I couldn't get your {what}: {error}."])
+    if len(data) > limit:
+        return Prepared(None, [too_big.format(size=megabytes(len(data)))])
+    return data
 
 
 def _as_int(value: str) -> int:
