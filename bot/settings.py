@@ -8,11 +8,13 @@ documented default, unknown keys and wrong types refused. `RuntimeConfigStore` o
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, SecretStr, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -424,14 +426,19 @@ class RuntimeConfig(ConfigSection):
         return self
 
 
-def read_at_start_keys(model: type[BaseModel] = RuntimeConfig, prefix: str = "") -> dict[str, tuple[str, ...]]:
-    """Every setting marked `READ_AT_START`: its dotted camelCase key, and the path of attribute names to it."""
-    found: dict[str, tuple[str, ...]] = {}
+def settings_of(
+    model: type[BaseModel] = RuntimeConfig, prefix: str = "", path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, tuple[str, ...], FieldInfo]]:
+    """Every setting: its dotted camelCase key, the attribute names leading to it, and its field."""
     for name, field in model.model_fields.items():
         key = prefix + (field.alias or name)
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, ConfigSection):
-            found.update({k: (name, *path) for k, path in read_at_start_keys(annotation, key + ".").items()})
-        elif field.json_schema_extra == READ_AT_START:
-            found[key] = (name,)
-    return found
+            yield from settings_of(annotation, key + ".", (*path, name))
+        else:
+            yield key, (*path, name), field
+
+
+def read_at_start_keys() -> dict[str, tuple[str, ...]]:
+    """Every setting marked `READ_AT_START`: its dotted camelCase key, and the path of attribute names to it."""
+    return {key: path for key, path, field in settings_of() if field.json_schema_extra == READ_AT_START}

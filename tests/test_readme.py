@@ -5,28 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from bot.settings import RuntimeConfig, read_at_start_keys
+from bot.settings import read_at_start_keys, settings_of
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
 
-def config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
-    keys = []
-    for name, field in model.model_fields.items():
-        key = f"{prefix}{field.alias or name}"
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            keys += config_keys(annotation, f"{key}.")
-        else:
-            keys.append(key)
-    return keys
-
-
 def test_every_runtime_config_key_is_documented() -> None:
-    missing = [key for key in config_keys(RuntimeConfig) if f"`{key}`" not in README]
+    missing = [key for key, _, _ in settings_of() if f"`{key}`" not in README]
     assert missing == []
 
 
