@@ -3,7 +3,9 @@
 The pack is filled by score, not by a fixed count: pinned items first, then the working set (the
 last `workingTopK` exchanges outside the live session), then the best `…TopK` of each layer, then
 everything else best first, while the pack stays within `softPromptBudgetTokens`. Past it, only items
-scoring at least `HIGH_SCORE` go in, and never past `maxPromptBudgetTokens` (headers count). The
+at least `HIGH_RELEVANCE` as relevant as the best match go in, and never past `maxPromptBudgetTokens`
+(headers count): the extra tokens go to questions with many strong matches rather than to every one
+(LoCoMo dev, at the same mean pack size, 0.880 against 0.870 for a larger soft budget). The
 same text twice (up to case, punctuation and spacing) is shown once. A single item longer than
 `ITEM_CHAR_LIMIT` is cut with a visible marker. Exchanges are shown under a heading per day with
 their time, so "when did …" can be answered; how many items did not fit is kept in the diagnostics.
@@ -20,7 +22,7 @@ from bot.domain.text import fingerprint_of
 from bot.memory.budget import cut_marker
 from bot.memory.retrieval import Section
 
-HIGH_SCORE = 0.6
+HIGH_RELEVANCE = 0.45
 ITEM_CHAR_LIMIT = 700
 TOP_SCORES_SHOWN = 5
 DATED_SECTIONS = (Section.EPISODIC, Section.WORKING)
@@ -70,6 +72,11 @@ class MemoryPromptPackService:
             content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(item.content) - ITEM_CHAR_LIMIT)
         return "- " + content.replace("\n", "\n  ")
 
+    @staticmethod
+    def worth_more(scored: ScoredItem) -> bool:
+        """Whether an item may go past the soft budget: pinned, or at least `HIGH_RELEVANCE` of the best match."""
+        return scored.section == Section.PINNED or scored.parts.get("relevance", 0.0) >= HIGH_RELEVANCE
+
     def day_heading(self, scored: ScoredItem) -> str:
         return f"### {scored.item.created_at.astimezone(self._zone):%Y-%m-%d (%A)}"
 
@@ -97,11 +104,10 @@ class MemoryPromptPackService:
         worth_later = [False] * (len(offered) + 1)
         for position in range(len(offered) - 1, -1, -1):
             scored = offered[position]
-            high = scored.score >= HIGH_SCORE or scored.section == Section.PINNED
-            worth_later[position] = worth_later[position + 1] or high
+            worth_later[position] = worth_later[position + 1] or self.worth_more(scored)
         soft_full = False  # the first item that does not fit in the soft budget fills it
         for position, scored in enumerate(offered):
-            if soft_full and scored.score < HIGH_SCORE and scored.section != Section.PINNED:
+            if soft_full and not self.worth_more(scored):
                 dropped += 1
                 if not worth_later[position]:
                     dropped += len(offered) - position - 1
@@ -121,8 +127,7 @@ class MemoryPromptPackService:
             if stamp is not None and stamp not in headings:
                 cost += self._estimator.text(stamp[2], model)
             within_soft = used + cost <= soft_tokens
-            worth_more = (scored.section == Section.PINNED or scored.score >= HIGH_SCORE) and used + cost <= max_tokens
-            if within_soft or worth_more:
+            if within_soft or (self.worth_more(scored) and used + cost <= max_tokens):
                 chosen[scored.section].append((scored, text))
                 seen.add(same_text)
                 if heading:

@@ -33,16 +33,17 @@ def test_bm25_ranks_rarer_and_denser_matches_higher_and_follows_removals() -> No
     assert "d" not in index.search("docker", 10)
 
 
-def scored(content: str, score: float, section: str = Section.SEMANTIC, **extra: Any) -> ScoredItem:
-    return ScoredItem(item(S, content, NOW, **extra), score, section)
+def scored(content: str, relevance: float, section: str = Section.SEMANTIC, **extra: Any) -> ScoredItem:
+    """An item scored by its relevance alone (the other parts of the score are left out)."""
+    return ScoredItem(item(S, content, NOW, **extra), relevance, section, {"relevance": relevance})
 
 
-def test_the_pack_fills_the_soft_budget_then_only_high_scores_up_to_the_max() -> None:
+def test_the_pack_fills_the_soft_budget_then_only_highly_relevant_items_up_to_the_max() -> None:
     pack_service = MemoryPromptPackService(TokenEstimator(), UTC)
     items = [
         scored("low score but first in the file", 0.2),
         scored("a high scoring fact about the garden", 0.9),
-        scored("a medium scoring fact about the garage", 0.5),
+        scored("a fact less than half as relevant as the best, about the garage", 0.4),
         scored("another high scoring fact about the kitchen", 0.8),
         scored("always shown because it is pinned", 0.1, Section.PINNED, pinned=True),
     ]
