@@ -133,13 +133,23 @@ class TokenEstimator:
         """Tokens of a conversation. `images_in_prompt`: the images of only the newest this-many user messages
         with images are sent as images (`media.imagesInPrompt`; 0 when the model cannot see them), the
         others as text stand-ins; None counts every image as sent."""
+        # This runs over the whole conversation a few times a turn: the common case (no exact tokenizer,
+        # no images) is counted inline, without a call per message.
+        counted_exactly = self.exact_counter(model) is not None
+        ratio = self.ratio_for(model)
         total = 0
         with_images_seen = 0
         for message in reversed(messages):
-            sent = images_in_prompt is None or with_images_seen < images_in_prompt
-            if message.role is Role.USER and _images(message):
-                with_images_seen += 1
-            total += self.message(message, model, images_sent=sent)
+            if message.media or counted_exactly:
+                sent = images_in_prompt is None or with_images_seen < images_in_prompt
+                if message.role is Role.USER and _images(message):
+                    with_images_seen += 1
+                total += self.message(message, model, images_sent=sent)
+            else:
+                chars = len(message.content)
+                for call in message.tool_calls or ():
+                    chars += len(call.name) + len(call.arguments)
+                total += MESSAGE_OVERHEAD_TOKENS + math.ceil(chars / ratio)
         return total
 
     def payload(
