@@ -2,7 +2,10 @@
 
 The minimal assistant is python-telegram-bot and the `openai` client and nothing else: for each text
 message it sends the typing action, streams one chat completion from the model, and replies with the
-text (`sendChatAction`, one streamed `/v1/chat/completions`, `sendMessage`). It handles updates
+text (`sendChatAction`, one streamed `/v1/chat/completions`, `sendMessage`). Like any assistant, and
+like the bot, it sends the chat's conversation so far with each message (kept in a list in RAM, never
+stored or cut), so both make the same HTTP calls with the same history; `--minimal-without-history`
+sends the new message alone, the reference the figures were first taken against. It handles updates
 concurrently (`concurrent_updates`), the most it can do for a burst. The bot is `python -m bot run`
 (python-telegram-bot backend) with the shipped settings, which makes the same three calls for a short
 answer. Each runs in its own process against its own fake Bot API (tests/fakes) on 127.0.0.1 and its own
@@ -24,7 +27,7 @@ minimal one is the pipeline's own work. The messages are short, as in a chat, so
 them (`rag.minExchangeChars`). Not run by CI:
 
     .venv/bin/python -m bench.minimal_assistant [--rounds 5] [--per-round 40] [--chats 20] [--per-chat 5]
-        [--bursts 3] [--json]
+        [--bursts 3] [--minimal-without-history] [--json]
 """
 
 from __future__ import annotations
@@ -56,23 +59,27 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def run_minimal_assistant(root: str, token: str, model_url: str) -> None:
-    """The subprocess side: the minimal assistant, polling until it is terminated."""
+def run_minimal_assistant(root: str, token: str, model_url: str, history: str) -> None:
+    """The subprocess side: the minimal assistant, polling until it is terminated (`history`: "keep" or
+    "none", whether each request carries the chat's conversation so far)."""
     from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletionMessageParam
     from telegram import Update
     from telegram.constants import ChatAction
     from telegram.ext import ApplicationBuilder, ContextTypes, MessageHandler, filters
 
     client = AsyncOpenAI(base_url=model_url, api_key="sk-bench")
+    conversations: dict[int, list[ChatCompletionMessageParam]] = {}
 
     async def answer(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
         assert message is not None and message.text is not None
         await context.bot.send_chat_action(message.chat_id, ChatAction.TYPING)
-        stream = await client.chat.completions.create(
-            model=MINIMAL_MODEL, messages=[{"role": "user", "content": message.text}], stream=True
-        )
+        conversation = conversations.setdefault(message.chat_id, []) if history == "keep" else []
+        conversation.append({"role": "user", "content": message.text})
+        stream = await client.chat.completions.create(model=MINIMAL_MODEL, messages=conversation, stream=True)
         parts = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+        conversation.append({"role": "assistant", "content": "".join(parts)})
         await message.reply_text("".join(parts))
 
     app = (
@@ -87,8 +94,17 @@ def run_minimal_assistant(root: str, token: str, model_url: str) -> None:
     app.run_polling(timeout=1)
 
 
-def start_minimal(fake: FakeTelegram, model: FakeOpenAI) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "bench.minimal_assistant", "--serve", fake.root, fake.token, model.base_url]
+def start_minimal(fake: FakeTelegram, model: FakeOpenAI, history: str) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "bench.minimal_assistant",
+        "--serve",
+        fake.root,
+        fake.token,
+        model.base_url,
+        history,
+    ]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -118,7 +134,7 @@ def compare(setting: str, arguments: argparse.Namespace) -> dict[str, Any]:
     ):
         workspace = Path(folder) / "workspace"
         bot = start_bot("ptb", bot_api, bot_model, workspace, [SEQUENTIAL_CHAT, *burst_chats], SETTINGS[setting])
-        minimal = start_minimal(minimal_api, minimal_model)
+        minimal = start_minimal(minimal_api, minimal_model, "none" if arguments.minimal_without_history else "keep")
         try:
             sides = {"bot": (bot_api, ProcessMeter(bot.pid)), "minimal": (minimal_api, ProcessMeter(minimal.pid))}
             for fake, meter in sides.values():
@@ -147,6 +163,7 @@ def compare(setting: str, arguments: argparse.Namespace) -> dict[str, Any]:
         "cpu_ratio": bot_figures["cpu_ms"] / minimal_figures["cpu_ms"],
         "round_trip_ratio": bot_figures["round_trip_ms"] / minimal_figures["round_trip_ms"],
         "burst_share": bot_figures["burst_per_s"] / minimal_figures["burst_per_s"],
+        "minimal_history": not arguments.minimal_without_history,
         "rounds": arguments.rounds,
         "messages_per_round": arguments.per_round,
         "round_cpu_ms": {name: [round(r.cpu_ms_per_message, 2) for r in rs] for name, rs in rounds.items()},
@@ -167,7 +184,10 @@ def main() -> None:
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--json", action="store_true", help="one JSON line per setting")
-    parser.add_argument("--serve", nargs=3, metavar=("ROOT", "TOKEN", "MODEL_URL"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--minimal-without-history", action="store_true", help="the minimal assistant sends the new message alone"
+    )
+    parser.add_argument("--serve", nargs=4, metavar=("ROOT", "TOKEN", "MODEL_URL", "HISTORY"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.serve:
         run_minimal_assistant(*arguments.serve)
