@@ -99,6 +99,7 @@ class TurnLedger:
         legacy: list[Path] = []
         if not records and not self._path.exists() and legacy_state is not None:
             records, legacy = await asyncio.to_thread(_legacy_records, legacy_state)
+        self._open.clear()
         for record in records:
             self._apply(record)
         await self._rewrite()
@@ -137,10 +138,19 @@ class TurnLedger:
         return True
 
     async def flush(self) -> None:
-        """Make every key seen so far durable; the transport awaits this before it acknowledges them."""
+        """Make every key seen so far durable; the transport awaits this before it acknowledges them.
+
+        A failed write is logged, not raised: the bot keeps receiving on a full disk (the keys are tried
+        again with the next flush; a crash meanwhile could answer a redelivered update twice)."""
         keys = list(self._unflushed)
-        if keys:
+        if not keys:
+            return
+        try:
             await self._append([{"seen": [list(key) for key in keys]}])
+        except OSError as error:
+            log.error(
+                "[Ledger] Could not record %d update ids (%s); a redelivery could be answered twice", len(keys), error
+            )
 
     # The pipeline's side.
 
@@ -164,10 +174,7 @@ class TurnLedger:
 
     async def close(self) -> None:
         """Write what is seen and queued; called at stop."""
-        try:
-            await self.flush()
-        except OSError as error:
-            log.error("[Ledger] Could not write the seen keys at stop: %s", error)
+        await self.flush()
         if self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
 
