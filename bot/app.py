@@ -197,22 +197,9 @@ def build_services(env: EnvSettings) -> BotServices:
         await memory_persist.retract(session, dropped, (await config_store.current()).memory)
         await rag_indexing.retract(dropped)
 
-    async def answer_again(inbound: InboundMessage, channel: Channel) -> None:
-        # /retry: the message is a turn in the ledger again, so a crash before its new answer went out
-        # answers it after the restart.
-        try:
-            inbound = await ledger.received(inbound)
-        except OSError as error:
-            log.error("[App] Could not record /retry's turn (%s); a crash before its answer would lose it", error)
-        turn = outbound.for_turn(channel, inbound)
-        try:
-            await runner.run(inbound, turn)
-        except Exception:
-            await turn.settle()  # failed for good; a shutdown's cancellation leaves it open
-            raise
-        await turn.settle()
-
-    register_conversation_commands(commands, sessions, answer_again, forget_dropped_exchange, clock)
+    register_conversation_commands(
+        commands, sessions, lambda inbound, on: router.answer_again(inbound, on), forget_dropped_exchange, clock
+    )
     register_model_command(commands, model_switch, config_store)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
     documents = DocumentReader(rag, workspace.rag_dir, lambda: config_store.config, clock)

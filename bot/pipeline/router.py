@@ -99,6 +99,22 @@ class InboundRouter:
             # Still to be begun: an edit arriving before its turn replaces its text, as before the stop.
             self._queued[(inbound.session_id, inbound.message_id)] = inbound.journal_id
 
+    async def answer_again(self, inbound: InboundMessage, channel: Channel) -> None:
+        """Answer a stored message again (`/retry`, from within its chat's queue): a turn in the ledger
+        again, so a crash before its new answer went out answers it after the restart."""
+        if self._ledger is not None:
+            try:
+                inbound = await self._ledger.received(inbound)
+            except OSError as error:
+                log.error("[Router] Could not record /retry's turn (%s); a crash before it is answered loses it", error)
+        outbound = self._outbound.for_turn(channel, inbound)
+        try:
+            await self._runner.run(inbound, outbound)
+        except Exception:
+            await outbound.settle()  # failed for good; a shutdown's cancellation leaves it open
+            raise
+        await outbound.settle()
+
     async def _replace_queued_text(self, key: tuple[str, str], text: str) -> None:
         """A queued message was edited before its turn: it is answered as edited (the first text never is)."""
         self._edits[key] = text

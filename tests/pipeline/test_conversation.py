@@ -399,6 +399,30 @@ async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_afte
     await shutdown(restarted, [])
 
 
+async def test_a_retry_cut_short_by_a_crash_is_answered_once_after_the_restart(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    assert await say(services, channel, "1", "hi") == "echo: hi"
+    fake_openai.script(Reply(text="never delivered", delay=30))
+    await services.router.accept(channel.message("1", "/retry"), channel)
+    while len(fake_openai.chat_requests()) < 2:  # the new answer is being written
+        await asyncio.sleep(0.01)
+    await services.router.dispatcher.close(0)  # the process dies
+
+    restarted = build_services(env_for(workspace_dir, fake_openai))
+    fresh = RecordingChannel()
+    backlog = await unfinished_messages(restarted, {"test"})
+    # The /retry itself and the turn it reopened: the first answers the message again, the second is then
+    # found delivered and not answered a second time.
+    assert [(m.text, m.resumed) for m in backlog] == [("/retry", False), ("hi", True)]
+    resubmit(restarted, [fresh], backlog)
+    await fresh.wait_for("1", 1)
+    await restarted.router.dispatcher.drain()
+    assert fresh.sent["1"] == ["echo: hi"]
+    assert restarted.ledger.open_turns() == []
+    await shutdown(restarted, [])
+
+
 async def test_a_reply_recorded_answered_when_the_bot_died_before_sending_it_is_sent_as_recorded(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
