@@ -17,7 +17,6 @@ from bot.access.policy import AccessPolicy
 from bot.channels.base import Channel, InboundHandler
 from bot.channels.telegram_api import TelegramBackend
 from bot.channels.telegram_channel import TelegramChannel, WebhookSetup
-from bot.channels.telegram_dedup import SeenUpdates
 from bot.clock import Clock, resolve_timezone
 from bot.commands.basic import register_basic_commands
 from bot.commands.compaction import register_compaction_commands
@@ -36,6 +35,7 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
 from bot.http.listener import HttpListener
+from bot.ledger.turns import TurnLedger
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
@@ -47,7 +47,7 @@ from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
 from bot.memory.tools import MemoryToolSource
 from bot.metrics import BotMetrics
-from bot.pipeline.inbox import Inbox
+from bot.pipeline.outbound import Outbound
 from bot.pipeline.router import InboundRouter
 from bot.pipeline.runner import PipelineRunner
 from bot.pipeline.systems.auto_compaction import AutoCompactionSystem
@@ -55,7 +55,7 @@ from bot.pipeline.systems.context_building import ContextBuildingSystem
 from bot.pipeline.systems.memory_persist import MemoryPersistSystem
 from bot.pipeline.systems.rag_indexing import RagIndexingSystem
 from bot.pipeline.systems.tool_loop import ToolLoopExecutionSystem
-from bot.pipeline.turn_storage import unanswered_user_message
+from bot.pipeline.turn_storage import stored_question
 from bot.rag.factory import build_rag_service
 from bot.rag.service import RagService
 from bot.rag.tool import rag_query_tool
@@ -108,7 +108,7 @@ class BotServices:
     metrics: BotMetrics
     rag: RagService
     memory: MemoryService
-    inbox: Inbox
+    ledger: TurnLedger
     documents: DocumentReader
     mcp: McpManager
     skills: SkillLibrary
@@ -183,6 +183,8 @@ def build_services(env: EnvSettings) -> BotServices:
         rag_indexing,
     ]
     runner = PipelineRunner(systems, sessions, config_store, metrics)
+    ledger = TurnLedger(workspace.root / "state" / "turns.jsonl")
+    outbound = Outbound(ledger, metrics)
     status = StatusReporter(config_store, planner, memory, rag, mcp, skills)
     commands = CommandRegistry()
     register_basic_commands(commands, sessions, status)
@@ -196,15 +198,14 @@ def build_services(env: EnvSettings) -> BotServices:
         await rag_indexing.retract(dropped)
 
     register_conversation_commands(
-        commands, sessions, lambda inbound, channel: runner.run(inbound, channel), forget_dropped_exchange, clock
+        commands, sessions, lambda inbound, on: router.answer_again(inbound, on), forget_dropped_exchange, clock
     )
     register_model_command(commands, model_switch, config_store)
     access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
-    inbox = Inbox(workspace.root / "state" / "inbox.jsonl")
     documents = DocumentReader(rag, workspace.rag_dir, lambda: config_store.config, clock)
     register_docs_command(commands, documents)
     media = MediaIntake(media_store, llm, vision)
-    router = InboundRouter(runner, commands, access, inbox, documents, media, config_store)
+    router = InboundRouter(runner, commands, access, ledger, documents, media, config_store, outbound)
     metrics.watch_queues(router.dispatcher.queue_depths)
     scheduler = BotScheduler()
 
@@ -259,7 +260,7 @@ def build_services(env: EnvSettings) -> BotServices:
         metrics,
         rag,
         memory,
-        inbox,
+        ledger,
         documents,
         mcp,
         skills,
@@ -307,7 +308,7 @@ def build_channels(env: EnvSettings, services: BotServices, listener: HttpListen
             _telegram_backend(env.telegram_backend, token, env.telegram_api_base_url),
             lambda: config_store.config,
             [(command.name, command.description) for command in services.commands.commands()],
-            SeenUpdates(services.workspace.root / "state" / "telegram-updates.json"),
+            services.ledger,
             webhook,
         )
     ]
@@ -356,29 +357,18 @@ async def start(services: BotServices, channels: list[Channel], listener: HttpLi
 
 
 async def unfinished_messages(services: BotServices, channel_types: set[str]) -> list[InboundMessage]:
-    """What the last run left unanswered, oldest first per chat: a stored message whose turn a crash or
-    a shutdown cut short, then the messages it took (journaled) and did not see through: never begun, or
-    answered without the delivery of the answer being recorded."""
+    """The turns the last run left open in the ledger, in arrival order: never begun, cut short, or
+    answered without the delivery of the answer being recorded. One whose question the session holds
+    already, or whose reply the ledger holds, comes back `resumed`: it is not stored twice, and an
+    answer found is sent as it is."""
     backlog: list[InboundMessage] = []
-    for session_id in services.sessions.stored_ids():
-        channel_type, _, chat_id = session_id.partition(":")
-        session = await services.sessions.get(session_id) if channel_type in channel_types else None
-        pending = unanswered_user_message(session) if session is not None else None
-        if pending is not None:
-            backlog.append(
-                InboundMessage(channel_type, chat_id, "", pending.content, resumed=True, journal_id=pending.id)
-            )
-    for inbound in await services.inbox.pending():
-        if inbound.channel_type not in channel_types or inbound.journal_id is None:
+    for turn in await services.ledger.load(legacy_state=services.ledger.path.parent):
+        inbound = turn.inbound
+        if inbound.channel_type not in channel_types:
             continue  # its channel is not running now: it waits for a start that has it
         session = await services.sessions.get(inbound.session_id)
-        if session is not None and any(message.id == inbound.journal_id for message in session.messages):
-            unanswered = unanswered_user_message(session)
-            if unanswered is None or unanswered.id != inbound.journal_id:
-                # Answered, but the journal never heard that the answer went out: the crash may have come
-                # between storing and sending it. Resumed, the stored answer is sent without a model call.
-                backlog.append(dataclasses.replace(inbound, resumed=True))
-            continue  # stored but unanswered: already in the backlog as a resumed message
+        if turn.reply is not None or (session is not None and stored_question(session, turn.turn_id) is not None):
+            inbound = dataclasses.replace(inbound, resumed=True)
         backlog.append(inbound)
     if backlog:
         log.info("[App] %d messages were left unanswered by the last stop; answering them", len(backlog))
@@ -425,6 +415,7 @@ async def shutdown(services: BotServices, channels: list[Channel], listener: Htt
     await services.scheduler.shutdown()
     for channel in channels:
         await channel.stop()
+    await services.ledger.close()
     if listener is not None:
         await listener.stop()
     await services.documents.close()

@@ -1,7 +1,7 @@
 """`AiogramBackend`: the Telegram channel over aiogram 3 (`TELEGRAM_BACKEND=aiogram`).
 
 Uses aiogram's `Bot` for every call, getUpdates included, without a `Dispatcher`: the channel's own
-polling loop (`telegram_polling`) acknowledges an update only once it is journaled, and the channel's
+polling loop (`telegram_polling`) acknowledges an update only once the turn ledger holds it, and the channel's
 per-chat queues do what aiogram's routers would.
 """
 

@@ -1,11 +1,12 @@
 """`TelegramChannel`: Telegram as a `Channel`, over either client library (`TelegramBackend`).
 
-Receiving: long polling (`LongPolling`, which acknowledges an update only once it is journaled), or the
-webhook route on the bot's `HttpListener` (the secret is checked on every request: a wrong or missing one
-gets 401 and nothing is processed). Each update is checked against the ids already seen (`SeenUpdates`),
-turned into an `InboundMessage` (`telegram_updates`) and handed to the handler, which journals and queues
-it: the per-chat queues behind the handler keep each chat in order and run chats concurrently, so this
-side never waits for a reply.
+Receiving: long polling (`LongPolling`, which acknowledges an update only once the turn ledger holds
+it), or the webhook route on the bot's `HttpListener` (the secret is checked on every request: a wrong or
+missing one gets 401 and nothing is processed; the answer, which acknowledges the update, waits for the
+ledger too). The ledger says whether an update id was handed over before (a redelivery after a crash is
+dropped); a new one is turned into an `InboundMessage` (`telegram_updates`) and handed to the handler,
+which records it received and queues it: the per-chat queues behind the handler keep each chat in order
+and run chats concurrently, so this side never waits for a reply.
 
 Sending: `TelegramDelivery` (formatting, splitting, retries), and `TelegramReplyStream` for replies
 shown while they are written. The slash commands are registered with setMyCommands at start.
@@ -27,13 +28,13 @@ from aiohttp import web
 
 from bot.channels.base import Channel, FileUnavailable, InboundHandler
 from bot.channels.telegram_api import TelegramApiError, TelegramBackend
-from bot.channels.telegram_dedup import SeenUpdates
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
 from bot.channels.telegram_stream import TelegramReplyStream
 from bot.channels.telegram_updates import ALLOWED_UPDATES, CHANNEL_TYPE, BotIdentity, inbound_from_update
 from bot.domain.turn import ReplyStream
 from bot.http.listener import HttpListener
+from bot.ledger.turns import TurnLedger
 from bot.settings import RuntimeConfig
 
 log = logging.getLogger(__name__)
@@ -70,14 +71,14 @@ class TelegramChannel(Channel):
         backend: TelegramBackend,
         config: Callable[[], RuntimeConfig],
         commands: list[tuple[str, str]],
-        seen: SeenUpdates,
+        ledger: TurnLedger,
         webhook: WebhookSetup | None = None,
     ) -> None:
         """`config` gives the runtime-config in force; `webhook` None means long polling."""
         self._backend = backend
         self._config = config
         self._commands = commands
-        self._seen = seen
+        self._ledger = ledger
         self._webhook = webhook
         self._delivery = TelegramDelivery(backend)
         self._handler: InboundHandler | None = None
@@ -95,7 +96,6 @@ class TelegramChannel(Channel):
             self._identity = await call_with_retries(self._backend.connect, config, "getMe")
         except DeliveryFailed as error:
             raise TelegramStartError(f"Telegram refused or could not be reached: {error}") from error
-        await self._seen.load()
         await self._register_commands()
         self._receiving = True
         webhook = self._webhook
@@ -113,7 +113,7 @@ class TelegramChannel(Channel):
             self._polling = LongPolling(
                 self._backend,
                 self._on_update,
-                self._seen.save,
+                self._ledger.flush,
                 lambda: self._config().telegram.polling_timeout_seconds,
                 ALLOWED_UPDATES,
             )
@@ -146,7 +146,6 @@ class TelegramChannel(Channel):
         await self.stop_receiving()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
-        await self._seen.close()
         await self._backend.close()
 
     # Receiving.
@@ -156,7 +155,7 @@ class TelegramChannel(Channel):
         if not self._receiving or self._handler is None or self._identity is None:
             return
         update_id = update.get("update_id")
-        if isinstance(update_id, int) and self._seen.check_and_mark(update_id):
+        if isinstance(update_id, int) and not self._ledger.first_sight(CHANNEL_TYPE, str(update_id)):
             log.info("[Telegram] Update %d was delivered again; already handled", update_id)
             return
         query = update.get("callback_query")
@@ -188,6 +187,7 @@ class TelegramChannel(Channel):
         if not isinstance(update, dict):
             return web.Response(status=400, text="not an update")
         await self._on_update(update)
+        await self._ledger.flush()  # the answer acknowledges the update: what was seen is on disk first
         return web.Response(text="ok")
 
     async def _answer_callback(self, query_id: str) -> None:

@@ -1,10 +1,11 @@
 """`LongPolling`: getUpdates in a loop that acknowledges an update only after the bot has taken it.
 
 Telegram forgets an update once a getUpdates asks for a higher offset. The libraries' own pollers ask for
-the next batch as soon as they have fetched one, before the bot has journaled it, so a crash in between
+the next batch as soon as they have fetched one, before the bot has recorded it, so a crash in between
 lost those messages. Here each batch is handed over update by update (the handler returns once the
-message is journaled and queued), the seen-update ids are saved, and only then does the next getUpdates
-acknowledge it. A crash at any point leaves each update journaled, or unacknowledged and delivered again.
+message is recorded received in the turn ledger and queued), the ids of the rest are written to the
+ledger, and only then does the next getUpdates acknowledge it. A crash at any point leaves each update
+in the ledger, or unacknowledged and delivered again.
 
 Polling starts by deleting any webhook (Telegram answers getUpdates with 409 while one is set). The loop
 waits out 429s as asked, backs off on network errors, 5xx and refusals (another instance
@@ -40,7 +41,7 @@ class LongPolling:
         timeout_seconds: Callable[[], int],
         allowed_updates: list[str],
     ) -> None:
-        """`before_acknowledge` makes what was handed over durable (the seen ids) before Telegram forgets it."""
+        """`before_acknowledge` makes what was handed over durable (the ledger's seen ids) before Telegram forgets."""
         self._backend = backend
         self._on_update = on_update
         self._before_acknowledge = before_acknowledge

@@ -1,7 +1,7 @@
 """`PtbBackend`: the Telegram channel over python-telegram-bot (`TELEGRAM_BACKEND=ptb`, the default).
 
 Uses PTB's `Bot` for every call, getUpdates included, without an `Application` or `Updater`: the
-channel's own polling loop (`telegram_polling`) acknowledges an update only once it is journaled, and
+channel's own polling loop (`telegram_polling`) acknowledges an update only once the turn ledger holds it, and
 the channel's per-chat queues do what PTB's handlers and `concurrent_updates` would.
 """
 

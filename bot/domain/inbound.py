@@ -23,7 +23,7 @@ class InboundMessage:
     extra: dict[str, str] = field(default_factory=dict)
     # Already in the session, left unanswered when the bot stopped: answer it without storing it again.
     resumed: bool = False
-    # Its entry in the inbox journal, and the id its user message gets in the session.
+    # Its turn id in the turn ledger (`bot.ledger`), and the id its user message gets in the session.
     journal_id: str | None = None
 
     @property

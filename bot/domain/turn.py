@@ -64,11 +64,9 @@ class TurnContext:
     reply_text: str | None = None
     # A note shown before the reply (not stored with it), e.g. that the model could not see an image.
     reply_note: str | None = None
-    # Set once the reply reached the channel (a streaming system may deliver it itself).
-    reply_delivered: bool = False
     # Why this turn could not be written to disk, if it could not (the reply says so).
     storage_problem: str | None = None
-    # Where to stream the reply as it is written, when the channel can show that.
+    # Where to show the reply as it is written, when the channel can (the outbound step finishes it).
     reply_stream: ReplyStream | None = None
     usages: list[Usage] = field(default_factory=list)
     # Messages this turn added after the user's (assistant text, tool calls and results).

@@ -1,1 +1,1 @@
-"""The numbered pipeline every inbound message runs through: 18 → 20 → 30 → reply → 50 → 55."""
+"""The numbered pipeline every inbound message runs through: 18 → 20 → 30 → reply (`outbound`) → 50 → 55."""

@@ -1,16 +1,16 @@
-"""`PipelineRunner`: runs the numbered systems for one inbound message and delivers the reply.
+"""`PipelineRunner`: runs the numbered systems for one inbound message; its reply goes out through `Outbound`.
 
-The user's message joins the session before any system runs. A journaled message (the inbox holds it
-durably until its turn ends) is written with the turn's answer, or with the failure that settles the
-turn, in one save: a crash before that leaves it pending in the journal, and the next start answers it.
-A message that could not be journaled is written at once. Systems before the reply (18, 20, 30) may
-end the turn with a user-facing error; the reply is then delivered; systems after it (50, 55) only log
-their failures.
+The user's message joins the session before any system runs. A message the ledger received (it holds
+it durably until its turn is delivered) is written with the turn's answer, or with the failure that
+ends the turn, in one save: a crash before that leaves the turn open in the ledger, and the next start
+answers it. A message the ledger could not take is written at once. Systems before the reply (18, 20,
+30) may end the turn with a user-facing error; the reply is then delivered; systems after it (50, 55)
+only log their failures.
 
-The answer is stored before it is sent, and the caller records the moment it went out (`on_delivered`).
-A crash in between leaves a stored answer whose message is still open in the journal: after the restart
-that message comes back `resumed`, and the stored answer is sent (again, if Telegram took it just
-before the crash: no API can tell, and a repeated answer is better than a lost one).
+The answer is stored before it is sent, and the outbound step records it answered, then delivered. A
+turn a restart hands back `resumed` (its question already in the session) gets the reply the ledger
+recorded, or failing that the answer the session holds (a crash between storing it and recording it),
+sent as it is; otherwise it is answered from where it stopped.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
-from bot.channels.base import EDITED, QUOTE_AUTHOR, QUOTE_TEXT, Channel
+from bot.channels.base import EDITED, QUOTE_AUTHOR, QUOTE_TEXT
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import MediaRef, Message, Quote, Role, Sender
 from bot.domain.session import AgentSession
@@ -29,14 +29,9 @@ from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
 from bot.media.intake import MEDIA_MIME, MEDIA_PATH, MEDIA_PIXELS
 from bot.metrics import BotMetrics
+from bot.pipeline.outbound import TurnOutbound
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.pipeline.turn_storage import (
-    GROUP_KEY,
-    SETTLED_KEY,
-    store_turn_messages,
-    stored_answer,
-    unanswered_user_message,
-)
+from bot.pipeline.turn_storage import GROUP_KEY, store_turn_messages, stored_answer, stored_question
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
 
@@ -51,7 +46,6 @@ DESIGNED_SYSTEMS = {
     55: "RagIndexing",
 }
 
-TYPING_REFRESH_SECONDS = 4.0  # Telegram shows "typing…" for about 5 s per call
 GENERIC_FAILURE_REPLY = "Something went wrong while answering. Your message is saved; please try again."
 STORAGE_PROBLEM_NOTE = (
     "(I could not save this conversation to disk: {problem}. I keep it in memory and write it as soon as I can.)"
@@ -98,7 +92,7 @@ class PipelineRunner:
         return True
 
     @contextlib.asynccontextmanager
-    async def _interruptible(self, ctx: TurnContext) -> AsyncIterator[None]:
+    async def _interruptible(self, ctx: TurnContext, outbound: TurnOutbound) -> AsyncIterator[None]:
         session_id = ctx.session.id
         task = asyncio.current_task()
         assert task is not None
@@ -106,51 +100,59 @@ class PipelineRunner:
         try:
             yield
         except asyncio.CancelledError:
-            # Stopped by the user: settled, not to be answered after a restart. Cancelled by a
-            # shutdown: left unanswered on purpose, so the next start answers it.
+            # Stopped by the user: the turn ends here, not to be answered after a restart. Cancelled by
+            # a shutdown: left open on purpose, so the next start answers it.
             if session_id in self._stopped_by_user:
-                await asyncio.shield(self._settle(ctx))
+                await asyncio.shield(self._end_without_reply(ctx, outbound))
             raise
         finally:
             self._interruptible_runs.pop(session_id, None)
             self._stopped_by_user.discard(session_id)
 
-    async def _settle(self, ctx: TurnContext) -> None:
-        """Mark the turn's message as dealt with although it has no answer."""
-        ctx.session.metadata[SETTLED_KEY] = ctx.user_message.id
+    async def _end_without_reply(self, ctx: TurnContext, outbound: TurnOutbound) -> None:
+        await self._write_question(ctx)
+        await outbound.settle()
+
+    async def _write_question(self, ctx: TurnContext) -> None:
+        """Save the session, so a turn that ends without an answer still has its question written."""
         try:
             await self._sessions.save(ctx.session)
         except SessionPersistError as error:
             ctx.storage_problem = str(error)
 
-    async def run(
-        self,
-        inbound: InboundMessage,
-        channel: Channel,
-        on_delivered: Callable[[], Awaitable[None]] | None = None,
-    ) -> TurnContext | None:
-        """Answer one message. The caller guarantees one run per chat at a time.
+    async def run(self, inbound: InboundMessage, outbound: TurnOutbound) -> TurnContext | None:
+        """Answer one message, sending everything through `outbound`. The caller guarantees one run per
+        chat at a time.
 
-        `on_delivered` is awaited as soon as the reply went out, before memory and RAG are written, so the
-        caller can record that at once (the shorter that gap, the rarer an answer sent twice after a crash).
+        The reply is recorded delivered as soon as it went out, before memory and RAG are written (the
+        shorter that gap, the rarer an answer sent twice after a crash).
         """
         started = time.monotonic()
         self._metrics.messages_in.labels(inbound.channel_type).inc()
         config = await self._config_store.current()
         session = await self._sessions.get_or_create(inbound.channel_type, inbound.chat_id)
         async with self._sessions.lock_for(session.id):
-            await self._tell_about_recovery(session.metadata, channel, inbound.chat_id)
-            pending = unanswered_user_message(session) if inbound.resumed else None
-            if inbound.resumed and pending is None:
-                await self._send_stored_answer(session, inbound, channel)
-                return None
+            await self._tell_about_recovery(session.metadata, outbound)
+            pending = None
+            if inbound.resumed:
+                if outbound.settled:
+                    return None  # delivered meanwhile (a /retry answered it again)
+                pending = stored_question(session, inbound.journal_id)
+                answer = outbound.recorded_reply()
+                if answer is None and pending is not None:
+                    stored = stored_answer(session, pending.id)
+                    answer = stored.content if stored is not None else None
+                if answer is not None:
+                    # Answered before the stop, its delivery unknown: sent as it is, the model not asked again.
+                    await outbound.resend(answer)
+                    return None
             ctx = TurnContext(
                 inbound=inbound,
                 session=session,
                 config=config,
                 user_message=pending or user_message_for(inbound, session),
                 model=config.llm.model,
-                reply_stream=channel.open_stream(inbound.chat_id) if config.tool_loop.streaming else None,
+                reply_stream=outbound.open_stream() if config.tool_loop.streaming else None,
             )
             if inbound.is_group:
                 session.metadata[GROUP_KEY] = True
@@ -160,18 +162,13 @@ class PipelineRunner:
                 self._sessions.add_unwritten(session, [ctx.user_message])
             else:
                 await store_turn_messages(self._sessions, ctx, [ctx.user_message])
-            async with _typing(channel, inbound.chat_id), self._interruptible(ctx):
+            async with outbound.typing(), self._interruptible(ctx, outbound):
                 failure_reply = await self._run_systems(ctx, after_reply=False)
-            if failure_reply is not None:
-                await self._settle(ctx)
-            elif self._sessions.has_unwritten(session):
-                # No system stored an answer (a build without the tool loop): the message still gets written.
-                await store_turn_messages(self._sessions, ctx, [])
-            await self._deliver(ctx, channel, failure_reply)
-            if on_delivered is not None:
-                await on_delivered()
-            if ctx.reply_delivered:
-                self._metrics.replies_out.labels(inbound.channel_type).inc()
+            if failure_reply is not None or self._sessions.has_unwritten(session):
+                # A failure ends the turn with its question written; a build without the tool loop stored
+                # no answer, and the question still gets written.
+                await self._write_question(ctx)
+            await self._deliver(ctx, outbound, failure_reply)
             if failure_reply is None:
                 await self._run_systems(ctx, after_reply=True)
         log.info("[Pipeline] %s answered in %.0f ms", session.id, (time.monotonic() - started) * 1000)
@@ -199,49 +196,20 @@ class PipelineRunner:
                     return GENERIC_FAILURE_REPLY
         return None
 
-    async def _deliver(self, ctx: TurnContext, channel: Channel, failure_reply: str | None) -> None:
+    async def _deliver(self, ctx: TurnContext, outbound: TurnOutbound, failure_reply: str | None) -> None:
         text = failure_reply if failure_reply is not None else ctx.reply_text
         if failure_reply is None and text and ctx.reply_note:
             text = f"{ctx.reply_note}\n\n{text}"
-        if ctx.storage_problem is not None:
-            note = STORAGE_PROBLEM_NOTE.format(problem=ctx.storage_problem)
-            # A streamed reply is already out; the note then follows as a message of its own.
-            text = note if (failure_reply is None and ctx.reply_delivered) else f"{text}\n\n{note}"
-        elif not text or (failure_reply is None and ctx.reply_delivered):
-            return
-        try:
-            await channel.send_text(ctx.inbound.chat_id, text)
-            ctx.reply_delivered = failure_reply is None
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            # The turn is already in the session; the user can ask again or see it in the history.
-            self._metrics.errors.labels("delivery").inc()
-            log.error("[Pipeline] Reply to %s could not be delivered: %s", ctx.session.id, error)
+        problem = ctx.storage_problem
+        footnote = STORAGE_PROBLEM_NOTE.format(problem=problem) if problem is not None else None
+        await outbound.reply(text, footnote, failed=failure_reply is not None)
 
-    async def _send_stored_answer(self, session: AgentSession, inbound: InboundMessage, channel: Channel) -> None:
-        """A resumed message the session shows answered: the crash came after its answer was stored and
-        before its delivery was recorded, so the answer may never have gone out. Send the stored text; the
-        model is not asked again. A turn settled without an answer (a failure, /stop) has none to send."""
-        answer = stored_answer(session, inbound.journal_id) if inbound.journal_id is not None else None
-        if answer is None:
-            return
-        log.info("[Pipeline] Sending %s the answer stored before the last stop, whose delivery is unknown", session.id)
-        try:
-            await channel.send_text(inbound.chat_id, answer.content)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            self._metrics.errors.labels("delivery").inc()
-            log.error("[Pipeline] Reply to %s could not be delivered: %s", session.id, error)
-
-    async def _tell_about_recovery(self, metadata: dict[str, object], channel: Channel, chat_id: str) -> None:
+    async def _tell_about_recovery(self, metadata: dict[str, object], outbound: TurnOutbound) -> None:
         quarantined = metadata.pop(RECOVERED_FROM_KEY, None)
         if quarantined:
-            await channel.send_text(
-                chat_id,
+            await outbound.send(
                 f"Your previous conversation file was damaged, so I started a fresh one. "
-                f"The damaged file was kept as {quarantined}; your memory files are untouched.",
+                f"The damaged file was kept as {quarantined}; your memory files are untouched."
             )
 
 
@@ -279,26 +247,3 @@ def user_message_for(inbound: InboundMessage, session: AgentSession) -> Message:
         )
         message.correction_of = earlier.id if earlier is not None else None
     return message
-
-
-@contextlib.asynccontextmanager
-async def _typing(channel: Channel, chat_id: str) -> AsyncIterator[None]:
-    """Keep the chat's typing indicator on while the body runs."""
-
-    async def refresh() -> None:
-        while True:
-            try:
-                await channel.send_typing(chat_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log.debug("[Pipeline] Typing indicator failed: %s", error)
-            await asyncio.sleep(TYPING_REFRESH_SECONDS)
-
-    task = asyncio.create_task(refresh())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -16,9 +16,6 @@ async def store_turn_messages(sessions: SessionService, ctx: TurnContext, messag
         ctx.storage_problem = str(error)
 
 
-# Session metadata: the id of the last user message whose turn ended without an answer on purpose
-# (the user was told of a failure, or stopped it), so a restart does not answer it again.
-SETTLED_KEY = "settledUserMessage"
 # Session metadata: set on a group chat's session, so every prompt names each speaker.
 GROUP_KEY = "isGroup"
 
@@ -28,17 +25,11 @@ def is_group_chat(ctx: TurnContext) -> bool:
     return ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
 
 
-def unanswered_user_message(session: AgentSession) -> Message | None:
-    """The user message a stopped bot left without an answer, if the conversation ends on one."""
-    if not session.messages or session.messages[-1].role is Role.SYSTEM:
+def stored_question(session: AgentSession, turn_id: str | None) -> Message | None:
+    """The user message of a turn, if the session holds it (its id is the turn's id in the ledger)."""
+    if turn_id is None:
         return None
-    last = session.messages[-1]
-    if last.role is Role.ASSISTANT and not last.tool_calls:
-        return None  # answered
-    for message in reversed(session.messages):
-        if message.role is Role.USER:
-            return None if session.metadata.get(SETTLED_KEY) == message.id else message
-    return None
+    return next((m for m in reversed(session.messages) if m.role is Role.USER and m.id == turn_id), None)
 
 
 def stored_answer(session: AgentSession, user_message_id: str) -> Message | None:

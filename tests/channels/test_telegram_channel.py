@@ -17,6 +17,7 @@ from bot.channels.telegram_channel import TelegramStartError
 from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, render_markdown, utf16_len
 from bot.channels.telegram_updates import ALLOWED_UPDATES
 from bot.domain.inbound import InboundMessage
+from bot.ledger.turns import TurnLedger
 from tests.channels.telegram_harness import (
     GROUP,
     OWNER,
@@ -350,10 +351,9 @@ async def test_a_message_journaled_before_a_crash_is_not_taken_again_when_redeli
     first = fake_telegram.push_message(OWNER, "one")
     await fake_telegram.await_messages(OWNER, 1)
     await bot.stop()
-    # Twice, as if the bot died after journaling "one" but before saving the seen ids and acknowledging it,
-    # and then died again just after the restart, before it saved them either.
+    # Twice, as if the bot died after recording "one" but before acknowledging it, and then died again just
+    # after the restart (which rewrote the ledger), before acknowledging it either.
     for asked in ("two", "three"):
-        (workspace_dir / "state" / "telegram-updates.json").unlink()
         fake_telegram.redeliver(first)
         bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
         try:
@@ -437,8 +437,9 @@ async def test_a_stranger_is_refused_with_nothing_stored(
     new_files = {p for p in bot.workspace.rglob("*") if p.is_file()} - workspace_before
     assert {p.relative_to(bot.workspace).as_posix() for p in new_files} <= {
         "access/pairing.json",
-        "state/telegram-updates.json",  # update ids only
+        "state/turns.jsonl",  # update ids only
     }
+    assert "let me in" not in (bot.workspace / "state" / "turns.jsonl").read_text()
     stored = (bot.workspace / "access" / "pairing.json").read_text()
     assert "let me in" not in stored and "mallory" in stored
 
@@ -542,8 +543,10 @@ async def test_shutdown_is_quick_and_saves_what_was_seen(bot: RunningBot, fake_t
     started = time.monotonic()
     await asyncio.wait_for(bot.stop(), 10)
     assert time.monotonic() - started < 5
-    seen = json.loads((bot.workspace / "state" / "telegram-updates.json").read_text())
-    assert len(seen["seenUpdateIds"]) == 1
+    path = bot.workspace / "state" / "turns.jsonl"
+    assert await TurnLedger(path).load() == []  # answered and recorded delivered
+    [seen] = [json.loads(line)["seen"] for line in path.read_text().splitlines() if line.startswith('{"seen"')]
+    assert len(seen) == 1  # its update id, so a redelivery is not answered again
 
 
 async def test_a_wrong_token_stops_the_start_with_a_clear_error(

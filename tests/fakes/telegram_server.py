@@ -106,6 +106,10 @@ class _DropConnection(Exception):
     """Internal: close the client's socket without any answer."""
 
 
+class _ClientGone(Exception):
+    """Internal: the client closed its connection before the call arrived (already logged)."""
+
+
 # --------------------------------------------------------------------------------------------
 # Text formatting (HTML parse mode, entities) with Telegram's rules
 # --------------------------------------------------------------------------------------------
@@ -485,7 +489,9 @@ def format_text(
 # Faults
 # --------------------------------------------------------------------------------------------
 
-FaultKind = Literal["rate_limit", "server_error", "cant_parse_entities", "too_long", "drop_connection", "timeout"]
+FaultKind = Literal[
+    "rate_limit", "server_error", "cant_parse_entities", "too_long", "drop_connection", "timeout", "slow"
+]
 
 
 @dataclass(frozen=True)
@@ -536,6 +542,12 @@ class Fault:
         return cls("timeout", seconds=seconds, apply=apply)
 
     @classmethod
+    def slow(cls, seconds: float) -> Fault:
+        """A slow way in: the call takes `seconds` to arrive, then is applied and answered as usual. A
+        client that went away meanwhile (a killed bot) never got it through: not applied, status 499."""
+        return cls("slow", seconds=seconds, apply=True)
+
+    @classmethod
     def named(cls, kind: str, **options: Any) -> Fault:
         """Build a fault from its kind name, e.g. ``Fault.named("rate_limit", retry_after=3)``."""
         factories: dict[str, Callable[..., Fault]] = {
@@ -545,6 +557,7 @@ class Fault:
             "too_long": cls.too_long,
             "drop_connection": cls.drop_connection,
             "timeout": cls.timeout,
+            "slow": cls.slow,
         }
         if kind not in factories:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {sorted(factories)}")
@@ -1451,13 +1464,15 @@ class _HttpServer:
                 raise BotApiError(404, "Not Found")
             fault = self._faults.take(call.method)
             if fault is not None:
-                return await self._inject(call, fault, resolved[1])
+                return await self._inject(call, fault, resolved[1], request)
             result = await self._run(resolved[1], params)
         except BotApiError as error:
             self._log.finish(call, status=error.error_code, error=error.description)
             return web.json_response(error.to_json(), status=error.error_code)
         except _DropConnection:
             self._log.finish(call, status=None, error="connection dropped")
+            _drop(request)
+        except _ClientGone:
             _drop(request)
         self._log.finish(call, status=200, result=copy.deepcopy(result))
         return web.json_response(_ok(result))
@@ -1468,7 +1483,9 @@ class _HttpServer:
         with self._api.world.lock:
             return impl(params)
 
-    async def _inject(self, call: RecordedCall, fault: Fault, impl: SyncMethod | None) -> web.StreamResponse:
+    async def _inject(
+        self, call: RecordedCall, fault: Fault, impl: SyncMethod | None, request: web.Request | None = None
+    ) -> web.StreamResponse:
         """Answer `call` as `fault` dictates (raises BotApiError / _DropConnection or answers)."""
         call.fault = fault.kind
         error = _fault_error(fault)
@@ -1482,13 +1499,19 @@ class _HttpServer:
         if not fault.apply:  # a timeout that loses the call
             await self._sleep(fault.seconds)
             raise _DropConnection
+        if fault.kind == "slow":
+            await self._sleep(fault.seconds)
+            if request is not None and (request.transport is None or request.transport.is_closing()):
+                self._log.finish(call, status=499, error="the client went away before the call arrived")
+                raise _ClientGone
         try:  # a timeout after the call took effect
             body, status = _ok(await self._run(impl, call.params)), 200
             self._log.finish(call, status=200, result=copy.deepcopy(body["result"]))
         except BotApiError as failure:
             body, status = failure.to_json(), failure.error_code
             self._log.finish(call, status=status, error=failure.description)
-        await self._sleep(fault.seconds)
+        if fault.kind != "slow":
+            await self._sleep(fault.seconds)
         return web.json_response(body, status=status)
 
     async def _sleep(self, seconds: float) -> None:

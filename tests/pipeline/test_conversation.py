@@ -14,7 +14,7 @@ from bot.app import BotServices, build_services, resubmit, shutdown, unfinished_
 from bot.commands.registry import CommandRegistry
 from bot.domain.message import Message
 from bot.domain.turn import TurnContext
-from bot.pipeline.inbox import Inbox
+from bot.ledger.turns import TurnLedger
 from bot.pipeline.router import InboundRouter
 from bot.pipeline.runner import PipelineRunner
 from bot.pipeline.system import PipelineSystem
@@ -269,13 +269,13 @@ async def test_a_disk_failure_still_gets_an_answer_that_says_memory_was_not_save
     ]
 
 
-async def test_a_message_that_cannot_be_journaled_is_still_answered(
+async def test_a_message_the_ledger_cannot_record_is_still_answered(
     services: BotServices, channel: RecordingChannel, workspace_dir: Path
 ) -> None:
-    journal = workspace_dir / "state" / "inbox.jsonl"
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    journal.unlink(missing_ok=True)
-    journal.mkdir()  # every append now fails the way a full disk does
+    ledger = workspace_dir / "state" / "turns.jsonl"
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    ledger.unlink(missing_ok=True)
+    ledger.mkdir()  # every append now fails the way a full disk does
     assert await say(services, channel, "1", "hello") == "echo: hello"
 
 
@@ -305,17 +305,17 @@ async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_r
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     await say(services, channel, "1", "answered before the crash")
+    # Received, and its question stored (a shutdown wrote it, cut short), when the bot died.
+    cut_short = await services.ledger.received(channel.message("1", "sent just before the crash"))
     session = await services.sessions.get_or_create("test", "1")
-    await services.sessions.append_messages(session, [Message.user("sent just before the crash")])
+    await services.sessions.append_messages(session, [Message.user(cut_short.text, cut_short.journal_id)])
+    # Received, and ended by a failure the user was told of: delivered, not to be answered again.
+    failed = await services.ledger.received(channel.message("2", "a model error"))
     other = await services.sessions.get_or_create("test", "2")
-    await services.sessions.append_messages(
-        other,
-        [
-            Message.user("a model error"),
-        ],
-    )
-    other.metadata["settledUserMessage"] = other.messages[-1].id  # the user was told of the failure
-    await services.sessions.save(other)
+    await services.sessions.append_messages(other, [Message.user(failed.text, failed.journal_id)])
+    assert failed.journal_id is not None
+    await services.ledger.answered(failed.journal_id, "The model service had an error.")
+    await services.ledger.delivered(failed.journal_id)
 
     restarted = build_services(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
@@ -361,7 +361,7 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
     fresh = RecordingChannel()
     backlog = await unfinished_messages(restarted, {"test"})
     # Neither was written to the session (a turn writes its question with its answer): both come back
-    # from the journal, in order, as messages not yet begun.
+    # from the ledger, in order, as messages not yet begun.
     assert [(m.text, m.resumed) for m in backlog] == [("first, slow", False), ("second, waiting", False)]
     resubmit(restarted, [fresh], backlog)
     assert await fresh.wait_for("1", 2) == ["echo: first, slow", "echo: second, waiting"]
@@ -369,15 +369,15 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
     session = await restarted.sessions.get("test:1")
     assert session is not None
     assert [m.content for m in session.messages if m.role.value == "user"] == ["first, slow", "second, waiting"]
-    assert await restarted.inbox.pending() == []  # everything handled: nothing to replay next time
+    assert restarted.ledger.open_turns() == []  # everything delivered: nothing to replay next time
     await shutdown(restarted, [])
 
 
 async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_after_the_restart(
     services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    # The state a SIGKILL leaves between storing the answer and sending it: journaled, answered, open.
-    recorded = await services.inbox.record(channel.message("1", "what is on today?"))
+    # The state a SIGKILL leaves between storing the answer and recording it answered: received, stored.
+    recorded = await services.ledger.received(channel.message("1", "what is on today?"))
     assert recorded is not None and recorded.journal_id is not None
     session = await services.sessions.get_or_create("test", "1")
     await services.sessions.append_messages(
@@ -399,7 +399,56 @@ async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_afte
     await shutdown(restarted, [])
 
 
-async def test_the_journal_records_a_reply_as_soon_as_it_went_out_before_memory_is_written(
+async def test_a_retry_cut_short_by_a_crash_is_answered_once_after_the_restart(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    assert await say(services, channel, "1", "hi") == "echo: hi"
+    fake_openai.script(Reply(text="never delivered", delay=30))
+    await services.router.accept(channel.message("1", "/retry"), channel)
+    while len(fake_openai.chat_requests()) < 2:  # the new answer is being written
+        await asyncio.sleep(0.01)
+    await services.router.dispatcher.close(0)  # the process dies
+
+    restarted = build_services(env_for(workspace_dir, fake_openai))
+    fresh = RecordingChannel()
+    backlog = await unfinished_messages(restarted, {"test"})
+    # The /retry itself and the turn it reopened: the first answers the message again, the second is then
+    # found delivered and not answered a second time.
+    assert [(m.text, m.resumed) for m in backlog] == [("/retry", False), ("hi", True)]
+    resubmit(restarted, [fresh], backlog)
+    await fresh.wait_for("1", 1)
+    await restarted.router.dispatcher.drain()
+    assert fresh.sent["1"] == ["echo: hi"]
+    assert restarted.ledger.open_turns() == []
+    await shutdown(restarted, [])
+
+
+async def test_a_reply_recorded_answered_when_the_bot_died_before_sending_it_is_sent_as_recorded(
+    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    # The state a SIGKILL leaves between recording the reply answered and sending it (or between Telegram
+    # taking it and the ledger hearing so): the ledger holds the reply, and it is sent as it was recorded.
+    recorded = await services.ledger.received(channel.message("1", "look at this photo"))
+    assert recorded.journal_id is not None
+    session = await services.sessions.get_or_create("test", "1")
+    await services.sessions.append_messages(
+        session, [Message.user(recorded.text, recorded.journal_id), Message.assistant("A cat.")]
+    )
+    await services.ledger.answered(recorded.journal_id, "(I could not see the image.)\n\nA cat.")
+
+    restarted = build_services(env_for(workspace_dir, fake_openai))
+    fresh = RecordingChannel()
+    backlog = await unfinished_messages(restarted, {"test"})
+    assert [(m.text, m.resumed) for m in backlog] == [("look at this photo", True)]
+    resubmit(restarted, [fresh], backlog)
+    await restarted.router.dispatcher.drain()
+    assert fresh.sent["1"] == ["(I could not see the image.)\n\nA cat."]
+    assert fake_openai.chat_requests() == []
+    assert await unfinished_messages(restarted, {"test"}) == []  # delivered: recorded
+    await shutdown(restarted, [])
+
+
+async def test_the_ledger_records_a_reply_delivered_as_soon_as_it_went_out_before_memory_is_written(
     services: BotServices, channel: RecordingChannel, tmp_path: Path
 ) -> None:
     memory_written = asyncio.Event()
@@ -416,14 +465,14 @@ async def test_the_journal_records_a_reply_as_soon_as_it_went_out_before_memory_
         async def process(self, ctx: TurnContext) -> None:
             await memory_written.wait()
 
-    journal = tmp_path / "inbox.jsonl"
+    journal = tmp_path / "turns.jsonl"
     runner = PipelineRunner([Answer(), SlowMemory()], services.sessions, services.config_store)
-    router = InboundRouter(runner, CommandRegistry(), None, Inbox(journal))
+    router = InboundRouter(runner, CommandRegistry(), None, TurnLedger(journal))
     await router.accept(channel.message("1", "remember the milk"), channel)
     assert await channel.wait_for("1", 1) == ["noted"]
 
     def done_lines() -> list[str]:
-        return [line for line in journal.read_text().splitlines() if line.startswith('{"done"')]
+        return [line for line in journal.read_text().splitlines() if line.startswith('{"delivered"')]
 
     deadline = time.monotonic() + 5
     while not done_lines() and time.monotonic() < deadline:  # memory is still being written meanwhile
@@ -442,7 +491,7 @@ async def test_a_plain_turn_writes_its_question_with_its_answer_in_one_save(
     seen_while_answering: list[list[str]] = []
 
     def answer(request: dict[str, object]) -> Reply:
-        # The model is asked while the question lives in the inbox journal, not yet in the session file.
+        # The model is asked while the question lives in the turn ledger, not yet in the session file.
         stored = json.loads(session_file.read_text())
         seen_while_answering.append([m["content"] for m in stored["messages"]])
         return Reply(text="second answer")

@@ -16,9 +16,14 @@ and is stopped with SIGTERM. Then, with the bot's own readers where it has them:
 - the archive holds every message a user sent, once and in the order sent;
 - every message got a reply, "echo: <its text>", each chat's replies kept its order, and no reply was
   sent twice, with one exception that cannot be closed: a kill after Telegram took a reply and before
-  the bot recorded that (the inbox entry still open) makes the next start send it again. Right after
-  each kill the test reads the inbox journal and the sessions to see which replies are in that state;
-  a second copy of exactly those is expected (and counted), any other repeat fails the test.
+  the bot recorded it delivered (the turn ledger shows it answered) makes the next start send it again.
+  Right after each kill the test reads the turn ledger (with the bot's reader) and the sessions to see
+  which replies are in that state; a second copy of exactly those is expected (and counted), any other
+  repeat fails the test.
+
+So that kills often fall between "answered" and "delivered", some sends are slow: held before Telegram
+takes them (the kill finds the reply recorded and not sent: the next start must send it), or taken at
+once and answered late (the kill finds it sent and not recorded delivered: the one expected repeat).
 
 Size: `BOT_CRASH_LOOPS` kills per backend; unless set, the suite's short form (`SHORT_LOOPS`). The
 long form:
@@ -39,8 +44,10 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -53,13 +60,14 @@ import pytest
 
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
+from bot.ledger.turns import OpenTurn, TurnLedger
 from bot.memory.item_files import parse_items
-from bot.pipeline.turn_storage import stored_answer
+from bot.pipeline.turn_storage import stored_answer, stored_question
 from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService
 from bot.storage.jsonl import parse_jsonl
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder
-from tests.fakes.telegram_server import FakeTelegram, SentMessage
+from tests.fakes.telegram_server import FakeTelegram, Fault, SentMessage
 from tests.reliability.bot_process import bad_log_lines, start_bot
 
 BACKENDS = ["ptb", "aiogram"]
@@ -78,6 +86,8 @@ START_TIMEOUT_SECONDS = 60.0
 DRAIN_TIMEOUT_SECONDS = 180.0
 QUIET_SECONDS = 8.0  # the drain gives up early once nothing is waiting and no reply came for this long
 SETTLE_SECONDS = 1.5  # after the last expected reply: time for a late duplicate to show
+SLOW_SEND_SECONDS = 0.4  # a slow sendMessage, to widen the window between "answered" and "delivered"
+SLOW_SENDS_PER_RUN = 6  # of each kind, the first sends of every run
 DAILY_NOTE_LINE = re.compile(r"\[\d\d:\d\d\] User: .* \| Assistant: .*")
 DAILY_NOTE_FILE = re.compile(r"\d{4}-\d\d-\d\d\.md")
 
@@ -102,9 +112,10 @@ class Kill:
     number: int
     phase: str  # "start-up" or "running"
     at: float  # time.time() of the kill, comparable with the fake's call times
-    sent_not_done: list[str] = field(default_factory=list)  # replies Telegram has, inbox entry still open
+    sent_not_done: list[str] = field(default_factory=list)  # replies Telegram has, the ledger not delivered
     sent_before_kill_ms: list[float] = field(default_factory=list)  # for each: how long before the kill
-    stored_not_sent: list[str] = field(default_factory=list)  # answers in the session, never sent
+    answered_not_sent: list[str] = field(default_factory=list)  # replies the ledger holds, never sent
+    stored_not_sent: list[str] = field(default_factory=list)  # answers in the session, not yet in the ledger
     archived_not_in_session: list[str] = field(default_factory=list)  # user messages in the archive only
 
 
@@ -180,6 +191,10 @@ def start(
 ) -> subprocess.Popen[bytes]:
     with log.open("ab") as handle:
         handle.write(f"===== {label} =====\n".encode())
+    telegram.clear_faults()
+    for _ in range(SLOW_SENDS_PER_RUN):  # alternating, so a kill soon after the start finds either
+        telegram.fail_next("sendMessage", Fault.slow(SLOW_SEND_SECONDS))
+        telegram.fail_next("sendMessage", Fault.timeout(SLOW_SEND_SECONDS, apply=True))
     return start_bot(workspace, backend, model, telegram, log, RUNTIME_CONFIG)
 
 
@@ -204,37 +219,39 @@ def read_archive_ids(workspace: Path, chat: int) -> set[str]:
     return {str(record.get("id")) for record in parse_jsonl(path.read_text(encoding="utf-8"), path)}
 
 
-def open_journal_entries(workspace: Path) -> list[dict[str, Any]]:
-    path = workspace / "state" / "inbox.jsonl"
+def open_turns(workspace: Path) -> list[OpenTurn]:
+    """The turn ledger's open turns, read with the bot's reader from a copy (reading compacts the file)."""
+    path = workspace / "state" / "turns.jsonl"
     if not path.exists():
         return []
-    records = parse_jsonl(path.read_text(encoding="utf-8"), path)
-    done = {record["done"] for record in records if "done" in record}
-    entries = [record["message"] for record in records if isinstance(record.get("message"), dict)]
-    return [entry for entry in entries if entry.get("journal_id") not in done]
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "turns.jsonl"
+        shutil.copyfile(path, copy)
+        return asyncio.run(TurnLedger(copy).load())
 
 
 def inspect_after_kill(kill: Kill, workspace: Path, telegram: FakeTelegram) -> None:
     """Note the messages the kill caught between two writes, to tell expected repeats from bugs."""
     telegram.wait_until(
         lambda: all(call.status is not None for call in telegram.calls_to("sendMessage")),
-        timeout=2.0,
+        timeout=2.0 + SLOW_SEND_SECONDS,
         what="sends in flight at the kill to finish",
     )
     delivered = {message.text: message.time for message in telegram.sent_messages()}
     sessions = {chat: read_session(workspace, chat) for chat in CHATS}
-    for entry in open_journal_entries(workspace):
-        chat, text, journal_id = int(entry["chat_id"]), str(entry["text"]), str(entry["journal_id"])
+    for turn in open_turns(workspace):
+        chat, text, turn_id = int(turn.inbound.chat_id), turn.inbound.text, turn.turn_id
         session = sessions[chat]
-        if any(message.id == journal_id for message in session.messages):
-            if stored_answer(session, journal_id) is None:
-                continue
-            if reply_to(text) in delivered:
+        if turn.reply is not None:
+            if turn.reply in delivered:
                 kill.sent_not_done.append(text)
-                kill.sent_before_kill_ms.append(1000 * (kill.at - delivered[reply_to(text)]))
+                kill.sent_before_kill_ms.append(1000 * (kill.at - delivered[turn.reply]))
             else:
+                kill.answered_not_sent.append(text)
+        elif stored_question(session, turn_id) is not None:
+            if stored_answer(session, turn_id) is not None:
                 kill.stored_not_sent.append(text)
-        elif journal_id in read_archive_ids(workspace, chat):
+        elif turn_id in read_archive_ids(workspace, chat):
             kill.archived_not_in_session.append(text)
 
 
@@ -414,8 +431,10 @@ def check_replies(run: CrashRun, telegram: FakeTelegram) -> Tally:
 
 def lost_reason(run: CrashRun, text: str) -> str:
     for kill in run.kills:
+        if text in kill.answered_not_sent:
+            return f" (kill {kill.number} came after its reply was recorded answered and before it was sent)"
         if text in kill.stored_not_sent:
-            return f" (kill {kill.number} came after its answer was stored and before it was sent)"
+            return f" (kill {kill.number} came after its answer was stored and before it was recorded)"
     return ""
 
 
@@ -471,8 +490,9 @@ def check(run: CrashRun, telegram: FakeTelegram, workspace: Path, log: Path) -> 
         f"{run.total_sent} messages in {len(CHATS)} chats, {len(telegram.sent_messages())} replies\n"
         f"  lost {replies.lost}, sent twice {replies.expected_repeats} (expected), other problems "
         f"{len(replies.problems) - replies.lost}\n"
-        f"  kills between two writes: reply sent, inbox entry open {caught(lambda k: k.sent_not_done)}{window}; "
-        f"answer stored, not sent {caught(lambda k: k.stored_not_sent)}; user message archived, session not "
+        f"  kills between two writes: reply sent, not recorded delivered {caught(lambda k: k.sent_not_done)}{window}; "
+        f"reply recorded answered, not sent {caught(lambda k: k.answered_not_sent)}; "
+        f"answer stored, not recorded {caught(lambda k: k.stored_not_sent)}; user message archived, session not "
         f"saved {caught(lambda k: k.archived_not_in_session)} (message ids repeated in the archive files: "
         f"{raw_archive_repeats(workspace)})\n"
         f"  {files.checked} files checked, torn last lines tolerated: {files.torn_tails or 'none'}"
@@ -529,14 +549,14 @@ def test_the_file_checks_tolerate_a_torn_last_line_and_nothing_else(tmp_path: Pa
     (workspace / "memory" / "items").mkdir(parents=True)
     (workspace / "memory" / "MEMORY.md").write_text("# Memory\n")
     (workspace / "state").mkdir()
-    (workspace / "state" / "inbox.jsonl").write_text('{"done": "a"}\n{"done": "b"}\n{"do')
+    (workspace / "state" / "turns.jsonl").write_text('{"delivered": "a"}\n{"delivered": "b"}\n{"de')
     report = check_workspace_files(workspace)
-    assert (report.problems, report.torn_tails) == ([], ["state/inbox.jsonl"])
+    assert (report.problems, report.torn_tails) == ([], ["state/turns.jsonl"])
 
-    (workspace / "state" / "inbox.jsonl").write_text('{"done": "a"}\n{"do\n{"done": "b"}\n')
+    (workspace / "state" / "turns.jsonl").write_text('{"delivered": "a"}\n{"de\n{"delivered": "b"}\n')
     (workspace / "memory" / "2026-01-02.md").write_text("[10:00] User: hi | Assistant: hello\n[10:0")
-    (workspace / "state" / "telegram-updates.json").write_text('{"seenUpdateIds": [1, 2')
+    (workspace / "state" / "model.json").write_text('{"model": "gp')
     report = check_workspace_files(workspace)
-    assert any("inbox.jsonl line 2 does not parse" in problem for problem in report.problems)
-    assert any("telegram-updates.json does not parse" in problem for problem in report.problems)
+    assert any("turns.jsonl line 2 does not parse" in problem for problem in report.problems)
+    assert any("model.json does not parse" in problem for problem in report.problems)
     assert report.torn_tails == ["memory/2026-01-02.md"]

@@ -56,7 +56,7 @@ def test_sigterm_mid_answer_exits_in_time_and_the_restart_answers_once(tmp_path:
         assert telegram.visible_text(SLOW_CHAT) == []
         session = json.loads((workspace / "sessions" / f"telegram:{SLOW_CHAT}.json").read_text())
         assert [m["content"] for m in session["messages"] if m["role"] == "user"] == ["a long question"]
-        assert len(read_jsonl_sync(workspace / "state" / "inbox.jsonl")) >= 2
+        assert len(read_jsonl_sync(workspace / "state" / "turns.jsonl")) >= 2  # both received, neither delivered
 
         model.set_responder(echo_responder)
         process = start_bot(workspace, backend, model, telegram, log, config)

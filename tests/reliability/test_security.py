@@ -299,7 +299,7 @@ def test_the_workspace_is_private_to_its_owner(tmp_path: Path, fake_openai: Fake
     modes = modes_under(workspace)
     for expected in ["sessions/console:local.json", "sessions/archive/console:local.jsonl", "memory/MEMORY.md",
                      "memory/items/semantic.jsonl", "notes/todo.md", "tool_results/console:local/call_big",
-                     "reminders.json", "rag/documents.jsonl", "state/inbox.jsonl"]:  # fmt: skip
+                     "reminders.json", "rag/documents.jsonl", "state/turns.jsonl"]:  # fmt: skip
         assert expected in modes, expected
     folders = {path: mode for path, mode in modes.items() if (workspace / path).is_dir()}
     files = {path: mode for path, mode in modes.items() if path not in folders}
@@ -590,7 +590,7 @@ async def test_an_injected_memory_cannot_make_the_tools_reach_another_chat(
         "sessions/test:b.json", "sessions/archive/test:b.jsonl", "./sessions/test:b.json", "sessions//test:b.json",
         " sessions/test:b.json ", "sessions\\test:b.json", "memory/chats/test:b/MEMORY.md",
         "memory/./chats/test:b/MEMORY.md", "memory/chats/test:b/items/semantic.jsonl",
-        "tool_results/test:b/b_history", "tool_results/./test:b/b_history", "state/inbox.jsonl", "reminders.json",
+        "tool_results/test:b/b_history", "tool_results/./test:b/b_history", "state/turns.jsonl", "reminders.json",
         "rag/documents.jsonl", f"{root}/sessions/test:b.json", "memory/chats/../../sessions/test:b.json",
     ]  # fmt: skip
     attack = [call("read_file", {"path": path}, f"read_{n}") for n, path in enumerate(reads)]

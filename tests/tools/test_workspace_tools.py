@@ -69,7 +69,7 @@ async def test_other_chats_data_and_the_bots_bookkeeping_are_out_of_reach(
         "tool_results/telegram:2/call_x": "the other chat's tool output",
         "rag/kv_store_full_docs.json": "every conversation",
         "access/pairing.json": "who may talk",
-        "state/telegram-updates.json": "updates",
+        "state/turns.jsonl": "updates",
     }
     for relative, text in secrets.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """ToolLoopExecutionSystem (30): the model answers the turn, calling tools as often as it needs.
 
 Each round: close tool calls left without a result, prune old tool output from what is sent, call
-the model with the tool schemas (streaming the text to the channel when it can show it), store the
+the model with the tool schemas (showing the text on the turn's reply stream as it comes), store the
 assistant's message, run the requested tools concurrently and store their results, and go again
 until the model answers without tools or `toolLoop.maxIterations` is reached. Every message is in
 the session before the next step, so a crash or `/stop` loses nothing that happened.
@@ -188,11 +188,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
             log.warning("[ToolLoop] %s answered with no text (finish reason %s)", ctx.model, result.finish_reason)
             raise UserFacingError(EMPTY_ANSWER_REPLY)
         await self._store(ctx, [Message.assistant(result.text)])
-        shown = result.text if ctx.reply_note is None else f"{ctx.reply_note}\n\n{result.text}"
-        ctx.reply_text = result.text
-        if ctx.reply_stream is not None and ctx.config.tool_loop.streaming:
-            await ctx.reply_stream.finish(shown)
-            ctx.reply_delivered = True
+        ctx.reply_text = result.text  # the outbound step sends it (finishing the stream that showed it)
 
     async def _store(self, ctx: TurnContext, messages: list[Message]) -> None:
         await store_turn_messages(self._sessions, ctx, messages)

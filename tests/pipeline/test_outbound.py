@@ -1,0 +1,78 @@
+"""`Outbound`: the one step that sends a turn's reply, its live edits, errors and notes, and records the turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bot.ledger.turns import TurnLedger, TurnState
+from bot.pipeline.outbound import Outbound
+from tests.fakes.recording_channel import RecordingChannel
+
+
+def records(tmp_path: Path) -> list[str]:
+    return [next(iter(json.loads(line))) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]
+
+
+async def test_a_reply_is_recorded_answered_sent_then_recorded_delivered(tmp_path: Path) -> None:
+    channel = RecordingChannel()
+    ledger = TurnLedger(tmp_path / "turns.jsonl")
+    await ledger.load()
+    inbound = await ledger.received(channel.message("1", "hello"))
+    assert inbound.journal_id is not None
+    turn_id = inbound.journal_id
+    turn = Outbound(ledger).for_turn(channel, inbound)
+    assert await turn.reply("Hi!")
+    assert channel.sent["1"] == ["Hi!"]
+    assert records(tmp_path) == ["received", "answered", "delivered"]
+    assert ledger.state(turn_id) is TurnState.DELIVERED
+    await turn.settle()  # the end of the handling: recorded once already
+    assert records(tmp_path) == ["received", "answered", "delivered"]
+
+
+async def test_a_streamed_reply_is_finished_in_place_and_a_footnote_follows_on_its_own(tmp_path: Path) -> None:
+    channel = RecordingChannel(streaming=True)
+    turn = Outbound().for_turn(channel, channel.message("1", "hello"))
+    stream = turn.open_stream()
+    assert stream is not None
+    await stream.update("Hel")
+    assert await turn.reply("Hello!", "(I could not save this conversation.)")
+    assert channel.stream_updates["1"] == ["Hel"]
+    assert channel.sent["1"] == ["Hello!", "(I could not save this conversation.)"]
+
+
+async def test_an_error_reply_goes_as_one_message_with_its_footnote_even_when_streaming(tmp_path: Path) -> None:
+    channel = RecordingChannel(streaming=True)
+    turn = Outbound().for_turn(channel, channel.message("1", "hello"))
+    turn.open_stream()
+    assert not await turn.reply("The model timed out.", "(I could not save it.)", failed=True)
+    assert channel.sent["1"] == ["The model timed out.\n\n(I could not save it.)"]
+
+
+async def test_a_reply_that_cannot_be_sent_is_not_sent_again_and_the_turn_is_delivered(tmp_path: Path) -> None:
+    channel = RecordingChannel(fail_sends=1)
+    ledger = TurnLedger(tmp_path / "turns.jsonl")
+    await ledger.load()
+    inbound = await ledger.received(channel.message("1", "hello"))
+    assert inbound.journal_id is not None
+    turn = Outbound(ledger).for_turn(channel, inbound)
+    assert not await turn.reply("Hi!")
+    assert channel.sent["1"] == []
+    assert ledger.state(inbound.journal_id) is TurnState.DELIVERED  # the user can ask again; no loop of retries
+
+
+async def test_a_reply_recorded_before_a_stop_is_what_a_resumed_turn_is_sent(tmp_path: Path) -> None:
+    channel = RecordingChannel()
+    ledger = TurnLedger(tmp_path / "turns.jsonl")
+    await ledger.load()
+    inbound = await ledger.received(channel.message("1", "hello"))
+    assert inbound.journal_id is not None
+    await ledger.answered(inbound.journal_id, "Hi!")
+    restarted = TurnLedger(tmp_path / "turns.jsonl")
+    [open_turn] = await restarted.load()
+    turn = Outbound(restarted).for_turn(channel, open_turn.inbound)
+    reply = turn.recorded_reply()
+    assert reply == "Hi!" and not turn.settled
+    await turn.resend(reply)
+    assert channel.sent["1"] == ["Hi!"] and turn.settled
+    assert await TurnLedger(tmp_path / "turns.jsonl").load() == []
