@@ -22,7 +22,6 @@ from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
-from bot.pipeline.turn_storage import SETTLED_KEY
 from bot.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ def register_conversation_commands(
             if (author := someone_elses(last, inbound)) is not None:
                 return f"The last message here is {author}'s; /retry answers again only your own last message."
             exchange = session.messages[index:]
-            session.metadata.pop(SETTLED_KEY, None)
+            session.metadata.settled_user_message = None
             await sessions.replace_messages(session, session.messages[: index + 1])
         log.info("[Session] /retry in %s: %d messages of the last answer dropped", session.id, len(exchange) - 1)
         await forget_exchange(session, exchange)

@@ -25,20 +25,15 @@ from bot.channels.base import EDITED, QUOTE_AUTHOR, QUOTE_TEXT, Channel
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import MediaRef, Message, Quote, Role, Sender
 from bot.domain.session import AgentSession
+from bot.domain.session_metadata import SessionMetadata
 from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
 from bot.media.intake import MEDIA_MIME, MEDIA_PATH, MEDIA_PIXELS
 from bot.metrics import BotMetrics
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.pipeline.turn_storage import (
-    GROUP_KEY,
-    SETTLED_KEY,
-    store_turn_messages,
-    stored_answer,
-    unanswered_user_message,
-)
+from bot.pipeline.turn_storage import store_turn_messages, stored_answer, unanswered_user_message
 from bot.runtime_config import RuntimeConfigStore
-from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
+from bot.sessions.service import SessionPersistError, SessionService
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +112,7 @@ class PipelineRunner:
 
     async def _settle(self, ctx: TurnContext) -> None:
         """Mark the turn's message as dealt with although it has no answer."""
-        ctx.session.metadata[SETTLED_KEY] = ctx.user_message.id
+        ctx.session.metadata.settled_user_message = ctx.user_message.id
         try:
             await self._sessions.save(ctx.session)
         except SessionPersistError as error:
@@ -153,7 +148,7 @@ class PipelineRunner:
                 reply_stream=channel.open_stream(inbound.chat_id) if config.tool_loop.streaming else None,
             )
             if inbound.is_group:
-                session.metadata[GROUP_KEY] = True
+                session.metadata.is_group = True
             if pending is not None:
                 log.info("[Pipeline] Answering %s's message left unanswered by the last stop", session.id)
             elif inbound.journal_id is not None:
@@ -235,8 +230,8 @@ class PipelineRunner:
             self._metrics.errors.labels("delivery").inc()
             log.error("[Pipeline] Reply to %s could not be delivered: %s", session.id, error)
 
-    async def _tell_about_recovery(self, metadata: dict[str, object], channel: Channel, chat_id: str) -> None:
-        quarantined = metadata.pop(RECOVERED_FROM_KEY, None)
+    async def _tell_about_recovery(self, metadata: SessionMetadata, channel: Channel, chat_id: str) -> None:
+        quarantined, metadata.recovered_from = metadata.recovered_from, None
         if quarantined:
             await channel.send_text(
                 chat_id,

@@ -16,16 +16,9 @@ async def store_turn_messages(sessions: SessionService, ctx: TurnContext, messag
         ctx.storage_problem = str(error)
 
 
-# Session metadata: the id of the last user message whose turn ended without an answer on purpose
-# (the user was told of a failure, or stopped it), so a restart does not answer it again.
-SETTLED_KEY = "settledUserMessage"
-# Session metadata: set on a group chat's session, so every prompt names each speaker.
-GROUP_KEY = "isGroup"
-
-
 def is_group_chat(ctx: TurnContext) -> bool:
     """Whether the turn is in a group: this message says so, or an earlier one of the chat did."""
-    return ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
+    return ctx.inbound.is_group or ctx.session.metadata.is_group
 
 
 def unanswered_user_message(session: AgentSession) -> Message | None:
@@ -37,7 +30,7 @@ def unanswered_user_message(session: AgentSession) -> Message | None:
         return None  # answered
     for message in reversed(session.messages):
         if message.role is Role.USER:
-            return None if session.metadata.get(SETTLED_KEY) == message.id else message
+            return None if session.metadata.settled_user_message == message.id else message
     return None
 
 

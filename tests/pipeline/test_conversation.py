@@ -99,7 +99,7 @@ async def test_usage_reported_by_the_provider_is_recorded(
     await say(services, channel, "1", "hi")
     session = await services.sessions.get("test:1")
     assert session is not None
-    assert session.metadata["lastUsage"] == {
+    assert session.metadata.last_usage == {
         "promptTokens": 1234,
         "completionTokens": 5,
         "cachedTokens": 1024,
@@ -314,7 +314,7 @@ async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_r
             Message.user("a model error"),
         ],
     )
-    other.metadata["settledUserMessage"] = other.messages[-1].id  # the user was told of the failure
+    other.metadata.settled_user_message = other.messages[-1].id  # the user was told of the failure
     await services.sessions.save(other)
 
     restarted = build_services(env_for(workspace_dir, fake_openai))
