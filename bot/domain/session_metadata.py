@@ -23,7 +23,7 @@ from pydantic import (
     with_config,
 )
 from pydantic.alias_generators import to_camel
-from typing_extensions import TypedDict
+from typing_extensions import TypedDict  # pydantic validates only this TypedDict before Python 3.12
 
 # The validation context key under which `SessionMetadata` reports the keys it dropped: pass a list
 # there (`{METADATA_PROBLEMS: []}`) to get `(key, reason)` pairs back.
@@ -68,7 +68,12 @@ PromptTokens = dict[str, int | list[str]]
 
 
 class SessionMetadata(BaseModel):
-    """Per-chat state the pipeline, compaction, skills and `/status` keep; one field per key on disk."""
+    """Per-chat state the pipeline, compaction, skills and `/status` keep; one field per key on disk.
+
+    Assign a field to change it (values are replaced, not changed in place); set it back to its default
+    to take it out of the file. Copy it with `copy.deepcopy`, which keeps what is written in step with
+    the fields (`model_copy(deep=True)` copies the two apart).
+    """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 

@@ -231,8 +231,9 @@ class PipelineRunner:
             log.error("[Pipeline] Reply to %s could not be delivered: %s", session.id, error)
 
     async def _tell_about_recovery(self, metadata: SessionMetadata, channel: Channel, chat_id: str) -> None:
-        quarantined, metadata.recovered_from = metadata.recovered_from, None
+        quarantined = metadata.recovered_from
         if quarantined:
+            metadata.recovered_from = None
             await channel.send_text(
                 chat_id,
                 f"Your previous conversation file was damaged, so I started a fresh one. "
