@@ -82,7 +82,7 @@ async def tokens_per_turn(fake: FakeOpenAI, workspace: Path, turns: int = TURNS)
     shares = [summary_tokens(r) / max(1, provider_tokens(r)) for r in chats if summary_tokens(r)]
     session = await services.sessions.get("test:1")
     assert session is not None
-    events = session.metadata.get("compactionEvents", [])
+    events = session.metadata.compaction_events
     print(f"{turns} turns on a {INPUT_TOKENS}-token model ({elapsed:.1f}s):")
     print(
         f"  prompt tokens per turn: min {min(sizes)}, median {statistics.median(sizes):.0f}, "
@@ -99,10 +99,10 @@ async def tokens_per_turn(fake: FakeOpenAI, workspace: Path, turns: int = TURNS)
             f"max {100 * max(shares):.0f}%; summary now {len(session.messages[0].content)} chars"
         )
     print(
-        f"  compactions: {session.metadata.get('compactionCount', 0)}, summary calls: {model.summary_requests}, "
+        f"  compactions: {session.metadata.compaction_count}, summary calls: {model.summary_requests}, "
         f"live messages now: {len(session.messages)}"
     )
-    durations = [event["durationMs"] for event in events]
+    durations = [event.get("durationMs", 0.0) for event in events]
     if durations:
         print(f"  compaction time in the run (last {len(events)}): median {statistics.median(durations):.1f} ms")
     facts = sum(1 for turn in range(0, turns, 25) if f"FACT-{turn:03d}" in session.messages[0].content)
@@ -116,7 +116,7 @@ async def tokens_per_turn(fake: FakeOpenAI, workspace: Path, turns: int = TURNS)
         "prompt_tokens_max": max(sizes),
         "limit_tokens": INPUT_TOKENS - OUTPUT_TOKENS,
         "over_limit": len(model.over_limit),
-        "compactions": session.metadata.get("compactionCount", 0),
+        "compactions": session.metadata.compaction_count,
         "compaction_ms_median": statistics.median(durations) if durations else None,
     }
 

@@ -306,7 +306,7 @@ def build_channels(env: EnvSettings, services: BotServices, listener: HttpListen
     return [
         TelegramChannel(
             _telegram_backend(env.telegram_backend, token, env.telegram_api_base_url),
-            lambda: config_store.config,
+            config_store.current_sync,
             [(command.name, command.description) for command in services.commands.commands()],
             services.ledger,
             webhook,

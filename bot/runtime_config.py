@@ -109,6 +109,15 @@ class RuntimeConfigStore:
                     await asyncio.to_thread(self._reload, signature)
         return self._config
 
+    def current_sync(self) -> RuntimeConfig:
+        """`current` for a caller that cannot await: the Telegram channel, which gates an update (groups,
+        image size) before handing it on, so an edit applies to the very next update. The check is the same
+        `stat`; a changed file (rare: an edit) is read on the spot, as `set_overrides` does."""
+        signature = self._file_signature()
+        if signature != self._signature:
+            self._reload(signature)
+        return self._config
+
     def set_overrides(self, overrides: dict[str, Any]) -> RuntimeConfig:
         """Merge `overrides` over the ones in force (e.g. `/model` setting `llm.model`) and apply them now."""
         self._overrides = deep_merge(self._overrides, overrides)

@@ -3,10 +3,15 @@
 The environment is read once at start by pydantic-settings (a `.env` in the working directory too).
 `RuntimeConfig` is the schema of `runtime-config.json`: camelCase keys, every key optional with the
 documented default, unknown keys and wrong types refused. `RuntimeConfigStore` owns reloading it.
+
+The defaults live here only: the shipped `config/runtime-config.json` is this model written out
+(`shipped_runtime_config_json`; `scripts/write-runtime-config.sh` rewrites it, a test holds them equal).
+Every setting applies on the next message unless it is marked `READ_AT_START`.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -442,3 +447,8 @@ def settings_of(
 def read_at_start_keys() -> dict[str, tuple[str, ...]]:
     """Every setting marked `READ_AT_START`: its dotted camelCase key, and the path of attribute names to it."""
     return {key: path for key, path, field in settings_of() if field.json_schema_extra == READ_AT_START}
+
+
+def shipped_runtime_config_json() -> str:
+    """`config/runtime-config.json` as shipped: every setting with its default, in the model's order."""
+    return json.dumps(RuntimeConfig().model_dump(mode="json", by_alias=True), indent=2) + "\n"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
-from bot.settings import read_at_start_keys, settings_of
+from bot.settings import RuntimeConfig, read_at_start_keys, settings_of
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -14,6 +15,18 @@ README = (ROOT / "README.md").read_text()
 def test_every_runtime_config_key_is_documented() -> None:
     missing = [key for key, _, _ in settings_of() if f"`{key}`" not in README]
     assert missing == []
+
+
+def test_the_readme_shows_each_setting_with_the_models_default() -> None:
+    defaults = RuntimeConfig().model_dump(mode="json", by_alias=True)
+    for key, _, _ in settings_of():
+        row = re.search(rf"^\| `{re.escape(key)}` \| `([^`]*)` \|", README, re.MULTILINE)
+        assert row is not None, f"no table row for {key}"
+        default: object = defaults
+        for part in key.split("."):
+            assert isinstance(default, dict)
+            default = default[part]
+        assert json.loads(row.group(1)) == default, key
 
 
 def test_the_readme_marks_restart_exactly_the_settings_read_at_start() -> None:

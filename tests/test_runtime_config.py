@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.runtime_config import RuntimeConfigStore
-from bot.settings import RuntimeConfig
+from bot.settings import RuntimeConfig, settings_of, shipped_runtime_config_json
 from bot.shipped import shipped_path
 
 SHIPPED_DEFAULTS = shipped_path("config") / "runtime-config.json"
@@ -44,6 +44,25 @@ def test_shipped_defaults_are_the_contract_defaults() -> None:
         assert {key: shipped[section][key] for key in keys} == keys
     # The model's own defaults agree with the shipped file, so a missing key means the same thing.
     assert RuntimeConfig.model_validate(shipped) == RuntimeConfig()
+
+
+def test_the_shipped_file_is_the_settings_model_written_out() -> None:
+    """The defaults live in one place, the model: the shipped file holds every setting with the model's
+    default and nothing else (`scripts/write-runtime-config.sh` rewrites it after a change to the model)."""
+    shipped = json.loads(SHIPPED_DEFAULTS.read_text())
+    model_keys = {key for key, _, _ in settings_of()}
+
+    def keys_of(section: dict[str, object], prefix: str = "") -> set[str]:
+        found: set[str] = set()
+        for key, value in section.items():
+            if isinstance(value, dict) and key != "mcpServers":  # a section, not a setting whose value is an object
+                found |= keys_of(value, f"{prefix}{key}.")
+            else:
+                found.add(prefix + key)
+        return found
+
+    assert keys_of(shipped) == model_keys
+    assert SHIPPED_DEFAULTS.read_text() == shipped_runtime_config_json(), "run scripts/write-runtime-config.sh"
 
 
 async def test_missing_workspace_file_means_shipped_defaults(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
-from bot.compaction.events import EVENTS_KEY, CompactionMethod, CompactionStatus
-from bot.compaction.service import COUNT_KEY, CompactionService
+from bot.compaction.events import CompactionMethod, CompactionStatus
+from bot.compaction.service import CompactionService
 from bot.context.plan import BUILT_PARTS, ContextPlan, PromptPart
 from bot.domain.conversation import split_summary
 from bot.domain.message import Role
@@ -41,7 +41,7 @@ def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> st
         f"input {budget.model.max_input_tokens:,}, output {budget.model.max_output_tokens:,})",
         f"Conversation: ~{plan.message_tokens:,} tokens in {len(session.messages)} messages; "
         f"compacted when over ~{plan.room_for_messages:,}",
-        f"Compactions: {session.metadata.get(COUNT_KEY, 0)}" + _last_compaction(session),
+        f"Compactions: {session.metadata.compaction_count}" + _last_compaction(session),
         "Largest parts (tokens / share):",
     ]
     # A switched-off part (memory, RAG) takes and is given nothing: not worth a line each.
@@ -75,7 +75,7 @@ def _share_note(plan: ContextPlan, part: PromptPart) -> str:
 
 
 def _last_compaction(session: AgentSession) -> str:
-    events = session.metadata.get(EVENTS_KEY) or []
+    events = session.metadata.compaction_events
     if not events:
         return ""
     last = events[-1]

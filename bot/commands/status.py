@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from bot.compaction.service import COUNT_KEY as COMPACTION_COUNT_KEY
 from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
 from bot.memory.service import MemoryService
@@ -40,7 +39,7 @@ class StatusReporter:
         memory = await self._memory.status(config.memory, session.id)
         pack = memory.last_pack
         pack_line = f"Memory pack (last message): {pack.diagnostics.describe()}" if pack else ""
-        last_usage = session.metadata.get("lastUsage")
+        last_usage = session.metadata.last_usage
         last_prompt = (
             f", last call {last_usage['promptTokens']} prompt tokens ({last_usage.get('cachedTokens', 0)} cached)"
             if last_usage
@@ -62,7 +61,7 @@ class StatusReporter:
                 f"Messages: {len(session.messages)}",
                 f"Context: ~{plan.total_tokens} tokens of {plan.budget.trigger_tokens} ({plan.used_percent}%)"
                 f"{'' if plan.prompt_measured else ', system prompt not measured yet'}{last_prompt}",
-                f"Compactions: {session.metadata.get(COMPACTION_COUNT_KEY, 0)}",
+                f"Compactions: {session.metadata.compaction_count}",
                 f"Memory: MEMORY.md {memory.long_term_chars} chars; items: {items}; "
                 f"today's notes: {memory.today_note_lines} entries; scope {config.memory.scope}; "
                 f"vectors {memory.vectors[0]}/{memory.vectors[1]} ({memory.embedder or 'lexical only'})"

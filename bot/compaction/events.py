@@ -13,9 +13,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-log = logging.getLogger(__name__)
+from bot.domain.session_metadata import CompactionEventRecord, SessionMetadata
 
-EVENTS_KEY = "compactionEvents"
+log = logging.getLogger(__name__)
 
 
 class CompactionStatus(StrEnum):
@@ -63,8 +63,8 @@ class CompactionEvent:
     def finished(self, status: CompactionStatus, **changes: Any) -> CompactionEvent:
         return replace(self, status=status, **changes)
 
-    def to_json_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json_dict(self) -> CompactionEventRecord:
+        data: CompactionEventRecord = {
             "status": self.status.value,
             "reason": self.reason.value,
             "startedAt": self.started_at.isoformat(),
@@ -121,11 +121,6 @@ def log_event(event: CompactionEvent) -> None:
     )  # fmt: skip
 
 
-def keep_event(metadata: dict[str, Any], event: CompactionEvent, kept: int) -> None:
+def keep_event(metadata: SessionMetadata, event: CompactionEvent, kept: int) -> None:
     """Append the final event to the session's metadata, keeping the newest `kept`."""
-    if kept <= 0:
-        metadata.pop(EVENTS_KEY, None)
-        return
-    events = list(metadata.get(EVENTS_KEY) or [])
-    events.append(event.to_json_dict())
-    metadata[EVENTS_KEY] = events[-kept:]
+    metadata.compaction_events = (*metadata.compaction_events, event.to_json_dict())[-kept:] if kept > 0 else ()

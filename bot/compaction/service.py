@@ -44,14 +44,6 @@ from bot.settings import RuntimeConfig
 
 log = logging.getLogger(__name__)
 
-# Session metadata keys this service keeps (CONTRACT: `summary` and the compaction count with the summary).
-SUMMARY_KEY = "summary"
-COUNT_KEY = "compactionCount"
-USAGE_AT_COMPACTION_KEY = "usageAtLastCompaction"
-TRUNCATED_KEY = "messagesDroppedWithoutSummary"
-# The provider-reported usage of the last call, as the tool loop records it.
-LAST_USAGE_KEY = "lastUsage"
-
 TRUNCATION_NOTE_PREFIX = "(Note:"
 _TRUNCATION_NOTE = re.compile(r"^\(Note: \d+ earlier messages were removed without a summary.*$", re.MULTILINE)
 
@@ -110,11 +102,11 @@ class CompactionService:
         """
         if plan.over:
             return CompactionReason.ESTIMATE
-        usage = session.metadata.get(LAST_USAGE_KEY)
+        usage = session.metadata.last_usage
         if (
-            isinstance(usage, dict)
-            and usage != session.metadata.get(USAGE_AT_COMPACTION_KEY)
-            and int(usage.get("promptTokens", 0)) > plan.budget.trigger_tokens
+            usage is not None
+            and usage != session.metadata.usage_at_last_compaction
+            and usage.get("promptTokens", 0) > plan.budget.trigger_tokens
         ):
             return CompactionReason.USAGE
         return None
@@ -303,8 +295,7 @@ class CompactionService:
             raise
         except Exception as error:
             session.messages = messages_before
-            session.metadata.clear()
-            session.metadata.update(metadata_before)
+            session.metadata = metadata_before
             failed = event.finished(
                 CompactionStatus.FAILED,
                 duration_ms=(time.monotonic() - started) * 1000,
@@ -332,8 +323,8 @@ class CompactionService:
 
     def _truncation_summary(self, session: AgentSession, previous: str | None, removed: int, reason: str) -> str:
         """The previous summary (if any) with one visible note counting what was dropped unsummarized."""
-        dropped = int(session.metadata.get(TRUNCATED_KEY, 0)) + removed
-        session.metadata[TRUNCATED_KEY] = dropped
+        dropped = session.metadata.messages_dropped_without_summary + removed
+        session.metadata.messages_dropped_without_summary = dropped
         kept = _TRUNCATION_NOTE.sub("", previous or "").strip()
         note = (
             f"{TRUNCATION_NOTE_PREFIX} {dropped} earlier messages were removed without a summary "
@@ -343,10 +334,10 @@ class CompactionService:
 
     def _record(self, session: AgentSession, event: CompactionEvent, summary: str, config: RuntimeConfig) -> None:
         metadata = session.metadata
-        metadata[SUMMARY_KEY] = summary
-        metadata[COUNT_KEY] = int(metadata.get(COUNT_KEY, 0)) + 1
-        if LAST_USAGE_KEY in metadata:
-            metadata[USAGE_AT_COMPACTION_KEY] = metadata[LAST_USAGE_KEY]
+        metadata.summary = summary
+        metadata.compaction_count += 1
+        if metadata.last_usage is not None:
+            metadata.usage_at_last_compaction = metadata.last_usage
         keep_event(metadata, event, config.compaction.kept_events)
 
     async def _cut_summary(self, session: AgentSession, model: str, config: RuntimeConfig, cap_tokens: int) -> None:

@@ -21,14 +21,13 @@ from bot.context.estimator import TokenEstimator
 from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part_for_prompt_key
 from bot.domain.conversation import split_summary
 from bot.domain.session import AgentSession
+from bot.domain.session_metadata import PromptTokens
 from bot.llm.models import ModelRegistry
 from bot.settings import RuntimeConfig
 
 log = logging.getLogger(__name__)
 
-# Session metadata: the tokens each prompt part took in the last request, `{part value: tokens}`, and
-# under `cut` the parts that were cut to their share.
-LAST_PROMPT_KEY = "lastPromptTokens"
+# In the session's `lastPromptTokens` (`{part value: tokens}`): the parts that were cut to their share.
 CUT_KEY = "cut"
 
 
@@ -65,11 +64,14 @@ class ContextPlanner:
         plan = ContextPlan(
             self.budget(model, config), tuple(uses), len(session.messages), config.memory.enabled, config.rag.enabled
         )
-        last = session.metadata.get(LAST_PROMPT_KEY)
-        if not isinstance(last, dict):
+        last = session.metadata.last_prompt_tokens
+        if last is None:
             return plan
-        cut = last.get(CUT_KEY) or []
-        return plan.with_prompt(PartUse(part, int(last.get(part.value, 0)), part.value in cut) for part in BUILT_PARTS)
+        cut = last.get(CUT_KEY)
+        cut_parts = cut if isinstance(cut, list) else []
+        return plan.with_prompt(
+            PartUse(part, _tokens(last.get(part.value)), part.value in cut_parts) for part in BUILT_PARTS
+        )
 
     def fit_prompt(
         self, session: AgentSession, plan: ContextPlan, parts: dict[str, str], model: str
@@ -88,8 +90,12 @@ class ContextPlanner:
                     "[Context] %s cut to its share: %d of %d tokens kept",
                     fitted_part.name, fitted_part.kept_tokens, fitted_part.tokens,
                 )  # fmt: skip
-        kept: dict[str, object] = {part.value: count for part, count in tokens.items()}
+        kept: PromptTokens = {part.value: count for part, count in tokens.items()}
         if cut:
             kept[CUT_KEY] = sorted(part.value for part in cut)
-        session.metadata[LAST_PROMPT_KEY] = kept
+        session.metadata.last_prompt_tokens = kept
         return fitted, plan.with_prompt(PartUse(part, count, part in cut) for part, count in tokens.items())
+
+
+def _tokens(value: int | list[str] | None) -> int:
+    return value if isinstance(value, int) else 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import Field
 
 from bot.domain.message import Message
 from bot.domain.model import CamelModel, utc_now
+from bot.domain.session_metadata import SessionMetadata
 
 
 class SessionState(StrEnum):
@@ -40,8 +40,8 @@ def session_id_for(channel_type: str, chat_id: str) -> str:
 class AgentSession(CamelModel):
     """The messages the model sees for one chat (compaction-bounded), plus its metadata.
 
-    `metadata` holds counters the bot keeps per chat (`compactions`, `lastUsage`, ...); the full
-    uncompacted history lives in the archive, not here.
+    `metadata` holds what the bot keeps per chat besides the messages (`SessionMetadata`: usage,
+    compactions, the active skill, ...); the full uncompacted history lives in the archive, not here.
     """
 
     id: str
@@ -50,7 +50,7 @@ class AgentSession(CamelModel):
     state: SessionState = SessionState.ACTIVE
     created_at: datetime = Field(default_factory=utc_now)
     updated_at: datetime = Field(default_factory=utc_now)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: SessionMetadata = Field(default_factory=SessionMetadata)
     messages: list[Message] = Field(default_factory=list)
 
     @classmethod

@@ -9,6 +9,7 @@ from typing import Protocol
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
+from bot.domain.session_metadata import ProviderUsage
 from bot.settings import RuntimeConfig
 
 # Parts of the system prompt made anew for every message (`TurnContext.system_prompt_parts` keys): they
@@ -27,7 +28,7 @@ class Usage:
     # Of the prompt tokens, those the provider served from its prompt cache (billed at a fraction).
     cached_tokens: int = 0
 
-    def to_json_dict(self) -> dict[str, object]:
+    def to_json_dict(self) -> ProviderUsage:
         return {
             "promptTokens": self.prompt_tokens,
             "completionTokens": self.completion_tokens,

@@ -25,15 +25,16 @@ from bot.channels.base import EDITED, QUOTE_AUTHOR, QUOTE_TEXT
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import MediaRef, Message, Quote, Role, Sender
 from bot.domain.session import AgentSession
+from bot.domain.session_metadata import SessionMetadata
 from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
 from bot.media.intake import MEDIA_MIME, MEDIA_PATH, MEDIA_PIXELS
 from bot.metrics import BotMetrics
 from bot.pipeline.outbound import TurnOutbound
 from bot.pipeline.system import PipelineSystem, UserFacingError
-from bot.pipeline.turn_storage import GROUP_KEY, store_turn_messages, stored_answer, stored_question
+from bot.pipeline.turn_storage import store_turn_messages, stored_answer, stored_question
 from bot.runtime_config import RuntimeConfigStore
-from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
+from bot.sessions.service import SessionPersistError, SessionService
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class PipelineRunner:
                 reply_stream=outbound.open_stream() if config.tool_loop.streaming else None,
             )
             if inbound.is_group:
-                session.metadata[GROUP_KEY] = True
+                session.metadata.is_group = True
             if pending is not None:
                 log.info("[Pipeline] Answering %s's message left unanswered by the last stop", session.id)
             elif inbound.journal_id is not None:
@@ -204,9 +205,10 @@ class PipelineRunner:
         footnote = STORAGE_PROBLEM_NOTE.format(problem=problem) if problem is not None else None
         await outbound.reply(text, footnote, failed=failure_reply is not None)
 
-    async def _tell_about_recovery(self, metadata: dict[str, object], outbound: TurnOutbound) -> None:
-        quarantined = metadata.pop(RECOVERED_FROM_KEY, None)
+    async def _tell_about_recovery(self, metadata: SessionMetadata, outbound: TurnOutbound) -> None:
+        quarantined = metadata.recovered_from
         if quarantined:
+            metadata.recovered_from = None
             await outbound.send(
                 f"Your previous conversation file was damaged, so I started a fresh one. "
                 f"The damaged file was kept as {quarantined}; your memory files are untouched."

@@ -16,13 +16,9 @@ async def store_turn_messages(sessions: SessionService, ctx: TurnContext, messag
         ctx.storage_problem = str(error)
 
 
-# Session metadata: set on a group chat's session, so every prompt names each speaker.
-GROUP_KEY = "isGroup"
-
-
 def is_group_chat(ctx: TurnContext) -> bool:
     """Whether the turn is in a group: this message says so, or an earlier one of the chat did."""
-    return ctx.inbound.is_group or bool(ctx.session.metadata.get(GROUP_KEY))
+    return ctx.inbound.is_group or ctx.session.metadata.is_group
 
 
 def stored_question(session: AgentSession, turn_id: str | None) -> Message | None:

@@ -29,8 +29,6 @@ from bot.sessions.store import CorruptSession, SessionFileStore
 
 log = logging.getLogger(__name__)
 
-# Metadata key set on a session started in place of an unreadable one, until the user was told.
-RECOVERED_FROM_KEY = "recoveredFrom"
 # Sessions kept in memory after their last use (a session of 20 messages is tens of KB).
 CACHE_MAX_SESSIONS = 1000
 
@@ -89,7 +87,7 @@ class SessionService:
             session = await self.store.load(session_id)
         except CorruptSession as corrupt:
             session = AgentSession.new(channel_type, chat_id)
-            session.metadata[RECOVERED_FROM_KEY] = corrupt.quarantined_as.name
+            session.metadata.recovered_from = corrupt.quarantined_as.name
         if session is None:
             session = AgentSession.new(channel_type, chat_id)
         # Another task may have loaded it meanwhile; the first one in wins so there is one object.

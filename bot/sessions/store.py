@@ -2,7 +2,8 @@
 
 A crash at any moment leaves the old or the new version (atomic rewrite). A file that does not parse
 is never overwritten: it is moved aside as `<name>.corrupt-<time>` so nothing is lost, and the chat
-starts a fresh session.
+starts a fresh session. A metadata value of the wrong type (a hand edit) does not cost the session: it
+is logged and dropped to its default (`SessionMetadata`).
 
 The whole document is written on every save (an outside reader may open it after any turn), so the
 bytes written grow with the session; the CPU does not: each message's JSON is kept from the save before
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, checked_session_id
+from bot.domain.session_metadata import METADATA_PROBLEMS
 from bot.storage.files import read_text_sync, write_atomic
 
 log = logging.getLogger(__name__)
@@ -92,13 +94,18 @@ class SessionFileStore:
         text = read_text_sync(path)
         if text is None:
             return None
+        problems: list[tuple[str, str]] = []
         try:
-            return AgentSession.model_validate_json(text)
+            session = AgentSession.model_validate_json(text, context={METADATA_PROBLEMS: problems})
         except ValidationError as error:
             quarantined = path.with_name(f"{path.name}.corrupt-{utc_now().strftime('%Y%m%dT%H%M%S%fZ')}")
             path.rename(quarantined)
             log.error("[Session] %s is unreadable (%s); moved to %s", path, error.error_count(), quarantined)
             raise CorruptSession(session_id, quarantined) from error
+        for key, reason in problems:
+            # The session is kept; only this value goes, and the next save writes the file without it.
+            log.warning("[Session] %s: metadata key %r ignored, its default used instead (%s)", path, key, reason)
+        return session
 
     async def save(self, session: AgentSession) -> None:
         # Compact: the session is rewritten on every save, and indentation added about 12% to its bytes.

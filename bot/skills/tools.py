@@ -21,12 +21,9 @@ from bot.tools.registry import AnyTool, Tool, ToolContext, ToolError
 
 log = logging.getLogger(__name__)
 
-ACTIVE_SKILL_KEY = "activeSkill"
-
 
 def active_skill(session: AgentSession) -> str | None:
-    value = session.metadata.get(ACTIVE_SKILL_KEY)
-    return value if isinstance(value, str) and value else None
+    return session.metadata.active_skill or None
 
 
 class LoadSkillArgs(BaseModel):
@@ -63,7 +60,7 @@ class SkillTools:
         session = await self._sessions.get(context.session_id)
         if session is not None:
             # The running turn holds this session and saves it with its next message.
-            session.metadata[ACTIVE_SKILL_KEY] = skill.name
+            session.metadata.active_skill = skill.name
         log.info("[Skills] turn %s: %s switched on %s", context.turn_id, context.session_id, skill.name)
         instructions = render_instructions(skill, context.config.skills.max_instructions_chars)
         return f"Skill {skill.name} is now active for this conversation.\n\n{instructions}"
@@ -86,13 +83,13 @@ class SkillTools:
                 )
             async with self._sessions.lock_for(session.id):
                 if wanted.lower() in ("off", "none"):
-                    session.metadata.pop(ACTIVE_SKILL_KEY, None)
+                    session.metadata.active_skill = None
                     await self._sessions.save(session)
                     return "No skill is active now."
                 skill = await self._library.get(wanted)
                 if skill is None:
                     return f"There is no skill named {wanted!r}. Skills: {_names(skills)}."
-                session.metadata[ACTIVE_SKILL_KEY] = skill.name
+                session.metadata.active_skill = skill.name
                 await self._sessions.save(session)
             log.info("[Skills] %s switched on %s", session.id, skill.name)
             return f"Skill {skill.name} is active: {skill.description}"

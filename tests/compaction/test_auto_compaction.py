@@ -25,7 +25,7 @@ async def test_a_reported_prompt_over_the_threshold_compacts_before_the_next_cal
 
     session = await small_services.sessions.get("test:1")
     assert session is not None
-    [event] = session.metadata["compactionEvents"]
+    [event] = session.metadata.compaction_events
     assert event["reason"] == "usage" and event["method"] == "summary"
     requests = fake_openai.chat_requests()
     assert is_summary_request(requests[-2]) and not is_summary_request(requests[-1])

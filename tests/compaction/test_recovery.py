@@ -47,7 +47,7 @@ async def test_a_context_length_refusal_is_retried_after_compacting_and_succeeds
     assert len(chats) == 2 and provider_tokens(chats[1]) < provider_tokens(chats[0])
     assert chats[1]["messages"][1]["content"].startswith("[Conversation summary]")
     assert chats[1]["messages"][-1]["content"] == "the newest question"
-    assert session.metadata["compactionEvents"][-1]["reason"] == "recovery"
+    assert session.metadata.compaction_events[-1]["reason"] == "recovery"
 
 
 async def test_an_http_413_counts_as_too_large(small_services: BotServices, fake_openai: FakeOpenAI) -> None:

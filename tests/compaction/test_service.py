@@ -51,7 +51,7 @@ async def test_two_concurrent_triggers_compact_once(small_services: BotServices,
     events = [event for event in (first, second) if event is not None]
     assert len(events) == 1 and events[0].status is CompactionStatus.COMPLETED
     assert limited_model.summary_requests == events[0].summary_calls  # the second trigger asked for nothing
-    assert session.metadata["compactionCount"] == 1
+    assert session.metadata.compaction_count == 1
 
 
 async def test_a_compaction_keeps_whole_recent_turns_and_a_summary_with_the_old_facts(
@@ -107,7 +107,7 @@ async def test_a_second_compaction_updates_the_previous_summary(
     service = compaction_of(small_services)
     config = await small_services.config_store.current()
     await service.compact_if_needed(session, SMALL_MODEL, config)
-    first_summary = session.metadata["summary"]
+    first_summary = session.metadata.summary
     more = []
     for number in range(40, 70):
         more += [Message.user(f"Turn {number}: " + "u" * 150), Message.assistant(f"Answer {number}: " + "a" * 200)]
@@ -118,8 +118,8 @@ async def test_a_second_compaction_updates_the_previous_summary(
     summaries = [r for r in fake_openai.chat_requests() if is_summary_request(r)]
     update = next(r for r in summaries if f"## Existing Summary\n\n{first_summary}\n" in r["messages"][1]["content"])
     assert update["messages"][0]["content"].startswith("You are updating a conversation summary")
-    assert "FACT-00 item name is ITEM-0" in session.metadata["summary"]
-    assert session.metadata["compactionCount"] == 2
+    assert "FACT-00 item name is ITEM-0" in (session.metadata.summary or "")
+    assert session.metadata.compaction_count == 2
     assert [m.role for m in session.messages].count(Role.SYSTEM) == 1
 
 
@@ -223,7 +223,7 @@ async def test_reported_usage_over_the_threshold_triggers_once(small_services: B
     config = await small_services.config_store.current()
     assert await service.compact_if_needed(session, SMALL_MODEL, config) is None
 
-    session.metadata["lastUsage"] = {"promptTokens": 3300, "completionTokens": 10, "model": SMALL_MODEL}
+    session.metadata.last_usage = {"promptTokens": 3300, "completionTokens": 10, "model": SMALL_MODEL}
     event = await service.compact_if_needed(session, SMALL_MODEL, config)
     assert event is not None and event.reason is CompactionReason.USAGE
     # The same report does not trigger again; the next call's report will be checked afresh.
@@ -236,7 +236,7 @@ async def test_nothing_to_compact_does_nothing(small_services: BotServices) -> N
     service = compaction_of(small_services)
     assert await service.compact_if_needed(session, SMALL_MODEL, await small_services.config_store.current()) is None
     assert [m.content[:1] for m in session.messages] == ["x"]
-    assert "compactionCount" not in session.metadata
+    assert session.metadata.compaction_count == 0
 
 
 async def test_old_messages_larger_than_the_summary_models_window_are_summarized_in_chunks(
@@ -273,7 +273,7 @@ async def test_recovery_compacts_harder_each_attempt_and_says_when_it_cannot(sma
     assert estimate(session.messages, SMALL_MODEL) < after_first
     assert len(split_summary(session.messages)[1]) <= kept_first
     assert session.messages[1].role is Role.USER
-    events = session.metadata["compactionEvents"]
+    events = session.metadata.compaction_events
     assert {event["reason"] for event in events} == {"recovery"}
 
     # Down to the newest turn and a short summary: another attempt cannot shrink anything.
@@ -301,6 +301,6 @@ async def test_a_compaction_that_cannot_write_is_a_failed_event_and_changes_noth
     assert event.error == "OSError: No space left on device"
     assert event.stages == ("cut", "memory-flush-skipped", "summarize", "rewrite")
     assert session.messages == before
-    assert session.metadata["compactionEvents"][-1]["status"] == "failed"
-    assert "compactionCount" not in session.metadata and "summary" not in session.metadata
+    assert session.metadata.compaction_events[-1]["status"] == "failed"
+    assert session.metadata.compaction_count == 0 and session.metadata.summary is None
     assert "[AutoCompact] Compaction of test:1 failed" in caplog.text

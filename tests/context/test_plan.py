@@ -7,7 +7,7 @@ from pathlib import Path
 from bot.context.budget import ContextBudget, share_for_part
 from bot.context.estimator import TokenEstimator
 from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part_for_prompt_key
-from bot.context.planner import LAST_PROMPT_KEY, ContextPlanner
+from bot.context.planner import ContextPlanner
 from bot.domain.conversation import SUMMARY_HEADER
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
@@ -62,7 +62,7 @@ def test_the_planner_measures_the_conversation_then_the_prompt_parts_and_keeps_t
     estimator = planner.estimator
     assert after.used(PromptPart.INSTRUCTIONS) == estimator.text(parts["base"], "m")
     assert after.used(PromptPart.LONG_TERM) == estimator.text(parts["memory"], "m")
-    assert session.metadata[LAST_PROMPT_KEY]["instructions"] == after.used(PromptPart.INSTRUCTIONS)
+    assert (session.metadata.last_prompt_tokens or {})["instructions"] == after.used(PromptPart.INSTRUCTIONS)
 
     # Asked again (as /status and /context do): the same figures, from the session's metadata.
     again = planner.plan(session, "m", config)

@@ -99,7 +99,7 @@ async def test_usage_reported_by_the_provider_is_recorded(
     await say(services, channel, "1", "hi")
     session = await services.sessions.get("test:1")
     assert session is not None
-    assert session.metadata["lastUsage"] == {
+    assert session.metadata.last_usage == {
         "promptTokens": 1234,
         "completionTokens": 5,
         "cachedTokens": 1024,

@@ -11,7 +11,7 @@ import pytest
 from bot.domain.message import Message, Role, ToolCall
 from bot.domain.session import InvalidSessionId
 from bot.sessions import service as session_service
-from bot.sessions.service import RECOVERED_FROM_KEY, SessionPersistError, SessionService
+from bot.sessions.service import SessionPersistError, SessionService
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ async def test_corrupt_session_is_quarantined_and_a_fresh_one_started(tmp_path: 
     quarantined = list(folder.glob("telegram:9.json.corrupt-*"))
     assert len(quarantined) == 1
     assert quarantined[0].read_text() == '{"id": "telegram:9", "messages": ['
-    assert session.metadata[RECOVERED_FROM_KEY] == quarantined[0].name
+    assert session.metadata.recovered_from == quarantined[0].name
 
 
 async def test_lone_surrogates_are_stored_safely(sessions: SessionService) -> None:
@@ -194,7 +194,7 @@ async def test_each_save_writes_the_document_pydantic_would_whatever_changed_sin
     await sessions.append_messages(session, [Message.user("hi"), Message.assistant("", tool_calls=[call])])
     session.messages[0].content = "hi, edited after its save"  # a field assigned anyway is caught
     session.messages[1] = Message.assistant("replaced")
-    session.metadata["lastUsage"] = {"promptTokens": 12}
+    session.metadata.last_usage = {"promptTokens": 12}
     await sessions.append_messages(session, [Message.tool_result(call, "file text")])
     expected = session.model_dump_json(by_alias=True, exclude_none=True)
     assert stored_json(tmp_path, session.id) == expected

@@ -127,7 +127,7 @@ async def test_the_model_loads_a_skill_with_the_tool(
     )
     assert "2. Suggest refundable bookings." in result
     session = await services.sessions.get("test:1")
-    assert session is not None and session.metadata["activeSkill"] == "trip-planning"
+    assert session is not None and session.metadata.active_skill == "trip-planning"
 
     await say(services, channel, "1", "next week")
     assert "## Active skill: trip-planning" in system_prompt(fake_openai)

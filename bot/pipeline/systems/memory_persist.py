@@ -29,7 +29,7 @@ from bot.domain.turn import TurnContext
 from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
-from bot.pipeline.turn_storage import GROUP_KEY, is_group_chat
+from bot.pipeline.turn_storage import is_group_chat
 from bot.settings import MemoryConfig
 from bot.skills.tools import active_skill
 
@@ -118,7 +118,7 @@ class MemoryPersistSystem(PipelineSystem):
             dropped,
             answers[-1].content,
             answers[-1].timestamp,
-            in_group=bool(session.metadata.get(GROUP_KEY)),
+            in_group=session.metadata.is_group,
             config=config,
         )
         # The note line has the time it was written (just after the answer), on that day or the message's.

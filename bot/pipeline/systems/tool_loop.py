@@ -142,7 +142,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
             result = await with_payload_recovery(self._compaction, ctx.session, ctx.model, attempts, call)
         if result.usage is not None:
             ctx.usages.append(result.usage)
-            ctx.session.metadata["lastUsage"] = result.usage.to_json_dict()
+            ctx.session.metadata.last_usage = result.usage.to_json_dict()
         return result
 
     async def _images(self, ctx: TurnContext) -> dict[str, list[str]]:
