@@ -77,7 +77,11 @@ def run_minimal_assistant(root: str, token: str, model_url: str, history: str) -
         await context.bot.send_chat_action(message.chat_id, ChatAction.TYPING)
         conversation = conversations.setdefault(message.chat_id, []) if history == "keep" else []
         conversation.append({"role": "user", "content": message.text})
-        stream = await client.chat.completions.create(model=MINIMAL_MODEL, messages=conversation, stream=True)
+        # The messages go in `extra_body`, as the bot sends them: the library's own transform of typed
+        # messages walks every one each call, which with a long conversation costs more than the rest.
+        stream = await client.chat.completions.create(
+            model=MINIMAL_MODEL, messages=[], extra_body={"messages": conversation}, stream=True
+        )
         parts = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
         conversation.append({"role": "assistant", "content": "".join(parts)})
         await message.reply_text("".join(parts))
