@@ -61,6 +61,17 @@ async def _nothing() -> None:
     return None
 
 
+def load_runtime_config(env: EnvSettings, workspace: Workspace) -> RuntimeConfigStore:
+    """The runtime configuration: the shipped defaults, the workspace's file over them, `BOT_MODEL` over both."""
+    store = RuntimeConfigStore(
+        shipped_path("config") / "runtime-config.json",
+        workspace.runtime_config_file,
+        {"llm": {"model": env.bot_model}} if env.bot_model else None,
+    )
+    store.load_now()
+    return store
+
+
 def prepare_workspace(env: EnvSettings) -> Workspace:
     """The workspace, with whatever was missing filled in from `workspace_template/`."""
     workspace = Workspace(env.bot_workspace)
@@ -88,13 +99,7 @@ class Application:
         self.env = env
         self.workspace = workspace = prepare_workspace(env)
         self.clock = clock = Clock(resolve_timezone(env.bot_timezone))
-        config_dir = shipped_path("config")
-        self.config_store = config_store = RuntimeConfigStore(
-            config_dir / "runtime-config.json",
-            workspace.runtime_config_file,
-            {"llm": {"model": env.bot_model}} if env.bot_model else None,
-        )
-        config_store.load_now()
+        self.config_store = config_store = load_runtime_config(env, workspace)
         model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
         model_switch.restore()  # before anything reads the model
 
@@ -102,48 +107,57 @@ class Application:
             return config_store.config
 
         self.metrics = metrics = BotMetrics()
+        self.sessions = sessions = SessionService(workspace.sessions_dir)
+        # Each package adds its commands here; the order they are added in is the order /help and Telegram list.
+        self.commands = commands = CommandRegistry()
+
+        # What every layer uses: the model client, and the tool registry each package adds its tools to.
         models = llm_install.install(
-            env.openai_api_key, env.openai_base_url, config_dir / "models.json", workspace.models_file, metrics
-        )
+            env.openai_api_key, env.openai_base_url, shipped_path("config") / "models.json", workspace.models_file,
+            metrics,
+        )  # fmt: skip
         self.llm = llm = models.client
         self.models = models.models
-        self.sessions = sessions = SessionService(workspace.sessions_dir)
-        self.commands = commands = CommandRegistry()
         tools = tools_install.install(env, workspace.root, config, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
-        estimator, embedders = TokenEstimator(), models.embedders
-        memory = memory_install.install(workspace, clock, llm, estimator, embedders, config_store, tools.registry)
-        rag = rag_install.install(env, workspace, clock, llm, estimator, embedders, config_store, tools.registry)
-        self.memory, self.rag, self.documents = memory.service, rag.service, rag.documents
-
-        async def forget_in_rag(message_ids: list[str]) -> None:
-            # Memory and RAG are siblings that know nothing of each other: a forgotten item is connected here.
-            await rag.service.forget_documents(await rag.service.documents_for_messages(message_ids))
-
-        memory.service.on_forget(forget_in_rag)
+        estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
+
+        # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
+        memory = memory_install.install(
+            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry
+        )
+        rag = rag_install.install(env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry)
+        memory.service.on_forget(rag.forget_messages)
         compaction = compaction_install.install(
             sessions, llm, models.models, estimator, planner, config_store, memory.pre_compaction, tools.registry
         )
-        self.skills = skills = skills_install.install(workspace, sessions, config, tools.registry, commands)
+        self.memory, self.rag, self.documents = memory.service, rag.service, rag.documents
+        skills = skills_install.install(workspace, sessions, config, tools.registry)
         media = media_install.install(workspace.root, llm)
+
+        # The pipeline, the commands (which run it again for /retry), the router (which routes to both).
         pipeline = pipeline_install.install(
-            workspace, clock, sessions, config_store, llm, planner, compaction, memory.service, rag.service,
-            skills, tools.registry, media.store, media.vision, metrics,
+            workspace=workspace, clock=clock, sessions=sessions, config_store=config_store, llm=llm, planner=planner,
+            compaction=compaction, memory=memory.service, rag=rag.service, skills=skills.library, tools=tools.registry,
+            media_store=media.store, vision=media.vision, metrics=metrics,
         )  # fmt: skip
         self.runner, self.inbox = pipeline.runner, pipeline.inbox
         self.status = commands_install.install(
-            commands, sessions, clock, config_store, model_switch, planner, compaction, memory.service,
-            rag.service, rag.documents, tools.mcp, skills, pipeline.runner.run, pipeline.forget_exchange,
+            commands, sessions=sessions, clock=clock, config_store=config_store, model_switch=model_switch,
+            planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
+            mcp=tools.mcp, skills=skills.library, skill_tools=skills.tools, answer_again=pipeline.runner.run,
+            forget_exchange=pipeline.forget_exchange,
         )  # fmt: skip
         access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
         scheduled = scheduler_install.install(
-            workspace.reminders_file, workspace.runtime_config_file, clock, sessions, config_store, compaction,
-            memory.service, rag.service, tools.mcp, tools.registry, commands,
-            lambda session_id: session_id in router.dispatcher.queue_depths(),
+            reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
+            sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
+            rag=rag.service, mcp=tools.mcp, tools=tools.registry, commands=commands,
+            chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
         )  # fmt: skip
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         self.channels: list[Channel] = []
@@ -152,7 +166,7 @@ class Application:
         self._stopped = False
         self.stages = [
             Stage("model client", _nothing, self.llm.close),
-            Stage("stores", self._read_backlog, self.sessions.write_unwritten),
+            Stage("stores", self._read_backlog, _nothing),  # every store writes through on each change
             Stage("memory", self._warm_up_memory, self.memory.close),
             Stage("knowledge graph", self._warm_up_rag, self.rag.close),
             Stage("MCP servers", self._sync_mcp, self.mcp.close),
@@ -180,11 +194,9 @@ class Application:
             await stage.start()
 
     async def stop(self) -> None:
-        """Stop taking messages, let runs in progress finish (bounded), then release everything, in the
-        reverse order of the stages. A stage that fails to stop is logged; the others still stop.
-
-        Every store writes through on each change, but for the question of a turn, written with its answer:
-        a turn the stop cut short has its question written here (the `stores` stage)."""
+        """Stop taking messages, let runs in progress finish (bounded) and write what they left unwritten,
+        then release everything, in the reverse order of the stages. A stage that fails to stop is logged;
+        the others still stop."""
         if self._stopped:
             return
         self._stopped = True
@@ -255,6 +267,8 @@ class Application:
         for channel in self.channels:
             await channel.stop_receiving()
         await self.router.dispatcher.close(SHUTDOWN_GRACE_SECONDS)
+        # The question of a turn is written with its answer: a turn the stop cut short has it written now.
+        await self.sessions.write_unwritten()
 
     def _listener(self) -> HttpListener | None:
         """The HTTP listener, in webhook mode or when `BOT_LISTEN_PORT` is set; channels add their routes."""

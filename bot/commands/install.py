@@ -20,6 +20,7 @@ from bot.rag.uploads import DocumentReader
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionService
 from bot.skills.library import SkillLibrary
+from bot.skills.tools import SkillTools
 from bot.tools.mcp import McpManager
 
 
@@ -36,6 +37,7 @@ def install(
     documents: DocumentReader,
     mcp: McpManager,
     skills: SkillLibrary,
+    skill_tools: SkillTools,
     answer_again: AnswerAgain,
     forget_exchange: ForgetExchange,
 ) -> StatusReporter:
@@ -43,6 +45,7 @@ def install(
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)
+    skill_tools.register_command(commands)
     register_conversation_commands(commands, sessions, answer_again, forget_exchange, clock)
     register_model_command(commands, model_switch, config_store)
     register_docs_command(commands, documents)

@@ -26,6 +26,10 @@ class InstalledRag:
     service: RagService
     documents: DocumentReader
 
+    async def forget_messages(self, message_ids: list[str]) -> None:
+        """Take out of the graph the documents made from these messages (memory forgot an item of theirs)."""
+        await self.service.forget_documents(await self.service.documents_for_messages(message_ids))
+
 
 def install(
     env: EnvSettings,

@@ -1,6 +1,6 @@
 """The offline embedder, the vector cache on disk, and what hybrid retrieval puts in the prompt.
 
-Every test drives the real bot (`build_services`, the fake model on 127.0.0.1) with the default
+Every test drives the real bot (the `Application`, the fake model on 127.0.0.1) with the default
 configuration: `memory.embeddingsModel` is `"local"`, the bundled multilingual-e5-small.
 """
 
