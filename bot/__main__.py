@@ -40,8 +40,12 @@ async def _run(env: EnvSettings) -> None:
     until = asyncio.Event()
     stop_on_signals(until)
     app = Application(env)
-    app.add_channels(app.configured_channels())
-    await app.serve(until)
+    try:
+        app.add_channels(app.configured_channels())
+        await app.start()
+        await until.wait()
+    finally:
+        await app.stop()
 
 
 async def _chat(env: EnvSettings) -> None:

@@ -43,8 +43,11 @@ from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-# SIGTERM must end the process within 10 s: runs in progress get this long to finish.
+# SIGTERM must end the process within 10 s: runs in progress get this long to finish,
 SHUTDOWN_GRACE_SECONDS = 7.0
+# the whole stop this long; a stage still stopping then is left, and the stages after it still get this long.
+STOP_DEADLINE_SECONDS = 9.0
+STAGE_STOP_MIN_SECONDS = 0.1
 DEFAULT_LISTEN_PORT = 8080
 
 
@@ -193,28 +196,27 @@ class Application:
         for stage in self.stages:
             await stage.start()
 
-    async def stop(self) -> None:
+    async def stop(self, deadline_seconds: float = STOP_DEADLINE_SECONDS) -> None:
         """Stop taking messages, let runs in progress finish (bounded) and write what they left unwritten,
-        then release everything, in the reverse order of the stages. A stage that fails to stop is logged;
-        the others still stop."""
+        then release everything, in the reverse order of the stages, within `deadline_seconds`. A stage
+        that fails to stop, or is still stopping at the deadline, is logged; the others still stop."""
         if self._stopped:
             return
         self._stopped = True
         log.info("[App] Stopping")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + deadline_seconds
         for stage in reversed(self.stages):
+            budget = max(deadline - loop.time(), STAGE_STOP_MIN_SECONDS)
             try:
-                await stage.stop()
+                await asyncio.wait_for(stage.stop(), budget)
+            except TimeoutError:
+                log.warning(
+                    "[App] Stopping %s took over %.1f s: left, so that the process ends in time", stage.name, budget
+                )
             except Exception:
                 log.exception("[App] Stopping %s failed", stage.name)
         log.info("[App] Stopped")
-
-    async def serve(self, until: asyncio.Event) -> None:
-        """Start, run until `until` is set, then stop gracefully."""
-        try:
-            await self.start()
-            await until.wait()
-        finally:
-            await self.stop()
 
     # -- the stages ---------------------------------------------------------------------------------
 

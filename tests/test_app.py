@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import pytest
 
 from bot.app import Application
 from tests.channels.telegram_harness import free_port
@@ -113,3 +117,26 @@ async def test_a_stop_without_a_start_releases_what_construction_opened(
     assert events == [f"stop {name}" for name in reversed(STAGES)]
     assert set(asyncio.all_tasks()) == tasks
     assert app_threads() == threads
+
+
+async def test_a_stage_that_hangs_on_stop_holds_up_neither_the_others_nor_the_exit(
+    workspace_dir: Path, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = Application(env_for(workspace_dir, fake_openai))
+    app.add_channels([RecordingChannel()])
+    await app.start()
+
+    async def hang() -> None:
+        await asyncio.Event().wait()
+
+    app.stages = [
+        dataclasses.replace(stage, stop=hang) if stage.name == "MCP servers" else stage for stage in app.stages
+    ]
+    events = recorded(app)
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        await app.stop(deadline_seconds=1.0)
+    assert time.monotonic() - began < 3
+    assert events == [f"stop {name}" for name in reversed(STAGES)]  # the stages after it stopped too
+    assert "[App] Stopping MCP servers took over" in caplog.text
+    await app.mcp.close()  # what the hung stage would have done
