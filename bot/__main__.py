@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _run(env: EnvSettings) -> None:
-    # Before anything starts: a SIGTERM while the services are being built (the knowledge graph writes
+    # Before anything starts: a SIGTERM while the application is being built (the knowledge graph writes
     # its files then) must still be a clean stop, not the default kill.
     until = asyncio.Event()
     stop_on_signals(until)

@@ -43,15 +43,16 @@ from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-# SIGTERM must end the process within 10 s: runs in progress get this long to finish,
+# SIGINT/SIGTERM must end the process within 10 s: runs in progress get SHUTDOWN_GRACE_SECONDS to finish,
+# the whole stop STOP_DEADLINE_SECONDS; a stage still stopping then is left, and each stage after it still
+# gets STAGE_STOP_MIN_SECONDS (closing a client or a file takes less).
 SHUTDOWN_GRACE_SECONDS = 7.0
-# the whole stop this long; a stage still stopping then is left, and the stages after it still get this long.
 STOP_DEADLINE_SECONDS = 9.0
 STAGE_STOP_MIN_SECONDS = 0.1
 DEFAULT_LISTEN_PORT = 8080
 
 
-@dataclass
+@dataclass(frozen=True)
 class Stage:
     """One step of the lifespan: `start` runs in the order of `Application.stages`, `stop` in the reverse."""
 
@@ -91,11 +92,11 @@ class Application:
     Construction prepares the workspace, reads the configuration and calls each package's `install`
     with only what that package needs, lower layers first (models, tools, memory and RAG, compaction,
     the pipeline and the commands, the router, the scheduler): each returns what it provides, kept here
-    as attributes. Nothing runs yet. `start` runs `stages` in order: the stores (what the last run left
-    unanswered), memory, the knowledge graph, MCP servers, the HTTP listener, the channels, the documents
-    being read, the scheduler, and then the pipeline answers the backlog. `stop` runs each stage's stop
-    in the reverse order, whether `start` ran, failed half way or never ran (what construction opened
-    is released too).
+    as attributes. Nothing runs yet. `start` runs `stages` in order: the model client, the stores (what
+    the last run left unanswered), memory, the knowledge graph, MCP servers, the HTTP listener, the
+    channels, the documents being read, the scheduler, and then the pipeline answers the backlog. `stop`
+    runs each stage's stop in the reverse order, within a deadline, whether `start` ran, failed half way
+    or never ran (what construction opened is released too).
     """
 
     def __init__(self, env: EnvSettings) -> None:
