@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bot.app import build_services, shutdown
+from bot.app import Application
 from bot.compaction.events import CompactionEvent
 from bot.domain.message import Message
 from tests.compaction.helpers import (
@@ -70,7 +70,7 @@ async def tokens_per_turn(fake: FakeOpenAI, workspace: Path, turns: int = TURNS)
     prepare(workspace)
     model = LimitedModel(limit_tokens=INPUT_TOKENS - OUTPUT_TOKENS, answer_chars=400)
     fake.set_responder(model)
-    services = build_services(env_for(workspace, fake))
+    services = Application(env_for(workspace, fake))
     channel = RecordingChannel()
     started = time.perf_counter()
     for turn in range(turns):
@@ -107,7 +107,7 @@ async def tokens_per_turn(fake: FakeOpenAI, workspace: Path, turns: int = TURNS)
         print(f"  compaction time in the run (last {len(events)}): median {statistics.median(durations):.1f} ms")
     facts = sum(1 for turn in range(0, turns, 25) if f"FACT-{turn:03d}" in session.messages[0].content)
     print(f"  facts still in the summary: {facts} of {len(range(0, turns, 25))}")
-    await shutdown(services, [])
+    await services.stop()
     return {
         "part": "conversation",
         "turns": turns,
@@ -125,7 +125,7 @@ async def compact_once(fake: FakeOpenAI, workspace: Path, size: int) -> tuple[fl
     """Compact a session of `size` messages down to 20; returns the milliseconds it took and its event."""
     prepare(workspace)
     fake.set_responder(LimitedModel(limit_tokens=INPUT_TOKENS))
-    services = build_services(env_for(workspace, fake))
+    services = Application(env_for(workspace, fake))
     session = await services.sessions.get_or_create("test", "1")
     messages: list[Message] = []
     for number in range(size // 2):
@@ -136,7 +136,7 @@ async def compact_once(fake: FakeOpenAI, workspace: Path, size: int) -> tuple[fl
     event = await compaction_of(services).compact(session, MODEL, config, keep_messages=20)
     elapsed = (time.perf_counter() - started) * 1000
     assert event is not None
-    await shutdown(services, [])
+    await services.stop()
     return elapsed, event
 
 

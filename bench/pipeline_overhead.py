@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.memory_retrieval import fill_vector_cache, make_items
-from bot.app import build_services, shutdown
+from bot.app import Application
 from bot.domain.message import Message
 from bot.memory.items_store import MemoryItemStore
 from bot.sessions.service import SessionService
@@ -45,7 +45,7 @@ def percentile(values: list[float], share: float) -> float:
 
 
 async def pipeline_figures(fake: FakeOpenAI, workspace: Path) -> None:
-    services = build_services(env_for(workspace, fake))
+    services = Application(env_for(workspace, fake))
     channel = RecordingChannel()
     latencies: list[float] = []
     sequential = 300
@@ -69,7 +69,7 @@ async def pipeline_figures(fake: FakeOpenAI, workspace: Path) -> None:
     await services.router.dispatcher.drain()
     elapsed = time.perf_counter() - started
     print(f"{chats} chats x {per_chat} messages at once: {chats * per_chat / elapsed:.0f} messages/s")
-    await shutdown(services, [])
+    await services.stop()
 
 
 async def persistence_figures(folder: Path) -> None:
@@ -116,7 +116,7 @@ async def overhead_at(
     """Per-message latency in one chat whose session holds `session_length` messages, with `memory_items` items."""
     if memory_items:
         await seed_memory(workspace, memory_items)
-    services = build_services(env_for(workspace, fake))
+    services = Application(env_for(workspace, fake))
     channel = RecordingChannel()
     session = await services.sessions.get_or_create(channel.channel_type, "solo")
     await services.sessions.append_messages(session, seed_conversation(session_length))
@@ -130,7 +130,7 @@ async def overhead_at(
             latencies.append((time.perf_counter() - sent) * 1000)
         async with services.sessions.lock_for(session.id):
             await services.sessions.replace_messages(session, session.messages[:session_length])
-    await shutdown(services, [])
+    await services.stop()
     return {
         "session_length": session_length,
         "memory_items": memory_items,

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bot.app import build_services, shutdown
+from bot.app import Application
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -51,7 +51,7 @@ def prefix_share(previous: list[dict[str, Any]], current: list[dict[str, Any]]) 
 
 
 async def conversation(fake: FakeOpenAI, workspace: Path, turns: int) -> list[float]:
-    services = build_services(env_for(workspace, fake))
+    services = Application(env_for(workspace, fake))
     channel = RecordingChannel()
     try:
         for turn in range(turns):
@@ -62,7 +62,7 @@ async def conversation(fake: FakeOpenAI, workspace: Path, turns: int) -> list[fl
             await services.router.dispatcher.drain()
             await services.memory.settle()
     finally:
-        await shutdown(services, [])
+        await services.stop()
     requests = [request["messages"] for request in fake.chat_requests()]
     return [prefix_share(a, b) for a, b in itertools.pairwise(requests)]
 

@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from bench.pipeline_overhead import percentile
 from bench.rag_throughput import InstantModel, rss_mib
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from bot.context.estimator import TokenEstimator
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
@@ -134,7 +134,7 @@ def question(number: int) -> str:
 class Bot:
     """One bot and what it was seen doing."""
 
-    def __init__(self, name: str, services: BotServices, fake: FakeOpenAI) -> None:
+    def __init__(self, name: str, services: Application, fake: FakeOpenAI) -> None:
         self.name = name
         self.services = services
         self.fake = fake
@@ -178,8 +178,8 @@ async def measure(root: Path, documents: int, messages: int, rebuild: bool) -> d
     index_seconds = await seeded_graph(root / "graph", documents, rebuild)
     (root / "empty").mkdir()
     with FakeOpenAI() as fake_empty, FakeOpenAI() as fake_graph:
-        empty = Bot("empty", build_services(env_for(root / "empty", fake_empty)), fake_empty)
-        graph = Bot("graph", build_services(env_for(root / "graph", fake_graph)), fake_graph)
+        empty = Bot("empty", Application(env_for(root / "empty", fake_empty)), fake_empty)
+        graph = Bot("graph", Application(env_for(root / "graph", fake_graph)), fake_graph)
         try:
             # A greeting loads the embedder but not the graph (nothing to look up); then a question
             # opens the graph: the difference is what holding the graph costs.
@@ -196,7 +196,7 @@ async def measure(root: Path, documents: int, messages: int, rebuild: bool) -> d
                     await bot.ask(text, measured=number >= WARM_UP)
         finally:
             for bot in (empty, graph):
-                await shutdown(bot.services, [])
+                await bot.services.stop()
     empty_figures, graph_figures = empty.figures(), graph.figures()
     return {
         "documents": documents,

@@ -74,7 +74,7 @@ def run_bare_echo(backend: str, root: str, token: str) -> None:
 
 def run_channel_echo(backend: str, root: str, token: str, workspace: Path) -> None:
     """The subprocess side of a channel run: `TelegramChannel` + the per-chat queues, echoing."""
-    from bot.app import build_channels, build_services
+    from bot.app import Application
     from bot.channels.base import Channel
     from bot.domain.inbound import InboundMessage
     from bot.pipeline.dispatcher import ChatDispatcher
@@ -88,8 +88,7 @@ def run_channel_echo(backend: str, root: str, token: str, workspace: Path) -> No
             telegram_api_base_url=root,
             telegram_backend=backend,
         )
-        services = build_services(env)
-        [channel] = build_channels(env, services)
+        [channel] = Application(env).configured_channels()
 
         async def echo(inbound: InboundMessage, channel: Channel) -> None:
             await channel.send_text(inbound.chat_id, f"echo: {inbound.text}")

@@ -10,17 +10,7 @@ import sys
 from pydantic import ValidationError
 
 from bot.access.pairing import PairingError, PairingStore, pairing_file
-from bot.app import (
-    build_channels,
-    build_listener,
-    build_services,
-    prepare_workspace,
-    serve,
-    shutdown,
-    start,
-    stop_on_signals,
-)
-from bot.channels.base import Channel
+from bot.app import Application, prepare_workspace, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
@@ -45,45 +35,56 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _run(env: EnvSettings) -> None:
-    # Before anything starts: a SIGTERM while the services are being built (the knowledge graph writes
+    # Before anything starts: a SIGTERM while the application is being built (the knowledge graph writes
     # its files then) must still be a clean stop, not the default kill.
     until = asyncio.Event()
     stop_on_signals(until)
-    services = build_services(env)
-    channels: list[Channel] = []
-    listener = build_listener(env, services, lambda: channels)
-    channels.extend(build_channels(env, services, listener))
-    await serve(services, channels, until, listener)
+    app = Application(env)
+    try:
+        app.add_channels(app.configured_channels())
+        await app.start()
+        await until.wait()
+    finally:
+        await app.stop()
 
 
 async def _chat(env: EnvSettings) -> None:
     until = asyncio.Event()
     stop_on_signals(until)
-    services = build_services(env)
+    app = Application(env)
     console = ConsoleChannel()
-    await start(services, [console])
+    app.add_channels([console])
+    try:
+        await app.start()
+        await _until_input_ends(console, until, app)
+    finally:
+        await app.stop()
+
+
+async def _until_input_ends(console: ConsoleChannel, until: asyncio.Event, app: Application) -> None:
     input_closed = asyncio.create_task(console.input_closed.wait())
     interrupted = asyncio.create_task(until.wait())
     await asyncio.wait({input_closed, interrupted}, return_when=asyncio.FIRST_COMPLETED)
     if not until.is_set():
         # End of input: answer everything typed before it, then leave.
-        await services.router.dispatcher.drain()
+        await app.router.dispatcher.drain()
+    input_closed.cancel()
     interrupted.cancel()
-    await shutdown(services, [console])
 
 
 async def _status(env: EnvSettings) -> None:
-    services = build_services(env)
-    ids = services.sessions.stored_ids()
-    if not ids:
-        print(f"No sessions yet in {services.workspace.root}")
-    for session_id in ids:
-        session = await services.sessions.get(session_id)
-        if session is not None:
-            print(await services.status.report(session))
-            print()
-    await services.rag.close()
-    await services.llm.close()
+    app = Application(env)  # built, never started: no channel, no scheduler
+    try:
+        ids = app.sessions.stored_ids()
+        if not ids:
+            print(f"No sessions yet in {app.workspace.root}")
+        for session_id in ids:
+            session = await app.sessions.get(session_id)
+            if session is not None:
+                print(await app.status.report(session))
+                print()
+    finally:
+        await app.stop()
 
 
 def _pairing(env: EnvSettings, command: str, code: str | None) -> int:

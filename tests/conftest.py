@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from bot.settings import EnvSettings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -37,10 +37,10 @@ def workspace_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[BotServices]:
-    built = build_services(env_for(workspace_dir, fake_openai))
+async def services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[Application]:
+    built = Application(env_for(workspace_dir, fake_openai))
     yield built
-    await shutdown(built, [])
+    await built.stop()
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.app import BotServices
+from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
 
 
 async def test_a_100000_character_message_is_answered_and_kept_whole(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     huge = "".join(f"line {n}: all work and no play makes Jack a dull boy\n" for n in range(1900))[:100_000]
     assert len(huge) == 100_000
@@ -24,7 +24,7 @@ async def test_a_100000_character_message_is_answered_and_kept_whole(
 
 
 async def test_a_10_mb_memory_file_is_cut_to_its_budget_with_a_marker(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     services.workspace.memory.long_term_file.write_text("The owner's name is Ann.\n" + "filler fact. " * 800_000)
     await say(services, channel, "1", "hello")
@@ -36,7 +36,7 @@ async def test_a_10_mb_memory_file_is_cut_to_its_budget_with_a_marker(
 
 
 async def test_unicode_oddities_survive_the_round_trip(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     odd = "zero\u200bwidth, \u202eRTL override\u202c, family 👩\u200d👩\u200d👧\u200d👦, flag 🇵🇹, combining e\u0301"
     assert await say(services, channel, "1", odd) == f"echo: {odd}"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.pipeline.systems.tool_loop import iteration_cap_reply
 from bot.runtime_config import deep_merge
 from bot.settings import read_at_start_keys
@@ -38,7 +38,7 @@ def write_config(path: Path, config: dict[str, Any]) -> None:
     os.utime(path, ns=(stamp, stamp))
 
 
-async def say(services: BotServices, channel: RecordingChannel, text: str) -> str:
+async def say(services: Application, channel: RecordingChannel, text: str) -> str:
     before = len(channel.sent["1"])
     await services.router.accept(channel.message("1", text), channel)
     return (await channel.wait_for("1", before + 1))[-1]
@@ -60,29 +60,29 @@ class LiveCase:
     before: Any
     after: Any
     message: str = "what do you know?"
-    setup: Callable[[BotServices, FakeOpenAI], Awaitable[None]] | None = None
+    setup: Callable[[Application, FakeOpenAI], Awaitable[None]] | None = None
 
 
-async def notes_of_today_and_yesterday(services: BotServices, fake_openai: FakeOpenAI) -> None:
+async def notes_of_today_and_yesterday(services: Application, fake_openai: FakeOpenAI) -> None:
     today = services.clock.now().date()
     notes = services.workspace.memory
     notes.daily_note_file(today).write_text("[08:00] User: the plumber comes at NOON | Assistant: Noted.\n")
     notes.daily_note_file(today - timedelta(days=1)).write_text("[09:00] User: bought BLUE paint | Assistant: Ok.\n")
 
 
-async def a_long_memory(services: BotServices, fake_openai: FakeOpenAI) -> None:
+async def a_long_memory(services: Application, fake_openai: FakeOpenAI) -> None:
     services.workspace.memory.long_term_file.write_text(
         "\n".join(f"- Fact {n}: the owner's item {n} is kept in box {n}." for n in range(400))
     )
 
 
-async def a_long_conversation(services: BotServices, fake_openai: FakeOpenAI) -> None:
+async def a_long_conversation(services: Application, fake_openai: FakeOpenAI) -> None:
     channel = RecordingChannel()
     for number in range(12):
         await say(services, channel, f"Turn {number}: " + "words " * 60)
 
 
-async def a_tool_call_before_each_answer(services: BotServices, fake_openai: FakeOpenAI) -> None:
+async def a_tool_call_before_each_answer(services: Application, fake_openai: FakeOpenAI) -> None:
     read = Reply(tool_calls=[ToolCallSpec("list_files", {"path": "."}, id="call_1")])
     fake_openai.script(read, "done", read, "done")
 
@@ -161,7 +161,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[case.key for case in CASES])
 async def test_a_setting_changed_between_two_messages_applies_to_the_second(
-    case: LiveCase, services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    case: LiveCase, services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     assert case.key not in read_at_start_keys()
     if case.setup is not None:

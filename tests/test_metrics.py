@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.app import BotServices
+from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec, Usage
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
 
 
-def samples(services: BotServices) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def samples(services: Application) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = services.metrics.render().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -20,7 +20,7 @@ def samples(services: BotServices) -> dict[tuple[str, tuple[tuple[str, str], ...
 
 
 async def test_messages_model_calls_tokens_tools_and_errors_are_counted(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(
         Reply(tool_calls=[ToolCallSpec("list_dir", {}, id="c1")], usage=Usage(100, 7)),
@@ -43,7 +43,7 @@ async def test_messages_model_calls_tokens_tools_and_errors_are_counted(
 
 
 async def test_queue_depth_per_chat_is_visible_while_messages_wait(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.set_responder(lambda request: Reply(text="slow", delay=0.3))
     for text in ["a", "b", "c"]:
@@ -54,15 +54,16 @@ async def test_queue_depth_per_chat_is_visible_while_messages_wait(
 
 
 async def test_health_reports_channels_scheduler_and_the_last_model_call(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    from bot.app import health_report, start
+    from bot.app import health_report
 
-    healthy, details = health_report(services, [channel])
+    services.add_channels([channel])
+    healthy, details = health_report(services)
     assert not healthy and details["scheduler"] is False and details["lastModelCall"] is None
-    await start(services, [channel])
+    await services.start()
     fake_openai.script(Fault.status(401, "bad key"))
     await say(services, channel, "1", "hi")
-    healthy, details = health_report(services, [channel])
+    healthy, details = health_report(services)
     assert healthy and details["channels"] == {"test": True}
     assert details["lastModelCall"]["outcome"] == "auth"  # type: ignore[index]

@@ -107,8 +107,8 @@ class SessionService:
     def add_unwritten(self, session: AgentSession, messages: list[Message]) -> None:
         """Add messages to the live session in memory only; the next save writes them (archive and session).
 
-        For a message that is durable elsewhere until then: the user's message of a turn, which the inbox
-        journal holds until the turn ends. The turn's one save then writes the question with its answer.
+        For a message that is durable elsewhere until then: the user's message of a turn, which the turn
+        ledger holds until the turn ends. The turn's one save then writes the question with its answer.
         """
         session.messages.extend(messages)
         self._unarchived.setdefault(session.id, []).extend(messages)

@@ -1,18 +1,18 @@
 """A bot wired exactly as `python -m bot run` wires it, talking to the fake Telegram and the fake model.
 
 `start_bot` writes the workspace's runtime-config (short long polls, quick retries, the allowed users),
-builds services, the HTTP listener and the Telegram channel with `bot.app`, and starts them.
+builds the `Application` with its configured Telegram channel (and the HTTP listener), and starts it.
 """
 
 from __future__ import annotations
 
 import json
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.app import BotServices, build_channels, build_listener, build_services, shutdown, start
+from bot.app import Application
 from bot.channels.base import Channel
 from bot.http.listener import HttpListener
 from bot.runtime_config import deep_merge
@@ -44,16 +44,15 @@ def free_port() -> int:
 class RunningBot:
     """The bot under test, with what the tests look at."""
 
-    services: BotServices
-    channels: list[Channel]
-    listener: HttpListener | None
+    app: Application
     workspace: Path
-    stopped: bool = field(default=False)
+
+    @property
+    def listener(self) -> HttpListener | None:
+        return self.app.listener
 
     async def stop(self) -> None:
-        if not self.stopped:
-            self.stopped = True
-            await shutdown(self.services, self.channels, self.listener)
+        await self.app.stop()
 
     def session_files(self) -> list[Path]:
         return sorted(path for path in (self.workspace / "sessions").rglob("*") if path.is_file())
@@ -70,7 +69,7 @@ def telegram_channel_alone(
         telegram_api_base_url=fake_telegram.root,
         telegram_backend=backend,
     )
-    [channel] = build_channels(settings, build_services(settings))
+    [channel] = Application(settings).configured_channels()
     return channel
 
 
@@ -93,13 +92,11 @@ async def start_bot(
         telegram_backend=backend,
         **env,
     )
-    services = build_services(settings)
-    channels: list[Channel] = []
-    listener = build_listener(settings, services, lambda: channels)
-    channels.extend(build_channels(settings, services, listener))
-    running = RunningBot(services, channels, listener, workspace)
+    app = Application(settings)
+    app.add_channels(app.configured_channels())
+    running = RunningBot(app, workspace)
     try:
-        await start(services, channels, listener)
+        await app.start()
     except BaseException:
         await running.stop()
         raise

@@ -60,7 +60,7 @@ async def test_a_conversation(bot: RunningBot, fake_telegram: FakeTelegram, fake
 
 
 async def test_every_command_is_registered_and_answered(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
-    commands = bot.services.commands.commands()
+    commands = bot.app.commands.commands()
     assert [c["command"] for c in fake_telegram.commands()] == [c.name for c in commands]
     await ask(fake_telegram, OWNER, "hello")
     for command in commands:
@@ -80,7 +80,7 @@ async def test_a_long_reply_is_split_into_valid_parts(
     fake_openai.script(reply)
     fake_telegram.push_message(OWNER, "tell me everything")
     await fake_telegram.await_messages(OWNER, 3)
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     parts = fake_telegram.sent_messages(OWNER)
     assert len(parts) >= 3
     assert all(0 < utf16_len(part.text) <= TELEGRAM_MESSAGE_LIMIT for part in parts)
@@ -93,7 +93,7 @@ async def test_a_long_reply_is_split_into_valid_parts(
 async def test_edits_replace_the_text_and_an_identical_edit_is_fine(
     bot: RunningBot, fake_telegram: FakeTelegram
 ) -> None:
-    channel = bot.channels[0]
+    channel = bot.app.channels[0]
     message_id = await channel.send_text(str(OWNER), "draft **one**")
     assert message_id is not None
     await channel.edit_text(str(OWNER), message_id, "final **two**")
@@ -116,7 +116,7 @@ async def quick_stream_bot(
 async def test_a_streamed_reply_in_a_group_is_edited_in_place_and_rolls_over_before_the_limit(
     quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
 ) -> None:
-    stream = quick_stream_bot.channels[0].open_stream(str(GROUP))
+    stream = quick_stream_bot.app.channels[0].open_stream(str(GROUP))
     assert stream is not None
     await stream.update("Thinking")  # too soon: nothing is shown yet
     assert fake_telegram.sent_messages(GROUP) == []
@@ -139,7 +139,7 @@ async def test_a_streamed_reply_in_a_group_is_edited_in_place_and_rolls_over_bef
 async def test_a_streamed_reply_in_a_private_chat_grows_as_a_draft_and_ends_as_messages(
     quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
 ) -> None:
-    stream = quick_stream_bot.channels[0].open_stream(str(OWNER))
+    stream = quick_stream_bot.app.channels[0].open_stream(str(OWNER))
     assert stream is not None
     await asyncio.sleep(0.15)
     await stream.update("First **part**")
@@ -165,7 +165,7 @@ async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
         raise BotApiError(404, "Not Found")  # a Bot API server older than drafts
 
     fake_telegram.register_method("sendMessageDraft", unknown_method)
-    stream = quick_stream_bot.channels[0].open_stream(str(OWNER))
+    stream = quick_stream_bot.app.channels[0].open_stream(str(OWNER))
     assert stream is not None
     await asyncio.sleep(0.15)
     await stream.update("Half an")
@@ -179,7 +179,7 @@ async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
 async def test_a_quick_streamed_reply_is_one_message(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
-    assert bot.services.config_store.config.tool_loop.streaming
+    assert bot.app.config_store.config.tool_loop.streaming
     fake_openai.script("A **quick** answer.")
     assert await ask(fake_telegram, OWNER, "hi") == "A quick answer."
     assert fake_telegram.edits(OWNER) == []
@@ -219,7 +219,7 @@ async def test_flood_control_is_waited_out_and_delivers_once(bot: RunningBot, fa
     limited, delivered = fake_telegram.calls_to("sendMessage")
     assert limited.status == 429 and delivered.ok
     assert delivered.time - limited.time >= 0.95
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: hi"]
 
 
@@ -230,7 +230,7 @@ async def test_server_errors_and_dropped_connections_are_retried_without_duplica
     fake_telegram.fail_next("sendMessage", Fault.drop_connection())
     fake_telegram.fail_next("sendMessage", Fault.server_error(500))
     assert await ask(fake_telegram, OWNER, "hi") == "echo: hi"
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     assert [c.fault for c in fake_telegram.calls_to("sendMessage")] == [
         "server_error", "drop_connection", "server_error", None,
     ]  # fmt: skip
@@ -258,8 +258,8 @@ async def test_an_undeliverable_reply_is_logged_and_the_turn_kept(
     fake_telegram.fail_next("sendMessage", Fault.server_error(503), times=4)  # every try (deliveryAttempts)
     fake_telegram.push_message(OWNER, "remember the milk")
     await fake_telegram.await_until(lambda: len(fake_telegram.calls_to("sendMessage")) >= 4)
-    await bot.services.router.dispatcher.drain()
-    session = await bot.services.sessions.get(f"telegram:{OWNER}")
+    await bot.app.router.dispatcher.drain()
+    session = await bot.app.sessions.get(f"telegram:{OWNER}")
     assert session is not None
     assert [m.content for m in session.messages] == ["remember the milk", "echo: remember the milk"]
     assert fake_telegram.sent_messages(OWNER) == []
@@ -276,10 +276,10 @@ async def test_a_blocked_bot_does_not_retry_and_keeps_the_turn(
     fake_telegram.register_method("sendMessage", blocked)
     fake_telegram.push_message(OWNER, "bye")
     await fake_telegram.await_until(lambda: bool(fake_telegram.calls_to("sendMessage")))
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     assert len(fake_telegram.calls_to("sendMessage")) == 1  # repeating cannot help
     assert "blocked by the user" in caplog.text
-    session = await bot.services.sessions.get(f"telegram:{OWNER}")
+    session = await bot.app.sessions.get(f"telegram:{OWNER}")
     assert session is not None and [m.content for m in session.messages] == ["bye", "echo: bye"]
 
 
@@ -290,7 +290,7 @@ async def test_a_flood_wait_longer_than_allowed_gives_the_reply_up(
     fake_telegram.fail_next("sendMessage", Fault.rate_limit(retry_after=3600))
     fake_telegram.push_message(OWNER, "hi")
     await fake_telegram.await_until(lambda: bool(fake_telegram.calls_to("sendMessage")))
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     assert "flood control" in caplog.text
     assert await ask(fake_telegram, OWNER, "next") == "echo: next"  # the chat is not held for an hour
 
@@ -431,7 +431,7 @@ async def test_a_stranger_is_refused_with_nothing_stored(
     assert "pairing code" in reply.lower()
     assert await ask(fake_telegram, STRANGER, "/status") == reply  # same code, commands refused too
     await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0)
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     assert fake_openai.chat_requests() == []
     assert bot.session_files() == []
     new_files = {p for p in bot.workspace.rglob("*") if p.is_file()} - workspace_before
@@ -484,7 +484,7 @@ async def test_webhook_with_the_right_and_a_wrong_secret(
         assert await fake_telegram.post_webhook_update(real) == 200
         assert [m.text for m in await fake_telegram.await_messages(OWNER, 1)] == ["echo: real"]
         assert await fake_telegram.post_webhook_update(real) == 200  # Telegram retrying: answered once
-        await bot.services.router.dispatcher.drain()
+        await bot.app.router.dispatcher.drain()
         assert [m.text for m in fake_telegram.sent_messages(OWNER)] == ["echo: real"]
         assert users_said(fake_openai) == ["real"]
         assert bot.listener is not None
@@ -530,7 +530,7 @@ async def test_fifty_chats_at_once_are_all_answered_once_in_order(
             assert time.monotonic() - started < 60, f"{len(fake_telegram.sent_messages())} of 500 replies in 60 s"
             await asyncio.sleep(0.25)
         elapsed = time.monotonic() - started
-        await bot.services.router.dispatcher.drain()
+        await bot.app.router.dispatcher.drain()
         for chat in chats:
             assert fake_telegram.visible_text(chat) == [f"echo: {chat}-{n}" for n in range(10)]
         assert len(fake_telegram.sent_messages()) == 500, f"{elapsed:.1f}s"

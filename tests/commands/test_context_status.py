@@ -38,7 +38,7 @@ def figures(status: str, context: str) -> tuple[int, int, int]:
 
 
 def compaction_of(bot: RunningBot) -> CompactionService:
-    return next(s.compaction for s in bot.services.runner.systems if isinstance(s, AutoCompactionSystem))
+    return next(s.compaction for s in bot.app.runner.systems if isinstance(s, AutoCompactionSystem))
 
 
 async def test_a_two_message_chat_shows_its_real_small_share_the_same_in_status_and_context(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices, shutdown
+from bot.app import Application
 from tests.compaction.helpers import LimitedModel, build_small
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -22,7 +22,7 @@ def limited_model(fake_openai: FakeOpenAI) -> LimitedModel:
 @pytest.fixture
 async def small_services(
     workspace_dir: Path, fake_openai: FakeOpenAI, limited_model: LimitedModel
-) -> AsyncIterator[BotServices]:
+) -> AsyncIterator[Application]:
     built = build_small(workspace_dir, fake_openai)
     yield built
-    await shutdown(built, [])
+    await built.stop()

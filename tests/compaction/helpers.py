@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.app import BotServices, build_services
+from bot.app import Application
 from bot.compaction.service import CompactionService
 from bot.pipeline.systems.auto_compaction import AutoCompactionSystem
 from tests.conftest import env_for
@@ -44,12 +44,12 @@ def small_model_workspace(workspace: Path, **compaction: Any) -> None:
     (preferences / "runtime-config.json").write_text(json.dumps(config))
 
 
-def build_small(workspace: Path, fake_openai: FakeOpenAI, **compaction: Any) -> BotServices:
+def build_small(workspace: Path, fake_openai: FakeOpenAI, **compaction: Any) -> Application:
     small_model_workspace(workspace, **compaction)
-    return build_services(env_for(workspace, fake_openai))
+    return Application(env_for(workspace, fake_openai))
 
 
-def compaction_of(services: BotServices) -> CompactionService:
+def compaction_of(services: Application) -> CompactionService:
     for system in services.runner.systems:
         if isinstance(system, AutoCompactionSystem):
             return system.compaction
@@ -125,7 +125,7 @@ class LimitedModel:
         return Reply(text=("Noted: " + last[:12] + " ").ljust(self.answer_chars, "."))
 
 
-async def say(services: BotServices, channel: RecordingChannel, chat_id: str, text: str) -> str:
+async def say(services: Application, channel: RecordingChannel, chat_id: str, text: str) -> str:
     before = len(channel.sent[chat_id])
     await services.router.accept(channel.message(chat_id, text), channel)
     return (await channel.wait_for(chat_id, before + 1))[-1]

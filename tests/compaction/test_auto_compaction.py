@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices, shutdown
+from bot.app import Application
 from tests.compaction.helpers import LimitedModel, build_small, compaction_of, is_summary_request, say
 from tests.fakes.openai_server import FakeOpenAI, Reply, Usage
 from tests.fakes.recording_channel import RecordingChannel
 
 
 async def test_a_reported_prompt_over_the_threshold_compacts_before_the_next_call(
-    small_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, limited_model: LimitedModel
+    small_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, limited_model: LimitedModel
 ) -> None:
     for number in range(6):  # ~1,300 tokens by the estimate: under the threshold
         await say(small_services, channel, "1", f"small talk {number} " + "x" * 300)
@@ -45,11 +45,11 @@ async def test_with_compaction_disabled_nothing_is_compacted(
         assert session is not None and len(session.messages) == 60
         assert model.summary_requests == 0
     finally:
-        await shutdown(services, [])
+        await services.stop()
 
 
 async def test_a_compaction_that_raises_does_not_cost_the_reply(
-    small_services: BotServices, channel: RecordingChannel, monkeypatch: pytest.MonkeyPatch
+    small_services: Application, channel: RecordingChannel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def broken(*args: object) -> None:
         raise RuntimeError("bug")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.app import BotServices
+from bot.app import Application
 from tests.compaction.helpers import is_summary_request, say, structured_summary
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -20,7 +20,7 @@ def session_file(workspace: Path) -> dict[str, Any]:
 
 
 async def test_compact_2_with_a_focus_keeps_the_last_turn_and_writes_the_summary_first(
-    small_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    small_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     for fact in FACTS:
         await say(small_services, channel, "1", f"For the trip: {fact}")
@@ -59,7 +59,7 @@ async def test_compact_2_with_a_focus_keeps_the_last_turn_and_writes_the_summary
 
 
 async def test_compact_without_a_number_keeps_the_configured_count_and_says_when_there_is_nothing(
-    small_services: BotServices, channel: RecordingChannel, workspace_dir: Path
+    small_services: Application, channel: RecordingChannel, workspace_dir: Path
 ) -> None:
     await say(small_services, channel, "1", "hello")
     reply = await say(small_services, channel, "1", "/compact the budget")
@@ -67,7 +67,7 @@ async def test_compact_without_a_number_keeps_the_configured_count_and_says_when
     assert "compactionCount" not in session_file(workspace_dir)["metadata"]
 
 
-async def test_compact_0_summarizes_everything(small_services: BotServices, channel: RecordingChannel) -> None:
+async def test_compact_0_summarizes_everything(small_services: Application, channel: RecordingChannel) -> None:
     await say(small_services, channel, "1", f"note {FACTS[0]}")
     reply = await say(small_services, channel, "1", "/compact 0")
     assert reply.startswith("Compacted with an LLM summary: removed 2 messages, kept 0.")
@@ -76,7 +76,7 @@ async def test_compact_0_summarizes_everything(small_services: BotServices, chan
 
 
 async def test_context_shows_usage_threshold_compactions_and_the_largest_parts(
-    small_services: BotServices, channel: RecordingChannel
+    small_services: Application, channel: RecordingChannel
 ) -> None:
     for fact in FACTS:
         await say(small_services, channel, "1", f"For the trip: {fact}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.compaction.history_search import TOOL_NAME, find_matches, format_matches
 from bot.domain.message import Message, ToolCall
 from bot.tools.registry import ToolContext
@@ -52,7 +52,7 @@ def test_tool_calls_are_searched_too() -> None:
     assert [m.index for m in find_matches(messages, "secret-plans.md")] == [1]
 
 
-async def test_the_tool_searches_only_the_calling_chats_archive(services: BotServices) -> None:
+async def test_the_tool_searches_only_the_calling_chats_archive(services: Application) -> None:
     ours = await services.sessions.get_or_create("test", "1")
     theirs = await services.sessions.get_or_create("test", "2")
     await services.sessions.append_messages(ours, archive_messages())

@@ -71,7 +71,5 @@ async def test_300_turns_on_a_small_model_never_overflow_and_keep_early_facts(
         assert "KX-4471" in outcome.content
         assert len(outcome.content) <= config.compaction.history_search_max_chars
     finally:
-        from bot.app import shutdown
-
-        await shutdown(services, [])
+        await services.stop()
     assert Role.SYSTEM.value == "system"

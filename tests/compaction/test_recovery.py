@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.compaction.recovery import is_payload_too_large, with_payload_recovery
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
@@ -15,7 +15,7 @@ from tests.compaction.helpers import SMALL_MODEL, compaction_of, is_summary_requ
 from tests.fakes.openai_server import FakeOpenAI, Fault
 
 
-async def conversation(services: BotServices, turns: int = 16) -> AgentSession:
+async def conversation(services: Application, turns: int = 16) -> AgentSession:
     session = await services.sessions.get_or_create("test", "1")
     messages: list[Message] = []
     for number in range(turns):
@@ -27,12 +27,12 @@ async def conversation(services: BotServices, turns: int = 16) -> AgentSession:
     return session
 
 
-def chat_call(services: BotServices, session: AgentSession) -> ChatRequest:
+def chat_call(services: Application, session: AgentSession) -> ChatRequest:
     return ChatRequest(model=SMALL_MODEL, messages=to_openai_messages("You are helpful.", session.messages))
 
 
 async def test_a_context_length_refusal_is_retried_after_compacting_and_succeeds(
-    small_services: BotServices, fake_openai: FakeOpenAI
+    small_services: Application, fake_openai: FakeOpenAI
 ) -> None:
     session = await conversation(small_services)
     fake_openai.script(Fault.context_length_exceeded(4000, 4100))
@@ -50,7 +50,7 @@ async def test_a_context_length_refusal_is_retried_after_compacting_and_succeeds
     assert session.metadata.compaction_events[-1]["reason"] == "recovery"
 
 
-async def test_an_http_413_counts_as_too_large(small_services: BotServices, fake_openai: FakeOpenAI) -> None:
+async def test_an_http_413_counts_as_too_large(small_services: Application, fake_openai: FakeOpenAI) -> None:
     session = await conversation(small_services)
     fake_openai.script(Fault.status(413, "Request Entity Too Large"))
 
@@ -62,7 +62,7 @@ async def test_an_http_413_counts_as_too_large(small_services: BotServices, fake
 
 
 async def test_recovery_gives_up_after_two_attempts_and_keeps_the_users_message(
-    small_services: BotServices, fake_openai: FakeOpenAI
+    small_services: Application, fake_openai: FakeOpenAI
 ) -> None:
     session = await conversation(small_services, turns=40)
     calls: list[int] = []
@@ -83,7 +83,7 @@ async def test_recovery_gives_up_after_two_attempts_and_keeps_the_users_message(
 
 
 async def test_when_nothing_can_be_compacted_there_is_no_pointless_retry(
-    small_services: BotServices, fake_openai: FakeOpenAI
+    small_services: Application, fake_openai: FakeOpenAI
 ) -> None:
     session = await small_services.sessions.get_or_create("test", "1")
     await small_services.sessions.append_messages(session, [Message.user("one enormous message " + "x" * 20000)])
@@ -109,7 +109,7 @@ def test_other_failures_are_not_payload_problems() -> None:
 
 
 async def test_the_tool_loop_recovers_a_refused_payload_and_the_user_gets_an_answer(
-    small_services: BotServices, fake_openai: FakeOpenAI
+    small_services: Application, fake_openai: FakeOpenAI
 ) -> None:
     from tests.fakes.recording_channel import RecordingChannel
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.compaction.events import CompactionMethod, CompactionReason, CompactionStatus
 from bot.domain.conversation import split_summary
 from bot.domain.message import Message, Role
@@ -26,7 +26,7 @@ from tests.compaction.helpers import (
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply
 
 
-async def long_session(services: BotServices, turns: int = 40, chat_id: str = "1") -> AgentSession:
+async def long_session(services: Application, turns: int = 40, chat_id: str = "1") -> AgentSession:
     """A session of `turns` user/assistant turns (~110 tokens each) written as the pipeline writes them."""
     session = await services.sessions.get_or_create("test", chat_id)
     messages: list[Message] = []
@@ -37,7 +37,7 @@ async def long_session(services: BotServices, turns: int = 40, chat_id: str = "1
     return session
 
 
-async def test_two_concurrent_triggers_compact_once(small_services: BotServices, limited_model: LimitedModel) -> None:
+async def test_two_concurrent_triggers_compact_once(small_services: Application, limited_model: LimitedModel) -> None:
     limited_model.summarize = lambda request: Reply(text=fact_keeping_summary(request).text, delay=0.2)
     session = await long_session(small_services)
     service = compaction_of(small_services)
@@ -55,7 +55,7 @@ async def test_two_concurrent_triggers_compact_once(small_services: BotServices,
 
 
 async def test_a_compaction_keeps_whole_recent_turns_and_a_summary_with_the_old_facts(
-    small_services: BotServices, limited_model: LimitedModel, workspace_dir: Path, caplog: pytest.LogCaptureFixture
+    small_services: Application, limited_model: LimitedModel, workspace_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     session = await long_session(small_services)
     service = compaction_of(small_services)
@@ -86,7 +86,7 @@ async def test_a_compaction_keeps_whole_recent_turns_and_a_summary_with_the_old_
 
 
 async def test_the_summary_request_uses_the_summary_settings_and_fits_the_summary_model(
-    small_services: BotServices, fake_openai: FakeOpenAI
+    small_services: Application, fake_openai: FakeOpenAI
 ) -> None:
     session = await long_session(small_services)
     await compaction_of(small_services).compact_if_needed(
@@ -101,7 +101,7 @@ async def test_the_summary_request_uses_the_summary_settings_and_fits_the_summar
 
 
 async def test_a_second_compaction_updates_the_previous_summary(
-    small_services: BotServices, fake_openai: FakeOpenAI
+    small_services: Application, fake_openai: FakeOpenAI
 ) -> None:
     session = await long_session(small_services)
     service = compaction_of(small_services)
@@ -133,7 +133,7 @@ async def test_a_second_compaction_updates_the_previous_summary(
     ],
 )
 async def test_a_failing_summarizer_falls_back_to_truncation_with_a_visible_note(
-    small_services: BotServices, limited_model: LimitedModel, workspace_dir: Path, failure: Fault | Reply | str
+    small_services: Application, limited_model: LimitedModel, workspace_dir: Path, failure: Fault | Reply | str
 ) -> None:
     small_model_workspace(workspace_dir, summaryTimeoutSeconds=0.3)
     limited_model.summarize = lambda request: failure
@@ -154,7 +154,7 @@ async def test_a_failing_summarizer_falls_back_to_truncation_with_a_visible_note
     assert len(archive) == 80
 
 
-async def test_truncation_keeps_the_previous_summary(small_services: BotServices, limited_model: LimitedModel) -> None:
+async def test_truncation_keeps_the_previous_summary(small_services: Application, limited_model: LimitedModel) -> None:
     session = await long_session(small_services)
     service = compaction_of(small_services)
     config = await small_services.config_store.current()
@@ -187,7 +187,7 @@ class RecordingSink:
         return True
 
 
-async def test_memory_gets_the_compacted_messages_before_they_leave_the_session(small_services: BotServices) -> None:
+async def test_memory_gets_the_compacted_messages_before_they_leave_the_session(small_services: Application) -> None:
     session = await long_session(small_services)
     service = compaction_of(small_services)
     sink = RecordingSink(session)
@@ -204,7 +204,7 @@ async def test_memory_gets_the_compacted_messages_before_they_leave_the_session(
     assert flushed[0].content.startswith("Turn 0: FACT-00")
 
 
-async def test_a_failing_memory_flush_does_not_stop_the_compaction(small_services: BotServices) -> None:
+async def test_a_failing_memory_flush_does_not_stop_the_compaction(small_services: Application) -> None:
     class BrokenSink:
         async def remember_before_compaction(self, session_id: str, messages: list[Message]) -> bool:
             raise OSError("disk full")
@@ -217,7 +217,7 @@ async def test_a_failing_memory_flush_does_not_stop_the_compaction(small_service
     assert "memory-flush-failed" in event.stages
 
 
-async def test_reported_usage_over_the_threshold_triggers_once(small_services: BotServices) -> None:
+async def test_reported_usage_over_the_threshold_triggers_once(small_services: Application) -> None:
     session = await long_session(small_services, turns=8)  # small by the estimate
     service = compaction_of(small_services)
     config = await small_services.config_store.current()
@@ -230,7 +230,7 @@ async def test_reported_usage_over_the_threshold_triggers_once(small_services: B
     assert await service.compact_if_needed(session, SMALL_MODEL, config) is None
 
 
-async def test_nothing_to_compact_does_nothing(small_services: BotServices) -> None:
+async def test_nothing_to_compact_does_nothing(small_services: Application) -> None:
     session = await small_services.sessions.get_or_create("test", "1")
     await small_services.sessions.append_messages(session, [Message.user("x" * 12000)])  # one huge turn
     service = compaction_of(small_services)
@@ -240,7 +240,7 @@ async def test_nothing_to_compact_does_nothing(small_services: BotServices) -> N
 
 
 async def test_old_messages_larger_than_the_summary_models_window_are_summarized_in_chunks(
-    small_services: BotServices, limited_model: LimitedModel, fake_openai: FakeOpenAI
+    small_services: Application, limited_model: LimitedModel, fake_openai: FakeOpenAI
 ) -> None:
     session = await long_session(small_services, turns=120)  # ~13,000 tokens, the window is 4,000
     config = await small_services.config_store.current()
@@ -258,7 +258,7 @@ async def test_old_messages_larger_than_the_summary_models_window_are_summarized
     assert "FACT-100 item name is ITEM-100" in session.messages[0].content
 
 
-async def test_recovery_compacts_harder_each_attempt_and_says_when_it_cannot(small_services: BotServices) -> None:
+async def test_recovery_compacts_harder_each_attempt_and_says_when_it_cannot(small_services: Application) -> None:
     session = await long_session(small_services, turns=30)
     service = compaction_of(small_services)
     estimate = service.planner.estimator.messages
@@ -284,7 +284,7 @@ async def test_recovery_compacts_harder_each_attempt_and_says_when_it_cannot(sma
 
 
 async def test_a_compaction_that_cannot_write_is_a_failed_event_and_changes_nothing(
-    small_services: BotServices, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    small_services: Application, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     session = await long_session(small_services)
     before = list(session.messages)

@@ -86,7 +86,7 @@ async def test_an_edit_of_a_queued_message_survives_a_restart_before_its_turn(
         fake_telegram.push_edited_message(OWNER, message_id_of(fake_telegram, waiting), "second question")
         await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0, what="the edit taken")
         # The bot goes down before the queued message's turn: its runs are cut short, nothing more is answered.
-        await bot.services.router.dispatcher.close(0)
+        await bot.app.router.dispatcher.close(0)
     finally:
         await bot.stop()
     assert fake_telegram.sent_messages(OWNER) == []

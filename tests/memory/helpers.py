@@ -8,14 +8,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.domain.text import fingerprint_of
 from bot.storage.jsonl import dumps_line
 from tests.fakes.recording_channel import RecordingChannel
 
 
-async def say(services: BotServices, channel: RecordingChannel, chat_id: str, text: str) -> str:
+async def say(services: Application, channel: RecordingChannel, chat_id: str, text: str) -> str:
     """Send `text` and wait until the whole turn (reply, memory writes and vectors after it) is done."""
     before = len(channel.sent[chat_id])
     await services.router.accept(channel.message(chat_id, text), channel)
@@ -25,7 +25,7 @@ async def say(services: BotServices, channel: RecordingChannel, chat_id: str, te
     return reply
 
 
-def configure_memory(services: BotServices, **memory: Any) -> None:
+def configure_memory(services: Application, **memory: Any) -> None:
     path = services.workspace.runtime_config_file
     path.write_text(json.dumps({"memory": memory}))
     # A distinct mtime even within one filesystem timestamp tick.

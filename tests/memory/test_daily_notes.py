@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.memory.daily_notes import DailyNotes, format_note_line
 from bot.workspace import MemoryPaths
 from tests.fakes.openai_server import FakeOpenAI
@@ -32,7 +32,7 @@ def test_the_time_is_the_configured_zones() -> None:
 
 
 async def test_each_exchange_appends_one_line_to_todays_note(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script("Hello!\nHow can I help?", "Sure.")
     await say(services, channel, "1", "hi there\nbot")
@@ -45,7 +45,7 @@ async def test_each_exchange_appends_one_line_to_todays_note(
 
 
 async def test_a_failed_reply_writes_no_note(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     from tests.fakes.openai_server import Fault
 

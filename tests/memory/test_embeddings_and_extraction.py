@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.domain.memory import MemoryLayer
 from bot.domain.message import Message
 from bot.llm.errors import LlmError, LlmFailure
@@ -27,7 +27,7 @@ def embedding_requests(fake_openai: FakeOpenAI) -> list[dict[str, object]]:
 
 
 async def test_with_an_embedding_model_retrieval_is_hybrid(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, embeddingsModel="fake-embedding")
     await say(services, channel, "1", "Remember that the garage door code is 9876.")
@@ -44,7 +44,7 @@ async def test_with_an_embedding_model_retrieval_is_hybrid(
 
 
 async def test_the_message_vector_leaves_out_the_names_of_people_who_speak_in_memory(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     """A name says whose lines matter (the speaker lift); in the vector it would draw every line that
     merely addresses that person. A name nobody speaks under stays in."""
@@ -95,7 +95,7 @@ async def test_a_failing_embedding_endpoint_means_lexical_only_with_one_warning(
 
 
 async def test_the_llm_extractor_is_used_when_enabled_and_the_rules_when_it_fails(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, llmExtractionEnabled=True)
     extracted = {"items": [{"layer": "SEMANTIC", "type": "fact", "content": "The user owns a red bike.",
@@ -113,7 +113,7 @@ async def test_the_llm_extractor_is_used_when_enabled_and_the_rules_when_it_fail
     assert "My name is Ann." in [r["content"] for r in semantic]  # the rules took over
 
 
-async def test_turns_about_to_be_compacted_reach_memory_first(services: BotServices) -> None:
+async def test_turns_about_to_be_compacted_reach_memory_first(services: Application) -> None:
     memory = MemoryService(services.workspace, services.clock, services.llm)
     sink = PreCompactionMemory(memory, services.config_store)
     configure_memory(services, legacyDailyNotesEnabled=True)

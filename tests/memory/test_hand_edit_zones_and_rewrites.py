@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.item_files import parse_item_file
 from bot.memory.items_store import MemoryItemStore
@@ -45,14 +45,14 @@ def item_line(item_id: str, layer: str, content: str, created: str, **extra: obj
 
 
 @pytest.fixture
-async def tokyo_services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[BotServices]:
-    built = build_services(env_for(workspace_dir, fake_openai, bot_timezone="Asia/Tokyo"))
+async def tokyo_services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[Application]:
+    built = Application(env_for(workspace_dir, fake_openai, bot_timezone="Asia/Tokyo"))
     yield built
-    await shutdown(built, [])
+    await built.stop()
 
 
 async def test_a_naive_time_is_read_in_the_bots_zone_and_decay_runs_over_it(
-    tokyo_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    tokyo_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     services = tokyo_services
     items = services.workspace.memory.items_dir
@@ -137,7 +137,7 @@ def test_python_m_bot_status_counts_the_skipped_lines(tmp_path: Path, fake_opena
 
 @pytest.mark.parametrize("created", ["0001-01-01T00:00:00", "9999-12-31T23:59:59+00:00"])
 async def test_a_time_at_the_edge_of_the_calendar_is_an_unreadable_date_not_a_crash(
-    tokyo_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, created: str
+    tokyo_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, created: str
 ) -> None:
     """Year 1 read in Tokyo, or year 9999 shown in Tokyo, overflows when converted between zones."""
     services = tokyo_services

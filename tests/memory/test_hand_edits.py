@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.domain.memory import MemoryItem
 from bot.memory.item_files import parse_item_file
 from bot.memory.items_store import MemoryItemStore
@@ -47,7 +47,7 @@ def good_line(content: str, created: str, item_id: str) -> str:
 
 
 async def test_a_time_without_a_zone_is_read_in_the_bots_zone_and_the_item_is_used(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     semantic = services.workspace.memory.items_dir / "semantic.jsonl"
     semantic.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +61,7 @@ async def test_a_time_without_a_zone_is_read_in_the_bots_zone_and_the_item_is_us
 
 
 async def test_bad_lines_are_skipped_counted_and_kept_byte_for_byte_by_every_rewrite(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     old = (datetime.now(UTC) - timedelta(days=90)).isoformat()
     semantic = services.workspace.memory.items_dir / "semantic.jsonl"
@@ -104,7 +104,7 @@ async def test_bad_lines_are_skipped_counted_and_kept_byte_for_byte_by_every_rew
 
 
 async def test_when_the_pack_fails_as_a_whole_the_daily_notes_stand_in(
-    services: BotServices,
+    services: Application,
     channel: RecordingChannel,
     fake_openai: FakeOpenAI,
     caplog: pytest.LogCaptureFixture,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from bot.domain.memory import MemoryLayer
 from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.item_files import parse_items
@@ -32,7 +32,7 @@ DAY = NOW - timedelta(days=20)
 S = MemoryLayer.SEMANTIC
 
 
-def seed_days(services: BotServices, days: int = 5) -> None:
+def seed_days(services: Application, days: int = 5) -> None:
     """A few day files of exchanges, as an earlier run of the bot left them."""
     for number in range(days):
         at = DAY - timedelta(days=number)
@@ -47,7 +47,7 @@ def touch_later(path: Path) -> None:
     os.utime(path, ns=(stamp, stamp))
 
 
-async def store_of(services: BotServices) -> MemoryItemStore:
+async def store_of(services: Application) -> MemoryItemStore:
     scope = await services.memory.scope(MemoryConfig(), "test:1")
     async with services.memory.fresh(scope):
         return scope.store
@@ -56,15 +56,15 @@ async def store_of(services: BotServices) -> MemoryItemStore:
 async def test_a_restart_reads_no_unchanged_file_and_a_hand_edit_reaches_the_next_prompt(
     workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
 ) -> None:
-    first = build_services(env_for(workspace_dir, fake_openai))
+    first = Application(env_for(workspace_dir, fake_openai))
     seed_days(first)
     await say(first, channel, "1", "what is the boat called?")
     assert "Marlin" in (memory_section(fake_openai.system_prompts()[-1]) or "")
     assert (await store_of(first)).files_read == 6  # five days and semantic.jsonl (the bot wrote today's)
-    await shutdown(first, [])
+    await first.stop()
     assert (first.workspace.memory.index_dir / INDEX_FILE_NAME).is_file()
 
-    again = build_services(env_for(workspace_dir, fake_openai))
+    again = Application(env_for(workspace_dir, fake_openai))
     try:
         await say(again, channel, "1", "what is the boat called?")
         store = await store_of(again)
@@ -79,7 +79,7 @@ async def test_a_restart_reads_no_unchanged_file_and_a_hand_edit_reaches_the_nex
         assert "Seagull" in section and "Marlin" not in section
         assert store.files_read == 1
     finally:
-        await shutdown(again, [])
+        await again.stop()
 
 
 @pytest.mark.parametrize("damage", ["deleted", "corrupt"])
@@ -90,10 +90,10 @@ async def test_a_deleted_or_corrupt_index_database_is_rebuilt_from_the_files(
     channel: RecordingChannel,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    first = build_services(env_for(workspace_dir, fake_openai))
+    first = Application(env_for(workspace_dir, fake_openai))
     seed_days(first)
     await say(first, channel, "1", "remember that the shed key hangs by the door")
-    await shutdown(first, [])
+    await first.stop()
     database = first.workspace.memory.index_dir / INDEX_FILE_NAME
     for suffix in ("-wal", "-shm"):
         database.with_name(database.name + suffix).unlink(missing_ok=True)
@@ -102,7 +102,7 @@ async def test_a_deleted_or_corrupt_index_database_is_rebuilt_from_the_files(
     else:
         database.write_bytes(b"not a database at all " * 400)
 
-    again = build_services(env_for(workspace_dir, fake_openai))
+    again = Application(env_for(workspace_dir, fake_openai))
     try:
         with caplog.at_level(logging.WARNING):
             await say(again, channel, "1", "what is the boat called?")
@@ -118,11 +118,11 @@ async def test_a_deleted_or_corrupt_index_database_is_rebuilt_from_the_files(
             assert any("unreadable" in record.getMessage() for record in caplog.records)
             assert list(database.parent.glob(f"{INDEX_FILE_NAME}.corrupt-*"))
     finally:
-        await shutdown(again, [])
+        await again.stop()
 
 
 async def test_an_index_that_fails_while_running_is_rebuilt_on_the_next_message(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     seed_days(services)
     await say(services, channel, "1", "what is the boat called?")

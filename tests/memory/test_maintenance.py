@@ -10,7 +10,7 @@ import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.domain.text import fingerprint_of
 from bot.memory.maintenance import run_maintenance
@@ -31,7 +31,7 @@ def write_items(path: Path, items: list[MemoryItem]) -> None:
     path.write_text("".join(json.dumps(i.to_json_dict()) + "\n" for i in items))
 
 
-async def test_maintenance_changes_exactly_what_the_configuration_says(services: BotServices) -> None:
+async def test_maintenance_changes_exactly_what_the_configuration_says(services: Application) -> None:
     items_dir = services.workspace.memory.items_dir
     stale = item(MemoryLayer.SEMANTIC, "The user likes chess", days_old=40, salience=0.8)
     fresh = item(MemoryLayer.SEMANTIC, "The user lives in Porto", days_old=3, salience=0.8)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 
-from bot.app import BotServices
+from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import memory_section, say
 
 
-async def test_list_forget_and_pin(services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI) -> None:
+async def test_list_forget_and_pin(services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI) -> None:
     assert await say(services, channel, "1", "/memory") == "The structured memory is empty so far."
     await say(services, channel, "1", "Remember that the bike lock code is 4242. I prefer tea.")
 
@@ -36,7 +36,7 @@ async def test_list_forget_and_pin(services: BotServices, channel: RecordingChan
 
 
 async def test_status_shows_the_memory_and_the_last_pack(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     services.workspace.memory.long_term_file.write_text("Hello memory")
     await say(services, channel, "1", "My name is Ann.")

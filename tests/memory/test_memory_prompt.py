@@ -5,20 +5,20 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.pipeline.systems.context_building import DEFAULT_PERSONA
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import configure_memory, memory_section, say
 
 
-def persona_of(services: BotServices) -> str:
+def persona_of(services: Application) -> str:
     path = services.workspace.system_prompt_file
     return (path.read_text().strip() if path.exists() else "") or DEFAULT_PERSONA
 
 
 async def test_no_memory_means_no_memory_header(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "hello")
     prompt = fake_openai.system_prompts()[-1]
@@ -27,7 +27,7 @@ async def test_no_memory_means_no_memory_header(
     assert persona == persona_of(services) and time_line.startswith("Current date and time:")
 
 
-async def test_memory_md_only(services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI) -> None:
+async def test_memory_md_only(services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI) -> None:
     services.workspace.memory.long_term_file.write_text("User prefers concise responses.\nProject uses Python 3.11.\n")
     await say(services, channel, "1", "hello")
     [first, *_] = fake_openai.chat_requests()[-1]["messages"]
@@ -38,7 +38,7 @@ async def test_memory_md_only(services: BotServices, channel: RecordingChannel, 
 
 
 async def test_a_hand_edit_of_memory_md_is_seen_on_the_next_message(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, legacyDailyNotesEnabled=False)
     services.workspace.memory.long_term_file.write_text("The cat is called Tom.")
@@ -51,7 +51,7 @@ async def test_a_hand_edit_of_memory_md_is_seen_on_the_next_message(
 
 
 async def test_daily_notes_of_today_and_the_recent_days_within_recent_days(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, recentDays=3)
     today = services.clock.now().date()
@@ -73,7 +73,7 @@ async def test_daily_notes_of_today_and_the_recent_days_within_recent_days(
 
 
 async def test_the_model_sees_memory_as_it_was_before_this_exchange(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, legacyDailyNotesEnabled=True)
     await say(services, channel, "1", "the first message")
@@ -84,7 +84,7 @@ async def test_the_model_sees_memory_as_it_was_before_this_exchange(
 
 
 async def test_memory_over_the_budget_is_cut_with_a_visible_marker(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, softPromptBudgetTokens=10, maxPromptBudgetTokens=20)
     services.workspace.memory.long_term_file.write_text("word " * 100)
@@ -97,7 +97,7 @@ async def test_memory_over_the_budget_is_cut_with_a_visible_marker(
 
 
 async def test_memory_disabled_sends_nothing_and_writes_nothing(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, enabled=False)
     services.workspace.memory.long_term_file.write_text("Secret plans.")
@@ -111,7 +111,7 @@ def offered_tools(fake_openai: FakeOpenAI) -> set[str]:
 
 
 async def test_switching_memory_off_and_on_applies_live_to_its_tools_too(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "hello")
     assert {"memory_search", "memory_add", "read_memory"} <= offered_tools(fake_openai)
@@ -124,7 +124,7 @@ async def test_switching_memory_off_and_on_applies_live_to_its_tools_too(
 
 
 async def test_what_the_live_conversation_holds_is_not_repeated_from_memory(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "My cat is called Tom.")
     await say(services, channel, "1", "and the dog is Rex.")
@@ -137,7 +137,7 @@ async def test_what_the_live_conversation_holds_is_not_repeated_from_memory(
 
 
 async def test_each_request_begins_with_the_one_before(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     """What changes every message (the time, the retrieved memory) comes after the history, just before
     the newest message, so a provider's prompt cache reuses everything before it."""

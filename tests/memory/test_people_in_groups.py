@@ -55,7 +55,7 @@ async def test_group_memory_is_kept_apart_per_person(
         "Bob: I live in Porto",
     ]
     assert GROUP_CHAT_LINE in (fake_openai.system_prompts()[-1] or "")
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
 
     memory = bot.workspace / "memory"
     group_notes = text_under(memory / "chats" / f"telegram:{GROUP}")
@@ -91,13 +91,13 @@ async def test_undo_in_a_group_takes_the_exchange_out_of_the_groups_and_the_pers
 ) -> None:
     await say(fake_telegram, GROUP, "@test_bot My favourite colour is blue.", ANN, "Ann")
     await say(fake_telegram, GROUP, "@test_bot I live in Lyon. Any tips?", ANN, "Ann")
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     memory = bot.workspace / "memory"
     group, ann = memory / "chats" / f"telegram:{GROUP}", memory / "users" / f"telegram:{ANN}"
     assert "Lyon" in text_under(group) and "Lyon" in text_under(ann)
 
     assert (await say(fake_telegram, GROUP, "/undo", ANN, "Ann")).startswith("Removed your last message")
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     assert "Lyon" not in text_under(group) and "Lyon" not in text_under(ann)
     assert "Ann: My favourite colour is blue." in text_under(group)  # the exchange before stays
     assert "My favourite colour is blue." in text_under(ann)
@@ -107,7 +107,7 @@ async def test_in_a_group_retry_and_undo_act_only_on_the_senders_own_last_exchan
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
     await say(fake_telegram, GROUP, "@test_bot I live in Lyon.", ANN, "Ann")
-    await bot.services.router.dispatcher.drain()
+    await bot.app.router.dispatcher.drain()
     assert await say(fake_telegram, GROUP, "/undo", BOB, "Bob") == (
         "The last message here is Ann's; /undo drops only your own last exchange."
     )

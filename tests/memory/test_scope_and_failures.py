@@ -6,14 +6,14 @@ import logging
 
 import pytest
 
-from bot.app import BotServices
+from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import configure_memory, memory_section, say
 
 
 async def test_global_scope_shares_memory_across_chats(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "alice", "My name is Ann.")
     await say(services, channel, "other", "what is my name?")
@@ -21,7 +21,7 @@ async def test_global_scope_shares_memory_across_chats(
 
 
 async def test_chat_scope_keeps_each_chats_memory_apart(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure_memory(services, scope="chat")
     await say(services, channel, "a", "My name is Ann. Remember that the vault code is 4711.")
@@ -41,7 +41,7 @@ async def test_chat_scope_keeps_each_chats_memory_apart(
 
 
 async def test_a_disk_error_is_one_warning_and_the_reply_is_delivered(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Running as root ignores permissions, so the files are made impossible to write another way.
     today = services.clock.now().date()
@@ -56,7 +56,7 @@ async def test_a_disk_error_is_one_warning_and_the_reply_is_delivered(
 
 
 async def test_an_unreadable_memory_file_does_not_stop_the_answer(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     services.workspace.memory.long_term_file.unlink(missing_ok=True)
     services.workspace.memory.long_term_file.mkdir()
@@ -65,7 +65,7 @@ async def test_an_unreadable_memory_file_does_not_stop_the_answer(
 
 
 async def test_forgetting_a_fact_also_removes_it_from_the_knowledge_graph(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(
         services, channel, "1", "Remember that the garage door code is 4242, please keep it for me somewhere safe."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer
 from bot.workspace import MemoryPaths
@@ -16,7 +16,7 @@ E, S, P = MemoryLayer.EPISODIC, MemoryLayer.SEMANTIC, MemoryLayer.PROCEDURAL
 
 
 async def test_the_pack_is_filled_to_the_soft_budget_and_never_past_the_max(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     # The soft budget holds one item; past it only items scoring at least 0.6 go in, up to the max.
     configure_memory(services, softPromptBudgetTokens=20, maxPromptBudgetTokens=50, workingTopK=1)
@@ -68,7 +68,7 @@ async def test_the_pack_is_filled_to_the_soft_budget_and_never_past_the_max(
 
 
 async def test_once_items_exist_the_pack_replaces_the_daily_notes(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "My name is Ann.")
     await say(services, channel, "2", "who am I?")
@@ -81,7 +81,7 @@ async def test_once_items_exist_the_pack_replaces_the_daily_notes(
 
 
 async def test_the_legacy_notes_are_the_fallback_and_can_be_switched_off(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     today = services.clock.now().date()
     services.workspace.memory.daily_note_file(today).write_text("[08:00] User: good morning | Assistant: morning!\n")
@@ -98,7 +98,7 @@ async def test_the_legacy_notes_are_the_fallback_and_can_be_switched_off(
 
 
 async def test_turns_already_in_the_conversation_are_not_repeated(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "first")
     await say(services, channel, "1", "second")

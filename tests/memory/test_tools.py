@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.memory.service import MemoryService
 from bot.memory.tools import (
     MemoryAddArgs,
@@ -25,7 +25,7 @@ from tests.memory.helpers import memory_section, read_items, say
 
 
 @pytest.fixture
-def tools(services: BotServices) -> MemoryTools:
+def tools(services: Application) -> MemoryTools:
     return MemoryTools(MemoryService(services.workspace, services.clock, services.llm))
 
 
@@ -35,7 +35,7 @@ def ctx() -> ToolContext:
 
 
 async def test_add_search_update_promote_and_forget(
-    services: BotServices, tools: MemoryTools, ctx: ToolContext
+    services: Application, tools: MemoryTools, ctx: ToolContext
 ) -> None:
     semantic = services.workspace.memory.items_dir / "semantic.jsonl"
     added = await tools.memory_add(MemoryAddArgs(content="The user's sister is called Maria."), ctx)
@@ -64,7 +64,7 @@ async def test_add_search_update_promote_and_forget(
         await tools.memory_forget(MemoryForgetArgs(id=new["id"]), ctx)
 
 
-async def test_memory_md_tools(services: BotServices, tools: MemoryTools, ctx: ToolContext) -> None:
+async def test_memory_md_tools(services: Application, tools: MemoryTools, ctx: ToolContext) -> None:
     assert await tools.read_memory(NoArgs(), ctx) == "(MEMORY.md is empty)"
     await tools.write_memory(WriteMemoryArgs(content="- Likes hiking"), ctx)
     await tools.write_memory(WriteMemoryArgs(content="- Works at ACME"), ctx)
@@ -75,7 +75,7 @@ async def test_memory_md_tools(services: BotServices, tools: MemoryTools, ctx: T
         await tools.update_memory(UpdateMemoryArgs(old_text="ACME", new_text="x"), ctx)
 
 
-async def test_the_tools_act_on_the_calling_chats_scope_only(services: BotServices, tools: MemoryTools) -> None:
+async def test_the_tools_act_on_the_calling_chats_scope_only(services: Application, tools: MemoryTools) -> None:
     config = RuntimeConfig.model_validate({"memory": {"scope": "chat"}})
     chat_a = ToolContext(session_id="test:a", channel_type="test", chat_id="a", config=config)
     chat_b = ToolContext(session_id="test:b", channel_type="test", chat_id="b", config=config)
@@ -87,7 +87,7 @@ async def test_the_tools_act_on_the_calling_chats_scope_only(services: BotServic
 
 
 async def test_forget_that_i_through_the_model(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "Remember that I like jazz.")
     await say(services, channel, "1", "/new")

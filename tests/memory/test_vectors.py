@@ -1,6 +1,6 @@
 """The offline embedder, the vector cache on disk, and what hybrid retrieval puts in the prompt.
 
-Every test drives the real bot (`build_services`, the fake model on 127.0.0.1) with the default
+Every test drives the real bot (the `Application`, the fake model on 127.0.0.1) with the default
 configuration: `memory.embeddingsModel` is `"local"`, the bundled multilingual-e5-small.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from bot.clock import Clock
 from bot.context.budget import MEMORY, ContextBudget
 from bot.context.estimator import TokenEstimator
@@ -51,7 +51,7 @@ def distractors(count: int) -> list[str]:
     return [f"We talked about {TOPICS[n % len(TOPICS)]}, part {n}, and made a plan for it." for n in range(count)]
 
 
-async def wait_for_vectors(services: BotServices, session_id: str = "test:1", timeout: float = 60.0) -> None:
+async def wait_for_vectors(services: Application, session_id: str = "test:1", timeout: float = 60.0) -> None:
     """Until every active item of the chat's scope has a vector (embedding runs in the background)."""
     config = (await services.config_store.current()).memory
     scope = await services.memory.scope(config, session_id)
@@ -63,7 +63,7 @@ async def wait_for_vectors(services: BotServices, session_id: str = "test:1", ti
     assert done == total
 
 
-def seed(services: BotServices, contents: list[str], day: datetime = NOW - timedelta(days=40)) -> None:
+def seed(services: Application, contents: list[str], day: datetime = NOW - timedelta(days=40)) -> None:
     items = [item(MemoryLayer.EPISODIC, content, day, type_="dialog_turn") for content in contents]
     write_items(services.workspace.memory.episodic_dir / f"{day.date().isoformat()}.jsonl", items)
 
@@ -90,7 +90,7 @@ async def test_the_local_embedder_reads_a_long_text_up_to_the_models_window() ->
 
 
 async def test_a_paraphrase_with_no_word_in_common_reaches_the_prompt(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     seed(services, [*distractors(150), "User: We adopted a golden retriever puppy called Biscuit."])
     await wait_for_vectors(services)
@@ -106,16 +106,16 @@ async def test_a_paraphrase_with_no_word_in_common_reaches_the_prompt(
 async def test_vectors_are_kept_on_disk_and_a_restart_embeds_nothing(
     workspace_dir: Path, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = build_services(env_for(workspace_dir, fake_openai))
+    first = Application(env_for(workspace_dir, fake_openai))
     seed(first, distractors(40))
     with caplog.at_level(logging.INFO):
         await wait_for_vectors(first)
-    await shutdown(first, [])
+    await first.stop()
     assert (first.workspace.memory.index_dir / CACHE_FILE_NAME).is_file()
     assert any("Embedded 40 items" in record.getMessage() for record in caplog.records)
     caplog.clear()
 
-    again = build_services(env_for(workspace_dir, fake_openai))
+    again = Application(env_for(workspace_dir, fake_openai))
     try:
         with caplog.at_level(logging.INFO):
             await wait_for_vectors(again)
@@ -137,11 +137,11 @@ async def test_vectors_are_kept_on_disk_and_a_restart_embeds_nothing(
             await wait_for_vectors(again)
         assert any("Embedded 2 items" in record.getMessage() for record in caplog.records)
     finally:
-        await shutdown(again, [])
+        await again.stop()
 
 
 async def test_a_corrupt_vector_cache_is_moved_aside_and_rebuilt(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache = services.workspace.memory.index_dir / CACHE_FILE_NAME
     cache.parent.mkdir(parents=True)
@@ -189,7 +189,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
 
 async def test_the_embedder_needs_no_network_at_start_or_query(
-    no_network: list[Any], services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    no_network: list[Any], services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     seed(services, ["User: My sister Clara lives in Porto."])
     await wait_for_vectors(services)
@@ -204,7 +204,7 @@ async def test_on_a_4k_model_the_pack_fits_the_memory_share_left_after_a_long_me
     small_model_workspace(workspace_dir)
     config_file = workspace_dir / "preferences" / "runtime-config.json"
     config_file.write_text(json.dumps({"llm": {"model": SMALL_MODEL}, "rag": {"enabled": False}}))
-    services = build_services(env_for(workspace_dir, fake_openai))
+    services = Application(env_for(workspace_dir, fake_openai))
     try:
         services.workspace.memory.long_term_file.parent.mkdir(parents=True, exist_ok=True)
         services.workspace.memory.long_term_file.write_text("# Notes\n" + "- I prefer short answers.\n" * 60)
@@ -221,7 +221,7 @@ async def test_on_a_4k_model_the_pack_fits_the_memory_share_left_after_a_long_me
         status = await say(services, channel, "1", "/status")
         assert "over budget" in status
     finally:
-        await shutdown(services, [])
+        await services.stop()
 
 
 async def test_the_pack_is_counted_in_the_tokens_the_chat_model_really_uses(workspace_dir: Path) -> None:
@@ -264,7 +264,7 @@ def test_time_cues_become_a_window_of_dates() -> None:
 
 
 async def test_an_item_from_the_time_a_message_names_is_favoured(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await services.config_store.current()
     may = datetime(NOW.year - 1, 5, 14, 10, 0, tzinfo=UTC)
@@ -283,7 +283,7 @@ async def test_an_item_from_the_time_a_message_names_is_favoured(
     )
 
 
-async def test_a_message_naming_someone_favours_what_that_person_said(services: BotServices) -> None:
+async def test_a_message_naming_someone_favours_what_that_person_said(services: Application) -> None:
     seed(services, ["Ann: I went climbing at the old quarry.", "Bob: I went climbing at the old quarry."])
     await wait_for_vectors(services)
     scope = await services.memory.scope(MemoryConfig(), "test:1")
@@ -313,7 +313,7 @@ def test_the_vector_index_follows_edits_and_drops_stale_rows() -> None:
     assert "i7" not in index.relevance(query, 5)
 
 
-async def test_the_active_skill_brings_its_procedures_forward(services: BotServices) -> None:
+async def test_the_active_skill_brings_its_procedures_forward(services: Application) -> None:
     procedures = [
         item(MemoryLayer.PROCEDURAL, "Rebase with git pull --rebase before pushing.", NOW, tags=["git"]),
         item(MemoryLayer.PROCEDURAL, "Water the tomatoes every second evening.", NOW, tags=["garden"]),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices, build_services, resubmit, shutdown, unfinished_messages
+from bot.app import Application, resubmit, unfinished_messages
 from bot.commands.registry import CommandRegistry
 from bot.domain.message import Message
 from bot.domain.turn import TurnContext
@@ -23,14 +23,14 @@ from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, Usage
 from tests.fakes.recording_channel import RecordingChannel
 
 
-async def say(services: BotServices, channel: RecordingChannel, chat_id: str, text: str) -> str:
+async def say(services: Application, channel: RecordingChannel, chat_id: str, text: str) -> str:
     before = len(channel.sent[chat_id])
     await services.router.accept(channel.message(chat_id, text), channel)
     return (await channel.wait_for(chat_id, before + 1))[-1]
 
 
 async def test_the_model_gets_the_system_prompt_and_the_whole_conversation(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script("Hello Ann!", "You are Ann.")
     assert await say(services, channel, "1", "my name is Ann") == "Hello Ann!"
@@ -54,7 +54,7 @@ async def test_the_model_gets_the_system_prompt_and_the_whole_conversation(
 
 
 async def test_the_tokens_the_provider_served_from_its_prompt_cache_are_logged_and_shown_in_status(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The fake caches like a provider: the leading messages the previous request had too.
     await say(services, channel, "1", "my name is Ann and I keep bees on the roof of my building in Lisbon")
@@ -70,7 +70,7 @@ async def test_the_tokens_the_provider_served_from_its_prompt_cache_are_logged_a
 
 
 async def test_a_hand_edited_persona_is_used_on_the_next_message(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "hi")
     services.workspace.system_prompt_file.write_text("You are Captain Memo, a pirate.")
@@ -82,18 +82,18 @@ async def test_a_hand_edited_persona_is_used_on_the_next_message(
 async def test_bot_model_from_the_environment_overrides_the_runtime_config(
     workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
 ) -> None:
-    services = build_services(env_for(workspace_dir, fake_openai, bot_model="env-model"))
+    services = Application(env_for(workspace_dir, fake_openai, bot_model="env-model"))
     try:
         services.workspace.runtime_config_file.write_text(json.dumps({"llm": {"model": "file-model"}}))
         assert await say(services, channel, "1", "hi") == "echo: hi"
         assert fake_openai.last_chat_request()["model"] == "env-model"
         assert "Model: env-model" in await say(services, channel, "1", "/status")
     finally:
-        await shutdown(services, [])
+        await services.stop()
 
 
 async def test_usage_reported_by_the_provider_is_recorded(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(Reply(text="ok", usage=Usage(prompt_tokens=1234, completion_tokens=5, cached_tokens=1024)))
     await say(services, channel, "1", "hi")
@@ -108,7 +108,7 @@ async def test_usage_reported_by_the_provider_is_recorded(
 
 
 async def test_a_model_error_keeps_the_users_message_and_says_so(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     fake_openai.fail_next(3, Fault.status(503, "overloaded"))  # the first try and both retries
     reply = await say(services, channel, "1", "please remember the milk")
@@ -126,7 +126,7 @@ async def test_a_model_error_keeps_the_users_message_and_says_so(
 
 
 async def test_a_transient_server_error_is_retried_transparently(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(Fault.status(500), "second try worked")
     assert await say(services, channel, "1", "hi") == "second try worked"
@@ -135,7 +135,7 @@ async def test_a_transient_server_error_is_retried_transparently(
 
 @pytest.mark.parametrize("fault", [Fault.status(502), Fault.status(503), Fault.rate_limit()], ids=str)
 async def test_bad_gateway_unavailable_and_a_bare_rate_limit_are_retried(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fault: Fault
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fault: Fault
 ) -> None:
     fake_openai.script(fault, "second try worked")
     assert await say(services, channel, "1", "hi") == "second try worked"
@@ -148,7 +148,7 @@ async def test_bad_gateway_unavailable_and_a_bare_rate_limit_are_retried(
     ids=["503", "429"],
 )
 async def test_a_model_that_keeps_failing_gets_a_clear_reply_and_the_message_is_kept(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fault: Fault, explained: str
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fault: Fault, explained: str
 ) -> None:
     services.workspace.runtime_config_file.write_text(json.dumps({"llm": {"maxRetries": 1}}))
     fake_openai.script(fault, fault)
@@ -158,7 +158,7 @@ async def test_a_model_that_keeps_failing_gets_a_clear_reply_and_the_message_is_
 
 
 async def test_rate_limit_with_retry_after_is_honoured(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(Fault.rate_limit(retry_after=0.3), "after the wait")
     started = time.monotonic()
@@ -167,7 +167,7 @@ async def test_rate_limit_with_retry_after_is_honoured(
 
 
 async def test_context_length_exceeded_is_explained(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(Fault.context_length_exceeded())
     reply = await say(services, channel, "1", "long story")
@@ -176,7 +176,7 @@ async def test_context_length_exceeded_is_explained(
 
 
 async def test_a_model_that_hangs_times_out_with_a_clear_reply(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     services.workspace.runtime_config_file.write_text(
         json.dumps({"llm": {"requestTimeoutSeconds": 0.3, "maxRetries": 0}})
@@ -187,13 +187,13 @@ async def test_a_model_that_hangs_times_out_with_a_clear_reply(
 
 
 async def test_malformed_model_response_is_explained(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(Fault.malformed_json())
     assert "could not read" in await say(services, channel, "1", "hi")
 
 
-async def test_an_undeliverable_reply_stays_in_the_session(services: BotServices, fake_openai: FakeOpenAI) -> None:
+async def test_an_undeliverable_reply_stays_in_the_session(services: Application, fake_openai: FakeOpenAI) -> None:
     flaky = RecordingChannel(fail_sends=1)
     fake_openai.script("lost in transit")
     await services.router.accept(flaky.message("1", "hello"), flaky)
@@ -204,7 +204,7 @@ async def test_an_undeliverable_reply_stays_in_the_session(services: BotServices
 
 
 async def test_messages_of_one_chat_are_answered_in_order_and_chats_run_concurrently(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     # What is measured is the dispatching: memory and RAG have their own benchmarks (bench/).
     services.workspace.runtime_config_file.write_text(
@@ -225,7 +225,7 @@ async def test_messages_of_one_chat_are_answered_in_order_and_chats_run_concurre
     assert elapsed < serial_time / 3, f"{elapsed:.1f}s is not far under the serial {serial_time:.0f}s"
 
 
-async def test_status_and_new_commands(services: BotServices, channel: RecordingChannel) -> None:
+async def test_status_and_new_commands(services: Application, channel: RecordingChannel) -> None:
     await say(services, channel, "1", "hello")
     status = await say(services, channel, "1", "/status")
     assert "Messages: 2" in status
@@ -240,13 +240,13 @@ async def test_status_and_new_commands(services: BotServices, channel: Recording
 
 
 async def test_a_path_is_not_a_command(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     assert await say(services, channel, "1", "/usr/bin is where it lives") == "echo: /usr/bin is where it lives"
 
 
 async def test_a_disk_failure_still_gets_an_answer_that_says_memory_was_not_saved(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     await say(services, channel, "1", "first")
     # The session file's name is taken by a folder: every rewrite now fails the way a full disk does.
@@ -270,7 +270,7 @@ async def test_a_disk_failure_still_gets_an_answer_that_says_memory_was_not_save
 
 
 async def test_a_message_the_ledger_cannot_record_is_still_answered(
-    services: BotServices, channel: RecordingChannel, workspace_dir: Path
+    services: Application, channel: RecordingChannel, workspace_dir: Path
 ) -> None:
     ledger = workspace_dir / "state" / "turns.jsonl"
     ledger.parent.mkdir(parents=True, exist_ok=True)
@@ -280,7 +280,7 @@ async def test_a_message_the_ledger_cannot_record_is_still_answered(
 
 
 async def test_an_archive_failure_loses_nothing_once_the_disk_recovers(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     archive = workspace_dir / "sessions" / "archive" / "test:1.jsonl"
     archive.mkdir(parents=True)
@@ -292,7 +292,7 @@ async def test_an_archive_failure_loses_nothing_once_the_disk_recovers(
 
 
 async def test_a_damaged_session_file_is_reported_to_the_user(
-    services: BotServices, channel: RecordingChannel, workspace_dir: Path
+    services: Application, channel: RecordingChannel, workspace_dir: Path
 ) -> None:
     (workspace_dir / "sessions" / "test:1.json").write_text("{ torn")
     await services.router.accept(channel.message("1", "hello"), channel)
@@ -302,7 +302,7 @@ async def test_a_damaged_session_file_is_reported_to_the_user(
 
 
 async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_restart(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     await say(services, channel, "1", "answered before the crash")
     # Received, and its question stored (a shutdown wrote it, cut short), when the bot died.
@@ -317,7 +317,7 @@ async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_r
     await services.ledger.answered(failed.journal_id, "The model service had an error.")
     await services.ledger.delivered(failed.journal_id)
 
-    restarted = build_services(env_for(workspace_dir, fake_openai))
+    restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
     backlog = await unfinished_messages(restarted, {"test"})
     assert [m.text for m in backlog] == ["sent just before the crash"]
@@ -328,11 +328,11 @@ async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_r
     users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
     assert users == ["answered before the crash", "sent just before the crash"]  # stored once, not twice
     assert await unfinished_messages(restarted, {"test"}) == []  # answered: nothing left to resume
-    await shutdown(restarted, [])
+    await restarted.stop()
 
 
 async def test_a_stopped_run_is_not_resumed_after_a_restart(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     fake_openai.script(Reply(text="too slow", delay=5))
     await services.router.accept(channel.message("1", "long question"), channel)
@@ -342,13 +342,13 @@ async def test_a_stopped_run_is_not_resumed_after_a_restart(
     await services.router.accept(channel.message("1", "/stop"), channel)
     assert await channel.wait_for("1", 1) == ["Stopped."]
     await services.router.dispatcher.drain()
-    restarted = build_services(env_for(workspace_dir, fake_openai))
+    restarted = Application(env_for(workspace_dir, fake_openai))
     assert await unfinished_messages(restarted, {"test"}) == []
-    await shutdown(restarted, [])
+    await restarted.stop()
 
 
 async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_after_the_restart(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     fake_openai.script(Reply(text="never delivered", delay=30))
     await services.router.accept(channel.message("1", "first, slow"), channel)
@@ -357,7 +357,7 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
         await asyncio.sleep(0.01)
     await services.router.dispatcher.close(0)  # the process dies: runs cut short, nothing settled
 
-    restarted = build_services(env_for(workspace_dir, fake_openai))
+    restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
     backlog = await unfinished_messages(restarted, {"test"})
     # Neither was written to the session (a turn writes its question with its answer): both come back
@@ -370,11 +370,11 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
     assert session is not None
     assert [m.content for m in session.messages if m.role.value == "user"] == ["first, slow", "second, waiting"]
     assert restarted.ledger.open_turns() == []  # everything delivered: nothing to replay next time
-    await shutdown(restarted, [])
+    await restarted.stop()
 
 
 async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_after_the_restart(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     # The state a SIGKILL leaves between storing the answer and recording it answered: received, stored.
     recorded = await services.ledger.received(channel.message("1", "what is on today?"))
@@ -384,7 +384,7 @@ async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_afte
         session, [Message.user("what is on today?", recorded.journal_id), Message.assistant("Dentist at 3.")]
     )
 
-    restarted = build_services(env_for(workspace_dir, fake_openai))
+    restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
     backlog = await unfinished_messages(restarted, {"test"})
     assert [(m.text, m.resumed) for m in backlog] == [("what is on today?", True)]
@@ -396,11 +396,11 @@ async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_afte
     again = await restarted.sessions.get("test:1")
     assert again is not None and [m.content for m in again.messages] == ["what is on today?", "Dentist at 3."]
     assert await unfinished_messages(restarted, {"test"}) == []  # delivered: recorded as done
-    await shutdown(restarted, [])
+    await restarted.stop()
 
 
 async def test_a_retry_cut_short_by_a_crash_is_answered_once_after_the_restart(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     assert await say(services, channel, "1", "hi") == "echo: hi"
     fake_openai.script(Reply(text="never delivered", delay=30))
@@ -409,7 +409,7 @@ async def test_a_retry_cut_short_by_a_crash_is_answered_once_after_the_restart(
         await asyncio.sleep(0.01)
     await services.router.dispatcher.close(0)  # the process dies
 
-    restarted = build_services(env_for(workspace_dir, fake_openai))
+    restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
     backlog = await unfinished_messages(restarted, {"test"})
     # The /retry itself and the turn it reopened: the first answers the message again, the second is then
@@ -420,11 +420,11 @@ async def test_a_retry_cut_short_by_a_crash_is_answered_once_after_the_restart(
     await restarted.router.dispatcher.drain()
     assert fresh.sent["1"] == ["echo: hi"]
     assert restarted.ledger.open_turns() == []
-    await shutdown(restarted, [])
+    await restarted.stop()
 
 
 async def test_a_reply_recorded_answered_when_the_bot_died_before_sending_it_is_sent_as_recorded(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     # The state a SIGKILL leaves between recording the reply answered and sending it (or between Telegram
     # taking it and the ledger hearing so): the ledger holds the reply, and it is sent as it was recorded.
@@ -436,7 +436,7 @@ async def test_a_reply_recorded_answered_when_the_bot_died_before_sending_it_is_
     )
     await services.ledger.answered(recorded.journal_id, "(I could not see the image.)\n\nA cat.")
 
-    restarted = build_services(env_for(workspace_dir, fake_openai))
+    restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
     backlog = await unfinished_messages(restarted, {"test"})
     assert [(m.text, m.resumed) for m in backlog] == [("look at this photo", True)]
@@ -445,11 +445,11 @@ async def test_a_reply_recorded_answered_when_the_bot_died_before_sending_it_is_
     assert fresh.sent["1"] == ["(I could not see the image.)\n\nA cat."]
     assert fake_openai.chat_requests() == []
     assert await unfinished_messages(restarted, {"test"}) == []  # delivered: recorded
-    await shutdown(restarted, [])
+    await restarted.stop()
 
 
 async def test_the_ledger_records_a_reply_delivered_as_soon_as_it_went_out_before_memory_is_written(
-    services: BotServices, channel: RecordingChannel, tmp_path: Path
+    services: Application, channel: RecordingChannel, tmp_path: Path
 ) -> None:
     memory_written = asyncio.Event()
 
@@ -484,7 +484,7 @@ async def test_the_ledger_records_a_reply_delivered_as_soon_as_it_went_out_befor
 
 
 async def test_a_plain_turn_writes_its_question_with_its_answer_in_one_save(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     session_file = workspace_dir / "sessions" / "test:1.json"
     await say(services, channel, "1", "first")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.tools.orphans import INTERRUPTED_RESULT
 from bot.tools.registry import Tool, ToolContext
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
@@ -18,7 +18,7 @@ from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
 
 
-def configure(services: BotServices, **tool_loop: object) -> None:
+def configure(services: Application, **tool_loop: object) -> None:
     services.workspace.runtime_config_file.write_text(json.dumps({"toolLoop": tool_loop}))
 
 
@@ -31,7 +31,7 @@ class NapArgs(BaseModel):
     label: str = ""
 
 
-def register_nap_tool(services: BotServices, log: list[str]) -> None:
+def register_nap_tool(services: Application, log: list[str]) -> None:
     async def nap(args: NapArgs, ctx: ToolContext) -> str:
         log.append(f"start {args.label}")
         await asyncio.sleep(args.seconds)
@@ -42,7 +42,7 @@ def register_nap_tool(services: BotServices, log: list[str]) -> None:
 
 
 async def test_a_multi_step_loop_writes_then_reads_a_file(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(
         call("write_file", {"path": "notes/todo.md", "content": "buy milk\n"}, "call_w"),
@@ -76,7 +76,7 @@ async def test_a_multi_step_loop_writes_then_reads_a_file(
 
 
 async def test_parallel_calls_run_concurrently_and_results_keep_their_order(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     log: list[str] = []
     register_nap_tool(services, log)
@@ -98,7 +98,7 @@ async def test_parallel_calls_run_concurrently_and_results_keep_their_order(
 
 
 async def test_invalid_arguments_give_the_model_an_error_it_can_act_on(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(
         call("read_file", "{not json", "call_1"),
@@ -114,7 +114,7 @@ async def test_invalid_arguments_give_the_model_an_error_it_can_act_on(
 
 
 async def test_the_iteration_cap_ends_with_a_clear_message(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure(services, maxIterations=3)
     fake_openai.set_responder(lambda request: call("list_dir", {}, f"call_{len(request['messages'])}"))
@@ -126,7 +126,7 @@ async def test_the_iteration_cap_ends_with_a_clear_message(
 
 
 async def test_paths_outside_the_workspace_are_refused(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, tmp_path: Path
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
     secret = tmp_path / "outside.txt"
     secret.write_text("top secret")
@@ -150,7 +150,7 @@ async def test_paths_outside_the_workspace_are_refused(
 
 
 async def test_old_tool_results_are_pruned_in_what_is_sent(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure(services, toolSoftTrimChars=1000, toolSoftTrimHead=100, toolSoftTrimTail=50, toolHardClearAfter=3,
               keepLastToolResults=1)  # fmt: skip
@@ -172,7 +172,7 @@ async def test_old_tool_results_are_pruned_in_what_is_sent(
 
 
 async def test_a_huge_tool_output_is_evicted_to_a_file_with_a_preview(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure(services, evictionChars=2000, evictionPreviewLines=2)
     lines = [f"row {n}" for n in range(1000)]
@@ -193,7 +193,7 @@ async def test_a_huge_tool_output_is_evicted_to_a_file_with_a_preview(
 
 
 async def test_stop_interrupts_a_run_and_the_orphaned_call_is_closed_before_the_next(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     log: list[str] = []
     register_nap_tool(services, log)
@@ -214,7 +214,7 @@ async def test_stop_interrupts_a_run_and_the_orphaned_call_is_closed_before_the_
 
 
 async def test_messages_sent_during_a_run_are_answered_after_it_in_order(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(Reply(text="first answer", delay=0.4), "second answer", "third answer")
     for text in ["one", "two", "three"]:
@@ -231,7 +231,7 @@ async def channel_wait_for_log(log: list[str], entry: str, timeout: float = 10.0
 
 
 async def test_a_streamed_reply_is_shown_as_it_grows_and_sent_and_stored_once(
-    services: BotServices, fake_openai: FakeOpenAI
+    services: Application, fake_openai: FakeOpenAI
 ) -> None:
     streaming = RecordingChannel(streaming=True)
     fake_openai.script(call("list_dir", {}, "call_ls"), "Here is what I found in your workspace today")

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices, shutdown
+from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI
 from tests.rag.helpers import build_rag_bot, rag_of
 
 
 @pytest.fixture
-async def rag_bot(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[BotServices]:
+async def rag_bot(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[Application]:
     built = build_rag_bot(workspace_dir, fake_openai)
     yield built
-    await shutdown(built, [])
+    await built.stop()
     await rag_of(built).close()

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bot.app import BotServices, build_services
+from bot.app import Application
 from bot.pipeline.systems.rag_indexing import RagIndexingSystem
 from bot.rag.service import RagService
 from tests.conftest import env_for
@@ -77,20 +77,20 @@ def write_runtime_config(workspace: Path, rag: dict[str, Any] | None = None, **s
 
 def build_rag_bot(
     workspace: Path, fake_openai: FakeOpenAI, rag: dict[str, Any] | None = None, **sections: Any
-) -> BotServices:
+) -> Application:
     write_runtime_config(workspace, rag, **sections)
     fake_openai.set_responder(lightrag_responder)
-    return build_services(env_for(workspace, fake_openai))
+    return Application(env_for(workspace, fake_openai))
 
 
-def rag_of(services: BotServices) -> RagService:
+def rag_of(services: Application) -> RagService:
     for system in services.runner.systems:
         if isinstance(system, RagIndexingSystem):
             return system.rag
     raise LookupError("RagIndexingSystem is not wired")
 
 
-async def say(services: BotServices, channel: RecordingChannel, chat_id: str, text: str) -> str:
+async def say(services: Application, channel: RecordingChannel, chat_id: str, text: str) -> str:
     """Send a message as the user and return the bot's reply."""
     before = len(channel.sent[chat_id])
     await services.router.accept(channel.message(chat_id, text), channel)
@@ -106,5 +106,5 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float = 
         await asyncio.sleep(0.01)
 
 
-async def queued_count(services: BotServices) -> int:
+async def queued_count(services: Application) -> int:
     return (await rag_of(services).store.counts())["queued"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.app import shutdown
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
@@ -41,7 +40,7 @@ async def test_forgetting_a_memory_deletes_the_documents_that_carry_it(
         assert "Zephyr" not in on_disk and "Orion" in on_disk
         assert (await rag.status()).indexed == 1
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag.close()
 
 
@@ -61,7 +60,7 @@ async def test_a_queued_document_is_forgotten_before_it_is_indexed(
         assert await rag.flush() == 0
         assert "Quartz" not in (workspace_dir / "rag" / "documents.jsonl").read_text()
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag.close()
 
 
@@ -88,5 +87,5 @@ async def test_with_chat_scope_nothing_crosses_between_chats(
         assert (workspace_dir / "rag" / "chat_test_1" / "kv_store_full_docs.json").is_file()
         assert not (workspace_dir / "rag" / "global").exists()
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag.close()

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from bot.app import BotServices, shutdown, start
+from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.rag.helpers import build_rag_bot, queued_count, rag_of, say, wait_until
@@ -14,7 +14,7 @@ from tests.rag.helpers import build_rag_bot, queued_count, rag_of, say, wait_unt
 FACT = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
 
 
-async def indexed(services: BotServices) -> int:
+async def indexed(services: Application) -> int:
     return (await rag_of(services).store.counts())["indexed"]
 
 
@@ -22,7 +22,7 @@ async def test_an_exchange_is_indexed_once_the_chat_is_quiet_not_after_the_inter
     workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
 ) -> None:
     services = build_rag_bot(workspace_dir, fake_openai, {"idleFlushSeconds": 0.5, "flushIntervalSeconds": 3600})
-    await start(services, [])
+    await services.start()
     try:
         await say(services, channel, "1", FACT)
 
@@ -31,14 +31,14 @@ async def test_an_exchange_is_indexed_once_the_chat_is_quiet_not_after_the_inter
 
         await wait_until(in_the_graph, timeout=10)
     finally:
-        await shutdown(services, [])
+        await services.stop()
 
 
 async def test_a_changed_flush_interval_applies_without_a_restart(
     workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
 ) -> None:
     services = build_rag_bot(workspace_dir, fake_openai, {"idleFlushSeconds": 3600, "flushIntervalSeconds": 3600})
-    await start(services, [])
+    await services.start()
     try:
         await say(services, channel, "1", FACT)
         assert await indexed(services) == 0
@@ -55,7 +55,7 @@ async def test_a_changed_flush_interval_applies_without_a_restart(
 
         await wait_until(in_the_graph, timeout=10)
     finally:
-        await shutdown(services, [])
+        await services.stop()
 
 
 async def test_a_changed_cosine_threshold_applies_to_the_next_message(
@@ -80,4 +80,4 @@ async def test_a_changed_cosine_threshold_applies_to_the_next_message(
         await say(services, channel, "3", "Where does Marta work these days?")
         assert "# Relevant Memory" not in (fake_openai.system_prompts()[-1] or "")
     finally:
-        await shutdown(services, [])
+        await services.stop()

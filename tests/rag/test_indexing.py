@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot.app import BotServices, shutdown
+from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.recording_channel import RecordingChannel
 from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say, wait_until
 
 
 async def test_an_exchange_is_queued_after_the_reply_and_indexed_by_the_flush(
-    rag_bot: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
+    rag_bot: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
     await say(rag_bot, channel, "1", "My sister Marta moved to Lisbon last week, she loves it there.")
     await wait_until(lambda: _has_queued(rag_bot))
@@ -35,12 +35,12 @@ async def test_an_exchange_is_queued_after_the_reply_and_indexed_by_the_flush(
     assert (workspace_dir / "rag" / "global" / "kv_store_full_docs.json").is_file()
 
 
-async def _has_queued(services: BotServices) -> bool:
+async def _has_queued(services: Application) -> bool:
     return await queued_count(services) > 0
 
 
 async def test_greetings_and_short_exchanges_are_not_indexed(
-    rag_bot: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    rag_bot: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script("Hello! How can I help you today? I am here for anything you need.", "ok")
     await say(rag_bot, channel, "1", "hi!")
@@ -51,7 +51,7 @@ async def test_greetings_and_short_exchanges_are_not_indexed(
 
 
 async def test_slow_indexing_never_delays_the_reply(
-    rag_bot: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    rag_bot: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     def slow_extraction(request: dict[str, Any]) -> Reply:
         reply = lightrag_responder(request)
@@ -90,5 +90,5 @@ async def test_the_scheduler_flushes_the_queue_in_the_background(
 
         await wait_until(indexed, timeout=10.0)
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.app import BotServices, shutdown
+from bot.app import Application
 from bot.context.estimator import TokenEstimator
 from bot.domain.message import ToolCall
 from bot.tools.registry import ToolContext
@@ -19,7 +19,7 @@ from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
 MARTA = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
 
 
-async def remembered(services: BotServices, channel: RecordingChannel, chat_id: str = "1") -> None:
+async def remembered(services: Application, channel: RecordingChannel, chat_id: str = "1") -> None:
     """Tell the bot about Marta, and let the scheduler's flush index it."""
     await say(services, channel, chat_id, MARTA)
     rag = rag_of(services)
@@ -35,12 +35,12 @@ async def remembered(services: BotServices, channel: RecordingChannel, chat_id: 
 async def bot_without_memory(workspace_dir: Path, fake_openai: FakeOpenAI) -> Any:
     built = build_rag_bot(workspace_dir, fake_openai, memory={"enabled": False})
     yield built
-    await shutdown(built, [])
+    await built.stop()
     await rag_of(built).close()
 
 
 async def test_relevant_memory_brings_back_a_past_exchange(
-    bot_without_memory: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    bot_without_memory: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await remembered(bot_without_memory, channel)
     await say(bot_without_memory, channel, "1", "/new")
@@ -67,7 +67,7 @@ async def test_relevant_memory_stays_within_its_token_budget(
         relevant = "# Relevant Memory" + system.split("# Relevant Memory", 1)[1]
         assert TokenEstimator().text(relevant) <= 60
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag_of(services).close()
 
 
@@ -86,12 +86,12 @@ async def test_relevant_memory_is_chosen_within_the_share_the_context_plan_gives
         assert TokenEstimator().text(relevant) <= 60
         assert "cut here" not in relevant  # chosen to fit, not cut afterwards
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag_of(services).close()
 
 
 async def test_what_the_memory_pack_already_shows_is_not_repeated(
-    rag_bot: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    rag_bot: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await remembered(rag_bot, channel)
     await say(rag_bot, channel, "1", "Where does Marta live now?")
@@ -125,7 +125,7 @@ async def test_a_slow_retrieval_times_out_and_the_reply_goes_on(
         assert "# Relevant Memory" not in (fake_openai.system_prompts()[-1] or "")
         assert "[RAG] Retrieval timed out after 0.3s (hybrid mode); answering without Relevant Memory" in caplog.text
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag_of(services).close()
 
 
@@ -139,12 +139,12 @@ async def test_hybrid_mode_finds_the_graph_facts(
         relevant = (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory", 1)[1]
         assert "## Facts" in relevant and "- Marta (concept): Marta was mentioned" in relevant
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag_of(services).close()
 
 
 async def test_the_rag_query_tool_searches_past_conversations(
-    bot_without_memory: BotServices, channel: RecordingChannel
+    bot_without_memory: Application, channel: RecordingChannel
 ) -> None:
     await remembered(bot_without_memory, channel)
     config = await bot_without_memory.config_store.current()

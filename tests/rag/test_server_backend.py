@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import build_services, shutdown
+from bot.app import Application
 from bot.rag.backend import RagQuery
 from bot.rag.documents import RagDocument
 from bot.rag.server import LightRagServerBackend
@@ -36,7 +36,7 @@ async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
         {"backend": "server", "serverUrl": lightrag_server.url},
         memory={"enabled": False, "scope": "chat"},
     )
-    services = build_services(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
+    services = Application(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
     rag = rag_of(services)
     try:
         await say(services, channel, "7", "Our wifi password is written under the Hermes statue.")
@@ -61,7 +61,7 @@ async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
         assert lightrag_server.documents["chat_test_7"] == {}
         assert ("DELETE", "/documents/delete_document", "chat_test_7") in lightrag_server.requests
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag.close()
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import shutdown, start
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.rag.helpers import build_rag_bot, queued_count, rag_of, say, wait_until
@@ -28,11 +27,11 @@ async def test_a_start_opens_the_graph_before_the_first_message(
         await wait_until(queued, timeout=10)
         assert await rag_of(services).flush() == 1
     finally:
-        await shutdown(services, [])
+        await services.stop()
 
     caplog.set_level(logging.INFO, logger="bot.rag")
     services = build_rag_bot(workspace_dir, fake_openai)
-    await start(services, [])
+    await services.start()
     try:
 
         async def opened() -> bool:
@@ -44,7 +43,7 @@ async def test_a_start_opens_the_graph_before_the_first_message(
         assert "Gulbenkian" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory", 1)[-1]
         assert sum("LightRAG workspace global opened" in r.getMessage() for r in caplog.records) == 1
     finally:
-        await shutdown(services, [])
+        await services.stop()
 
 
 async def test_an_empty_graph_is_not_opened_at_start(
@@ -52,11 +51,11 @@ async def test_an_empty_graph_is_not_opened_at_start(
 ) -> None:
     caplog.set_level(logging.INFO, logger="bot.rag")
     services = build_rag_bot(workspace_dir, fake_openai)
-    await start(services, [])
+    await services.start()
     try:
         warming = services.rag.warm_up()  # the task the start began
         assert warming is not None
         await warming
         assert not any("LightRAG workspace" in record.getMessage() for record in caplog.records)
     finally:
-        await shutdown(services, [])
+        await services.stop()

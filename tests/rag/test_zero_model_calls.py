@@ -52,7 +52,7 @@ async def test_a_fact_only_in_the_graph_comes_back_with_one_chat_call_and_no_emb
     try:
         fake_telegram.push_message(OWNER, FACT)
         await fake_telegram.await_messages(OWNER, 1)
-        rag = rag_of(bot.services)
+        rag = rag_of(bot.app)
 
         async def indexed() -> bool:  # by the scheduler, once the chat was quiet (extraction asks the model)
             return (await rag.store.counts())["indexed"] == 1

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from bot.domain.message import ToolCall
 from bot.llm.client import ChatRequest
 from bot.llm.errors import LlmError
@@ -54,7 +54,7 @@ def call(name: str, arguments: dict[str, Any] | str, call_id: str) -> ToolCallSp
     return ToolCallSpec(name, arguments, id=call_id)
 
 
-async def tool_results(services: BotServices, session_id: str) -> dict[str, str]:
+async def tool_results(services: Application, session_id: str) -> dict[str, str]:
     """What each tool call of the chat gave the model, by call id (whole, as stored; what is sent may be pruned)."""
     session = await services.sessions.get(session_id)
     assert session is not None
@@ -116,7 +116,7 @@ class NoArgs(BaseModel):
     pass
 
 
-def register_crashing_tool(services: BotServices) -> None:
+def register_crashing_tool(services: Application) -> None:
     """A tool whose library fails with the secrets in its message, as an HTTP client's error may."""
 
     async def fetch(args: NoArgs, ctx: ToolContext) -> str:
@@ -137,7 +137,7 @@ async def test_no_secret_reaches_a_log_line_a_reply_a_file_a_request_body_or_an_
         telegram_bot_token=TELEGRAM_TOKEN,
         telegram_webhook_secret=WEBHOOK_SECRET,
     )
-    services = build_services(env)
+    services = Application(env)
     register_crashing_tool(services)
     raised: list[BaseException] = []
     try:
@@ -176,7 +176,7 @@ async def test_no_secret_reaches_a_log_line_a_reply_a_file_a_request_body_or_an_
         except LlmError as error:
             raised.append(error)
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag_of(services).close()
 
     logged = everything_logged(bot_log, caplog)
@@ -386,7 +386,7 @@ async def test_with_chat_scope_nothing_of_one_chat_reaches_another(
         results_in_a = await tool_results(services, "test:a")
         system_prompt_of_a = fake_openai.system_prompts()[-1] or ""
     finally:
-        await shutdown(services, [])
+        await services.stop()
         await rag.close()
 
     assert [mentions_a_fact(text) for text in requests_of_b] == [[]] * len(requests_of_b)
@@ -407,14 +407,14 @@ async def test_with_chat_scope_nothing_of_one_chat_reaches_another(
 # -- the filesystem tools' jail --------------------------------------------------------------------
 
 
-async def run_tool(services: BotServices, name: str, arguments: dict[str, Any] | str, session: str = "test:1") -> str:
+async def run_tool(services: Application, name: str, arguments: dict[str, Any] | str, session: str = "test:1") -> str:
     """One tool call as the tool loop makes it, for the chat `session`."""
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
     context = ToolContext(session, "test", session.partition(":")[2], services.config_store.config)
     return (await services.tools.execute(ToolCall(id="call_1", name=name, arguments=raw), context)).content
 
 
-async def test_symlinks_inside_the_workspace_cannot_lead_the_tools_out(services: BotServices, tmp_path: Path) -> None:
+async def test_symlinks_inside_the_workspace_cannot_lead_the_tools_out(services: Application, tmp_path: Path) -> None:
     root = services.workspace.root
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -454,7 +454,7 @@ async def test_symlinks_inside_the_workspace_cannot_lead_the_tools_out(services:
     assert (await run_tool(services, "read_file", {"path": "notes/alias.md"})).endswith("my own note")
 
 
-async def test_the_operators_preferences_can_be_read_but_not_changed_by_the_tools(services: BotServices) -> None:
+async def test_the_operators_preferences_can_be_read_but_not_changed_by_the_tools(services: Application) -> None:
     config = services.workspace.runtime_config_file
     config.write_text('{"memory": {"recentDays": 3}}')
     assert (await run_tool(services, "read_file", {"path": "preferences/runtime-config.json"})).endswith("3}}")
@@ -472,7 +472,7 @@ FIVE_MB = 5_000_000
 
 
 async def test_oversized_or_malicious_arguments_get_a_clear_error_and_the_turn_finishes(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     (services.workspace.root / "big.txt").write_text("row\n" * 10_000)
     nested = '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}"
@@ -539,7 +539,7 @@ INJECTION = (
 LET_666_IN = '{"memory": {"scope": "global"}, "access": {"allowedUsers": [666]}}'
 
 
-def configure(services: BotServices, **sections: dict[str, Any]) -> None:
+def configure(services: Application, **sections: dict[str, Any]) -> None:
     """Write the workspace's runtime-config; the next message reads it."""
     path = services.workspace.runtime_config_file
     path.write_text(json.dumps(sections))
@@ -557,7 +557,7 @@ def fingerprint(root: Path, relative: list[str]) -> dict[str, str]:
 
 
 async def test_an_injected_memory_cannot_make_the_tools_reach_another_chat(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     configure(services, memory={"scope": "chat"}, toolLoop={"evictionChars": 1000})
     root = services.workspace.root

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.scheduler.idle_compaction import IdleCompactor
@@ -18,7 +18,7 @@ SUMMARY = (
 )
 
 
-async def fill(services: BotServices, chat_id: str, turns: int) -> None:
+async def fill(services: Application, chat_id: str, turns: int) -> None:
     session = await services.sessions.get_or_create("test", chat_id)
     for turn in range(turns):
         await services.sessions.append_messages(
@@ -27,7 +27,7 @@ async def fill(services: BotServices, chat_id: str, turns: int) -> None:
 
 
 async def test_a_quiet_full_chat_is_compacted_and_a_busy_or_small_one_is_not(
-    services: BotServices, fake_openai: FakeOpenAI
+    services: Application, fake_openai: FakeOpenAI
 ) -> None:
     services.workspace.runtime_config_file.write_text(
         json.dumps({"compaction": {"maxContextTokens": 4000, "keepLastMessages": 4}})

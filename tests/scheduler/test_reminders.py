@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bot.app import BotServices, start
+from bot.app import Application
 from bot.scheduler.reminders import InvalidReminder, ReminderService, next_cron_time, parse_delay
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -105,7 +105,7 @@ async def test_only_the_chat_that_asked_can_cancel(tmp_path: Path) -> None:
 
 
 async def test_the_model_schedules_a_reminder_that_the_running_scheduler_delivers(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script(
         Reply(tool_calls=[ToolCallSpec("schedule_reminder", {"text": "stretch", "delay": "1s"}, id="call_r")]),
@@ -119,7 +119,8 @@ async def test_the_model_schedules_a_reminder_that_the_running_scheduler_deliver
 
     services.scheduler.add_interval_job("reminders", 0.2, fire_due)
     await services.router.dispatcher.drain()  # everything handled, so the start finds nothing left over
-    await start(services, [channel])
+    services.add_channels([channel])
+    await services.start()
     replies = await channel.wait_for("1", 3, timeout=10)
     assert replies[2] == "⏰ Reminder: stretch"
     assert await say(services, channel, "1", "/reminders") == "No reminders are pending."
@@ -136,18 +137,17 @@ def test_cron_day_of_week_follows_standard_cron() -> None:
     assert next_cron_time("0 9 * * 1,3", BERLIN, monday_noon).strftime("%a") == "Wed"
 
 
-async def test_the_bot_registers_its_background_jobs(services: BotServices) -> None:
+async def test_the_bot_registers_its_background_jobs(services: Application) -> None:
     assert services.scheduler.job_names() == [
         "idle compaction", "memory maintenance", "rag indexing", "reminders", "runtime-config check"
     ]  # fmt: skip
 
 
 def test_a_bad_maintenance_schedule_is_refused_at_start(workspace_dir: Path, fake_openai: FakeOpenAI) -> None:
-    from bot.app import build_services
     from bot.runtime_config import InvalidRuntimeConfig
     from tests.conftest import env_for
 
     (workspace_dir / "preferences").mkdir(parents=True)
     (workspace_dir / "preferences" / "runtime-config.json").write_text('{"scheduler": {"maintenanceCron": "nightly"}}')
     with pytest.raises(InvalidRuntimeConfig, match=r"scheduler\.maintenanceCron"):
-        build_services(env_for(workspace_dir, fake_openai))
+        Application(env_for(workspace_dir, fake_openai))

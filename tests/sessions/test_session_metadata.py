@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.domain.session import AgentSession
 from bot.sessions.store import SessionFileStore
 from tests.fakes.openai_server import FakeOpenAI
@@ -19,7 +19,7 @@ from tests.fakes.recording_channel import RecordingChannel
 WRITTEN_BY_THE_BOT = Path(__file__).parent / "fixtures" / "session_written_by_the_bot.json"
 
 
-async def say(services: BotServices, channel: RecordingChannel, text: str) -> str:
+async def say(services: Application, channel: RecordingChannel, text: str) -> str:
     before = len(channel.sent["1"])
     await services.router.accept(channel.message("1", text), channel)
     return (await channel.wait_for("1", before + 1))[-1]
@@ -65,7 +65,7 @@ async def test_a_file_the_bot_wrote_is_read_typed_and_written_back_byte_for_byte
 
 
 async def test_a_conversation_and_its_compaction_are_written_back_unchanged_after_a_restart(
-    services: BotServices, channel: RecordingChannel, workspace_dir: Path
+    services: Application, channel: RecordingChannel, workspace_dir: Path
 ) -> None:
     await say(services, channel, "My sister is called ALMA.")
     await say(services, channel, "She lives in Porto.")
@@ -84,7 +84,7 @@ async def test_a_conversation_and_its_compaction_are_written_back_unchanged_afte
 
 
 async def test_a_key_this_version_does_not_know_is_kept_where_it_was(
-    services: BotServices, channel: RecordingChannel, workspace_dir: Path, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, workspace_dir: Path, fake_openai: FakeOpenAI
 ) -> None:
     path = hand_edited_session(workspace_dir, {"mood": {"today": "sunny", "scores": [1, 2]}, "compactionCount": 3})
 
@@ -98,7 +98,7 @@ async def test_a_key_this_version_does_not_know_is_kept_where_it_was(
 
 
 async def test_a_value_of_the_wrong_type_is_dropped_to_its_default_with_one_warning(
-    services: BotServices,
+    services: Application,
     channel: RecordingChannel,
     workspace_dir: Path,
     fake_openai: FakeOpenAI,
@@ -126,7 +126,7 @@ async def test_a_value_of_the_wrong_type_is_dropped_to_its_default_with_one_warn
 
 
 async def test_metadata_that_is_not_an_object_does_not_lose_the_session(
-    services: BotServices, channel: RecordingChannel, workspace_dir: Path, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, workspace_dir: Path, fake_openai: FakeOpenAI
 ) -> None:
     path = hand_edited_session(workspace_dir, ["not", "an", "object"])
 

@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.app import BotServices
+from bot.app import Application
 from bot.domain.memory import MemoryLayer
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -30,7 +30,7 @@ description: Plan a trip with dates, budget, bookings and a packing list.
 """
 
 
-def write_skill(services: BotServices, folder: str, text: str) -> Path:
+def write_skill(services: Application, folder: str, text: str) -> Path:
     path = services.workspace.skills_dir / folder / "SKILL.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -47,7 +47,7 @@ def system_prompt(fake_openai: FakeOpenAI) -> str:
 
 
 async def test_skills_are_listed_and_a_hand_edit_is_picked_up_without_a_restart(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await say(services, channel, "1", "hi")
     assert "# Skills" not in system_prompt(fake_openai)
@@ -70,7 +70,7 @@ async def test_skills_are_listed_and_a_hand_edit_is_picked_up_without_a_restart(
 
 
 async def test_the_list_stays_within_its_budget(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     for n in range(30):
         write_skill(services, f"skill{n:02d}", f"---\nname: skill{n:02d}\ndescription: {'word ' * 30}\n---\nDo it.\n")
@@ -84,7 +84,7 @@ async def test_the_list_stays_within_its_budget(
 
 
 async def test_slash_skill_switches_a_skill_on_and_its_edited_instructions_follow(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     path = write_skill(services, "trip", TRIP)
     (path.parent / "checklist.md").write_text("- passport\n")
@@ -111,7 +111,7 @@ async def test_slash_skill_switches_a_skill_on_and_its_edited_instructions_follo
 
 
 async def test_the_model_loads_a_skill_with_the_tool(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     write_skill(services, "trip", TRIP)
     fake_openai.script(
@@ -135,7 +135,7 @@ async def test_the_model_loads_a_skill_with_the_tool(
 
 
 async def test_the_active_skill_favours_its_procedural_items_in_the_memory_pack(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     write_skill(services, "trip", TRIP)
     write_items(
@@ -159,7 +159,7 @@ async def test_the_active_skill_favours_its_procedural_items_in_the_memory_pack(
 
 
 async def test_procedures_learnt_while_a_skill_is_active_are_tagged_with_it(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     write_skill(services, "trip", TRIP)
     await say(services, channel, "1", "/skill trip-planning")
@@ -176,7 +176,7 @@ async def test_procedures_learnt_while_a_skill_is_active_are_tagged_with_it(
 
 
 async def test_skills_can_be_switched_off(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     write_skill(services, "trip", TRIP)
     write_config(services, {"skills": {"enabled": False}})

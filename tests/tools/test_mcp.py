@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from bot.logging_setup import configure_logging
 from bot.tools.mcp import McpState, tool_name
 from tests.conftest import env_for
@@ -35,7 +35,7 @@ def stdio_server(**extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [SERVER_SCRIPT, "stdio"], **extra}
 
 
-def write_config(services: BotServices, config: dict[str, Any]) -> None:
+def write_config(services: Application, config: dict[str, Any]) -> None:
     path = services.workspace.runtime_config_file
     path.write_text(json.dumps(config))
     # Seen as a change even within one filesystem timestamp tick.
@@ -51,12 +51,12 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> No
         await asyncio.sleep(0.05)
 
 
-async def apply(services: BotServices, config: dict[str, Any]) -> None:
+async def apply(services: Application, config: dict[str, Any]) -> None:
     write_config(services, config)
     await services.mcp.sync(await services.config_store.current())
 
 
-def ready(services: BotServices, name: str) -> Callable[[], bool]:
+def ready(services: Application, name: str) -> Callable[[], bool]:
     def check() -> bool:
         return any(s.name == name and s.state is McpState.READY for s in services.mcp.statuses())
 
@@ -74,15 +74,15 @@ def tool_results(fake_openai: FakeOpenAI) -> list[str]:
 @pytest.fixture
 async def mcp_services(
     workspace_dir: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[BotServices]:
+) -> AsyncIterator[Application]:
     monkeypatch.setenv("MCP_TEST_SECRET", SECRET)
-    built = build_services(env_for(workspace_dir, fake_openai))
+    built = Application(env_for(workspace_dir, fake_openai))
     yield built
-    await shutdown(built, [])
+    await built.stop()
 
 
 async def test_a_stdio_servers_tools_are_offered_with_its_prefix_and_called(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server()}})
@@ -107,7 +107,7 @@ async def test_a_stdio_servers_tools_are_offered_with_its_prefix_and_called(
 
 
 async def test_allow_and_deny_lists_apply_live(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server(allowTools=["echo", "add", "crash"])}})
     await wait_until(ready(mcp_services, "calc"))
@@ -130,7 +130,7 @@ async def test_allow_and_deny_lists_apply_live(
 
 
 async def test_a_crash_mid_call_is_a_tool_error_and_the_server_comes_back(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server()}, "mcp": {"restartBackoffSeconds": 0.2}})
     await wait_until(ready(mcp_services, "calc"))
@@ -157,7 +157,7 @@ async def test_a_crash_mid_call_is_a_tool_error_and_the_server_comes_back(
 
 
 async def test_a_hanging_call_ends_in_a_tool_error_within_the_timeout(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server()}, "mcp": {"callTimeoutSeconds": 1.0}})
     await wait_until(ready(mcp_services, "calc"))
@@ -170,7 +170,7 @@ async def test_a_hanging_call_ends_in_a_tool_error_within_the_timeout(
 
 
 async def test_a_server_that_cannot_start_is_logged_shown_and_retried_without_blocking_turns(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     broken = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(5)"]}
     await apply(
@@ -191,7 +191,7 @@ async def test_a_server_that_cannot_start_is_logged_shown_and_retried_without_bl
 
 
 async def test_a_server_that_never_answers_its_handshake_is_a_failed_start(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     silent = {"command": sys.executable, "args": ["-c", "import time; time.sleep(120)"]}
     await apply(mcp_services, {"mcpServers": {"silent": silent}, "mcp": {"startTimeoutSeconds": 1.0}})
@@ -207,7 +207,7 @@ async def test_a_server_that_never_answers_its_handshake_is_a_failed_start(
 
 
 async def test_servers_added_and_removed_in_the_config_start_and_stop_live(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     assert await say(mcp_services, channel, "1", "hi") == "echo: hi"
     assert not any("__" in name for name in offered(fake_openai))
@@ -233,7 +233,7 @@ async def test_servers_added_and_removed_in_the_config_start_and_stop_live(
 
 
 async def test_secrets_from_the_environment_never_reach_the_model(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     server = stdio_server(env={"API_TOKEN": "${MCP_TEST_SECRET}"})
     await apply(mcp_services, {"mcpServers": {"calc": server}})
@@ -247,7 +247,7 @@ async def test_secrets_from_the_environment_never_reach_the_model(
 
 
 async def test_a_missing_environment_variable_is_a_failed_start_naming_it(
-    mcp_services: BotServices, caplog: pytest.LogCaptureFixture
+    mcp_services: Application, caplog: pytest.LogCaptureFixture
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server(env={"TOKEN": "${NOT_SET_ANYWHERE_42}"})}})
     await wait_until(lambda: any(s.last_error for s in mcp_services.mcp.statuses()))
@@ -278,7 +278,7 @@ def http_server() -> Iterator[str]:
 
 
 async def test_a_streamable_http_server_is_listed_and_called(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, http_server: str
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, http_server: str
 ) -> None:
     await apply(
         mcp_services, {"mcpServers": {"remote": {"url": http_server, "headers": {"X-Token": "${MCP_TEST_SECRET}"}}}}
@@ -298,7 +298,7 @@ async def test_a_streamable_http_server_is_listed_and_called(
 
 
 async def test_a_hanging_http_server_is_a_tool_error_too(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, http_server: str
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, http_server: str
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"remote": {"url": http_server}}, "mcp": {"callTimeoutSeconds": 1.0}})
     await wait_until(ready(mcp_services, "remote"))
@@ -310,7 +310,7 @@ async def test_a_hanging_http_server_is_a_tool_error_too(
 
 
 async def test_what_a_server_config_takes_from_the_environment_is_scrubbed_from_the_log_too(
-    mcp_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, logging.getLogRecordFactory(), sys.excepthook)
@@ -330,7 +330,7 @@ async def test_what_a_server_config_takes_from_the_environment_is_scrubbed_from_
 
 
 async def test_a_bad_server_entry_is_refused_naming_the_key_and_the_last_good_config_stays(
-    mcp_services: BotServices, caplog: pytest.LogCaptureFixture
+    mcp_services: Application, caplog: pytest.LogCaptureFixture
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server()}})
     await wait_until(ready(mcp_services, "calc"))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bot.app import BotServices, build_services, shutdown
+from bot.app import Application
 from tests.conftest import TEST_API_KEY, env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -142,14 +142,14 @@ async def fake_web() -> AsyncIterator[FakeWeb]:
 
 
 @pytest.fixture
-async def web_services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[BotServices]:
-    built = build_services(env_for(workspace_dir, fake_openai, brave_api_key=BRAVE_KEY))
+async def web_services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[Application]:
+    built = Application(env_for(workspace_dir, fake_openai, brave_api_key=BRAVE_KEY))
     yield built
-    await shutdown(built, [])
+    await built.stop()
 
 
 async def fetch_through_the_bot(
-    services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, url: str, web_config: dict[str, Any]
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, url: str, web_config: dict[str, Any]
 ) -> str:
     write_config(services, {"web": web_config})
     fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_fetch", {"url": url}, id="f1")]), "read it")
@@ -161,7 +161,7 @@ LOCAL_ONLY = {"allowPrivateHosts": ["127.0.0.1"]}
 
 
 async def test_a_page_becomes_readable_markdown(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/article", LOCAL_ONLY)
     assert result.startswith(f"# Otters of the North\n\nSource: {fake_web.root}/article\n\n")
@@ -177,7 +177,7 @@ async def test_a_page_becomes_readable_markdown(
 
 
 async def test_a_redirect_is_followed_and_checked(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/to-article", LOCAL_ONLY)
     assert f"Source: {fake_web.root}/article" in result
@@ -185,7 +185,7 @@ async def test_a_redirect_is_followed_and_checked(
 
 
 async def test_loopback_is_refused_when_private_addresses_are_not_allowed(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/article", {})
     assert result == "Error: 127.0.0.1 is a private or local address; fetching it is not allowed"
@@ -197,7 +197,7 @@ async def test_loopback_is_refused_when_private_addresses_are_not_allowed(
 
 
 async def test_a_redirect_to_a_private_address_is_refused(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     # 127.0.0.1 is allowed by name (the fake server), its redirects are checked like any URL.
     to_localhost = await fetch_through_the_bot(
@@ -212,7 +212,7 @@ async def test_a_redirect_to_a_private_address_is_refused(
 
 
 async def test_a_huge_page_is_cut_at_the_download_and_result_limits(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     config = {**LOCAL_ONLY, "maxDownloadBytes": 200_000, "maxResultChars": 3000}
     result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/huge", config)
@@ -223,7 +223,7 @@ async def test_a_huge_page_is_cut_at_the_download_and_result_limits(
 
 
 async def test_what_is_not_a_web_page_gets_a_clear_error(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     file_url = await fetch_through_the_bot(web_services, channel, fake_openai, "file:///etc/passwd", LOCAL_ONLY)
     assert file_url == "Error: only http and https URLs can be fetched, not 'file'"
@@ -236,7 +236,7 @@ async def test_what_is_not_a_web_page_gets_a_clear_error(
 
 
 async def test_a_page_never_shows_the_model_a_secret(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/leaky", LOCAL_ONLY)
     assert "key: [REDACTED]" in result
@@ -244,7 +244,7 @@ async def test_a_page_never_shows_the_model_a_secret(
 
 
 async def test_a_secret_anywhere_in_the_environment_is_scrubbed_from_results(
-    web_services: BotServices,
+    web_services: Application,
     channel: RecordingChannel,
     fake_openai: FakeOpenAI,
     fake_web: FakeWeb,
@@ -257,7 +257,7 @@ async def test_a_secret_anywhere_in_the_environment_is_scrubbed_from_results(
 
 
 async def test_web_fetch_can_be_switched_off(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     write_config(web_services, {"web": {"fetchEnabled": False}})
     await say(web_services, channel, "1", "hi")
@@ -266,7 +266,7 @@ async def test_web_fetch_can_be_switched_off(
 
 
 async def test_web_search_through_searxng(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     write_config(
         web_services,
@@ -285,7 +285,7 @@ async def test_web_search_through_searxng(
 
 
 async def test_web_search_through_brave_sends_the_key_and_never_shows_it(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     write_config(web_services, {"web": {"searchProvider": "brave", "searchUrl": f"{fake_web.root}/brave"}})
     fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "found")
@@ -297,7 +297,7 @@ async def test_web_search_through_brave_sends_the_key_and_never_shows_it(
 
 
 async def test_web_search_through_tavily_and_off_without_its_key(
-    web_services: BotServices,
+    web_services: Application,
     channel: RecordingChannel,
     fake_openai: FakeOpenAI,
     fake_web: FakeWeb,
@@ -308,7 +308,7 @@ async def test_web_search_through_tavily_and_off_without_its_key(
     await say(web_services, channel, "1", "hi")
     assert "web_search" not in offered(fake_openai)  # no TAVILY_API_KEY in this environment: off
 
-    with_key = build_services(env_for(tmp_path / "other", fake_openai, tavily_api_key="tvly-key-0001"))
+    with_key = Application(env_for(tmp_path / "other", fake_openai, tavily_api_key="tvly-key-0001"))
     try:
         write_config(with_key, tavily)
         fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "found")
@@ -318,11 +318,11 @@ async def test_web_search_through_tavily_and_off_without_its_key(
         ]
         assert fake_web.headers[-1]["Authorization"] == "Bearer tvly-key-0001"
     finally:
-        await shutdown(with_key, [])
+        await with_key.stop()
 
 
 async def test_a_provider_that_fails_is_a_tool_error(
-    web_services: BotServices, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
     write_config(web_services, {"web": {"searchProvider": "searxng", "searchUrl": f"{fake_web.root}/nothing-here"}})
     fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "x"}, id="s1")]), "sorry")

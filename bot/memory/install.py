@@ -1,0 +1,44 @@
+"""What the memory package gives the rest of the bot: the memory service (with its tools registered) and
+the sink that hands compacted turns to structured memory first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.clock import Clock
+from bot.context.estimator import TokenEstimator
+from bot.llm.client import LlmClient
+from bot.llm.embedders import Embedders
+from bot.memory.compaction_sink import PreCompactionMemory
+from bot.memory.service import MemoryService
+from bot.memory.tools import MemoryToolSource
+from bot.runtime_config import RuntimeConfigStore
+from bot.settings import RuntimeConfig
+from bot.tools.registry import ToolRegistry
+from bot.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class InstalledMemory:
+    """The memory service, and what compaction hands its messages to before they leave a session."""
+
+    service: MemoryService
+    pre_compaction: PreCompactionMemory
+
+
+def install(
+    workspace: Workspace,
+    clock: Clock,
+    llm: LlmClient,
+    estimator: TokenEstimator,
+    embedders: Embedders,
+    config_store: RuntimeConfigStore,
+    tools: ToolRegistry,
+) -> InstalledMemory:
+    service = MemoryService(workspace, clock, llm, estimator, embedders)
+
+    def config() -> RuntimeConfig:
+        return config_store.config
+
+    tools.add_source(MemoryToolSource(service, config))
+    return InstalledMemory(service, PreCompactionMemory(service, config_store))

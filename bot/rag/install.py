@@ -1,0 +1,50 @@
+"""What the RAG package gives the rest of the bot: the knowledge graph service (with `rag_query`
+registered) and the reader of documents sent in a chat."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.clock import Clock
+from bot.context.estimator import TokenEstimator
+from bot.llm.client import LlmClient
+from bot.llm.embedders import Embedders
+from bot.rag.factory import build_rag_service
+from bot.rag.service import RagService
+from bot.rag.tool import rag_query_tool
+from bot.rag.uploads import DocumentReader
+from bot.runtime_config import RuntimeConfigStore
+from bot.settings import EnvSettings, RuntimeConfig
+from bot.tools.registry import ToolRegistry
+from bot.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class InstalledRag:
+    """The knowledge graph over past conversations, and what reads documents into it."""
+
+    service: RagService
+    documents: DocumentReader
+
+    async def forget_messages(self, message_ids: list[str]) -> None:
+        """Take out of the graph the documents made from these messages (memory forgot an item of theirs)."""
+        await self.service.forget_documents(await self.service.documents_for_messages(message_ids))
+
+
+def install(
+    env: EnvSettings,
+    workspace: Workspace,
+    clock: Clock,
+    llm: LlmClient,
+    estimator: TokenEstimator,
+    embedders: Embedders,
+    config_store: RuntimeConfigStore,
+    tools: ToolRegistry,
+) -> InstalledRag:
+    service = build_rag_service(workspace, env, llm, config_store, estimator, embedders)
+    tools.register(rag_query_tool(service))
+
+    def config() -> RuntimeConfig:
+        return config_store.config
+
+    return InstalledRag(service, DocumentReader(service, workspace.rag_dir, config, clock))
