@@ -35,7 +35,7 @@ from bot.runtime_config import RuntimeConfigStore
 from bot.scheduler import install as scheduler_install
 from bot.scheduler.reminders import Deliver
 from bot.sessions.service import SessionService
-from bot.settings import EnvSettings, RuntimeConfig
+from bot.settings import EnvSettings
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.files import remove_stale_temp_files
@@ -108,9 +108,6 @@ class Application:
         model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
         model_switch.restore()  # before anything reads the model
 
-        def config() -> RuntimeConfig:
-            return config_store.config
-
         self.metrics = metrics = BotMetrics()
         self.sessions = sessions = SessionService(workspace.sessions_dir)
         # Received, answered, delivered: what the channels and the pipeline ask about every turn.
@@ -125,7 +122,7 @@ class Application:
         )  # fmt: skip
         self.llm = llm = models.client
         self.models = models.models
-        tools = tools_install.install(env, workspace.root, config, metrics)
+        tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
         estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
@@ -140,7 +137,7 @@ class Application:
             sessions, llm, models.models, estimator, planner, config_store, memory.pre_compaction, tools.registry
         )
         self.memory, self.rag, self.documents = memory.service, rag.service, rag.documents
-        skills = skills_install.install(workspace, sessions, config, tools.registry)
+        skills = skills_install.install(workspace, sessions, config_store.in_force, tools.registry)
         media = media_install.install(workspace.root, llm)
 
         # The pipeline, the commands (which run it again for /retry), the router (which routes to both).

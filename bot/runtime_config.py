@@ -97,6 +97,10 @@ class RuntimeConfigStore:
         """The configuration in force, without checking the file (see `current`)."""
         return self._config
 
+    def in_force(self) -> RuntimeConfig:
+        """`config` as a getter, for what is handed a way to read the configuration when it needs it."""
+        return self._config
+
     async def current(self) -> RuntimeConfig:
         """The configuration in force, re-reading the workspace file first if it changed."""
         # Asked several times per message: the check is one `stat` (microseconds) done inline, as for

@@ -13,7 +13,6 @@ from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.service import MemoryService
 from bot.memory.tools import MemoryToolSource
 from bot.runtime_config import RuntimeConfigStore
-from bot.settings import RuntimeConfig
 from bot.tools.registry import ToolRegistry
 from bot.workspace import Workspace
 
@@ -36,9 +35,5 @@ def install(
     tools: ToolRegistry,
 ) -> InstalledMemory:
     service = MemoryService(workspace, clock, llm, estimator, embedders)
-
-    def config() -> RuntimeConfig:
-        return config_store.config
-
-    tools.add_source(MemoryToolSource(service, config))
+    tools.add_source(MemoryToolSource(service, config_store.in_force))
     return InstalledMemory(service, PreCompactionMemory(service, config_store))

@@ -44,4 +44,4 @@ def build_rag_service(
         )
     log.info("[RAG] Backend: %s%s", config.rag.backend, "" if config.rag.enabled else " (disabled)")
     store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
-    return RagService(store, backend, lambda: config_store.config, estimator)
+    return RagService(store, backend, config_store.in_force, estimator)

@@ -14,7 +14,7 @@ from bot.rag.service import RagService
 from bot.rag.tool import rag_query_tool
 from bot.rag.uploads import DocumentReader
 from bot.runtime_config import RuntimeConfigStore
-from bot.settings import EnvSettings, RuntimeConfig
+from bot.settings import EnvSettings
 from bot.tools.registry import ToolRegistry
 from bot.workspace import Workspace
 
@@ -43,8 +43,4 @@ def install(
 ) -> InstalledRag:
     service = build_rag_service(workspace, env, llm, config_store, estimator, embedders)
     tools.register(rag_query_tool(service))
-
-    def config() -> RuntimeConfig:
-        return config_store.config
-
-    return InstalledRag(service, DocumentReader(service, workspace.rag_dir, config, clock))
+    return InstalledRag(service, DocumentReader(service, workspace.rag_dir, config_store.in_force, clock))
