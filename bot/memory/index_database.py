@@ -25,8 +25,10 @@ INDEX_FILE_NAME = "items.sqlite3"
 # Bumped when the database's layout changes: a database of another version is rebuilt from the files.
 SCHEMA_VERSION = "2"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+# The version and time zone of the database: read first, before the rest of `SCHEMA` is made.
+META_TABLE = "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
+SCHEMA = f"""
+{META_TABLE};
 CREATE TABLE IF NOT EXISTS files (
     name TEXT PRIMARY KEY,
     mtime_ns INTEGER, size INTEGER, inode INTEGER,  -- NULL: changes not yet written, re-read it
@@ -91,6 +93,8 @@ class IndexDatabase:
         self._connection: sqlite3.Connection | None = None
         self._owner: BinaryIO | None = None
         self.private = False
+        # Whether the last opening started an empty database (see `take_made_afresh`).
+        self._made_afresh = False
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -118,10 +122,12 @@ class IndexDatabase:
             log.info("[Memory] Index %s is in use by another process: the files are read into memory", self.path)
             connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             connection.executescript(SCHEMA)
+            self._made_afresh = True
             return connection
         try:
             connection = self._open()
             if self._meta(connection) == {"schema": SCHEMA_VERSION, "zone": self._zone_name}:
+                connection.executescript(SCHEMA)
                 return connection
             if self._meta(connection):
                 log.info("[Memory] Index %s is of another version or time zone: rebuilt", self.path)
@@ -131,21 +137,33 @@ class IndexDatabase:
             log.warning("[Memory] Index %s unreadable (%s): rebuilt from the item files", self.path, error)
             self._discard(aside=True)
         connection = self._open()
+        connection.executescript(SCHEMA)
         with connection:
             connection.executemany(
                 "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
                 [("schema", SCHEMA_VERSION), ("zone", self._zone_name)],
             )
+        self._made_afresh = True
         return connection
 
+    def take_made_afresh(self) -> bool:
+        """Whether the database was started empty since this was last asked (opening it if closed): a store
+        that had read the files into it before must read them again."""
+        if self._connection is None:
+            self._connection = self._open_or_rebuild()
+        made_afresh, self._made_afresh = self._made_afresh, False
+        return made_afresh
+
     def _open(self) -> sqlite3.Connection:
+        """The database at `path`, checked, with its `meta` table (the rest of `SCHEMA` is made once its
+        version is known to be this one: another version's tables may lack the columns its indexes name)."""
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             # Derived data: a power cut may lose the last transactions, never the files, and a file whose
             # signature the database lost is simply re-read.
             connection.execute("PRAGMA synchronous=NORMAL")
-            connection.executescript(SCHEMA)
+            connection.execute(META_TABLE)
             connection.execute("PRAGMA quick_check(1)").fetchone()
         except sqlite3.DatabaseError:
             connection.close()

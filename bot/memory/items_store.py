@@ -226,6 +226,10 @@ class MemoryItemStore:
 
     def _rebuild(self) -> None:
         self._db.reset()
+        self._forget_loaded()
+
+    def _forget_loaded(self) -> None:
+        """Start over as if nothing had been read (the database is empty again)."""
         self._opened = self._fed = False
         self._signatures.clear()
         self._skipped.clear()
@@ -238,6 +242,7 @@ class MemoryItemStore:
 
     def _open(self) -> None:
         """Read what the database knows of the files: their signatures (None: re-read it)."""
+        self._db.take_made_afresh()
         for name, mtime, size, inode, skipped in self._rows("SELECT name, mtime_ns, size, inode, skipped FROM files"):
             path = self._path_of(name)
             self._known_files.add(path)
@@ -249,6 +254,11 @@ class MemoryItemStore:
 
     def _refresh(self) -> bool:
         present = self._files_on_disk()
+        if self._opened and self._db.take_made_afresh():
+            # Closed, then reopened on a database made afresh (it was lost or unreadable meanwhile): the
+            # rows read before are gone, so every file is read again.
+            log.warning("[Memory] Index %s was lost while closed; reading the item files again", self._db.path)
+            self._forget_loaded()
         if not self._opened:
             if not present and not self._db.path.exists():
                 return False  # no items yet: no database either (a stranger's message must leave no file)

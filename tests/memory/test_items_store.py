@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.domain.memory import MemoryLayer
+from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.workspace import MemoryPaths
@@ -91,3 +92,19 @@ async def test_a_hand_edit_made_before_an_append_is_kept(tmp_path: Path) -> None
     store.append([item(S, "added by the bot", NOW, item_id="m3")])
     await store.flush()
     assert [r["id"] for r in read_items(paths.semantic_file)] == ["m1", "m2", "m3"]
+
+
+def test_an_index_lost_while_the_store_was_closed_is_filled_from_the_files_again(tmp_path: Path) -> None:
+    paths = MemoryPaths(tmp_path)
+    write_items(paths.semantic_file, [item(S, "The boat is called Marlin.", NOW, item_id="m1")])
+    store, index, _ = loaded(tmp_path)
+    store.close()
+    database = paths.index_dir / INDEX_FILE_NAME
+    for path in database.parent.glob(f"{INDEX_FILE_NAME}*"):
+        if not path.name.endswith(".lock"):
+            path.unlink()
+
+    store.refresh_sync()
+    assert len(store) == 1 and [entry.id for entry in store.items()] == ["m1"]
+    assert list(index.search("marlin", 5)) == ["m1"]
+    assert store.files_read == 2
