@@ -23,10 +23,12 @@ log = logging.getLogger(__name__)
 
 INDEX_FILE_NAME = "items.sqlite3"
 # Bumped when the database's layout changes: a database of another version is rebuilt from the files.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+# The version and time zone of the database: read first, before the rest of `SCHEMA` is made.
+META_TABLE = "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
+SCHEMA = f"""
+{META_TABLE};
 CREATE TABLE IF NOT EXISTS files (
     name TEXT PRIMARY KEY,
     mtime_ns INTEGER, size INTEGER, inode INTEGER,  -- NULL: changes not yet written, re-read it
@@ -46,12 +48,19 @@ CREATE TABLE IF NOT EXISTS items (
     fingerprint TEXT NOT NULL,
     slot TEXT,
     created REAL NOT NULL,
+    day INTEGER NOT NULL,  -- the day it was made in the bot's time zone (date.toordinal())
     updated REAL NOT NULL,
     salience REAL NOT NULL,
+    confidence REAL NOT NULL,
     speaker TEXT,
     line BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS items_by_file ON items (file, pos);
+-- Covering (with id): a neighbour is looked up without reading its row.
+CREATE INDEX IF NOT EXISTS items_by_file ON items (file, pos, id);
+-- Covering what retrieval scores an item by (`ItemFacts`) and finds its neighbours by: a candidate is scored
+-- without reading its row, which its line makes ten times as large.
+CREATE INDEX IF NOT EXISTS items_facts
+    ON items (id, layer, active, day, speaker, updated, salience, confidence, day_file, file, pos);
 CREATE INDEX IF NOT EXISTS items_by_fingerprint ON items (fingerprint) WHERE active;
 CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
@@ -66,7 +75,8 @@ CREATE INDEX IF NOT EXISTS refs_by_id ON refs (id);
 
 INSERT_ITEM = (
     "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, core, day_file, fingerprint, slot,"
-    " created, updated, salience, speaker, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " created, day, updated, salience, confidence, speaker, line)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -91,6 +101,8 @@ class IndexDatabase:
         self._connection: sqlite3.Connection | None = None
         self._owner: BinaryIO | None = None
         self.private = False
+        # Whether the last opening started an empty database (see `take_made_afresh`).
+        self._made_afresh = False
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -118,10 +130,12 @@ class IndexDatabase:
             log.info("[Memory] Index %s is in use by another process: the files are read into memory", self.path)
             connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             connection.executescript(SCHEMA)
+            self._made_afresh = True
             return connection
         try:
             connection = self._open()
             if self._meta(connection) == {"schema": SCHEMA_VERSION, "zone": self._zone_name}:
+                connection.executescript(SCHEMA)
                 return connection
             if self._meta(connection):
                 log.info("[Memory] Index %s is of another version or time zone: rebuilt", self.path)
@@ -131,21 +145,33 @@ class IndexDatabase:
             log.warning("[Memory] Index %s unreadable (%s): rebuilt from the item files", self.path, error)
             self._discard(aside=True)
         connection = self._open()
+        connection.executescript(SCHEMA)
         with connection:
             connection.executemany(
                 "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
                 [("schema", SCHEMA_VERSION), ("zone", self._zone_name)],
             )
+        self._made_afresh = True
         return connection
 
+    def take_made_afresh(self) -> bool:
+        """Whether the database was started empty since this was last asked (opening it if closed): a store
+        that had read the files into it before must read them again."""
+        if self._connection is None:
+            self._connection = self._open_or_rebuild()
+        made_afresh, self._made_afresh = self._made_afresh, False
+        return made_afresh
+
     def _open(self) -> sqlite3.Connection:
+        """The database at `path`, checked, with its `meta` table (the rest of `SCHEMA` is made once its
+        version is known to be this one: another version's tables may lack the columns its indexes name)."""
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             # Derived data: a power cut may lose the last transactions, never the files, and a file whose
             # signature the database lost is simply re-read.
             connection.execute("PRAGMA synchronous=NORMAL")
-            connection.executescript(SCHEMA)
+            connection.execute(META_TABLE)
             connection.execute("PRAGMA quick_check(1)").fetchone()
         except sqlite3.DatabaseError:
             connection.close()

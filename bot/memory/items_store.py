@@ -12,7 +12,9 @@ need), the lines kept without being items, and each file's signature. A restart 
 files whose signature changed; a missing, unreadable or foreign database is rebuilt from the files.
 It is derived data and never ahead of the truth: a file with changes not yet written has no
 signature in the database, so a crash before the write makes the next start re-read that file.
-Items are parsed from their rows on demand (a small cache keeps the recently used ones).
+Items are parsed from their rows on demand (a small cache keeps the recently used ones). Retrieval
+needs few of them parsed: it ranks candidates by `ItemFacts` (layer, day, speaker, salience ...) and
+`neighbour_ids`, read from a covering index without the rows' lines, and the pack parses only what it reads.
 
 Changes are made to the database first and written to the files by `flush`, which callers await
 after releasing the scope's lock: concurrent turns then share one durable write (group commit)
@@ -24,14 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import tzinfo
+from datetime import date, tzinfo
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.index_database import INDEX_FILE_NAME, INSERT_ITEM, IndexDatabase
@@ -42,17 +45,43 @@ from bot.workspace import MemoryPaths
 
 log = logging.getLogger(__name__)
 
-# Parsed items kept for reuse (about 3 KB each): the pinned, the core and the last prompts' candidates
-# (a prompt reads about 600 at 100,000 items: the lexical and dense candidates and their neighbours).
-ITEM_CACHE_SIZE = 2048
+# Parsed items kept for reuse (about 3 KB each): the pinned, the core and what the last prompts' packs read
+# (about 140 a prompt at 100,000 items: candidates are scored from their facts, not parsed).
+ITEM_CACHE_SIZE = 512
 # Rows parsed at a time when every item is streamed (start-up, `items()`): bounds the memory it takes.
 STREAM_BATCH = 2000
-# Items whose neighbour ids are kept (a few prompts' candidates; the ids only, cleared by any change).
-NEIGHBOUR_CACHE_SIZE = 4 * ITEM_CACHE_SIZE
+# Items whose `ItemFacts` (and, apart, neighbour ids) are kept: a few prompts' candidates and their neighbours
+# (about 1,000 a prompt at 100,000 items), cleared by any change.
+FACTS_CACHE_SIZE = 8192
 # SQLite's limit on bound parameters is 32,766 (3.32+); a lookup by ids goes in chunks well below it.
 IDS_PER_QUERY = 500
 # SEMANTIC items this salient (names, constraints) are worth a prompt even without a word in common.
 CORE_SALIENCE = 0.8
+
+
+_LAYERS = {layer.value: layer for layer in MemoryLayer}
+
+
+# The items just before and after an item in its day file (NULL for an item not in a day file).
+_NEIGHBOUR_COLUMNS = (
+    ", CASE WHEN i.day_file THEN (SELECT p.id FROM items p WHERE p.file = i.file AND p.pos < i.pos"
+    " ORDER BY p.pos DESC LIMIT 1) END"
+    ", CASE WHEN i.day_file THEN (SELECT n.id FROM items n WHERE n.file = i.file AND n.pos > i.pos"
+    " ORDER BY n.pos LIMIT 1) END"
+)
+
+
+class ItemFacts(NamedTuple):
+    """What retrieval ranks an item by, read from its columns in the index database without parsing its line."""
+
+    id: str
+    layer: MemoryLayer
+    active: bool
+    day: date  # the day it was made, in the bot's time zone
+    speaker: str | None
+    updated: float  # `updated_at`, in seconds since the epoch
+    salience: float
+    confidence: float
 
 
 class ItemIndex(Protocol):
@@ -97,11 +126,11 @@ class MemoryItemStore:
         # Bumped by every change, so results derived from the items (the core ranking) can be cached.
         self._version = 0
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
-        # The ids before and after each item looked up in its day file, for the store's `_version` they were
-        # read at: a message's lexical candidates are looked up while its vector is made, and its scoring
-        # then reads only the others'.
+        # The `ItemFacts` and the neighbour ids read since the store's `_version` changed last: a message's
+        # lexical candidates are looked up while its vector is made, and its scoring then reads only the others'.
+        self._facts: dict[str, ItemFacts] = {}
         self._neighbour_ids: dict[str, list[str]] = {}
-        self._neighbour_version = -1
+        self._facts_version = -1
         self._writing: set[Path] = set()
         self._indexes: list[ItemIndex] = []
         # How many times a file was read and parsed (a restart with an up-to-date index reads none).
@@ -177,8 +206,10 @@ class MemoryItemStore:
             item.fingerprint,
             item.key,
             _epoch(item.created_at),
+            item.created_at.astimezone(self._zone).date().toordinal(),
             _epoch(item.updated_at),
             item.salience,
+            item.confidence,
             item.speaker,
             line,
         )
@@ -226,6 +257,10 @@ class MemoryItemStore:
 
     def _rebuild(self) -> None:
         self._db.reset()
+        self._forget_loaded()
+
+    def _forget_loaded(self) -> None:
+        """Start over as if nothing had been read (the database is empty again)."""
         self._opened = self._fed = False
         self._signatures.clear()
         self._skipped.clear()
@@ -238,6 +273,7 @@ class MemoryItemStore:
 
     def _open(self) -> None:
         """Read what the database knows of the files: their signatures (None: re-read it)."""
+        self._db.take_made_afresh()
         for name, mtime, size, inode, skipped in self._rows("SELECT name, mtime_ns, size, inode, skipped FROM files"):
             path = self._path_of(name)
             self._known_files.add(path)
@@ -249,6 +285,11 @@ class MemoryItemStore:
 
     def _refresh(self) -> bool:
         present = self._files_on_disk()
+        if self._opened and self._db.take_made_afresh():
+            # Closed, then reopened on a database made afresh (it was lost or unreadable meanwhile): the
+            # rows read before are gone, so every file is read again.
+            log.warning("[Memory] Index %s was lost while closed; reading the item files again", self._db.path)
+            self._forget_loaded()
         if not self._opened:
             if not present and not self._db.path.exists():
                 return False  # no items yet: no database either (a stranger's message must leave no file)
@@ -445,13 +486,17 @@ class MemoryItemStore:
 
     def referring_to(self, references: Iterable[str]) -> list[MemoryItem]:
         """The active items that refer to any of `references` (message ids)."""
+        return list(self.get_many(self.ids_referring_to(references)).values())
+
+    def ids_referring_to(self, references: Iterable[str]) -> list[str]:
+        """The ids of the active items that refer to any of `references` (without parsing them)."""
         wanted = list(dict.fromkeys(references))
         ids: list[str] = []
         for start in range(0, len(wanted), IDS_PER_QUERY):
             chunk = wanted[start : start + IDS_PER_QUERY]
             rows = self._rows(f"SELECT DISTINCT id FROM refs WHERE ref IN ({','.join('?' * len(chunk))})", chunk)
             ids += [row[0] for row in rows]
-        return list(self.get_many(ids).values())
+        return ids
 
     def superseded_by(self, newer: MemoryItem) -> list[MemoryItem]:
         """The items `newer` superseded (they shared its slot)."""
@@ -518,43 +563,51 @@ class MemoryItemStore:
             offset += batch
         return found
 
-    def neighbours(self, item_id: str) -> list[MemoryItem]:
-        """The active EPISODIC items just before and after `item_id` in its day file (a turn's context)."""
-        return self.neighbours_of([item_id]).get(item_id, [])
-
-    def neighbours_of(self, item_ids: Iterable[str]) -> dict[str, list[MemoryItem]]:
-        """`neighbours` of many items at once (one query for all of them)."""
-        ids = list(item_ids)
-        if not ids:
-            return {}
-        if self._neighbour_version != self._version or len(self._neighbour_ids) > NEIGHBOUR_CACHE_SIZE:
+    def _fresh_caches(self) -> None:
+        """Drop the facts and neighbour ids read before the last change; past their size, the older half
+        (dicts keep insertion order: what the message being scored read last stays)."""
+        if self._facts_version != self._version:
+            self._facts.clear()
             self._neighbour_ids.clear()
-            self._neighbour_version = self._version
-        known = self._neighbour_ids
-        missing = [item_id for item_id in dict.fromkeys(ids) if item_id not in known]
+            self._facts_version = self._version
+        for cache in (self._facts, self._neighbour_ids):
+            if len(cache) > FACTS_CACHE_SIZE:
+                for item_id in list(itertools.islice(cache, len(cache) // 2)):
+                    del cache[item_id]
+
+    def facts_of(self, item_ids: Iterable[str], with_neighbours: bool = False) -> dict[str, ItemFacts]:
+        """The `ItemFacts` of the stored items of `item_ids`, in that order, read in one query per `IDS_PER_QUERY`
+        ids not read since the last change (no line is parsed); `with_neighbours` reads their `neighbour_ids`
+        in the same queries."""
+        wanted = list(dict.fromkeys(item_ids))
+        self._fresh_caches()
+        known, around = self._facts, self._neighbour_ids
+        missing = [item_id for item_id in wanted if item_id not in known or (with_neighbours and item_id not in around)]
+        neighbours = _NEIGHBOUR_COLUMNS if with_neighbours else ""
         for start in range(0, len(missing), IDS_PER_QUERY):
             chunk = missing[start : start + IDS_PER_QUERY]
+            # The covering index `items_facts` holds every column asked for: no row (with its line) is read.
             rows = self._rows(
-                "SELECT i.id,"
-                " (SELECT p.id FROM items p WHERE p.file = i.file AND p.pos < i.pos ORDER BY p.pos DESC LIMIT 1),"
-                " (SELECT n.id FROM items n WHERE n.file = i.file AND n.pos > i.pos ORDER BY n.pos LIMIT 1)"
-                f" FROM items i WHERE i.day_file AND i.id IN ({','.join('?' * len(chunk))})",
+                f"SELECT i.id, i.layer, i.active, i.day, i.speaker, i.updated, i.salience, i.confidence{neighbours}"
+                f" FROM items i INDEXED BY items_facts WHERE i.id IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
-            for item_id in chunk:
-                known[item_id] = []  # not in a day file (or gone): no neighbours
-            for item_id, before, after in rows:
-                known[item_id] = [other for other in (before, after) if other is not None]
-        around = {item_id: known[item_id] for item_id in ids if known[item_id]}
-        found = self.get_many(other for others in around.values() for other in others)
-        return {
-            item_id: [
-                item
-                for other in others
-                if (item := found.get(other)) is not None and item.active and item.layer is MemoryLayer.EPISODIC
-            ]
-            for item_id, others in around.items()
-        }
+            for row in rows:
+                item_id, layer, active, day, speaker, updated, salience, confidence = row[:8]
+                known[item_id] = ItemFacts(
+                    item_id, _LAYERS[layer], bool(active), date.fromordinal(day), speaker, updated, salience, confidence
+                )
+                if with_neighbours:
+                    around[item_id] = [other for other in row[8:] if other is not None]
+        return {item_id: facts for item_id in wanted if (facts := known.get(item_id)) is not None}
+
+    def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The ids of the items just before and after each of `item_ids` in its day file (in that order; none
+        for an item not in a day file or not stored), read with their facts when not read since the last change."""
+        ids = list(item_ids)
+        self._fresh_caches()
+        self.facts_of([item_id for item_id in ids if item_id not in self._neighbour_ids], with_neighbours=True)
+        return {item_id: self._neighbour_ids.get(item_id, []) for item_id in ids}
 
     # -- writing -----------------------------------------------------------------------------------
 

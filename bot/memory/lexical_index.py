@@ -182,21 +182,27 @@ class Bm25Index:
         lengths = self._lengths[:used]
         average_length = max(self._total_length / count, 1.0)
         scores = np.zeros(used, dtype=np.float32)
+        # Without removed documents every posting is live: the filtering by `alive` is skipped.
+        all_alive = used == count
         for term in terms:
             postings = self._postings.get(term)
             if postings is None:
                 continue
             all_slots, all_tfs = postings.arrays()
-            live = alive[all_slots]
-            frequency = int(np.count_nonzero(live))
-            if frequency == 0:
-                continue
-            slots = all_slots[live]
-            tfs = all_tfs[live].astype(np.float32)
-            del all_slots, all_tfs
+            if all_alive:
+                slots, tfs = all_slots, all_tfs.astype(np.float32)
+                frequency = len(slots)
+            else:
+                live = alive[all_slots]
+                frequency = int(np.count_nonzero(live))
+                if frequency == 0:
+                    continue
+                slots = all_slots[live]
+                tfs = all_tfs[live].astype(np.float32)
             idf = math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
             norm = K1 * (1 - B + B * lengths[slots] / average_length)
             scores[slots] += idf * tfs * (K1 + 1) / (tfs + norm)
+            del all_slots, all_tfs, slots  # views on the postings' buffers, which appends need released
         hits = np.flatnonzero(scores)
         if len(hits) > limit:
             hits = hits[np.argpartition(-scores[hits], limit)[:limit]]

@@ -9,22 +9,30 @@ at least `HIGH_RELEVANCE` as relevant as the best match go in, and never past `m
 same text twice (up to case, punctuation and spacing) is shown once. A single item longer than
 `ITEM_CHAR_LIMIT` is cut with a visible marker. Exchanges are shown under a heading per day with
 their time, so "when did …" can be answered; how many items did not fit is kept in the diagnostics.
+
+The candidates come ranked but not parsed (`RankedItem`): the pack parses an item only when it reads
+it, `PARSE_AHEAD` at a time, so the hundreds it never reaches cost nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import tzinfo
 
 from bot.context.estimator import TokenEstimator
-from bot.domain.memory import MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
-from bot.domain.text import fingerprint_of
+from bot.domain.memory import MemoryItem, MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
+from bot.domain.text import normalized_words
 from bot.memory.budget import cut_marker
-from bot.memory.retrieval import Section
+from bot.memory.retrieval import RankedItem, Section
+
+# The items a pack reads, by id (`MemoryItemStore.get_many`: those no longer stored are left out).
+ItemReader = Callable[[Iterable[str]], Mapping[str, MemoryItem]]
 
 HIGH_RELEVANCE = 0.45
 ITEM_CHAR_LIMIT = 700
 TOP_SCORES_SHOWN = 5
+# Items parsed at once when the pack reaches one not yet parsed: it and the next ones (one query).
+PARSE_AHEAD = 32
 DATED_SECTIONS = (Section.EPISODIC, Section.WORKING)
 
 SECTION_HEADERS = {
@@ -36,21 +44,21 @@ SECTION_HEADERS = {
 }
 
 
-def offered_order(items: list[ScoredItem], query: MemoryQuery) -> list[ScoredItem]:
+def offered_order(items: list[RankedItem], query: MemoryQuery) -> list[RankedItem]:
     """Pinned, the working set, each layer's top k, then the rest: each group best first."""
     top_k = {
         MemoryLayer.EPISODIC: query.episodic_top_k,
         MemoryLayer.SEMANTIC: query.semantic_top_k,
         MemoryLayer.PROCEDURAL: query.procedural_top_k,
     }
-    first: list[ScoredItem] = []
-    guaranteed: list[ScoredItem] = []
-    rest: list[ScoredItem] = []
-    for scored in sorted(items, key=lambda entry: (-entry.score, entry.item.id)):
+    first: list[RankedItem] = []
+    guaranteed: list[RankedItem] = []
+    rest: list[RankedItem] = []
+    for scored in sorted(items, key=lambda entry: (-entry.score, entry.item_id)):
         if scored.section in (Section.PINNED, Section.WORKING):
             first.append(scored)
-        elif top_k[scored.item.layer] > 0:
-            top_k[scored.item.layer] -= 1
+        elif top_k[scored.layer] > 0:
+            top_k[scored.layer] -= 1
             guaranteed.append(scored)
         else:
             rest.append(scored)
@@ -65,41 +73,41 @@ class MemoryPromptPackService:
         self._estimator = estimator
         self._zone = zone
 
-    def line(self, scored: ScoredItem) -> str:
-        item = scored.item
+    def line(self, item: MemoryItem) -> str:
         content = item.content.strip()
         if len(content) > ITEM_CHAR_LIMIT:
             content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(item.content) - ITEM_CHAR_LIMIT)
         return "- " + content.replace("\n", "\n  ")
 
     @staticmethod
-    def worth_more(scored: ScoredItem) -> bool:
+    def worth_more(scored: RankedItem) -> bool:
         """Whether an item may go past the soft budget: pinned, or at least `HIGH_RELEVANCE` of the best match."""
-        return scored.section == Section.PINNED or scored.parts.get("relevance", 0.0) >= HIGH_RELEVANCE
+        return scored.section == Section.PINNED or scored.relevance >= HIGH_RELEVANCE
 
-    def day_heading(self, scored: ScoredItem) -> str:
-        return f"### {scored.item.created_at.astimezone(self._zone):%Y-%m-%d (%A)}"
-
-    def clock_time(self, scored: ScoredItem) -> str:
-        return f"{scored.item.created_at.astimezone(self._zone):%H:%M} "
+    def when(self, item: MemoryItem) -> tuple[str, str]:
+        """The item's day heading and clock time (one conversion to the bot's zone for both)."""
+        local = item.created_at.astimezone(self._zone)
+        return f"### {local:%Y-%m-%d (%A)}", f"{local:%H:%M} "
 
     def build(
         self,
-        offered: Iterable[ScoredItem],
+        offered: Sequence[RankedItem],
+        items: ItemReader,
         candidates: int,
         soft_tokens: int,
         max_tokens: int,
         model: str | None = None,
     ) -> MemoryPack:
-        """The pack of `offered` (in `offered_order`) within the budgets, counted in `model`'s tokens."""
+        """The pack of `offered` (in `offered_order`) within the budgets, counted in `model`'s tokens; `items`
+        reads the items it gets to (one left out by it, no longer stored, is passed over)."""
         soft_tokens = min(soft_tokens, max_tokens)
         chosen: dict[str, list[tuple[ScoredItem, str]]] = {section: [] for section in Section.ORDER}
+        read: dict[str, MemoryItem] = {}
         # Day headings, and the clock times, already paid for: each is shown once.
         headings: set[tuple[str, ...]] = set()
         seen: set[str] = set()
         used = 0
         dropped = 0
-        offered = list(offered)
         # Whether anything from position i on may still go past the soft budget (pinned or a high score).
         worth_later = [False] * (len(offered) + 1)
         for position in range(len(offered) - 1, -1, -1):
@@ -113,22 +121,33 @@ class MemoryPromptPackService:
                     dropped += len(offered) - position - 1
                     break
                 continue
-            same_text = fingerprint_of(scored.item.content)
+            if scored.item_id not in read:
+                # This item and the next ones the loop will read (once the soft budget is full, the high ones).
+                ahead = [
+                    entry.item_id
+                    for entry in offered[position : position + PARSE_AHEAD]
+                    if entry.item_id not in read and (not soft_full or self.worth_more(entry))
+                ]
+                read.update(items(ahead))
+            item = read.get(scored.item_id)
+            if item is None:
+                continue
+            same_text = normalized_words(item.content)  # the text up to case, punctuation and spacing
             if same_text in seen:
                 continue
-            text = self.line(scored)
+            text = self.line(item)
             cost = self._estimator.text(text + "\n", model)
             if not chosen[scored.section]:
                 cost += self._estimator.text(SECTION_HEADERS[scored.section] + "\n\n", model)
-            heading = self.day_heading(scored) if scored.section in DATED_SECTIONS else ""
+            heading, clock = self.when(item) if scored.section in DATED_SECTIONS else ("", "")
             if heading and (scored.section, heading) not in headings:
                 cost += self._estimator.text(heading + "\n", model)
-            stamp = (scored.section, heading, self.clock_time(scored)) if heading else None
+            stamp = (scored.section, heading, clock) if heading else None
             if stamp is not None and stamp not in headings:
                 cost += self._estimator.text(stamp[2], model)
             within_soft = used + cost <= soft_tokens
             if within_soft or (self.worth_more(scored) and used + cost <= max_tokens):
-                chosen[scored.section].append((scored, text))
+                chosen[scored.section].append((ScoredItem(item, scored.score, scored.section, scored.parts), text))
                 seen.add(same_text)
                 if heading:
                     headings.add((scored.section, heading))
@@ -167,11 +186,10 @@ class MemoryPromptPackService:
         lines = [SECTION_HEADERS[section]]
         current_day = current_time = ""
         for scored, text in entries:
-            heading = self.day_heading(scored)
+            heading, time = self.when(scored.item)
             if heading != current_day:
                 lines.append(heading)
                 current_day, current_time = heading, ""
-            time = self.clock_time(scored)
             lines.append(text if time == current_time else f"- {time}{text.removeprefix('- ')}")
             current_time = time
         return "\n".join(lines)

@@ -53,6 +53,7 @@ from bot.memory.retrieval import (
     LEXICAL_CANDIDATES,
     VECTOR_CANDIDATES,
     MemoryRetrievalService,
+    RetrievalResult,
     dense_query_text,
     names_in,
 )
@@ -422,11 +423,26 @@ class MemoryService:
 
     @staticmethod
     def _prefetch(scope: MemoryScope, text: str) -> None:
-        """Read the lexical candidates of `text` and their neighbours ahead of scoring (the store keeps them
-        parsed, the lexical index keeps the search), while the message's vector is being made."""
-        hits = list(scope.lexical.search(text, LEXICAL_CANDIDATES))
-        scope.store.get_many(hits)
-        scope.store.neighbours_of(hits)
+        """Read the facts of the lexical candidates of `text` and of their neighbours ahead of scoring (the
+        store keeps them, the lexical index keeps the search), while the message's vector is being made."""
+        around = scope.store.neighbour_ids(scope.lexical.search(text, LEXICAL_CANDIDATES))
+        scope.store.facts_of(other for others in around.values() for other in others)
+
+    def _retrieve_and_pack(
+        self, scope: MemoryScope, query: MemoryQuery, vector: Vector | None, model: str | None
+    ) -> tuple[RetrievalResult, MemoryPack]:
+        """Score the candidates, then pack the best (parsing only the items the pack reads)."""
+        result = scope.retrieval.retrieve(query, vector)
+        offered = offered_order(result.ranked, query)
+        pack = self._pack.build(
+            offered,
+            scope.store.get_many,
+            result.candidates,
+            query.soft_budget_tokens,
+            query.max_budget_tokens,
+            model,
+        )
+        return result, pack
 
     async def _read_long_term(self, scope: MemoryScope) -> str:
         try:
@@ -468,9 +484,9 @@ class MemoryService:
             log.info("[Context] Memory items of %s still loading; the daily notes stand in", scope.paths.root)
             return None
         self.index_vectors(scope, config)
-        # The message's vector is made in a worker thread (the engine runs in C without the GIL) while
-        # the files are checked and the lexical candidates and their neighbours are read; if the vector
-        # is there by then, the dense search has run beside that read too (numpy, without the GIL). The
+        # The message's vector is made in a worker thread (the engine runs in C without the GIL) while the
+        # files are checked and the facts of the lexical candidates and their neighbours are read; if the
+        # vector is there by then, the dense search has run beside that read too (numpy, without the GIL). The
         # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
         vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
         dense_task: asyncio.Future[None] | None = None
@@ -489,15 +505,14 @@ class MemoryService:
                         await dense_task
             vector = await vector_task
             async with self.fresh(scope, arrived):
-                result = await self.off_loop_if_large(scope, scope.retrieval.retrieve, query, vector)
+                # The pack is built under the lock too: the items it reads are the ones that were scored.
+                result, pack = await self.off_loop_if_large(scope, self._retrieve_and_pack, scope, query, vector, model)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
         finally:
             if not vector_task.done():
                 vector_task.cancel()
-        offered = offered_order(result.items, query)
-        pack = self._pack.build(offered, result.candidates, query.soft_budget_tokens, query.max_budget_tokens, model)
         pack = dataclasses.replace(
             pack,
             diagnostics=dataclasses.replace(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -215,3 +216,27 @@ async def test_a_second_process_reads_the_files_into_its_own_index_and_never_put
     assert reopened.files_read == 0
     again = reopened.get("m1")
     assert again is not None and again.content == "The boat is called Seagull."
+
+
+def test_a_database_of_an_older_layout_is_rebuilt_not_kept_aside_as_corrupt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    paths = MemoryPaths(tmp_path)
+    write_items(paths.semantic_file, [item(S, "The boat is called Marlin.", DAY, item_id="m1")])
+    database = paths.index_dir / INDEX_FILE_NAME
+    database.parent.mkdir(parents=True)
+    older = sqlite3.connect(database)  # an earlier version's: its items table lacks columns this one indexes
+    older.executescript(
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
+        "INSERT INTO meta VALUES ('schema', '1'), ('zone', 'UTC');"
+        "CREATE TABLE items (id TEXT PRIMARY KEY, file TEXT NOT NULL, line BLOB NOT NULL);"
+    )
+    older.close()
+
+    store = MemoryItemStore(paths, UTC)
+    with caplog.at_level(logging.INFO):
+        store.refresh_sync()
+    assert [entry.id for entry in store.items()] == ["m1"] and store.files_read == 1
+    assert any("another version" in record.getMessage() for record in caplog.records)
+    assert not list(database.parent.glob(f"{INDEX_FILE_NAME}.corrupt-*"))
+    store.close()

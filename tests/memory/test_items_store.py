@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from bot.domain.memory import MemoryLayer
-from bot.memory.items_store import MemoryItemStore
+from bot.memory.index_database import INDEX_FILE_NAME
+from bot.memory.items_store import ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
@@ -91,3 +93,61 @@ async def test_a_hand_edit_made_before_an_append_is_kept(tmp_path: Path) -> None
     store.append([item(S, "added by the bot", NOW, item_id="m3")])
     await store.flush()
     assert [r["id"] for r in read_items(paths.semantic_file)] == ["m1", "m2", "m3"]
+
+
+def test_retrieval_reads_each_items_facts_and_neighbours_from_the_index_as_parsing_it_would_give(
+    tmp_path: Path,
+) -> None:
+    zone = ZoneInfo("America/New_York")
+    paths = MemoryPaths(tmp_path)
+    late = datetime(2026, 3, 2, 3, 30, tzinfo=UTC)  # still March 1st in New York
+    turns = [
+        item(MemoryLayer.EPISODIC, f"Ann: turn {n} about the boat", late, item_id=f"t{n}", salience=0.1 * n)
+        for n in range(1, 4)
+    ]
+    write_items(paths.episodic_file(late.astimezone(zone).date()), turns)
+    # A hand-written line: no zone on its time (read in the bot's), and an older version of a superseded fact.
+    with paths.semantic_file.open("a") as handle:
+        handle.write('{"id": "f1", "layer": "SEMANTIC", "type": "fact", "content": "Bob: the boat is blue",')
+        handle.write(' "createdAt": "2026-03-01T23:30:00", "updatedAt": "2026-03-01T23:30:00", "confidence": 0.7}\n')
+    write_items(paths.semantic_file, [item(S, "the boat is red", NOW, item_id="f0", superseded_by="f1")])
+    store = MemoryItemStore(paths, zone)
+    store.refresh_sync()
+
+    facts = store.facts_of(["f1", "t2", "missing", "f0", "t1"])
+    assert list(facts) == ["f1", "t2", "f0", "t1"]
+    for item_id, fact in facts.items():
+        parsed = store.get(item_id)
+        assert parsed is not None
+        assert fact == ItemFacts(
+            item_id,
+            parsed.layer,
+            parsed.active,
+            parsed.created_at.astimezone(zone).date(),
+            parsed.speaker,
+            parsed.updated_at.timestamp(),
+            parsed.salience,
+            parsed.confidence,
+        )
+    assert facts["t1"].day == date(2026, 3, 1) and facts["f1"].day == date(2026, 3, 1)
+    assert facts["f1"].speaker == "Bob" and not facts["f0"].active
+
+    assert store.neighbour_ids(["t2", "t1", "t3", "f1"]) == {"t2": ["t1", "t3"], "t1": ["t2"], "t3": ["t2"], "f1": []}
+    store.remove(["t2"])  # a change: what was read before is read again
+    assert store.neighbour_ids(["t1"]) == {"t1": ["t3"]} and "t2" not in store.facts_of(["t2"])
+
+
+def test_an_index_lost_while_the_store_was_closed_is_filled_from_the_files_again(tmp_path: Path) -> None:
+    paths = MemoryPaths(tmp_path)
+    write_items(paths.semantic_file, [item(S, "The boat is called Marlin.", NOW, item_id="m1")])
+    store, index, _ = loaded(tmp_path)
+    store.close()
+    database = paths.index_dir / INDEX_FILE_NAME
+    for path in database.parent.glob(f"{INDEX_FILE_NAME}*"):
+        if not path.name.endswith(".lock"):
+            path.unlink()
+
+    store.refresh_sync()
+    assert len(store) == 1 and [entry.id for entry in store.items()] == ["m1"]
+    assert list(index.search("marlin", 5)) == ["m1"]
+    assert store.files_read == 2

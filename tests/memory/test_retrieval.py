@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot.context.estimator import TokenEstimator
-from bot.domain.memory import MemoryLayer, MemoryQuery, ScoredItem
+from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.prompt_pack import ITEM_CHAR_LIMIT, MemoryPromptPackService, offered_order
-from bot.memory.retrieval import Section, dense_query_text, names_in
+from bot.memory.retrieval import RankedItem, Section, dense_query_text, names_in
 from tests.memory.helpers import item
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -33,22 +34,38 @@ def test_bm25_ranks_rarer_and_denser_matches_higher_and_follows_removals() -> No
     assert "d" not in index.search("docker", 10)
 
 
-def scored(content: str, relevance: float, section: str = Section.SEMANTIC, **extra: Any) -> ScoredItem:
-    """An item scored by its relevance alone (the other parts of the score are left out)."""
-    return ScoredItem(item(S, content, NOW, **extra), relevance, section, {"relevance": relevance})
+class Stored:
+    """Items by id, as the store reads them for the pack (counting what it was asked to parse)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, MemoryItem] = {}
+        self.read: list[str] = []
+
+    def ranked(self, content: str, relevance: float, section: str = Section.SEMANTIC, **extra: Any) -> RankedItem:
+        stored = item(S, content, NOW, **extra)
+        self.items[stored.id] = stored
+        return RankedItem(
+            stored.id, stored.layer, relevance, section, relevance, 1.0, 0.5, 0.8, stored.updated_at.timestamp()
+        )
+
+    def get_many(self, item_ids: Iterable[str]) -> dict[str, MemoryItem]:
+        wanted = list(item_ids)
+        self.read += wanted
+        return {item_id: self.items[item_id] for item_id in wanted if item_id in self.items}
 
 
 def test_the_pack_fills_the_soft_budget_then_only_highly_relevant_items_up_to_the_max() -> None:
     pack_service = MemoryPromptPackService(TokenEstimator(), UTC)
+    stored = Stored()
     items = [
-        scored("low score but first in the file", 0.2),
-        scored("a high scoring fact about the garden", 0.9),
-        scored("a fact less than half as relevant as the best, about the garage", 0.4),
-        scored("another high scoring fact about the kitchen", 0.8),
-        scored("always shown because it is pinned", 0.1, Section.PINNED, pinned=True),
+        stored.ranked("low score but first in the file", 0.2),
+        stored.ranked("a high scoring fact about the garden", 0.9),
+        stored.ranked("a fact less than half as relevant as the best, about the garage", 0.4),
+        stored.ranked("another high scoring fact about the kitchen", 0.8),
+        stored.ranked("always shown because it is pinned", 0.1, Section.PINNED, pinned=True),
     ]
     offered = offered_order(items, MemoryQuery(text="", session_id="test:1", now=NOW, semantic_top_k=0))
-    pack = pack_service.build(offered, candidates=5, soft_tokens=25, max_tokens=55)
+    pack = pack_service.build(offered, stored.get_many, candidates=5, soft_tokens=25, max_tokens=55)
     assert pack.rendered == (
         "## Pinned Memory\n- always shown because it is pinned\n\n"
         "## Facts and Preferences\n"
@@ -59,18 +76,32 @@ def test_the_pack_fills_the_soft_budget_then_only_highly_relevant_items_up_to_th
     assert pack.diagnostics.tokens <= 55
 
 
+def test_the_pack_parses_only_the_items_it_reads_and_passes_over_one_no_longer_stored() -> None:
+    stored = Stored()
+    gone = stored.ranked("a fact forgotten since it was scored", 0.95)
+    del stored.items[gone.item_id]
+    offered = [gone] + [stored.ranked(f"fact number {n} about the garden shed", 0.4 - n / 1000) for n in range(300)]
+    pack = MemoryPromptPackService(TokenEstimator(), UTC).build(offered, stored.get_many, 301, 60, 120)
+    assert "forgotten" not in pack.rendered and pack.rendered.startswith("## Facts and Preferences\n- fact number 0 ")
+    # The soft budget holds a few items; none later is relevant enough to go past it, so the rest is never parsed.
+    assert pack.diagnostics.selected < 10 and len(stored.read) < 50
+    assert pack.diagnostics.dropped_for_budget == 300 - pack.diagnostics.selected
+
+
 def test_a_long_item_is_cut_with_a_visible_marker() -> None:
-    pack = MemoryPromptPackService(TokenEstimator(), UTC).build([scored("x" * 2000, 0.9)], 1, 1800, 3500)
+    stored = Stored()
+    offered = [stored.ranked("x" * 2000, 0.9)]
+    pack = MemoryPromptPackService(TokenEstimator(), UTC).build(offered, stored.get_many, 1, 1800, 3500)
     assert pack.rendered.startswith("## Facts and Preferences\n- " + "x" * ITEM_CHAR_LIMIT + " [… 1300 more characters")
 
 
 def test_recency_favours_newer_items_with_equal_relevance() -> None:
     from bot.memory.retrieval import recency
 
-    query = MemoryQuery(text="", session_id="test:1", now=NOW)
-    fresh = item(S, "a", NOW - timedelta(days=1))
-    old = item(S, "b", NOW - timedelta(days=30))
-    assert recency(fresh, query) > 0.95 and 0.45 < recency(old, query) < 0.55  # halves every 30 days
+    now = NOW.timestamp()
+    fresh = (NOW - timedelta(days=1)).timestamp()
+    old = (NOW - timedelta(days=30)).timestamp()
+    assert recency(fresh, now) > 0.95 and 0.45 < recency(old, now) < 0.55  # halves every 30 days
 
 
 def test_the_dense_query_drops_speakers_names_with_their_possessive_and_keeps_other_names() -> None:

@@ -276,7 +276,7 @@ async def test_an_item_from_the_time_a_message_names_is_favoured(
     scope = await memory_service.scope(config, "test:1")
     query = MemoryQuery(text="where did we go hiking last May", session_id="test:1", now=NOW)
     async with memory_service.fresh(scope):
-        ranked = scope.retrieval.retrieve(query).items
+        ranked = scope.retrieval.scored(scope.retrieval.retrieve(query).ranked)
     contents = [scored.item.content for scored in ranked]
     assert contents.index("User: We went hiking in the hills.") < contents.index(
         "User: We went hiking in the hills again."
@@ -289,7 +289,7 @@ async def test_a_message_naming_someone_favours_what_that_person_said(services: 
     scope = await services.memory.scope(MemoryConfig(), "test:1")
     query = MemoryQuery(text="Where did Bob go climbing?", session_id="test:1", now=NOW)
     async with services.memory.fresh(scope):
-        ranked = [scored.item.content for scored in scope.retrieval.retrieve(query).items]
+        ranked = [scored.item.content for scored in scope.retrieval.scored(scope.retrieval.retrieve(query).ranked)]
     assert ranked.index("Bob: I went climbing at the old quarry.") < ranked.index(
         "Ann: I went climbing at the old quarry."
     )
@@ -322,7 +322,7 @@ async def test_the_active_skill_brings_its_procedures_forward(services: Applicat
     scope = await services.memory.scope(MemoryConfig(), "test:1")
     query = MemoryQuery(text="help me with this", session_id="test:1", now=NOW, active_skill="git")
     async with services.memory.fresh(scope):
-        ranked = [scored.item.content for scored in scope.retrieval.retrieve(query).items]
+        ranked = [scored.item.content for scored in scope.retrieval.scored(scope.retrieval.retrieve(query).ranked)]
     assert ranked[0] == "Rebase with git pull --rebase before pushing."
     assert "Water the tomatoes every second evening." not in ranked  # no word, no vector, no skill: not a candidate
 
