@@ -450,15 +450,14 @@ class MemoryItemStore:
     def get_many(self, item_ids: Iterable[str]) -> dict[str, MemoryItem]:
         """The stored items of `item_ids` in that order (those not stored are left out), in a few queries."""
         wanted = list(dict.fromkeys(item_ids))
-        missing = [item_id for item_id in wanted if item_id not in self._cache]
-        read: dict[str, MemoryItem] = {}
+        # Taken from the cache first: parsing the others adds them to it, which may push these out.
+        found = {item_id: item for item_id in wanted if (item := self._cache.get(item_id)) is not None}
+        missing = [item_id for item_id in wanted if item_id not in found]
         for start in range(0, len(missing), IDS_PER_QUERY):
             chunk = missing[start : start + IDS_PER_QUERY]
             rows = self._rows(f"SELECT id, line FROM items WHERE id IN ({','.join('?' * len(chunk))})", chunk)
-            read.update((item.id, item) for item in self._items_from(rows))
-        return {
-            item_id: item for item_id in wanted if (item := self._cache.get(item_id) or read.get(item_id)) is not None
-        }
+            found.update((item.id, item) for item in self._items_from(rows))
+        return {item_id: found[item_id] for item_id in wanted if item_id in found}
 
     def items(self) -> Iterable[MemoryItem]:
         """Every item, active or not (read from the database a batch at a time)."""

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from bot.domain.memory import MemoryLayer
 from bot.memory.index_database import INDEX_FILE_NAME
-from bot.memory.items_store import ItemFacts, MemoryItemStore
+from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
@@ -151,3 +151,18 @@ def test_an_index_lost_while_the_store_was_closed_is_filled_from_the_files_again
     assert len(store) == 1 and [entry.id for entry in store.items()] == ["m1"]
     assert list(index.search("marlin", 5)) == ["m1"]
     assert store.files_read == 2
+
+
+def test_items_already_parsed_are_returned_even_when_reading_the_others_pushes_them_out_of_the_cache(
+    tmp_path: Path,
+) -> None:
+    paths = MemoryPaths(tmp_path)
+    count = ITEM_CACHE_SIZE + 50
+    write_items(paths.semantic_file, [item(S, f"fact number {n}", NOW, item_id=f"f{n}") for n in range(count)])
+    store, _, _ = loaded(tmp_path)
+    parsed_first = [f"f{n}" for n in range(10)]
+    assert list(store.get_many(parsed_first)) == parsed_first
+    # The ten come first and are cached; the others, parsed now, fill the cache past its size.
+    wanted = parsed_first + [f"f{n}" for n in range(10, count)]
+    found = store.get_many(wanted)
+    assert list(found) == wanted and all(found[item_id].id == item_id for item_id in wanted)
