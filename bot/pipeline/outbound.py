@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from bot.channels.base import Channel
 from bot.domain.inbound import InboundMessage
@@ -112,7 +112,7 @@ class TurnOutbound:
         if text:
             await self._record_answered(text)
         delivered = False
-        try:
+        with self._failure_logged():
             if streamed and self._stream is not None and text:
                 await self._stream.finish(text)
                 delivered = True
@@ -122,11 +122,6 @@ class TurnOutbound:
                 whole = f"{text}\n\n{footnote}" if text and footnote else (text or footnote or "")
                 await self._channel.send_text(self._chat_id, whole)
                 delivered = bool(text) and not failed
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            self._metrics.errors.labels("delivery").inc()
-            log.error("[Pipeline] Reply to %s could not be delivered: %s", self._session_id, error)
         await self.settle()
         if delivered:
             self._metrics.replies_out.labels(self._channel_type).inc()
@@ -135,14 +130,19 @@ class TurnOutbound:
     async def resend(self, text: str) -> None:
         """Send a reply answered before the last stop whose delivery was never recorded (no model call)."""
         log.info("[Pipeline] Sending %s the answer stored before the last stop, delivery unknown", self._session_id)
-        try:
+        with self._failure_logged():
             await self._channel.send_text(self._chat_id, text)
-        except asyncio.CancelledError:
-            raise
+        await self.settle()
+
+    @contextlib.contextmanager
+    def _failure_logged(self) -> Iterator[None]:
+        """A reply that cannot be sent is counted and logged, not raised: the turn is in the session, and the
+        user can ask again or see it in the history (a cancel, not an `Exception`, still goes through)."""
+        try:
+            yield
         except Exception as error:
             self._metrics.errors.labels("delivery").inc()
             log.error("[Pipeline] Reply to %s could not be delivered: %s", self._session_id, error)
-        await self.settle()
 
     async def settle(self) -> None:
         """Record the turn delivered (its reply went out, or it ends without one), once; a restart leaves it."""
