@@ -55,20 +55,38 @@ def register_conversation_commands(
     forget_exchange: ForgetExchange,
     clock: Clock,
 ) -> None:
-    async def retry(request: CommandRequest) -> str:
-        inbound = request.inbound
+    async def take_back_last_exchange(
+        inbound: InboundMessage, keep_question: bool, nothing: str, not_yours: str
+    ) -> list[Message] | str:
+        """Drop the sender's last exchange from the conversation (its question too unless `keep_question`)
+        and take back what was written of it; the exchange dropped, or why there is none to drop (in a
+        group only the sender's own: `not_yours` names whose it is)."""
         session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
         async with sessions.lock_for(session.id):
             index = last_user_index(session.messages)
             if index is None:
-                return "There is no message of yours to answer again."
-            last = session.messages[index]
-            if (author := someone_elses(last, inbound)) is not None:
-                return f"The last message here is {author}'s; /retry answers again only your own last message."
+                return nothing
+            if (author := someone_elses(session.messages[index], inbound)) is not None:
+                return not_yours.format(author=author)
             exchange = session.messages[index:]
-            await sessions.replace_messages(session, session.messages[: index + 1])
-        log.info("[Session] /retry in %s: %d messages of the last answer dropped", session.id, len(exchange) - 1)
+            await sessions.replace_messages(session, session.messages[: index + 1 if keep_question else index])
         await forget_exchange(session, exchange)
+        return exchange
+
+    async def retry(request: CommandRequest) -> str:
+        inbound = request.inbound
+        exchange = await take_back_last_exchange(
+            inbound,
+            keep_question=True,
+            nothing="There is no message of yours to answer again.",
+            not_yours="The last message here is {author}'s; /retry answers again only your own last message.",
+        )
+        if isinstance(exchange, str):
+            return exchange
+        log.info(
+            "[Session] /retry in %s: %d messages of the last answer dropped", inbound.session_id, len(exchange) - 1
+        )
+        last = exchange[0]
         again = dataclasses.replace(
             inbound, text=last.content, resumed=True, journal_id=last.id, dedup_key=None, extra={}
         )
@@ -76,18 +94,15 @@ def register_conversation_commands(
         return ""  # the answer itself is the reply
 
     async def undo(request: CommandRequest) -> str:
-        inbound = request.inbound
-        session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
-        async with sessions.lock_for(session.id):
-            index = last_user_index(session.messages)
-            if index is None:
-                return "There is nothing to undo."
-            if (author := someone_elses(session.messages[index], inbound)) is not None:
-                return f"The last message here is {author}'s; /undo drops only your own last exchange."
-            removed = session.messages[index:]
-            await sessions.replace_messages(session, session.messages[:index])
-        log.info("[Session] /undo in %s: %d messages dropped", session.id, len(removed))
-        await forget_exchange(session, removed)
+        removed = await take_back_last_exchange(
+            request.inbound,
+            keep_question=False,
+            nothing="There is nothing to undo.",
+            not_yours="The last message here is {author}'s; /undo drops only your own last exchange.",
+        )
+        if isinstance(removed, str):
+            return removed
+        log.info("[Session] /undo in %s: %d messages dropped", request.inbound.session_id, len(removed))
         quoted = " ".join(removed[0].content.split())
         quoted = quoted if len(quoted) <= 80 else quoted[:79] + "…"
         return (
