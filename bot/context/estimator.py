@@ -146,10 +146,7 @@ class TokenEstimator:
                     with_images_seen += 1
                 total += self.message(message, model, images_sent=sent)
             else:
-                chars = len(message.content)
-                for call in message.tool_calls or ():
-                    chars += len(call.name) + len(call.arguments)
-                total += MESSAGE_OVERHEAD_TOKENS + math.ceil(chars / ratio)
+                total += MESSAGE_OVERHEAD_TOKENS + math.ceil(message_chars(message) / ratio)
         return total
 
     def payload(
