@@ -527,8 +527,12 @@ def run_crash_loop(tmp_path: Path, backend: str) -> str:
             kill_loop(workspace, run, kills_rng, model, telegram, log)
         finally:
             users.stop()
+        first_call = len(telegram.calls)
         final = start(workspace, backend, model, telegram, log, "final run")
         try:
+            # The drain's quiet window starts once the bot runs: a start slowed by a busy machine (imports,
+            # the index) must not pass for a bot that fell quiet with messages unanswered.
+            telegram.wait_until(functools.partial(polls_since, telegram, first_call), START_TIMEOUT_SECONDS, "the bot")
             drain(run, telegram)
         finally:
             final.send_signal(signal.SIGTERM)
