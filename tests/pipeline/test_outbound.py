@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bot.domain.inbound import InboundMessage
 from bot.ledger.turns import TurnLedger, TurnState
 from bot.pipeline.outbound import Outbound
 from tests.fakes.recording_channel import RecordingChannel
@@ -14,13 +15,18 @@ def records(tmp_path: Path) -> list[str]:
     return [next(iter(json.loads(line))) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]
 
 
-async def test_a_reply_is_recorded_answered_sent_then_recorded_delivered(tmp_path: Path) -> None:
-    channel = RecordingChannel()
+async def received_hello(tmp_path: Path, channel: RecordingChannel) -> tuple[TurnLedger, InboundMessage, str]:
+    """A ledger in `tmp_path` that has received "hello" in chat 1: the ledger, the message and its turn id."""
     ledger = TurnLedger(tmp_path / "turns.jsonl")
     await ledger.load()
     inbound = await ledger.received(channel.message("1", "hello"))
     assert inbound.journal_id is not None
-    turn_id = inbound.journal_id
+    return ledger, inbound, inbound.journal_id
+
+
+async def test_a_reply_is_recorded_answered_sent_then_recorded_delivered(tmp_path: Path) -> None:
+    channel = RecordingChannel()
+    ledger, inbound, turn_id = await received_hello(tmp_path, channel)
     turn = Outbound(ledger).for_turn(channel, inbound)
     assert await turn.reply("Hi!")
     assert channel.sent["1"] == ["Hi!"]
@@ -51,23 +57,17 @@ async def test_an_error_reply_goes_as_one_message_with_its_footnote_even_when_st
 
 async def test_a_reply_that_cannot_be_sent_is_not_sent_again_and_the_turn_is_delivered(tmp_path: Path) -> None:
     channel = RecordingChannel(fail_sends=1)
-    ledger = TurnLedger(tmp_path / "turns.jsonl")
-    await ledger.load()
-    inbound = await ledger.received(channel.message("1", "hello"))
-    assert inbound.journal_id is not None
+    ledger, inbound, turn_id = await received_hello(tmp_path, channel)
     turn = Outbound(ledger).for_turn(channel, inbound)
     assert not await turn.reply("Hi!")
     assert channel.sent["1"] == []
-    assert ledger.state(inbound.journal_id) is TurnState.DELIVERED  # the user can ask again; no loop of retries
+    assert ledger.state(turn_id) is TurnState.DELIVERED  # the user can ask again; no loop of retries
 
 
 async def test_a_reply_recorded_before_a_stop_is_what_a_resumed_turn_is_sent(tmp_path: Path) -> None:
     channel = RecordingChannel()
-    ledger = TurnLedger(tmp_path / "turns.jsonl")
-    await ledger.load()
-    inbound = await ledger.received(channel.message("1", "hello"))
-    assert inbound.journal_id is not None
-    await ledger.answered(inbound.journal_id, "Hi!")
+    ledger, _, turn_id = await received_hello(tmp_path, channel)
+    await ledger.answered(turn_id, "Hi!")
     restarted = TurnLedger(tmp_path / "turns.jsonl")
     [open_turn] = await restarted.load()
     turn = Outbound(restarted).for_turn(channel, open_turn.inbound)
