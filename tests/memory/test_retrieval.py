@@ -9,7 +9,13 @@ from typing import Any
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.lexical_index import Bm25Index, tokenize
-from bot.memory.prompt_pack import ITEM_CHAR_LIMIT, MemoryPromptPackService, offered_order
+from bot.memory.prompt_pack import (
+    FULL_AFTER_MISSES,
+    ITEM_CHAR_LIMIT,
+    PARSE_AHEAD,
+    MemoryPromptPackService,
+    offered_order,
+)
 from bot.memory.retrieval import RankedItem, Section, dense_query_text, names_in
 from tests.memory.helpers import item
 
@@ -86,6 +92,19 @@ def test_the_pack_parses_only_the_items_it_reads_and_passes_over_one_no_longer_s
     # The soft budget holds a few items; none later is relevant enough to go past it, so the rest is never parsed.
     assert pack.diagnostics.selected < 10 and len(stored.read) < 50
     assert pack.diagnostics.dropped_for_budget == 300 - pack.diagnostics.selected
+
+
+def test_a_full_pack_stops_reading_after_highly_relevant_items_in_a_row_no_longer_fit() -> None:
+    stored = Stored()
+    long_fact = "a highly relevant fact about the garden shed and the tools kept in it, number {}"
+    offered = [stored.ranked(long_fact.format(n), 0.9 - n / 1000) for n in range(5)]
+    offered.append(stored.ranked("short one", 0.85))  # fits the room the long ones left: a miss does not end it
+    offered += [stored.ranked(long_fact.format(n), 0.8 - n / 1000) for n in range(5, 300)]
+    pack = MemoryPromptPackService(TokenEstimator(), UTC).build(offered, stored.get_many, 300, 40, 60)
+    assert "- short one" in pack.rendered
+    assert pack.diagnostics.selected + pack.diagnostics.dropped_for_budget == len(offered)
+    # Every item is highly relevant, but past FULL_AFTER_MISSES misses in a row the rest is never parsed.
+    assert pack.diagnostics.selected < 10 and len(stored.read) <= 10 + FULL_AFTER_MISSES + PARSE_AHEAD < len(offered)
 
 
 def test_a_long_item_is_cut_with_a_visible_marker() -> None:
