@@ -14,7 +14,8 @@ print, and prints one Markdown table, headed by the machine it ran on:
   off (`session_growth`);
 - memory retrieval p50 / p99 with the offline embedder, the first answer after a start and what a
   restart re-embeds, at 1,000 / 10,000 / 100,000 items (`memory_retrieval`);
-- LoCoMo evidence recall in the prompt, through the real bot (`locomo`);
+- LoCoMo evidence recall in the prompt, through the real bot (`locomo`), and whether memory's weights
+  are fitted to its five conversations: each held out in turn (`holdout`, in process, not in `--quick`);
 - compaction time for sessions of 100 / 1,000 / 5,000 messages, and over a 500-turn conversation
   on an 8k model (`compaction_figures`);
 - RAG indexing throughput and hybrid query latency at 100 / 1,000 documents (`rag_throughput`);
@@ -28,7 +29,7 @@ print, and prints one Markdown table, headed by the machine it ran on:
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
 Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram minimal
-growth retrieval compaction rag locomo prefix sessions quality.
+growth retrieval compaction rag locomo holdout prefix sessions quality.
 """
 
 from __future__ import annotations
@@ -193,6 +194,15 @@ def locomo_cell(output: str) -> str:
     )
 
 
+def holdout_cell(output: str) -> str:
+    [row] = json_lines(output)
+    return "; ".join(
+        f"{weight['weight']} {weight['shipped']:g}: {weight['mean_by_value'][str(weight['shipped'])]:.3f}, "
+        f"held out {weight['held_out_mean']:.3f}"
+        for weight in row["weights"]
+    )
+
+
 def prompt_prefix_cell(output: str) -> str:
     [row] = json_lines(output)
     return f"each request begins with the one before: median {row['median']:.1%}, lowest {row['min']:.1%}"
@@ -319,6 +329,16 @@ def plan(quick: bool) -> list[Part]:
             locomo_cell,
         )
     )
+    if not quick:
+        parts.append(
+            Part(
+                "holdout",
+                "memory weights, each LoCoMo conversation held out (in process)",
+                "4 weights x 3 values x 5 conversations",
+                "bench.locomo_holdout --json",
+                holdout_cell,
+            )
+        )
     prefix_turns = 20 if quick else 50
     parts.append(
         Part(
@@ -406,7 +426,7 @@ def table(rows: list[Row]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes in all")
-    names = sorted({part.benchmark for part in plan(quick=True)})
+    names = sorted({part.benchmark for quick in (True, False) for part in plan(quick=quick)})
     parser.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"some of: {', '.join(names)}")
     arguments = parser.parse_args()
     parts = [part for part in plan(arguments.quick) if not arguments.only or part.benchmark in arguments.only]
