@@ -2,7 +2,8 @@
 
 Replies, the live edits that show a reply while the model writes it, error replies and notes all go out
 here, and the turn's progress goes into the ledger as they do: "answered", with the reply's text, just
-before the reply is sent; "delivered" as soon as it went out, or when the turn ends without one. The
+before the reply is sent (unless the session holds that very text as the turn's answer already: a
+restart finds it there); "delivered" as soon as it went out, or when the turn ends without one. The
 router and the runner hold a `TurnOutbound` for the message they handle, never the channel's sending
 side; the systems get only the live reply stream it opens.
 
@@ -104,12 +105,18 @@ class TurnOutbound:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def reply(self, text: str | None, footnote: str | None = None, *, failed: bool = False) -> bool:
+    async def reply(
+        self, text: str | None, footnote: str | None = None, *, failed: bool = False, stored: bool = False
+    ) -> bool:
         """Deliver the turn's reply (or the error that ends it) and a footnote after it; True once the reply
         went out. A streamed reply is finished in place and the footnote follows as a message of its own;
-        otherwise both go as one message. Recorded answered before, delivered after."""
+        otherwise both go as one message. Recorded answered before, delivered after.
+
+        `stored`: the session holds `text`, written and fsync'd, as the answer to the turn's question, so a
+        restart finds it there and sends it as it is; the "answered" record would say the same thing, and
+        its fsync is left off the reply's path."""
         streamed = self._stream is not None and not failed and bool(text)
-        if text:
+        if text and not stored:
             await self._record_answered(text)
         delivered = False
         with self._failure_logged():

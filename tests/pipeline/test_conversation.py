@@ -376,7 +376,8 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
 async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_after_the_restart(
     services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    # The state a SIGKILL leaves between storing the answer and recording it answered: received, stored.
+    # The state a SIGKILL leaves between storing the answer and sending it: received, stored (the ledger
+    # records no "answered" for an answer the session holds).
     recorded = await services.ledger.received(channel.message("1", "what is on today?"))
     assert recorded is not None and recorded.journal_id is not None
     session = await services.sessions.get_or_create("test", "1")

@@ -36,6 +36,16 @@ async def test_a_reply_is_recorded_answered_sent_then_recorded_delivered(tmp_pat
     assert records(tmp_path) == ["received", "answered", "delivered"]
 
 
+async def test_a_reply_the_session_holds_already_is_not_recorded_answered_on_its_way_out(tmp_path: Path) -> None:
+    channel = RecordingChannel()
+    ledger, inbound, turn_id = await received_hello(tmp_path, channel)
+    turn = Outbound(ledger).for_turn(channel, inbound)
+    assert await turn.reply("Hi!", stored=True)  # a restart would find "Hi!" in the session
+    assert channel.sent["1"] == ["Hi!"]
+    assert records(tmp_path) == ["received", "delivered"]
+    assert ledger.state(turn_id) is TurnState.DELIVERED
+
+
 async def test_a_streamed_reply_is_finished_in_place_and_a_footnote_follows_on_its_own(tmp_path: Path) -> None:
     channel = RecordingChannel(streaming=True)
     turn = Outbound().for_turn(channel, channel.message("1", "hello"))
