@@ -27,12 +27,12 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import MediaRef, Message, Quote, Role, Sender
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import SessionMetadata
-from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
 from bot.media.intake import MEDIA_MIME, MEDIA_PATH, MEDIA_PIXELS
 from bot.metrics import BotMetrics
 from bot.pipeline.outbound import TurnOutbound
 from bot.pipeline.system import PipelineSystem, UserFacingError
+from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import store_turn_messages, stored_answer, stored_question
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionPersistError, SessionService

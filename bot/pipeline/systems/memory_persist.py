@@ -25,10 +25,10 @@ from bot.clock import Clock
 from bot.domain.memory import TurnMemoryEvent
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
-from bot.domain.turn import TurnContext
 from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import is_group_chat
 from bot.settings import MemoryConfig
 from bot.skills.tools import active_skill
