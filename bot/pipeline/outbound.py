@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 TYPING_REFRESH_SECONDS = 4.0  # Telegram shows "typing…" for about 5 s per call
 
+# Typing indicators still on their way after their turn's body ended (see `TurnOutbound.typing`).
+_refreshers: set[asyncio.Task[None]] = set()
+
 
 class Outbound:
     """Opens a `TurnOutbound` for each message handled; shares the ledger and the metrics."""
@@ -85,25 +88,30 @@ class TurnOutbound:
 
     @contextlib.asynccontextmanager
     async def typing(self) -> AsyncIterator[None]:
-        """Keep the chat's typing indicator on while the body runs."""
+        """Keep the chat's typing indicator on while the body runs.
+
+        When the body ends the refresher is told to stop, never cancelled, and not waited for: cancelling
+        a Bot API request that waits for a pooled connection can leave that connection occupied for good
+        (httpcore 1.0.9, encode/httpcore#1093), and once all of the pool's are, no reply goes out (seen in
+        bursts to many chats). An indicator already on its way finishes by itself, beside the reply."""
+        done = asyncio.Event()
 
         async def refresh() -> None:
-            while True:
+            while not done.is_set():
                 try:
                     await self._channel.send_typing(self._chat_id)
-                except asyncio.CancelledError:
-                    raise
                 except Exception as error:
                     log.debug("[Pipeline] Typing indicator failed: %s", error)
-                await asyncio.sleep(TYPING_REFRESH_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), TYPING_REFRESH_SECONDS)
 
         task = asyncio.create_task(refresh())
+        _refreshers.add(task)  # a task nobody holds may be collected before it ends
+        task.add_done_callback(_refreshers.discard)
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done.set()
 
     async def reply(
         self, text: str | None, footnote: str | None = None, *, failed: bool = False, stored: bool = False

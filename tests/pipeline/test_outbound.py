@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -86,3 +87,25 @@ async def test_a_reply_recorded_before_a_stop_is_what_a_resumed_turn_is_sent(tmp
     await turn.resend(reply)
     assert channel.sent["1"] == ["Hi!"] and turn.settled
     assert await TurnLedger(tmp_path / "turns.jsonl").load() == []
+
+
+async def test_a_typing_indicator_on_its_way_when_the_answer_is_ready_is_let_finish_not_cancelled() -> None:
+    # Cancelling a Bot API request waiting for a pooled connection can leave the connection occupied for
+    # good (httpcore 1.0.9): once the whole pool is, no reply goes out. So the indicator is never cut short.
+    release = asyncio.Event()
+    finished: list[str] = []
+
+    class SlowTyping(RecordingChannel):
+        async def send_typing(self, chat_id: str) -> None:
+            await release.wait()
+            finished.append(chat_id)
+
+    channel = SlowTyping()
+    turn = Outbound().for_turn(channel, channel.message("1", "hello"))
+    async with turn.typing():
+        await asyncio.sleep(0)  # the indicator is on its way
+    assert await turn.reply("Hi!")  # the reply does not wait for it
+    release.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert finished == ["1"] and channel.sent["1"] == ["Hi!"]
