@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -107,6 +108,20 @@ def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
     return 0
 
 
+def _nothing_to_run(env: EnvSettings) -> int:
+    """`bot run` with no channel and no listener: complete the workspace (as `run` always does), then say
+    what to set instead of idling where nobody can reach the bot."""
+    workspace = prepare_workspace(env)
+    print(
+        "Cannot start: no channel is configured, so nobody could reach the bot. Set TELEGRAM_BOT_TOKEN "
+        f"(in the environment, or in a .env file in the working directory: {Path.cwd() / '.env'}) to talk to it "
+        "on Telegram, or run `python -m bot chat` to talk to it in this terminal. "
+        f"The workspace is ready at {workspace.root.resolve()}.",
+        file=sys.stderr,
+    )
+    return 2
+
+
 # What the bot writes is its owner's private life: folders 0700 and files 0600, whoever creates them.
 PRIVATE_UMASK = 0o077
 
@@ -128,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             workspace = prepare_workspace(env)
             print(f"Workspace ready at {workspace.root.resolve()}")
         elif args.command == "run":
+            if not env.reachable():
+                return _nothing_to_run(env)
             asyncio.run(_run(env))
         elif args.command == "chat":
             asyncio.run(_chat(env))

@@ -279,7 +279,7 @@ class Application:
     def _listener(self) -> HttpListener | None:
         """The HTTP listener, in webhook mode or when `BOT_LISTEN_PORT` is set; channels add their routes."""
         env = self.env
-        if env.telegram_mode != "webhook" and env.bot_listen_port is None:
+        if not env.listener_wanted():
             return None
         port = env.bot_listen_port if env.bot_listen_port is not None else DEFAULT_LISTEN_PORT
         return HttpListener(env.bot_listen_host, port, lambda: health_report(self), self.metrics.render)

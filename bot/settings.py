@@ -48,6 +48,15 @@ class EnvSettings(BaseSettings):
     brave_api_key: SecretStr | None = None
     tavily_api_key: SecretStr | None = None
 
+    def listener_wanted(self) -> bool:
+        """Whether the HTTP listener (webhook, `/healthz`, `/metrics`) runs: in webhook mode or when
+        `BOT_LISTEN_PORT` is set."""
+        return self.telegram_mode == "webhook" or self.bot_listen_port is not None
+
+    def reachable(self) -> bool:
+        """Whether `bot run` has anything people can reach: the Telegram channel or the HTTP listener."""
+        return self.telegram_bot_token is not None or self.listener_wanted()
+
     def secrets(self) -> list[str]:
         """Every secret value, so the log filter can scrub them from any line."""
         values = [

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.channels.telegram_harness import free_port
 from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -27,11 +28,12 @@ def bot_env(workspace: Path, fake_openai: FakeOpenAI, **extra: str) -> dict[str,
 
 
 def run_bot(
-    args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60
+    args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bot", *args], input=stdin, env=env, capture_output=True, text=True, timeout=timeout
-    )
+        [sys.executable, "-m", "bot", *args], input=stdin, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd,
+    )  # fmt: skip
 
 
 def test_a_five_turn_terminal_conversation_persists_and_continues_after_a_restart(
@@ -95,7 +97,8 @@ def test_an_invalid_environment_is_a_clear_error(tmp_path: Path, fake_openai: Fa
 
 
 def test_run_stops_within_ten_seconds_on_sigterm(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
-    env = bot_env(tmp_path / "workspace", fake_openai)
+    # No Telegram token: the HTTP listener (/healthz) is what keeps `run` running.
+    env = bot_env(tmp_path / "workspace", fake_openai, BOT_LISTEN_PORT=str(free_port()))
     process = subprocess.Popen(
         [sys.executable, "-m", "bot", "run"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
@@ -109,3 +112,21 @@ def test_run_stops_within_ten_seconds_on_sigterm(tmp_path: Path, fake_openai: Fa
     assert process.wait(timeout=10) == 0
     assert time.monotonic() - started < 10
     assert (tmp_path / "workspace" / "memory" / "MEMORY.md").exists()
+
+
+def test_run_with_nothing_to_reach_completes_the_workspace_and_says_what_to_set(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    workspace = tmp_path / "workspace"
+    (workspace / "preferences").mkdir(parents=True)
+    mine = '{"memory": {"recentDays": 3}}'
+    (workspace / "preferences" / "runtime-config.json").write_text(mine)
+    # No TELEGRAM_BOT_TOKEN, polling mode, no BOT_LISTEN_PORT: nobody could reach the bot.
+    result = run_bot(["run"], bot_env(workspace, fake_openai), timeout=30, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "TELEGRAM_BOT_TOKEN" in result.stderr and str(tmp_path / ".env") in result.stderr
+    assert "python -m bot chat" in result.stderr
+    assert (workspace / "preferences" / "runtime-config.json").read_text() == mine
+    for expected in ["memory/MEMORY.md", "memory/items/episodic", "sessions/archive", "rag", "tool_results"]:
+        assert (workspace / expected).exists(), expected
+    assert fake_openai.chat_requests() == []

@@ -9,8 +9,10 @@ Records, one compact JSON object per line:
 - `{"received": {...}}`: the message (`InboundMessage` fields), with its turn id (`journal_id`, also
   the id of its user message in the session).
 - `{"edited": turnId, "text": ...}`: a message edited before its turn began is answered as edited.
-- `{"answered": turnId, "reply": ...}`: the reply, written once it is stored in the session and
-  before it is sent, so a restart sends the same text without asking the model again.
+- `{"answered": turnId, "reply": ...}`: the reply, written before it is sent, so a restart sends the
+  same text without asking the model again. Only when the session on disk does not hold that text as
+  the turn's answer (a failure's reply, a note put before the answer, a save that failed): otherwise
+  the session is where a restart finds it, and no fsync is spent on the reply's path to say it twice.
 - `{"delivered": turnId}`: the reply went out, or the turn ended without one (a failure the user was
   told of, /stop): it is not answered again.
 

@@ -85,7 +85,12 @@ def to_openai_messages(
     by_id = {message.id: message for message in messages} if any(m.correction_of for m in messages) else {}
     wire: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        if message.role is not Role.USER:
+        role = message.role
+        if (role is Role.ASSISTANT and not message.tool_calls) or (role is Role.USER and _plain(message, group)):
+            # Most messages are their text and nothing else: this runs over the whole conversation every request.
+            wire.append({"role": role.value, "content": message.content})
+            continue
+        if role is not Role.USER:
             wire.append(to_openai_message(message))
             continue
         show_name = group and message.sender is not None
@@ -103,6 +108,16 @@ def to_openai_messages(
         newest_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role is Role.USER), len(wire))
         wire.insert(newest_user, {"role": "system", "content": turn_prompt})
     return head + wire
+
+
+def _plain(message: Message, group: bool) -> bool:
+    """Whether a user message goes as its text alone: no quote, no correction, no image, no name to show."""
+    return (
+        message.quote is None
+        and message.correction_of is None
+        and not message.media
+        and not (group and message.sender is not None)
+    )
 
 
 def stand_in(message: Message, after: list[Message]) -> str:

@@ -2,7 +2,8 @@
 
 Replies, the live edits that show a reply while the model writes it, error replies and notes all go out
 here, and the turn's progress goes into the ledger as they do: "answered", with the reply's text, just
-before the reply is sent; "delivered" as soon as it went out, or when the turn ends without one. The
+before the reply is sent (unless the session holds that very text as the turn's answer already: a
+restart finds it there); "delivered" as soon as it went out, or when the turn ends without one. The
 router and the runner hold a `TurnOutbound` for the message they handle, never the channel's sending
 side; the systems get only the live reply stream it opens.
 
@@ -26,6 +27,9 @@ from bot.metrics import BotMetrics
 log = logging.getLogger(__name__)
 
 TYPING_REFRESH_SECONDS = 4.0  # Telegram shows "typing…" for about 5 s per call
+
+# Typing indicators still on their way after their turn's body ended (see `TurnOutbound.typing`).
+_refreshers: set[asyncio.Task[None]] = set()
 
 
 class Outbound:
@@ -84,32 +88,43 @@ class TurnOutbound:
 
     @contextlib.asynccontextmanager
     async def typing(self) -> AsyncIterator[None]:
-        """Keep the chat's typing indicator on while the body runs."""
+        """Keep the chat's typing indicator on while the body runs.
+
+        When the body ends the refresher is told to stop, never cancelled, and not waited for: cancelling
+        a Bot API request that waits for a pooled connection can leave that connection occupied for good
+        (httpcore 1.0.9, encode/httpcore#1093), and once all of the pool's are, no reply goes out (seen in
+        bursts to many chats). An indicator already on its way finishes by itself, beside the reply."""
+        done = asyncio.Event()
 
         async def refresh() -> None:
-            while True:
+            while not done.is_set():
                 try:
                     await self._channel.send_typing(self._chat_id)
-                except asyncio.CancelledError:
-                    raise
                 except Exception as error:
                     log.debug("[Pipeline] Typing indicator failed: %s", error)
-                await asyncio.sleep(TYPING_REFRESH_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), TYPING_REFRESH_SECONDS)
 
         task = asyncio.create_task(refresh())
+        _refreshers.add(task)  # a task nobody holds may be collected before it ends
+        task.add_done_callback(_refreshers.discard)
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done.set()
 
-    async def reply(self, text: str | None, footnote: str | None = None, *, failed: bool = False) -> bool:
+    async def reply(
+        self, text: str | None, footnote: str | None = None, *, failed: bool = False, stored: bool = False
+    ) -> bool:
         """Deliver the turn's reply (or the error that ends it) and a footnote after it; True once the reply
         went out. A streamed reply is finished in place and the footnote follows as a message of its own;
-        otherwise both go as one message. Recorded answered before, delivered after."""
+        otherwise both go as one message. Recorded answered before, delivered after.
+
+        `stored`: the session holds `text`, written and fsync'd, as the answer to the turn's question, so a
+        restart finds it there and sends it as it is; the "answered" record would say the same thing, and
+        its fsync is left off the reply's path."""
         streamed = self._stream is not None and not failed and bool(text)
-        if text:
+        if text and not stored:
             await self._record_answered(text)
         delivered = False
         with self._failure_logged():

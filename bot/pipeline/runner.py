@@ -7,10 +7,11 @@ answers it. A message the ledger could not take is written at once. Systems befo
 30) may end the turn with a user-facing error; the reply is then delivered; systems after it (50, 55)
 only log their failures.
 
-The answer is stored before it is sent, and the outbound step records it answered, then delivered. A
-turn a restart hands back `resumed` (its question already in the session) gets the reply the ledger
-recorded, or failing that the answer the session holds (a crash between storing it and recording it),
-sent as it is; otherwise it is answered from where it stopped.
+The answer is stored before it is sent, and the outbound step records it answered (only when the
+session on disk does not hold it as it goes out: a failure's reply, a note put before it, a save that
+failed), then delivered. A turn a restart hands back `resumed` (its question already in the session)
+gets the reply the ledger recorded, or failing that the answer the session holds, sent as it is;
+otherwise it is answered from where it stopped.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import MediaRef, Message, Quote, Role, Sender
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import SessionMetadata
-from bot.domain.turn import TurnContext
 from bot.llm.errors import LlmError
 from bot.media.intake import MEDIA_MIME, MEDIA_PATH, MEDIA_PIXELS
 from bot.metrics import BotMetrics
 from bot.pipeline.outbound import TurnOutbound
 from bot.pipeline.system import PipelineSystem, UserFacingError
+from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import store_turn_messages, stored_answer, stored_question
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionPersistError, SessionService
@@ -203,7 +204,14 @@ class PipelineRunner:
             text = f"{ctx.reply_note}\n\n{text}"
         problem = ctx.storage_problem
         footnote = STORAGE_PROBLEM_NOTE.format(problem=problem) if problem is not None else None
-        await outbound.reply(text, footnote, failed=failure_reply is not None)
+        await outbound.reply(text, footnote, failed=failure_reply is not None, stored=self._answer_stored(ctx, text))
+
+    def _answer_stored(self, ctx: TurnContext, text: str | None) -> bool:
+        """Whether the session on disk holds `text` as the turn's answer: what a restart would send."""
+        if text is None or ctx.storage_problem is not None or self._sessions.has_unwritten(ctx.session):
+            return False
+        stored = stored_answer(ctx.session, ctx.user_message.id)
+        return stored is not None and stored.content == text
 
     async def _tell_about_recovery(self, metadata: SessionMetadata, outbound: TurnOutbound) -> None:
         quarantined = metadata.recovered_from

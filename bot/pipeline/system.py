@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from bot.domain.turn import TurnContext
+from bot.pipeline.turn import TurnContext
 
 
 class PipelineSystem(ABC):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
-from bot.domain.turn import TurnContext
+from bot.pipeline.turn import TurnContext
 from bot.sessions.service import SessionPersistError, SessionService
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from bot.domain.message import Message
 from bot.domain.session import checked_session_id
-from bot.storage.files import append_lines
+from bot.storage.files import append_lines, append_lines_sync
 from bot.storage.jsonl import dumps_line, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,12 @@ class MessageArchive:
         return self._dir / f"{checked_session_id(session_id)}.jsonl"
 
     async def append(self, session_id: str, messages: list[Message]) -> None:
-        await append_lines(self.path_for(session_id), [dumps_line(m.to_json_dict()) for m in messages])
+        await append_lines(self.path_for(session_id), lines_of(messages))
+
+    def append_sync(self, session_id: str, lines: list[str]) -> None:
+        """Append `lines` (`lines_of` the messages), in the caller's thread: the session's save writes the
+        archive and the session file in one hand-off to a worker thread."""
+        append_lines_sync(self.path_for(session_id), lines)
 
     async def read(self, session_id: str) -> list[Message]:
         """Every message of the chat, oldest first, each once (by id)."""
@@ -44,3 +49,8 @@ class MessageArchive:
                 continue
             messages.setdefault(message.id, message)
         return list(messages.values())
+
+
+def lines_of(messages: list[Message]) -> list[str]:
+    """The archive lines of `messages`, one JSON object each."""
+    return [dumps_line(message.to_json_dict()) for message in messages]

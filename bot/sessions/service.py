@@ -24,7 +24,7 @@ from pathlib import Path
 from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, session_id_for
-from bot.sessions.archive import MessageArchive
+from bot.sessions.archive import MessageArchive, lines_of
 from bot.sessions.store import CorruptSession, SessionFileStore
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,14 @@ CACHE_MAX_SESSIONS = 1000
 class SessionPersistError(Exception):
     """A session could not be written (disk full, read-only workspace). Nothing is lost: the session
     stays in memory, and what was not written goes out with the next save that succeeds."""
+
+
+class _ArchiveFailed(Exception):
+    """The archive append of a save failed (the session file was left as it was)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class SessionService:
@@ -132,25 +140,35 @@ class SessionService:
         await self.save(session)
 
     async def save(self, session: AgentSession) -> None:
-        """Append the messages the archive does not have yet, then rewrite the live session atomically."""
+        """Append the messages the archive does not have yet, then rewrite the live session atomically.
+
+        Both are serialized here and written in one hand-off to a worker thread (a hand-off costs about
+        as much CPU as an fsync, and a turn makes several); the session file is not touched when the
+        archive append failed."""
         session.updated_at = utc_now()
         self._keep(session)
         pending = self._unarchived.pop(session.id, [])
+        lines, document = lines_of(pending), self.store.document(session)
         try:
-            if pending:
-                await self.archive.append(session.id, pending)
-        except OSError as error:
+            await asyncio.to_thread(self._write_sync, session.id, lines, document)
+        except _ArchiveFailed as failed:
             self._unarchived[session.id] = pending
             self._unsaved[session.id] = session
+            error = failed.error
             log.error("[Session] Could not archive %d messages of %s: %s", len(pending), session.id, error)
             raise SessionPersistError(_describe(error)) from error
-        try:
-            await self.store.save(session)
         except OSError as error:
             self._unsaved[session.id] = session
             log.error("[Session] Could not save %s: %s", session.id, error)
             raise SessionPersistError(_describe(error)) from error
         self._unsaved.pop(session.id, None)
+
+    def _write_sync(self, session_id: str, archive_lines: list[str], document: bytes) -> None:
+        try:
+            self.archive.append_sync(session_id, archive_lines)
+        except OSError as error:
+            raise _ArchiveFailed(error) from error
+        self.store.write_sync(session_id, document)
 
     async def replace_messages(self, session: AgentSession, messages: list[Message]) -> None:
         """Rewrite the live conversation once (compaction); the archive already holds every message."""

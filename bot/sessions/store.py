@@ -23,7 +23,7 @@ from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, checked_session_id
 from bot.domain.session_metadata import METADATA_PROBLEMS
-from bot.storage.files import read_text_sync, write_atomic
+from bot.storage.files import read_text_sync, write_atomic, write_atomic_sync
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,16 @@ class SessionFileStore:
         return session
 
     async def save(self, session: AgentSession) -> None:
-        # Compact: the session is rewritten on every save, and indentation added about 12% to its bytes.
-        await write_atomic(self.path_for(session.id), self._json.document(session))
+        await write_atomic(self.path_for(session.id), self.document(session))
+
+    def document(self, session: AgentSession) -> bytes:
+        """What `save` writes: the whole session as compact JSON (it is rewritten on every save, and
+        indentation added about 12% to its bytes)."""
+        return self._json.document(session)
+
+    def write_sync(self, session_id: str, document: bytes) -> None:
+        """Replace the session's file with `document`, in the caller's thread (see `SessionService.save`)."""
+        write_atomic_sync(self.path_for(session_id), document)
 
     async def delete(self, session_id: str) -> None:
         await asyncio.to_thread(self.path_for(session_id).unlink, True)

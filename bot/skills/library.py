@@ -86,12 +86,27 @@ class SkillLibrary:
         self._cache: dict[Path, tuple[tuple[int, int], Skill]] = {}
         # The names found by the last look at the folder (the tool is offered only when there are some).
         self.known: tuple[str, ...] = ()
+        # The last scan: what it found, and the signature of every path it looked at (None: absent).
+        self._last: tuple[list[Skill], dict[Path, tuple[int, int] | None]] | None = None
 
     async def skills(self) -> list[Skill]:
         """Every readable skill, by name; a SKILL.md that cannot be read is skipped with a log line."""
-        found = await asyncio.to_thread(self._scan)
+        found = self._unchanged()
+        if found is None:
+            found = await asyncio.to_thread(self._scan)
         self.known = tuple(skill.name for skill in found)
         return found
+
+    def _unchanged(self) -> list[Skill] | None:
+        """The last scan's skills when nothing it looked at changed since, else None. A `stat` of the
+        skills folder, of each folder in it and of each SKILL.md (a skill added, removed or edited changes
+        one of them): cheaper on the event loop than the hand-off of a scan to a thread, every message."""
+        if self._last is None:
+            return None
+        found, signatures = self._last
+        if any(_signature(path) != signature for path, signature in signatures.items()):
+            return None
+        return list(found)
 
     async def get(self, name: str) -> Skill | None:
         wanted = name.strip().lower()
@@ -100,24 +115,27 @@ class SkillLibrary:
     def _scan(self) -> list[Skill]:
         found: dict[str, Skill] = {}
         seen: set[Path] = set()
+        # Taken before the folders are read: a change while they are is seen by the next look.
+        signatures: dict[Path, tuple[int, int] | None] = {self.root: _signature(self.root)}
+        unreadable = False
         try:
             folders = sorted(path for path in self.root.iterdir() if path.is_dir())
         except FileNotFoundError:
             folders = []
         for folder in folders:
             skill_file = folder / SKILL_FILE
-            try:
-                stat = os.stat(skill_file)
-            except FileNotFoundError:
+            signatures[folder] = _signature(folder)
+            signature = signatures[skill_file] = _signature(skill_file)
+            if signature is None:
                 continue
             seen.add(skill_file)
-            signature = (stat.st_mtime_ns, stat.st_size)
             cached = self._cache.get(skill_file)
             if cached is None or cached[0] != signature:
                 try:
                     skill = parse_skill(folder, skill_file.read_text(encoding="utf-8"))
                 except (OSError, UnicodeDecodeError) as error:
                     log.warning("[Skills] Could not read %s: %s", skill_file, error)
+                    unreadable = True  # tried again next time: a permission fixed changes no signature
                     continue
                 cached = (signature, skill)
                 self._cache[skill_file] = cached
@@ -128,7 +146,17 @@ class SkillLibrary:
             found[skill.name.lower()] = skill
         for stale in set(self._cache) - seen:
             del self._cache[stale]
+        self._last = None if unreadable else (list(found.values()), signatures)
         return list(found.values())
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    """When `path` last changed and its size; None when it is not there."""
+    try:
+        stat = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def render_catalog(skills: list[Skill], budget_chars: int, description_chars: int) -> str:

@@ -12,12 +12,16 @@ import pytest
 
 from bot.app import Application, resubmit, unfinished_messages
 from bot.commands.registry import CommandRegistry
+from bot.context.plan import ContextPlan
 from bot.domain.message import Message
-from bot.domain.turn import TurnContext
+from bot.domain.session import AgentSession
 from bot.ledger.turns import TurnLedger
 from bot.pipeline.router import InboundRouter
 from bot.pipeline.runner import PipelineRunner
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.systems.auto_compaction import AutoCompactionSystem
+from bot.pipeline.turn import TurnContext
+from bot.settings import RuntimeConfig
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, Usage
 from tests.fakes.recording_channel import RecordingChannel
@@ -51,6 +55,24 @@ async def test_the_model_gets_the_system_prompt_and_the_whole_conversation(
     assert newest == {"role": "user", "content": "who am I?"}
     first_request = fake_openai.chat_requests()[0]["messages"]
     assert request["messages"][:2] == [first_request[0], first_request[2]]
+
+
+async def test_a_turn_that_compacts_nothing_plans_its_context_once(
+    services: Application, channel: RecordingChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compaction = next(system for system in services.runner.systems if isinstance(system, AutoCompactionSystem))
+    planner = compaction.compaction.planner  # the one planner of the bot: context building's too
+    plans: list[ContextPlan] = []
+    plan = planner.plan
+
+    def counted(session: AgentSession, model: str, config: RuntimeConfig) -> ContextPlan:
+        plans.append(plan(session, model, config))
+        return plans[-1]
+
+    monkeypatch.setattr(planner, "plan", counted)
+    await say(services, channel, "1", "hello")
+    await services.router.dispatcher.drain()
+    assert len(plans) == 1  # AutoCompaction's (18), which ContextBuilding (20) starts from
 
 
 async def test_the_tokens_the_provider_served_from_its_prompt_cache_are_logged_and_shown_in_status(
@@ -376,7 +398,8 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
 async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_after_the_restart(
     services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, workspace_dir: Path
 ) -> None:
-    # The state a SIGKILL leaves between storing the answer and recording it answered: received, stored.
+    # The state a SIGKILL leaves between storing the answer and sending it: received, stored (the ledger
+    # records no "answered" for an answer the session holds).
     recorded = await services.ledger.received(channel.message("1", "what is on today?"))
     assert recorded is not None and recorded.journal_id is not None
     session = await services.sessions.get_or_create("test", "1")

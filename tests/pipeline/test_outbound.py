@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -34,6 +35,16 @@ async def test_a_reply_is_recorded_answered_sent_then_recorded_delivered(tmp_pat
     assert ledger.state(turn_id) is TurnState.DELIVERED
     await turn.settle()  # the end of the handling: recorded once already
     assert records(tmp_path) == ["received", "answered", "delivered"]
+
+
+async def test_a_reply_the_session_holds_already_is_not_recorded_answered_on_its_way_out(tmp_path: Path) -> None:
+    channel = RecordingChannel()
+    ledger, inbound, turn_id = await received_hello(tmp_path, channel)
+    turn = Outbound(ledger).for_turn(channel, inbound)
+    assert await turn.reply("Hi!", stored=True)  # a restart would find "Hi!" in the session
+    assert channel.sent["1"] == ["Hi!"]
+    assert records(tmp_path) == ["received", "delivered"]
+    assert ledger.state(turn_id) is TurnState.DELIVERED
 
 
 async def test_a_streamed_reply_is_finished_in_place_and_a_footnote_follows_on_its_own(tmp_path: Path) -> None:
@@ -76,3 +87,25 @@ async def test_a_reply_recorded_before_a_stop_is_what_a_resumed_turn_is_sent(tmp
     await turn.resend(reply)
     assert channel.sent["1"] == ["Hi!"] and turn.settled
     assert await TurnLedger(tmp_path / "turns.jsonl").load() == []
+
+
+async def test_a_typing_indicator_on_its_way_when_the_answer_is_ready_is_let_finish_not_cancelled() -> None:
+    # Cancelling a Bot API request waiting for a pooled connection can leave the connection occupied for
+    # good (httpcore 1.0.9): once the whole pool is, no reply goes out. So the indicator is never cut short.
+    release = asyncio.Event()
+    finished: list[str] = []
+
+    class SlowTyping(RecordingChannel):
+        async def send_typing(self, chat_id: str) -> None:
+            await release.wait()
+            finished.append(chat_id)
+
+    channel = SlowTyping()
+    turn = Outbound().for_turn(channel, channel.message("1", "hello"))
+    async with turn.typing():
+        await asyncio.sleep(0)  # the indicator is on its way
+    assert await turn.reply("Hi!")  # the reply does not wait for it
+    release.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert finished == ["1"] and channel.sent["1"] == ["Hi!"]

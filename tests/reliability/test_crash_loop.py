@@ -16,7 +16,8 @@ and is stopped with SIGTERM. Then, with the bot's own readers where it has them:
 - the archive holds every message a user sent, once and in the order sent;
 - every message got a reply, "echo: <its text>", each chat's replies kept its order, and no reply was
   sent twice, with one exception that cannot be closed: a kill after Telegram took a reply and before
-  the bot recorded it delivered (the turn ledger shows it answered) makes the next start send it again.
+  the bot recorded it delivered (the turn ledger shows it answered, or the session holds its answer and
+  the ledger the turn open) makes the next start send it again.
   Right after each kill the test reads the turn ledger (with the bot's reader) and the sessions to see
   which replies are in that state; a second copy of exactly those is expected (and counted), any other
   repeat fails the test.
@@ -115,7 +116,7 @@ class Kill:
     sent_not_done: list[str] = field(default_factory=list)  # replies Telegram has, the ledger not delivered
     sent_before_kill_ms: list[float] = field(default_factory=list)  # for each: how long before the kill
     answered_not_sent: list[str] = field(default_factory=list)  # replies the ledger holds, never sent
-    stored_not_sent: list[str] = field(default_factory=list)  # answers in the session, not yet in the ledger
+    stored_not_sent: list[str] = field(default_factory=list)  # answers in the session, not yet sent
     archived_not_in_session: list[str] = field(default_factory=list)  # user messages in the archive only
 
 
@@ -249,7 +250,12 @@ def inspect_after_kill(kill: Kill, workspace: Path, telegram: FakeTelegram) -> N
             else:
                 kill.answered_not_sent.append(text)
         elif stored_question(session, turn_id) is not None:
-            if stored_answer(session, turn_id) is not None:
+            # The session's answer is what the ledger would hold: it is recorded "answered" only when not stored.
+            answer = stored_answer(session, turn_id)
+            if answer is not None and answer.content in delivered:
+                kill.sent_not_done.append(text)
+                kill.sent_before_kill_ms.append(1000 * (kill.at - delivered[answer.content]))
+            elif answer is not None:
                 kill.stored_not_sent.append(text)
         elif turn_id in read_archive_ids(workspace, chat):
             kill.archived_not_in_session.append(text)
@@ -492,7 +498,7 @@ def check(run: CrashRun, telegram: FakeTelegram, workspace: Path, log: Path) -> 
         f"{len(replies.problems) - replies.lost}\n"
         f"  kills between two writes: reply sent, not recorded delivered {caught(lambda k: k.sent_not_done)}{window}; "
         f"reply recorded answered, not sent {caught(lambda k: k.answered_not_sent)}; "
-        f"answer stored, not recorded {caught(lambda k: k.stored_not_sent)}; user message archived, session not "
+        f"answer stored, not sent {caught(lambda k: k.stored_not_sent)}; user message archived, session not "
         f"saved {caught(lambda k: k.archived_not_in_session)} (message ids repeated in the archive files: "
         f"{raw_archive_repeats(workspace)})\n"
         f"  {files.checked} files checked, torn last lines tolerated: {files.torn_tails or 'none'}"

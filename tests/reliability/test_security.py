@@ -32,7 +32,7 @@ from bot.llm.client import ChatRequest
 from bot.llm.errors import LlmError
 from bot.logging_setup import REDACTED, configure_logging
 from bot.tools.registry import Tool, ToolContext
-from tests.channels.telegram_harness import OWNER, start_bot
+from tests.channels.telegram_harness import OWNER, free_port, start_bot
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -285,7 +285,9 @@ def test_the_workspace_is_private_to_its_owner(tmp_path: Path, fake_openai: Fake
     lines = ["Remember that my locker code is 4711, I keep forgetting it at the gym.", "note: buy milk", "/status"]
     result = run_bot(["chat"], env, stdin="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr
-    # `run` indexes the conversation into the knowledge graph: LightRAG writes its own files.
+    # `run` indexes the conversation into the knowledge graph: LightRAG writes its own files. With no
+    # Telegram token, the HTTP listener is what keeps it running.
+    env["BOT_LISTEN_PORT"] = str(free_port())
     process = subprocess.Popen([sys.executable, "-m", "bot", "run"], env=env, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bot.app import Application
 from bot.domain.memory import MemoryLayer
+from bot.skills.library import SkillLibrary
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import item, memory_section, say, write_items
@@ -186,3 +187,19 @@ async def test_skills_can_be_switched_off(
     assert await say(services, channel, "1", "/skill trip-planning") == (
         "Skills are off (skills.enabled in runtime-config.json)."
     )
+
+
+async def test_the_library_sees_a_skill_added_in_a_folder_already_there_edited_and_removed(tmp_path: Path) -> None:
+    # Between changes the library answers from its last look (a few stats, no scan): each change must show.
+    library = SkillLibrary(tmp_path / "skills")
+    assert await library.skills() == []
+    folder = tmp_path / "skills" / "trip"
+    folder.mkdir(parents=True)
+    assert await library.skills() == []
+    (folder / "SKILL.md").write_text(TRIP)
+    assert [skill.name for skill in await library.skills()] == [SKILL]
+    assert [skill.name for skill in await library.skills()] == [SKILL]  # unchanged: the same answer
+    (folder / "SKILL.md").write_text(TRIP.replace("name: trip-planning", "name: travel"))
+    assert [skill.name for skill in await library.skills()] == ["travel"]
+    (folder / "SKILL.md").unlink()
+    assert await library.skills() == []

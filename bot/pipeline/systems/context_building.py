@@ -22,10 +22,10 @@ import logging
 from bot.clock import Clock
 from bot.context.budget import MEMORY, RAG
 from bot.context.planner import ContextPlanner
-from bot.domain.turn import TurnContext
 from bot.memory.file_cache import TextFileCache
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import is_group_chat
 from bot.rag.service import RagService
 from bot.skills.library import SkillLibrary, render_catalog, render_instructions
@@ -73,8 +73,9 @@ class ContextBuildingSystem(PipelineSystem):
         people = _people_line(ctx)
         if people:  # the same for every message of the chat: with the persona, not with the time
             ctx.system_prompt_parts["people"] = people
-        # The turn's plan: the conversation as compaction (18) left it, and each part's share.
-        plan = self._planner.plan(ctx.session, ctx.model, ctx.config)
+        # The turn's plan: the conversation as compaction (18) left it, and each part's share (the one 18
+        # checked, when it compacted nothing).
+        plan = ctx.plan or self._planner.plan(ctx.session, ctx.model, ctx.config)
         skill = await self._skills_part(ctx)
         memory = await self._memory_part(ctx, skill, plan.given(MEMORY))
         if memory is not None and memory.stable:
@@ -88,7 +89,10 @@ class ContextBuildingSystem(PipelineSystem):
             ctx.system_prompt_parts["rag"] = relevant
         # Each part within its share; an overflowing one is cut with a visible marker, so it never
         # silently pushes the conversation out of the model's window. The completed plan is the turn's.
-        ctx.system_prompt_parts, plan = self._planner.fit_prompt(ctx.session, plan, ctx.system_prompt_parts, ctx.model)
+        ctx.system_prompt_parts, ctx.plan = self._planner.fit_prompt(
+            ctx.session, plan, ctx.system_prompt_parts, ctx.model
+        )
+        plan = ctx.plan
         log.debug(
             "[Context] System prompt: %d chars, then %d chars for this message; ~%d of %d tokens in all",
             len(ctx.system_prompt),

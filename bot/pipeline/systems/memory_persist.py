@@ -25,10 +25,10 @@ from bot.clock import Clock
 from bot.domain.memory import TurnMemoryEvent
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
-from bot.domain.turn import TurnContext
 from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import is_group_chat
 from bot.settings import MemoryConfig
 from bot.skills.tools import active_skill
@@ -39,9 +39,11 @@ log = logging.getLogger(__name__)
 def previous_assistant_text(ctx: TurnContext) -> str:
     """The assistant's answer before this turn's user message (what a "that worked" refers to)."""
     messages = ctx.session.messages
-    ids = [message.id for message in messages]
-    start = ids.index(ctx.user_message.id) if ctx.user_message.id in ids else len(messages)
-    for message in reversed(messages[:start]):
+    # Looked for from the end, where the turn's message is: the whole history is not walked every turn.
+    wanted = ctx.user_message.id
+    start = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].id == wanted), len(messages))
+    for index in range(start - 1, -1, -1):
+        message = messages[index]
         if message.role is Role.ASSISTANT and message.content:
             return message.content
     return ""

@@ -11,8 +11,8 @@ import logging
 
 from bot.clock import Clock
 from bot.domain.message import Message, Role
-from bot.domain.turn import TurnContext
 from bot.pipeline.system import PipelineSystem
+from bot.pipeline.turn import TurnContext
 from bot.rag.service import RagService
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,6 @@ from pathlib import Path
 from bot.compaction.recovery import with_payload_recovery
 from bot.compaction.service import CompactionService
 from bot.domain.message import Message, ToolCall
-from bot.domain.turn import TurnContext
 from bot.llm.client import ChatRequest, ChatResult, LlmClient, TextDelta
 from bot.llm.errors import LlmError, LlmFailure
 from bot.llm.wire import to_openai_messages
@@ -24,6 +23,7 @@ from bot.media.intake import NO_VISION_NOTE, VisionSupport
 from bot.media.prompt import images_for_prompt
 from bot.media.store import MediaStore
 from bot.pipeline.system import PipelineSystem, UserFacingError
+from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import is_group_chat, store_turn_messages
 from bot.sessions.service import SessionPersistError, SessionService
 from bot.tools.eviction import evict_if_large
