@@ -35,7 +35,7 @@ from bot.workspace import Workspace
 GRID: dict[str, tuple[float, ...]] = {
     "DAY_WEIGHT": (0.2, 0.4, 0.6),
     "NEIGHBOUR_WEIGHT": (0.15, 0.3, 0.45),
-    "SPEAKER_WEIGHT": (0.15, 0.3, 0.45),
+    "SPEAKER_WEIGHT": (0.3, 0.6, 0.9),
     "TIME_WEIGHT": (0.15, 0.3, 0.45),
 }
 # Not here: the pack's `HIGH_RELEVANCE`, which trades recall for pack size (a lower value always recalls
