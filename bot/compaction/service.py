@@ -112,17 +112,18 @@ class CompactionService:
         return None
 
     async def compact_if_needed(
-        self, session: AgentSession, model: str, config: RuntimeConfig
+        self, session: AgentSession, model: str, config: RuntimeConfig, plan: ContextPlan | None = None
     ) -> CompactionEvent | None:
         """Compact when the session does not fit (automatic compaction, before the model call).
 
-        Returns the final event, or None when nothing was needed or nothing could be cut. Safe to
-        call from several tasks at once: the second one finds the work done and returns None.
+        `plan`: the session's plan as the caller just made it (it is not made again for the first
+        check). Returns the final event, or None when nothing was needed or nothing could be cut. Safe
+        to call from several tasks at once: the second one finds the work done and returns None.
         """
-        if (
-            not config.compaction.enabled
-            or self.trigger_reason(session, self._planner.plan(session, model, config)) is None
-        ):
+        if not config.compaction.enabled:
+            return None
+        checked = plan if plan is not None else self._planner.plan(session, model, config)
+        if self.trigger_reason(session, checked) is None:
             return None
         async with self._lock_for(session.id):
             plan = self._planner.plan(session, model, config)

@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 from bot.app import Application
+from bot.context.plan import ContextPlan
+from bot.domain.session import AgentSession
+from bot.settings import RuntimeConfig
 from tests.compaction.helpers import LimitedModel, build_small, compaction_of, is_summary_request, say
 from tests.fakes.openai_server import FakeOpenAI, Reply, Usage
 from tests.fakes.recording_channel import RecordingChannel
@@ -30,6 +33,30 @@ async def test_a_reported_prompt_over_the_threshold_compacts_before_the_next_cal
     requests = fake_openai.chat_requests()
     assert is_summary_request(requests[-2]) and not is_summary_request(requests[-1])
     assert requests[-1]["messages"][1]["content"].startswith("[Conversation summary]")
+
+
+async def test_a_turn_that_compacts_plans_before_under_the_lock_and_after_and_no_more(
+    small_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for number in range(6):
+        await say(small_services, channel, "1", f"small talk {number} " + "x" * 300)
+    fake_openai.script(Reply(text="a long one", usage=Usage(prompt_tokens=3500, completion_tokens=3)))
+    await say(small_services, channel, "1", "something")
+    planner = compaction_of(small_services).planner  # the one planner of the bot: context building's too
+    plans: list[ContextPlan] = []
+    plan = planner.plan
+
+    def counted(session: AgentSession, model: str, config: RuntimeConfig) -> ContextPlan:
+        plans.append(plan(session, model, config))
+        return plans[-1]
+
+    monkeypatch.setattr(planner, "plan", counted)
+    await say(small_services, channel, "1", "and now?")
+    session = await small_services.sessions.get("test:1")
+    assert session is not None and len(session.metadata.compaction_events) == 1
+    # AutoCompaction's check (18), which the compaction takes as its first; the check again under the
+    # session's lock (another task may have compacted meanwhile); ContextBuilding's (20) of what is left.
+    assert len(plans) == 3
 
 
 async def test_with_compaction_disabled_nothing_is_compacted(

@@ -39,6 +39,6 @@ class AutoCompactionSystem(PipelineSystem):
             if self._compaction.trigger_reason(ctx.session, plan) is None:
                 ctx.plan = plan  # the conversation stays as it is: the turn's plan, which 20 starts from
                 return
-            await self._compaction.compact_if_needed(ctx.session, ctx.model, ctx.config)
+            await self._compaction.compact_if_needed(ctx.session, ctx.model, ctx.config, plan)
         except Exception:
             log.exception("[AutoCompact] Could not check or compact %s; answering without compacting", ctx.session.id)
