@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from bot.storage.files import FileSignature, file_signature
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +84,11 @@ class SkillLibrary:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._cache: dict[Path, tuple[tuple[int, int], Skill]] = {}
+        self._cache: dict[Path, tuple[FileSignature, Skill]] = {}
         # The names found by the last look at the folder (the tool is offered only when there are some).
         self.known: tuple[str, ...] = ()
         # The last scan: what it found, and the signature of every path it looked at (None: absent).
-        self._last: tuple[list[Skill], dict[Path, tuple[int, int] | None]] | None = None
+        self._last: tuple[list[Skill], dict[Path, FileSignature | None]] | None = None
 
     async def skills(self) -> list[Skill]:
         """Every readable skill, by name; a SKILL.md that cannot be read is skipped with a log line."""
@@ -104,7 +105,7 @@ class SkillLibrary:
         if self._last is None:
             return None
         found, signatures = self._last
-        if any(_signature(path) != signature for path, signature in signatures.items()):
+        if any(file_signature(path) != signature for path, signature in signatures.items()):
             return None
         return list(found)
 
@@ -116,7 +117,7 @@ class SkillLibrary:
         found: dict[str, Skill] = {}
         seen: set[Path] = set()
         # Taken before the folders are read: a change while they are is seen by the next look.
-        signatures: dict[Path, tuple[int, int] | None] = {self.root: _signature(self.root)}
+        signatures: dict[Path, FileSignature | None] = {self.root: file_signature(self.root)}
         unreadable = False
         try:
             folders = sorted(path for path in self.root.iterdir() if path.is_dir())
@@ -124,8 +125,8 @@ class SkillLibrary:
             folders = []
         for folder in folders:
             skill_file = folder / SKILL_FILE
-            signatures[folder] = _signature(folder)
-            signature = signatures[skill_file] = _signature(skill_file)
+            signatures[folder] = file_signature(folder)
+            signature = signatures[skill_file] = file_signature(skill_file)
             if signature is None:
                 continue
             seen.add(skill_file)
@@ -148,15 +149,6 @@ class SkillLibrary:
             del self._cache[stale]
         self._last = None if unreadable else (list(found.values()), signatures)
         return list(found.values())
-
-
-def _signature(path: Path) -> tuple[int, int] | None:
-    """When `path` last changed and its size; None when it is not there."""
-    try:
-        stat = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return (stat.st_mtime_ns, stat.st_size)
 
 
 def render_catalog(skills: list[Skill], budget_chars: int, description_chars: int) -> str:

@@ -22,10 +22,10 @@ FileSignature = tuple[int, int, int]
 
 
 def file_signature(path: Path) -> FileSignature | None:
-    """The file's signature, or None when there is no such file."""
+    """The file's signature, or None when there is no such file (a folder on its path is not one either)."""
     try:
         stat = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
