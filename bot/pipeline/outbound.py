@@ -159,6 +159,17 @@ class TurnOutbound:
             self._metrics.errors.labels("delivery").inc()
             log.error("[Pipeline] Reply to %s could not be delivered: %s", self._session_id, error)
 
+    @contextlib.asynccontextmanager
+    async def settled_after(self) -> AsyncIterator[None]:
+        """Settle the turn when the body ends, or fails for good (replaying it would fail again); a cancel
+        (a shutdown cut it short) leaves it open, so the next start answers it."""
+        try:
+            yield
+        except Exception:
+            await self.settle()
+            raise
+        await self.settle()
+
     async def settle(self) -> None:
         """Record the turn delivered (its reply went out, or it ends without one), once; a restart leaves it."""
         if self._settled:

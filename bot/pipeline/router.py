@@ -15,7 +15,6 @@ its own, which the runner records as a correction of the earlier one.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 
@@ -108,12 +107,8 @@ class InboundRouter:
             except OSError as error:
                 log.error("[Router] Could not record /retry's turn (%s); a crash before it is answered loses it", error)
         outbound = self._outbound.for_turn(channel, inbound)
-        try:
+        async with outbound.settled_after():
             await self._runner.run(inbound, outbound)
-        except Exception:
-            await outbound.settle()  # failed for good; a shutdown's cancellation leaves it open
-            raise
-        await outbound.settle()
 
     async def _replace_queued_text(self, key: tuple[str, str], text: str) -> None:
         """A queued message was edited before its turn: it is answered as edited (the first text never is)."""
@@ -133,15 +128,10 @@ class InboundRouter:
         if edited is not None:
             inbound = dataclasses.replace(inbound, text=edited)
         outbound = self._outbound.for_turn(channel, inbound)
-        try:
+        # A reply settles the turn as it goes out; a notice, a command, a refusal end it here. /stop ends
+        # it in the runner.
+        async with outbound.settled_after():
             await self._handle_now(inbound, channel, outbound)
-        except asyncio.CancelledError:
-            raise  # a shutdown cut it short (or /stop, which ended the turn): a shutdown leaves it open
-        except Exception:
-            await outbound.settle()  # failed for good: replaying it would fail again
-            raise
-        else:
-            await outbound.settle()  # a reply already did; a notice, a command, a refusal end it here
 
     async def _handle_now(self, inbound: InboundMessage, channel: Channel, outbound: TurnOutbound) -> None:
         if inbound.resumed:
