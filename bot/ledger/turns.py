@@ -234,8 +234,7 @@ class TurnLedger:
         if isinstance(record.get("seen"), list):
             for key in record["seen"]:
                 if isinstance(key, list) and len(key) == 2:
-                    self._remember((str(key[0]), str(key[1])))
-                    self._unflushed.pop((str(key[0]), str(key[1])), None)
+                    self._remember_written((str(key[0]), str(key[1])))
         elif "received" in record:
             inbound = _inbound_from(record["received"])
             if inbound is None or inbound.journal_id is None:
@@ -243,9 +242,7 @@ class TurnLedger:
             self._open[inbound.journal_id] = OpenTurn(inbound)
             self._delivered.pop(inbound.journal_id, None)
             if inbound.dedup_key is not None:
-                key = (inbound.channel_type, inbound.dedup_key)
-                self._remember(key)
-                self._unflushed.pop(key, None)
+                self._remember_written((inbound.channel_type, inbound.dedup_key))
         elif "edited" in record:
             turn = self._open.get(str(record["edited"]))
             if turn is not None and isinstance(record.get("text"), str):
@@ -260,6 +257,11 @@ class TurnLedger:
             self._delivered[turn_id] = None
             while len(self._delivered) > REMEMBERED_KEYS:
                 self._delivered.popitem(last=False)
+
+    def _remember_written(self, key: TransportKey) -> None:
+        """A key a written record holds: remembered, and no longer waiting for `flush`."""
+        self._remember(key)
+        self._unflushed.pop(key, None)
 
     def _remember(self, key: TransportKey) -> None:
         self._keys[key] = None
