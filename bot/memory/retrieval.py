@@ -33,12 +33,11 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta, tzinfo
 from typing import NamedTuple
 
-from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery, ScoredItem
+from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import Vector, VectorIndex
 from bot.memory.items_store import ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
@@ -208,16 +207,6 @@ class MemoryRetrievalService:
             ranked.append(self._ranked(found, now, item_relevance))
         ranked.sort(key=lambda entry: (entry.score, entry.updated), reverse=True)
         return RetrievalResult(chosen + ranked, len(relevance) + len(chosen), query_vector is not None)
-
-    def scored(self, ranked: Iterable[RankedItem]) -> list[ScoredItem]:
-        """`ranked` with their items parsed (those no longer stored are left out)."""
-        entries = list(ranked)
-        items = self._store.get_many(entry.item_id for entry in entries)
-        return [
-            ScoredItem(item, entry.score, entry.section, entry.parts)
-            for entry in entries
-            if (item := items.get(entry.item_id)) is not None
-        ]
 
     def _match(self, text: str, query_vector: Vector | None) -> dict[str, float]:
         """Lexical plus dense relevance of the best candidates of each (unnormalised, 0..2)."""

@@ -28,7 +28,7 @@ from bot.domain.memory import MemoryLayer, MemoryQuery
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import CACHE_FILE_NAME, VectorIndex, text_key, unit
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryScope, MemoryService
 from bot.memory.temporal import time_window
 from bot.settings import MemoryConfig
 from bot.workspace import Workspace
@@ -276,11 +276,17 @@ async def test_an_item_from_the_time_a_message_names_is_favoured(
     scope = await memory_service.scope(config, "test:1")
     query = MemoryQuery(text="where did we go hiking last May", session_id="test:1", now=NOW)
     async with memory_service.fresh(scope):
-        ranked = scope.retrieval.scored(scope.retrieval.retrieve(query).ranked)
-    contents = [scored.item.content for scored in ranked]
+        contents = ranked_contents(scope, query)
     assert contents.index("User: We went hiking in the hills.") < contents.index(
         "User: We went hiking in the hills again."
     )
+
+
+def ranked_contents(scope: MemoryScope, query: MemoryQuery) -> list[str]:
+    """The contents of the candidates retrieval ranks for `query`, best first."""
+    ranked = scope.retrieval.retrieve(query).ranked
+    items = scope.store.get_many(entry.item_id for entry in ranked)
+    return [items[entry.item_id].content for entry in ranked if entry.item_id in items]
 
 
 async def test_a_message_naming_someone_favours_what_that_person_said(services: Application) -> None:
@@ -289,7 +295,7 @@ async def test_a_message_naming_someone_favours_what_that_person_said(services: 
     scope = await services.memory.scope(MemoryConfig(), "test:1")
     query = MemoryQuery(text="Where did Bob go climbing?", session_id="test:1", now=NOW)
     async with services.memory.fresh(scope):
-        ranked = [scored.item.content for scored in scope.retrieval.scored(scope.retrieval.retrieve(query).ranked)]
+        ranked = ranked_contents(scope, query)
     assert ranked.index("Bob: I went climbing at the old quarry.") < ranked.index(
         "Ann: I went climbing at the old quarry."
     )
@@ -322,7 +328,7 @@ async def test_the_active_skill_brings_its_procedures_forward(services: Applicat
     scope = await services.memory.scope(MemoryConfig(), "test:1")
     query = MemoryQuery(text="help me with this", session_id="test:1", now=NOW, active_skill="git")
     async with services.memory.fresh(scope):
-        ranked = [scored.item.content for scored in scope.retrieval.scored(scope.retrieval.retrieve(query).ranked)]
+        ranked = ranked_contents(scope, query)
     assert ranked[0] == "Rebase with git pull --rebase before pushing."
     assert "Water the tomatoes every second evening." not in ranked  # no word, no vector, no skill: not a candidate
 
