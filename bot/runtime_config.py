@@ -92,13 +92,9 @@ class RuntimeConfigStore:
     def path(self) -> Path:
         return self._workspace_path
 
-    @property
-    def config(self) -> RuntimeConfig:
-        """The configuration in force, without checking the file (see `current`)."""
-        return self._config
-
     def in_force(self) -> RuntimeConfig:
-        """`config` as a getter, for what is handed a way to read the configuration when it needs it."""
+        """The configuration in force, without checking the file (see `current`); a getter, to hand to what
+        reads the configuration when it needs it."""
         return self._config
 
     async def current(self) -> RuntimeConfig:

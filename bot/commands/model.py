@@ -27,7 +27,7 @@ class ModelSwitch:
         self._config_store = config_store
         self._state_file = state_file
         # The chat model the configuration names before any switch: always offered.
-        self.configured_model = config_store.config.llm.model
+        self.configured_model = config_store.in_force().llm.model
 
     def restore(self) -> None:
         """Apply a switch saved before the last stop (start-up)."""

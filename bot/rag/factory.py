@@ -27,20 +27,20 @@ def build_rag_service(
     estimator: TokenEstimator,
     embedders: Embedders | None = None,
 ) -> RagService:
-    config = config_store.config
+    config = config_store.in_force()
 
     def chat_model() -> str:
-        current = config_store.config.llm
+        current = config_store.in_force().llm
         return current.balanced_model or current.model
 
     backend: RagBackend
     if config.rag.backend == "server":
         api_key = env.lightrag_api_key.get_secret_value() if env.lightrag_api_key else None
-        backend = LightRagServerBackend(lambda: config_store.config.rag, api_key)
+        backend = LightRagServerBackend(lambda: config_store.in_force().rag, api_key)
     else:
         storage: StorageKind = "postgres" if config.rag.backend == "postgres" else "files"
         backend = EmbeddedLightRag(
-            workspace.rag_dir, llm, lambda: config_store.config.rag, chat_model, storage, embedders
+            workspace.rag_dir, llm, lambda: config_store.in_force().rag, chat_model, storage, embedders
         )
     log.info("[RAG] Backend: %s%s", config.rag.backend, "" if config.rag.enabled else " (disabled)")
     store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")

@@ -65,7 +65,7 @@ def install(
     scheduler.add_interval_job("rag indexing", RAG_TICK_SECONDS, flush_rag_queue)
     reminders = ReminderService(reminders_file, clock.zone, str(clock.zone))
     register_reminder_tools(tools, commands, reminders)
-    scheduler_config = config_store.config.scheduler
+    scheduler_config = config_store.in_force().scheduler
     late_after = timedelta(seconds=scheduler_config.reminder_late_after_seconds)
 
     async def fire_reminders() -> None:

@@ -179,7 +179,7 @@ async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
 async def test_a_quick_streamed_reply_is_one_message(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
-    assert bot.app.config_store.config.tool_loop.streaming
+    assert bot.app.config_store.in_force().tool_loop.streaming
     fake_openai.script("A **quick** answer.")
     assert await ask(fake_telegram, OWNER, "hi") == "A quick answer."
     assert fake_telegram.edits(OWNER) == []

@@ -49,7 +49,7 @@ async def test_maintenance_changes_exactly_what_the_configuration_says(services:
     for day in ["2026-09-30", "2026-10-01", "2026-11-21"]:
         (services.workspace.memory_dir / f"{day}.md").write_text(f"[10:00] User: on {day} | Assistant: ok\n")
 
-    config = services.config_store.config.memory.model_copy(update={"note_retention_days": 30})
+    config = services.config_store.in_force().memory.model_copy(update={"note_retention_days": 30})
     report = await run_maintenance(services.memory, config, NOW)
 
     assert (report.decayed, report.promoted, report.merged, report.history_dropped, report.notes_archived) == (

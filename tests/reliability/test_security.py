@@ -412,7 +412,7 @@ async def test_with_chat_scope_nothing_of_one_chat_reaches_another(
 async def run_tool(services: Application, name: str, arguments: dict[str, Any] | str, session: str = "test:1") -> str:
     """One tool call as the tool loop makes it, for the chat `session`."""
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    context = ToolContext(session, "test", session.partition(":")[2], services.config_store.config)
+    context = ToolContext(session, "test", session.partition(":")[2], services.config_store.in_force())
     return (await services.tools.execute(ToolCall(id="call_1", name=name, arguments=raw), context)).content
 
 
