@@ -96,6 +96,9 @@ class SessionMetadata(BaseModel):
     # The newest `compaction.keptEvents` finished compactions, newest last. A tuple: the events are
     # replaced, never appended to in place.
     compaction_events: tuple[CompactionEventRecord, ...] = ()
+    # The archive's size when this file was written, kept in a long session's file (which is rewritten
+    # only every so many turns): the messages archived after that point are the ones to read back.
+    archived_bytes: int = 0
 
     # The object as written to the file, kept in step by validation and `__setattr__`: the on-disk key of
     # each field not at its default and each unknown key, in the order they were read, then first set.

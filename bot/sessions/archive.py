@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from bot.domain.message import Message
 from bot.domain.session import checked_session_id
-from bot.storage.files import append_lines, append_lines_sync
-from bot.storage.jsonl import dumps_line, read_jsonl
+from bot.storage.files import append_lines, append_lines_sync, read_lines_from_sync, whole_lines_size_sync
+from bot.storage.jsonl import dumps_line, parse_jsonl, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +34,30 @@ class MessageArchive:
     async def append(self, session_id: str, messages: list[Message]) -> None:
         await append_lines(self.path_for(session_id), lines_of(messages))
 
-    def append_sync(self, session_id: str, lines: list[str]) -> None:
+    def append_sync(self, session_id: str, lines: list[str]) -> int:
         """Append `lines` (`lines_of` the messages), in the caller's thread: the session's save writes the
-        archive and the session file in one hand-off to a worker thread."""
-        append_lines_sync(self.path_for(session_id), lines)
+        archive and the session file in one hand-off to a worker thread. Returns the archive's size after
+        it (0 when there was nothing to append)."""
+        return append_lines_sync(self.path_for(session_id), lines)
+
+    def size_sync(self, session_id: str) -> int:
+        """The archive's size in whole lines: where the next append will start."""
+        return whole_lines_size_sync(self.path_for(session_id))
 
     async def read(self, session_id: str) -> list[Message]:
         """Every message of the chat, oldest first, each once (by id)."""
+        return self._messages(session_id, await read_jsonl(self.path_for(session_id)))
+
+    def read_from_sync(self, session_id: str, offset: int) -> list[Message]:
+        """The messages appended from byte `offset` on (from the start of the line that holds it), oldest
+        first, each once: what the session file, written when the archive was that long, may not hold."""
+        path = self.path_for(session_id)
+        return self._messages(session_id, parse_jsonl(read_lines_from_sync(path, offset), path))
+
+    @staticmethod
+    def _messages(session_id: str, records: list[dict[str, Any]]) -> list[Message]:
         messages: dict[str, Message] = {}
-        for record in await read_jsonl(self.path_for(session_id)):
+        for record in records:
             try:
                 message = Message.model_validate(record)
             except ValidationError:

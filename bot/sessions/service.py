@@ -1,9 +1,13 @@
 """`SessionService`: get-or-create, save, clear and delete chat sessions, cached in memory.
 
 Callers that change a session hold its lock (`lock_for`) for the whole change; the pipeline holds it
-for a run. Saving messages appends them to the archive and rewrites the live session once, so the
-cost does not grow with the archive. A message may also be added unwritten (`add_unwritten`): the next
-save writes it with the rest, which lets a plain turn write its question and answer at once.
+for a run. A change is an append of messages, or assigns a new list (`replace_messages`,
+`clear_messages`); a stored message is never edited in place. Saving messages appends them to the
+archive, the one durable write of a turn, and rewrites the session file when `RewriteSchedule` says
+so: on every save for a usual chat, every so many turns for a long one, whose newer messages are
+then read back from the archive when it is loaded. A message may also be added unwritten
+(`add_unwritten`): the next save writes it with the rest, which lets a plain turn write its question
+and answer at once.
 
 The cache keeps the `CACHE_MAX_SESSIONS` most recently used sessions; older ones are dropped and read
 again from disk when their chat speaks, so resident memory stays bounded however many chats there
@@ -25,7 +29,9 @@ from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, session_id_for
 from bot.sessions.archive import MessageArchive, lines_of
+from bot.sessions.rewrites import RewriteSchedule
 from bot.sessions.store import CorruptSession, SessionFileStore
+from bot.storage.files import line_bytes
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,7 @@ class SessionService:
         # Messages not in the archive yet (added unwritten, or their append failed), written ahead of the
         # next save so the archive stays whole.
         self._unarchived: dict[str, list[Message]] = {}
+        self._rewrites = RewriteSchedule()
 
     def lock_for(self, session_id: str) -> asyncio.Lock:
         """The chat's lock; the same object for as long as anyone holds or waits on it."""
@@ -92,7 +99,7 @@ class SessionService:
         if cached is not None:
             return cached
         try:
-            session = await self.store.load(session_id)
+            session = await self._load(session_id)
         except CorruptSession as corrupt:
             session = AgentSession.new(channel_type, chat_id)
             session.metadata.recovered_from = corrupt.quarantined_as.name
@@ -107,10 +114,44 @@ class SessionService:
         if cached is not None:
             return cached
         try:
-            session = await self.store.load(session_id)
+            session = await self._load(session_id)
         except CorruptSession:
             return None
         return None if session is None else self._cached(session_id) or self._keep(session)
+
+    async def _load(self, session_id: str) -> AgentSession | None:
+        """The session from its file, with the messages archived after the file was written; None if it
+        has no file. Raises `CorruptSession` (after quarantining the file)."""
+        loaded = await asyncio.to_thread(self._load_sync, session_id)
+        if loaded is None:
+            return None
+        session, in_file, file_bytes, archive_bytes = loaded
+        self._rewrites.loaded(session, in_file, file_bytes, archive_bytes)
+        return session
+
+    def _load_sync(self, session_id: str) -> tuple[AgentSession, int, int, int | None] | None:
+        stored = self.store.load_sync(session_id)
+        if stored is None:
+            return None
+        session, file_bytes = stored
+        in_file = len(session.messages)
+        mark = session.metadata.archived_bytes
+        try:
+            archive_bytes = self.archive.size_sync(session_id)
+            newer = self.archive.read_from_sync(session_id, mark) if 0 < mark < archive_bytes else []
+        except OSError as error:
+            # The session is still served from its file; the schedule rewrites that on every save until
+            # the archive can be read again (its length unknown, nothing is left to it alone).
+            log.error(
+                "[Session] %s: the archive cannot be read (%s); the session is as its file holds it", session_id, error
+            )
+            return session, in_file, file_bytes, None
+        known = {message.id for message in session.messages}
+        newer = [message for message in newer if message.id not in known]
+        session.messages.extend(newer)
+        if newer:
+            log.info("[Session] %s: read %d messages back from the archive", session_id, len(newer))
+        return session, in_file, file_bytes, archive_bytes
 
     def add_unwritten(self, session: AgentSession, messages: list[Message]) -> None:
         """Add messages to the live session in memory only; the next save writes them (archive and session).
@@ -125,14 +166,14 @@ class SessionService:
         return bool(self._unarchived.get(session.id))
 
     async def write_unwritten(self) -> None:
-        """Save every session holding messages added unwritten (at a stop, the question of a turn cut short)."""
-        for session_id in list(self._unarchived):
-            session = self._cached(session_id)
-            if session is None:
-                continue
+        """At a stop: save every session holding what its file lacks (messages added unwritten, the
+        question of a turn cut short; or a long session's newest turns, which only the archive has)."""
+        behind = {session.id: session for session in self._rewrites.behind()}
+        behind.update((id_, session) for id_ in self._unarchived if (session := self._cached(id_)) is not None)
+        for session_id, session in behind.items():
             async with self.lock_for(session_id):
                 with contextlib.suppress(SessionPersistError):  # logged by `save`; the journal still has it
-                    await self.save(session)
+                    await self._save(session, rewrite=True)
 
     async def append_messages(self, session: AgentSession, messages: list[Message]) -> None:
         """Add messages: one archive append (with any written ahead), then one atomic rewrite of the session."""
@@ -140,17 +181,25 @@ class SessionService:
         await self.save(session)
 
     async def save(self, session: AgentSession) -> None:
-        """Append the messages the archive does not have yet, then rewrite the live session atomically.
+        """Append the messages the archive does not have yet, then rewrite the session file if it is due.
 
         Both are serialized here and written in one hand-off to a worker thread (a hand-off costs about
         as much CPU as an fsync, and a turn makes several); the session file is not touched when the
         archive append failed."""
+        await self._save(session, rewrite=False)
+
+    async def _save(self, session: AgentSession, *, rewrite: bool) -> None:
         session.updated_at = utc_now()
         self._keep(session)
         pending = self._unarchived.pop(session.id, [])
-        lines, document = lines_of(pending), self.store.document(session)
+        lines = lines_of(pending)
+        appended = sum(len(line_bytes(line)) for line in lines)
+        document = None
+        if rewrite or self._rewrites.due(session, appended):
+            session.metadata.archived_bytes = self._rewrites.archive_mark(session, appended)
+            document = self.store.document(session)
         try:
-            await asyncio.to_thread(self._write_sync, session.id, lines, document)
+            archive_bytes = await asyncio.to_thread(self._write_sync, session.id, lines, document)
         except _ArchiveFailed as failed:
             self._unarchived[session.id] = pending
             self._unsaved[session.id] = session
@@ -158,21 +207,37 @@ class SessionService:
             log.error("[Session] Could not archive %d messages of %s: %s", len(pending), session.id, error)
             raise SessionPersistError(_describe(error)) from error
         except OSError as error:
+            self._rewrites.failed(session)
             self._unsaved[session.id] = session
             log.error("[Session] Could not save %s: %s", session.id, error)
             raise SessionPersistError(_describe(error)) from error
+        if document is None:
+            self._rewrites.appended(session, archive_bytes)
+        else:
+            self._rewrites.written(session, len(document), archive_bytes)
         self._unsaved.pop(session.id, None)
 
-    def _write_sync(self, session_id: str, archive_lines: list[str], document: bytes) -> None:
+    def _write_sync(self, session_id: str, archive_lines: list[str], document: bytes | None) -> int | None:
+        """Append to the archive, then replace the session file with `document` if there is one. Returns
+        the archive's length, None when neither was written to."""
         try:
-            self.archive.append_sync(session_id, archive_lines)
+            archive_bytes = self.archive.append_sync(session_id, archive_lines) if archive_lines else None
         except OSError as error:
             raise _ArchiveFailed(error) from error
-        self.store.write_sync(session_id, document)
+        if document is not None:
+            self.store.write_sync(session_id, document)
+            if archive_bytes is None:  # so the length the file records is checked against the archive
+                archive_bytes = self.archive.size_sync(session_id)
+        return archive_bytes
 
-    async def replace_messages(self, session: AgentSession, messages: list[Message]) -> None:
-        """Rewrite the live conversation once (compaction); the archive already holds every message."""
+    async def replace_messages(
+        self, session: AgentSession, messages: list[Message], new: list[Message] | None = None
+    ) -> None:
+        """Rewrite the live conversation once (compaction, a retry, closed tool calls); `new` are those of
+        `messages` the archive does not hold yet, appended to it first."""
         session.messages = list(messages)
+        if new:
+            self._unarchived.setdefault(session.id, []).extend(new)
         await self.save(session)
 
     async def clear_messages(self, session: AgentSession) -> int:

@@ -5,9 +5,8 @@ is never overwritten: it is moved aside as `<name>.corrupt-<time>` so nothing is
 starts a fresh session. A metadata value of the wrong type (a hand edit) does not cost the session: it
 is logged and dropped to its default (`SessionMetadata`).
 
-The whole document is written on every save (an outside reader may open it after any turn), so the
-bytes written grow with the session; the CPU does not: each message's JSON is kept from the save before
-and only messages added or replaced since are serialized again (`MessageJsonCache`).
+The whole document is written each time (`RewriteSchedule` says when); each message's JSON is kept from
+the write before and only messages added or replaced since are serialized again (`MessageJsonCache`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, checked_session_id
 from bot.domain.session_metadata import METADATA_PROBLEMS
-from bot.storage.files import read_text_sync, write_atomic, write_atomic_sync
+from bot.storage.files import read_text_sync, write_atomic_sync
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +84,9 @@ class SessionFileStore:
     def path_for(self, session_id: str) -> Path:
         return self._dir / f"{checked_session_id(session_id)}.json"
 
-    async def load(self, session_id: str) -> AgentSession | None:
-        """The stored session, or None if there is none. Raises `CorruptSession` after quarantining."""
-        return await asyncio.to_thread(self._load_sync, session_id)
-
-    def _load_sync(self, session_id: str) -> AgentSession | None:
+    def load_sync(self, session_id: str) -> tuple[AgentSession, int] | None:
+        """The stored session and its file's size, or None if there is none. Raises `CorruptSession`
+        after quarantining the file."""
         path = self.path_for(session_id)
         text = read_text_sync(path)
         if text is None:
@@ -105,14 +102,10 @@ class SessionFileStore:
         for key, reason in problems:
             # The session is kept; only this value goes, and the next save writes the file without it.
             log.warning("[Session] %s: metadata key %r ignored, its default used instead (%s)", path, key, reason)
-        return session
-
-    async def save(self, session: AgentSession) -> None:
-        await write_atomic(self.path_for(session.id), self.document(session))
+        return session, len(text.encode())
 
     def document(self, session: AgentSession) -> bytes:
-        """What `save` writes: the whole session as compact JSON (it is rewritten on every save, and
-        indentation added about 12% to its bytes)."""
+        """The file's content: the whole session as compact JSON (indentation added about 12% to its bytes)."""
         return self._json.document(session)
 
     def write_sync(self, session_id: str, document: bytes) -> None:

@@ -86,14 +86,15 @@ async def write_atomic(path: Path, data: bytes) -> None:
     await asyncio.to_thread(write_atomic_sync, path, data)
 
 
-def append_lines_sync(path: Path, lines: list[str]) -> None:
-    """Append whole lines durably; a torn last line left by a crash is cut off first.
+def append_lines_sync(path: Path, lines: list[str]) -> int:
+    """Append whole lines durably; a torn last line left by a crash is cut off first. Returns the file's
+    size after the append (with nothing to append, the file is not opened and 0 is returned).
 
     A torn line is the unfinished tail of an append that never completed, so dropping it loses
     nothing that was ever acknowledged, and it keeps every later line parseable.
     """
     if not lines:
-        return
+        return 0
     make_private_dirs(path.parent)
     payload = b"".join(line_bytes(line) for line in lines)
     with open(path, "a+b", opener=_private_opener) as handle:
@@ -101,6 +102,28 @@ def append_lines_sync(path: Path, lines: list[str]) -> None:
         handle.write(payload)
         handle.flush()
         os.fsync(handle.fileno())
+        return handle.tell()
+
+
+def whole_lines_size_sync(path: Path) -> int:
+    """The size of `path` up to the end of its last whole line: what it will be once the next append has
+    cut a torn tail off (0 for no file)."""
+    try:
+        with open(path, "rb") as handle:
+            return _line_start_at(handle, handle.seek(0, os.SEEK_END))
+    except FileNotFoundError:
+        return 0
+
+
+def read_lines_from_sync(path: Path, offset: int) -> str:
+    """The text of `path` from the start of the line that holds byte `offset` (a line that began before
+    `offset` is read whole), or "" when there is no file."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(_line_start_at(handle, max(0, offset)))
+            return handle.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
 
 
 def line_bytes(line: str) -> bytes:
@@ -110,27 +133,24 @@ def line_bytes(line: str) -> bytes:
 
 
 def _cut_torn_tail(handle: io.BufferedRandom) -> None:
+    """Cut off a torn last line: the unfinished fragment of an append a crash interrupted."""
     end = handle.seek(0, os.SEEK_END)
-    if end == 0:
-        return
-    handle.seek(end - 1)
-    if handle.read(1) == b"\n":
-        return
-    # Walk back in blocks to the last newline; everything after it is the torn fragment.
-    position = end
-    block = 4096
+    whole = _line_start_at(handle, end)
+    if whole != end:
+        handle.truncate(whole)
+        handle.seek(0, os.SEEK_END)
+
+
+def _line_start_at(handle: io.BufferedIOBase, position: int) -> int:
+    """Where the line holding byte `position` starts: just after the last newline before it, or 0."""
     while position > 0:
-        start = max(0, position - block)
+        start = max(0, position - 4096)
         handle.seek(start)
-        chunk = handle.read(position - start)
-        newline = chunk.rfind(b"\n")
+        newline = handle.read(position - start).rfind(b"\n")
         if newline != -1:
-            handle.truncate(start + newline + 1)
-            handle.seek(0, os.SEEK_END)
-            return
+            return start + newline + 1
         position = start
-    handle.truncate(0)
-    handle.seek(0)
+    return 0
 
 
 async def append_lines(path: Path, lines: list[str]) -> None:

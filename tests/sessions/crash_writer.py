@@ -1,4 +1,9 @@
-"""Saves messages to one session as fast as it can, forever: the victim of the crash test."""
+"""Saves messages to one session as fast as it can, forever: the victim of the crash tests.
+
+`short` (default): the live session stays short (a compaction stand-in drops old messages), so its file
+is rewritten on every save. `long`: the session is long, so its file is rewritten only every so many
+saves; the id of each message is printed once its save returned (acknowledged).
+"""
 
 from __future__ import annotations
 
@@ -9,21 +14,32 @@ from pathlib import Path
 from bot.domain.message import Message
 from bot.sessions.service import SessionService
 
+LONG_SESSION_MESSAGES = 1200
 
-async def main(folder: Path) -> None:
+
+async def main(folder: Path, long: bool) -> None:
     sessions = SessionService(folder)
     session = await sessions.get_or_create("telegram", "42")
+    if long and not session.messages:
+        filler = "what about the garden shed and the keys under the blue pot? " * 4
+        sessions.add_unwritten(session, [Message.user(f"seed {n}: {filler}") for n in range(LONG_SESSION_MESSAGES)])
+        await sessions.save(session)
+        await sessions.save(session)  # now long: from here the file is left behind the archive
     number = len(session.messages)
     while True:
         number += 1
         # Vary the size so the rewrite sometimes shrinks and sometimes grows the file.
-        await sessions.append_messages(session, [Message.user(f"message {number} " + "x" * (number % 700))])
+        message = Message.user(f"message {number} " + "x" * (number % 700))
+        await sessions.append_messages(session, [message])
+        if long:
+            print("saved", message.id, flush=True)
+            continue
         if len(session.messages) > 60:
-            del session.messages[:30]  # stands in for compaction: the live file stays bounded
+            session.messages = session.messages[30:]  # stands in for compaction: the live file stays bounded
         if number % 10 == 1:
             # Only after a save, so every run adds to the archive before it can be killed.
             print("saving", flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1])))
+    asyncio.run(main(Path(sys.argv[1]), long=sys.argv[2:] == ["long"]))

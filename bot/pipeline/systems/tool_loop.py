@@ -198,11 +198,9 @@ class ToolLoopExecutionSystem(PipelineSystem):
         patched, added = close_orphaned_tool_calls(ctx.session.messages)
         if added:
             log.info("[ToolLoop] Closed %d interrupted tool calls in %s", len(added), ctx.session.id)
-            ctx.session.messages[:] = patched
             try:
-                await self._sessions.archive.append(ctx.session.id, added)
-                await self._sessions.save(ctx.session)
-            except (OSError, SessionPersistError) as error:
+                await self._sessions.replace_messages(ctx.session, patched, new=added)
+            except SessionPersistError as error:
                 ctx.storage_problem = str(error)
 
 
