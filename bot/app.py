@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -38,6 +39,7 @@ from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
+from bot.storage.durability import DeferredSync
 from bot.storage.files import remove_stale_temp_files
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
@@ -109,9 +111,11 @@ class Application:
         model_switch.restore()  # before anything reads the model
 
         self.metrics = metrics = BotMetrics()
-        self.sessions = sessions = SessionService(workspace.sessions_dir)
+        # The writes a turn need not wait for (the archive can stand in for them) are fsync'd together, later.
+        self.deferred_sync = deferred = DeferredSync()
+        self.sessions = sessions = SessionService(workspace.sessions_dir, deferred)
         # Received, answered, delivered: what the channels and the pipeline ask about every turn.
-        self.ledger = ledger = TurnLedger(workspace.root / "state" / "turns.jsonl")
+        self.ledger = ledger = TurnLedger(workspace.root / "state" / "turns.jsonl", deferred=deferred)
         # Each package adds its commands here; the order they are added in is the order /help and Telegram list.
         self.commands = commands = CommandRegistry()
 
@@ -129,7 +133,7 @@ class Application:
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
-            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry
+            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred
         )
         rag = rag_install.install(env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry)
         memory.service.on_forget(rag.forget_messages)
@@ -168,8 +172,11 @@ class Application:
         self.listener = self._listener()
         self._backlog: list[InboundMessage] = []
         self._stopped = False
+        self._syncing: asyncio.Task[None] | None = None
         self.stages = [
             Stage("model client", _nothing, self.llm.close),
+            # Stopped after every store: its last round makes what they wrote last durable.
+            Stage("deferred fsyncs", self._start_syncing, self._stop_syncing),
             # Every store writes through on each change; the ledger is closed once nothing can record in it.
             Stage("stores", self._read_backlog, self.ledger.close),
             Stage("memory", self._warm_up_memory, self.memory.close),
@@ -226,6 +233,16 @@ class Application:
 
     def _channel_types(self) -> set[str]:
         return {channel.channel_type for channel in self.channels}
+
+    async def _start_syncing(self) -> None:
+        self._syncing = asyncio.create_task(self.deferred_sync.run(), name="deferred fsyncs")
+
+    async def _stop_syncing(self) -> None:
+        if self._syncing is not None:
+            self._syncing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._syncing
+        await self.deferred_sync.sync()
 
     async def _read_backlog(self) -> None:
         # Read before anything can arrive, so a message taken now is never mistaken for an old one.

@@ -22,6 +22,7 @@ from tests.fakes.recording_channel import RecordingChannel
 
 STAGES = [
     "model client",
+    "deferred fsyncs",
     "stores",
     "memory",
     "knowledge graph",

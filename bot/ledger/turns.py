@@ -16,7 +16,9 @@ Records, one compact JSON object per line:
 - `{"delivered": turnId}`: the reply went out, or the turn ended without one (a failure the user was
   told of, /stop): it is not answered again.
 
-Each append is fsync'd (`append_lines`); appends that arrive while one is being written go out
+Each append is fsync'd (`append_lines`) but *delivered*, whose fsync is left to the `DeferredSync`'s
+next round or to the next append that is fsync'd, whichever comes first: losing it in a power cut sends
+one answer again, as the window below does. Appends that arrive while one is being written go out
 together in the next write (one fsync for all of them). A torn last line, a crash cut short, is
 skipped on read and cut off by the next append. The file is rewritten atomically at `load` and after
 every `compact_after` appended lines, with only what is still open and the newest `REMEMBERED_KEYS`
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.domain.inbound import InboundMessage
+from bot.storage.durability import DeferredSync
 from bot.storage.files import append_lines, read_text_sync, write_atomic
 from bot.storage.jsonl import dumps_line, parse_jsonl, read_jsonl
 
@@ -75,14 +78,18 @@ class OpenTurn:
 class TurnLedger:
     """Received, answered, delivered: per turn, durable, asked instead of any marker of one's own."""
 
-    def __init__(self, path: Path, compact_after: int = COMPACT_AFTER_LINES) -> None:
+    def __init__(
+        self, path: Path, compact_after: int = COMPACT_AFTER_LINES, deferred: DeferredSync | None = None
+    ) -> None:
         self._path = path
+        self._deferred = deferred
         self._compact_after = compact_after
         self._open: dict[str, OpenTurn] = {}  # in arrival order
         self._delivered: OrderedDict[str, None] = OrderedDict()  # the newest delivered turn ids
         self._keys: OrderedDict[TransportKey, None] = OrderedDict()  # seen, oldest first
         self._unflushed: dict[TransportKey, None] = {}  # seen, not yet on disk
-        self._queue: list[tuple[list[dict[str, Any]], asyncio.Future[None]]] = []
+        # Each append: its records, whether they must be durable before it returns, and its caller's future.
+        self._queue: list[tuple[list[dict[str, Any]], bool, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._appended = 0
         self._loaded = False
@@ -172,7 +179,7 @@ class TurnLedger:
 
     async def delivered(self, turn_id: str) -> None:
         """The reply went out, or the turn ended without one: it is not to be answered again."""
-        await self._append([{"delivered": turn_id}])
+        await self._append([{"delivered": turn_id}], durable=False)
 
     async def close(self) -> None:
         """Write what is seen and queued; called at stop."""
@@ -182,9 +189,9 @@ class TurnLedger:
 
     # Writing.
 
-    async def _append(self, records: list[dict[str, Any]]) -> None:
+    async def _append(self, records: list[dict[str, Any]], durable: bool = True) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((records, done))
+        self._queue.append((records, durable, done))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_queued(), name="turn ledger")
         await done
@@ -193,18 +200,21 @@ class TurnLedger:
         """Write every queued append; those queued meanwhile go together in the next write."""
         while self._queue:
             batch, self._queue = self._queue, []
-            records = [record for records, _ in batch for record in records]
+            records = [record for records, _, _ in batch for record in records]
+            durable = self._deferred is None or any(must for _, must, _ in batch)
             try:
-                await append_lines(self._path, [dumps_line(record) for record in records])
+                await append_lines(
+                    self._path, [dumps_line(record) for record in records], None if durable else self._deferred
+                )
             except OSError as error:
                 log.error("[Ledger] Could not write %s: %s", self._path, error)
-                for _, done in batch:
+                for _, _, done in batch:
                     if not done.done():
                         done.set_exception(OSError(error.errno, error.strerror, str(self._path)))
                 continue
             for record in records:
                 self._apply(record)
-            for _, done in batch:
+            for _, _, done in batch:
                 if not done.done():
                     done.set_result(None)
             self._appended += len(records)

@@ -13,6 +13,7 @@ from datetime import date, datetime
 from pathlib import Path
 
 from bot.memory.file_cache import TextFileCache
+from bot.storage.durability import DeferredSync
 from bot.storage.files import append_lines, file_signature, line_bytes, write_atomic
 from bot.workspace import MemoryPaths
 
@@ -39,8 +40,12 @@ def note_body(user_text: str, assistant_text: str) -> str:
 class DailyNotes:
     """The daily note files of one memory scope."""
 
-    def __init__(self, paths: MemoryPaths, cache: TextFileCache | None = None) -> None:
+    def __init__(
+        self, paths: MemoryPaths, cache: TextFileCache | None = None, deferred: DeferredSync | None = None
+    ) -> None:
+        """`deferred`: where an appended line leaves its fsync (the archive holds its exchange)."""
         self._paths = paths
+        self._deferred = deferred
         self._cache = cache or TextFileCache()
         # Chats sharing a scope append to the same file: a line appended while `remove_exchange` rewrites
         # the file would be lost, so the two never overlap.
@@ -52,7 +57,7 @@ class DailyNotes:
         path = self._paths.daily_note_file(at.date())
         async with self._lock:
             before = file_signature(path)
-            await append_lines(path, [line])
+            await append_lines(path, [line], self._deferred)
             self._cache.appended(path, before, line_bytes(line))
         return line
 

@@ -13,6 +13,7 @@ from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.service import MemoryService
 from bot.memory.tools import MemoryToolSource
 from bot.runtime_config import RuntimeConfigStore
+from bot.storage.durability import DeferredSync
 from bot.tools.registry import ToolRegistry
 from bot.workspace import Workspace
 
@@ -33,7 +34,8 @@ def install(
     embedders: Embedders,
     config_store: RuntimeConfigStore,
     tools: ToolRegistry,
+    deferred: DeferredSync,
 ) -> InstalledMemory:
-    service = MemoryService(workspace, clock, llm, estimator, embedders)
+    service = MemoryService(workspace, clock, llm, estimator, embedders, deferred)
     tools.add_source(MemoryToolSource(service, config_store.in_force))
     return InstalledMemory(service, PreCompactionMemory(service, config_store))

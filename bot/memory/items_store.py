@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, Protocol
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.index_database import INDEX_FILE_NAME, INSERT_ITEM, IndexDatabase
 from bot.memory.item_files import KeptLine, parse_item_file, read_raw
+from bot.storage.durability import DeferredSync
 from bot.storage.files import FileSignature, append_lines, file_signature, write_atomic
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths
@@ -103,8 +104,11 @@ def _epoch(moment: Any) -> float:
 class MemoryItemStore:
     """Every item of one memory scope, kept in step with its files (rows in the index database)."""
 
-    def __init__(self, paths: MemoryPaths, zone: tzinfo) -> None:
+    def __init__(self, paths: MemoryPaths, zone: tzinfo, deferred: DeferredSync | None = None) -> None:
+        """`deferred`: where an append of new items leaves its fsync (their turn is in the archive, and a
+        turn no item refers to is recorded again before a compaction); rewrites are always durable."""
         self.paths = paths
+        self._deferred = deferred
         self._zone = zone
         self._context = {"zone": zone}
         self._db = IndexDatabase(paths.index_dir / INDEX_FILE_NAME, zone)
@@ -746,12 +750,15 @@ class MemoryItemStore:
     def dirty(self) -> bool:
         return bool(self._pending_appends or self._pending_rewrites)
 
-    async def flush(self) -> None:
+    async def flush(self, durable: bool = True) -> None:
         """Write every pending change: appends first, then whole-file rewrites.
 
         Concurrent callers share the work (group commit): whoever flushes writes everything pending
         at that moment, and a caller whose changes were taken by a flush in progress returns when
         that flush is done. Each file's content is taken when the flush starts, so it is consistent.
+        `durable=False` (a turn's own record, which the archive holds) leaves the fsync of appends to
+        the `DeferredSync` given at construction, unless rewrites follow them: an item moved between
+        files is on disk in its new file before its old file is rewritten without it.
         """
         async with self._flush_lock:
             appends, rewrites = self._pending_appends, self._pending_rewrites
@@ -767,9 +774,10 @@ class MemoryItemStore:
                 self._keep_pending(appends, rewrites)
                 raise
             self._writing = set(appends) | rewrites
+            deferred = None if durable or rewrite_jobs else self._deferred
             try:
                 for path, lines in append_jobs:
-                    await append_lines(path, lines)
+                    await append_lines(path, lines, deferred)
                     self._after_write(path)
                 for path, data in rewrite_jobs:
                     await write_atomic(path, data)
@@ -780,6 +788,9 @@ class MemoryItemStore:
                 raise
             finally:
                 self._writing = set()
+            if durable and self._deferred is not None:
+                # What this caller changed may have gone out with a flush that left its fsync for later.
+                await self._deferred.sync()
 
     def _keep_pending(self, appends: dict[Path, list[str]], rewrites: set[Path]) -> None:
         for path, ids in appends.items():

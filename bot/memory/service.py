@@ -59,6 +59,7 @@ from bot.memory.retrieval import (
 )
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
+from bot.storage.durability import DeferredSync
 from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
@@ -149,8 +150,12 @@ class MemoryService:
         llm: LlmClient,
         estimator: TokenEstimator | None = None,
         embedders: Embedders | None = None,
+        deferred: DeferredSync | None = None,
     ) -> None:
+        """`deferred`: where the appends the archive can stand in for (daily-note lines, new items) leave
+        their fsync; without one, every write is durable before it returns."""
         self._workspace = workspace
+        self._deferred = deferred
         self._clock = clock
         self._llm = llm
         self._estimator = estimator or TokenEstimator()
@@ -194,7 +199,7 @@ class MemoryService:
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
         scope = self._scopes.get(paths)
         if scope is None:
-            store = MemoryItemStore(paths, self._clock.zone)
+            store = MemoryItemStore(paths, self._clock.zone, self._deferred)
             lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
@@ -205,7 +210,7 @@ class MemoryService:
                 vectors=vectors,
                 retrieval=MemoryRetrievalService(store, lexical, vectors, self._clock.zone),
                 writer=MemoryWriteService(store),
-                notes=DailyNotes(paths),
+                notes=DailyNotes(paths, deferred=self._deferred),
                 long_term=LongTermMemory(paths),
                 vector_cache=VectorCache(paths.index_dir),
             )
@@ -543,7 +548,7 @@ class MemoryService:
         scope = await self.scope(config, event.memory_key or event.session_id)
         async with self.fresh(scope):
             report = scope.writer.record_turn(event, candidates, config)
-        await scope.store.flush()
+        await scope.store.flush(durable=False)
         self.index_vectors(scope, config)
         return report
 

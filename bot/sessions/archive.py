@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from bot.domain.message import Message
 from bot.domain.session import checked_session_id
-from bot.storage.files import append_lines, append_lines_sync, read_lines_from_sync, whole_lines_size_sync
+from bot.storage.files import append_lines, read_lines_from_sync, whole_lines_size_sync
 from bot.storage.jsonl import dumps_line, parse_jsonl, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -31,14 +31,14 @@ class MessageArchive:
     def path_for(self, session_id: str) -> Path:
         return self._dir / f"{checked_session_id(session_id)}.jsonl"
 
-    async def append(self, session_id: str, messages: list[Message]) -> None:
-        await append_lines(self.path_for(session_id), lines_of(messages))
+    async def append(self, session_id: str, messages: list[Message]) -> int:
+        """Append `messages` durably; returns the archive's size after them."""
+        return await self.append_lines(session_id, lines_of(messages))
 
-    def append_sync(self, session_id: str, lines: list[str]) -> int:
-        """Append `lines` (`lines_of` the messages), in the caller's thread: the session's save writes the
-        archive and the session file in one hand-off to a worker thread. Returns the archive's size after
-        it (0 when there was nothing to append)."""
-        return append_lines_sync(self.path_for(session_id), lines)
+    async def append_lines(self, session_id: str, lines: list[str]) -> int:
+        """Append `lines` (`lines_of` the messages, made while the session's save had them at hand)
+        durably; returns the archive's size after them (0 when there was nothing to append)."""
+        return await append_lines(self.path_for(session_id), lines)
 
     def size_sync(self, session_id: str) -> int:
         """The archive's size in whole lines: where the next append will start."""

@@ -1,17 +1,23 @@
-"""`RewriteSchedule`: on which saves a chat's session file is rewritten.
+"""`RewriteSchedule`: on which saves a chat's session file is rewritten, and whether it waits for an fsync.
 
 Every save appends the new messages to the archive (one fsync'd append), so the archive is the turn
-log and the session file a snapshot of it. A usual chat's file is rewritten on every save, so an
-outside reader finds it current after each turn. A long one's (past `REWRITE_EVERY_SAVE_BELOW_BYTES`,
-about 800 messages: compaction is off or the model's window is huge) is rewritten once the archive has
-grown by `REWRITE_AFTER_SHARE` of the file since, so the bytes written per turn stay flat however long
-the session. Its file then records how long the archive was (`metadata.archivedBytes`), and loading it
-reads back the messages archived after that (`SessionService`). A change that is not an append (a
-compaction, `/new`, a retry, a new state or setting) is written at once, whatever the size.
+log and the session file a snapshot of it. The file records how long the archive was when it was
+written (`metadata.archivedBytes`), and loading it reads back the messages archived after that
+(`SessionService`). A usual chat's file is rewritten on every save, so an outside reader finds it
+current after each turn. A long one's (past `REWRITE_EVERY_SAVE_BELOW_BYTES`, about 800 messages:
+compaction is off or the model's window is huge) is rewritten once the archive has grown by
+`REWRITE_AFTER_SHARE` of the file since, so the bytes written per turn stay flat however long the
+session.
+
+A rewrite after appends only does not wait for its fsync (`Rewrite.DEFERRED`): a file a power cut left
+behind is brought up to date from the archive. A change that is not an append (a compaction, `/new`,
+a retry, a new state or setting) is not in the archive: it is written at once and durably
+(`Rewrite.DURABLE`), whatever the size.
 """
 
 from __future__ import annotations
 
+import enum
 import weakref
 from dataclasses import dataclass
 from typing import Final
@@ -24,6 +30,13 @@ REWRITE_AFTER_SHARE: Final = 0.25
 # Metadata every turn changes (figures for /status): a change of only these does not make a rewrite
 # due, and a crash before the next rewrite loses their newest values, never a message.
 _PER_TURN_KEYS: Final = frozenset({"lastPromptTokens", "lastUsage", "archivedBytes"})
+
+
+class Rewrite(enum.Enum):
+    """How a save rewrites the session file."""
+
+    DURABLE = "durable"  # fsync'd before the save returns
+    DEFERRED = "deferred"  # fsync'd by the next round of `DeferredSync`: the archive holds what it adds
 
 
 @dataclass
@@ -50,25 +63,26 @@ class RewriteSchedule:
     def __init__(self) -> None:
         self._in_file: dict[int, _InFile] = {}
 
-    def due(self, session: AgentSession, appended_bytes: int) -> bool:
-        """Whether a save that appends `appended_bytes` to the archive must rewrite the session file."""
+    def due(self, session: AgentSession, appended_bytes: int) -> Rewrite | None:
+        """How a save that appends `appended_bytes` to the archive rewrites the session file (None: not
+        at all, the archive holds what the file lacks)."""
         known = self._in_file.get(id(session))
         if known is None or known.owner() is not session or not known.resumable or known.archive_bytes is None:
-            return True
+            return Rewrite.DURABLE
+        if not _only_appended(known, session):
+            return Rewrite.DURABLE
         if known.file_bytes < REWRITE_EVERY_SAVE_BELOW_BYTES:
-            return True
+            return Rewrite.DEFERRED
         if known.behind_bytes + appended_bytes >= known.file_bytes * REWRITE_AFTER_SHARE:
-            return True
-        return not _only_appended(known, session)
+            return Rewrite.DEFERRED
+        return None
 
     def archive_mark(self, session: AgentSession, appended_bytes: int) -> int:
         """The `archivedBytes` the file written now records: the archive's length after this save's
-        append for a long session (0, left out of the file, for a short one or when it is unknown)."""
+        append (0, left out of the file, when it is unknown)."""
         known = self._in_file.get(id(session))
         if known is None or known.archive_bytes is None or known.owner() is not session:
             return 0
-        if known.file_bytes < REWRITE_EVERY_SAVE_BELOW_BYTES // 2:
-            return 0  # a short file is rewritten on every save: it never lags behind the archive
         return known.archive_bytes + appended_bytes
 
     def loaded(self, session: AgentSession, in_file: int, file_bytes: int, archive_bytes: int | None) -> None:

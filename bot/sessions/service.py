@@ -4,8 +4,9 @@ Callers that change a session hold its lock (`lock_for`) for the whole change; t
 for a run. A change is an append of messages, or assigns a new list (`replace_messages`,
 `clear_messages`); a stored message is never edited in place. Saving messages appends them to the
 archive, the one durable write of a turn, and rewrites the session file when `RewriteSchedule` says
-so: on every save for a usual chat, every so many turns for a long one, whose newer messages are
-then read back from the archive when it is loaded. A message may also be added unwritten
+so: on every save for a usual chat, every so many turns for a long one; the file records how long the
+archive was, and the messages archived after that are read back from the archive when it is loaded
+(a rewrite after appends only therefore need not wait for its fsync). A message may also be added unwritten
 (`add_unwritten`): the next save writes it with the rest, which lets a plain turn write its question
 and answer at once.
 
@@ -29,8 +30,9 @@ from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, session_id_for
 from bot.sessions.archive import MessageArchive, lines_of
-from bot.sessions.rewrites import RewriteSchedule
+from bot.sessions.rewrites import Rewrite, RewriteSchedule
 from bot.sessions.store import CorruptSession, SessionFileStore
+from bot.storage.durability import DeferredSync
 from bot.storage.files import line_bytes
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,10 @@ class _ArchiveFailed(Exception):
 class SessionService:
     """The live sessions of every chat: one cached `AgentSession` per id, persisted on every change."""
 
-    def __init__(self, sessions_dir: Path) -> None:
+    def __init__(self, sessions_dir: Path, deferred: DeferredSync | None = None) -> None:
+        """`deferred`: where a rewrite the archive can stand in for leaves its fsync (without one, every
+        write is durable before it returns)."""
+        self._deferred = deferred
         self.store = SessionFileStore(sessions_dir)
         self.archive = MessageArchive(sessions_dir / "archive")
         # Most recently used last; bounded by `CACHE_MAX_SESSIONS`.
@@ -99,14 +104,12 @@ class SessionService:
         if cached is not None:
             return cached
         try:
-            session = await self._load(session_id)
+            session = await self._load(session_id, create=(channel_type, chat_id))
         except CorruptSession as corrupt:
             session = AgentSession.new(channel_type, chat_id)
             session.metadata.recovered_from = corrupt.quarantined_as.name
-        if session is None:
-            session = AgentSession.new(channel_type, chat_id)
         # Another task may have loaded it meanwhile; the first one in wins so there is one object.
-        return self._cached(session_id) or self._keep(session)
+        return self._cached(session_id) or self._keep(session or AgentSession.new(channel_type, chat_id))
 
     async def get(self, session_id: str) -> AgentSession | None:
         """The session if it exists in the cache or on disk; never creates one."""
@@ -119,23 +122,24 @@ class SessionService:
             return None
         return None if session is None else self._cached(session_id) or self._keep(session)
 
-    async def _load(self, session_id: str) -> AgentSession | None:
-        """The session from its file, with the messages archived after the file was written; None if it
-        has no file. Raises `CorruptSession` (after quarantining the file)."""
-        loaded = await asyncio.to_thread(self._load_sync, session_id)
-        if loaded is None:
-            return None
-        session, in_file, file_bytes, archive_bytes = loaded
-        self._rewrites.loaded(session, in_file, file_bytes, archive_bytes)
+    async def _load(self, session_id: str, create: tuple[str, str] | None = None) -> AgentSession | None:
+        """The session from its file, with the messages archived after the file was written; with no file,
+        a new session for `create` (channel type, chat id), or None. Raises `CorruptSession` (after
+        quarantining the file)."""
+        session, in_file, file_bytes, archive_bytes = await asyncio.to_thread(self._load_sync, session_id)
+        if session is None and create is not None:
+            session = AgentSession.new(*create)
+        if session is not None:
+            self._rewrites.loaded(session, in_file, file_bytes, archive_bytes)
         return session
 
-    def _load_sync(self, session_id: str) -> tuple[AgentSession, int, int, int | None] | None:
+    def _load_sync(self, session_id: str) -> tuple[AgentSession | None, int, int, int | None]:
+        """(the stored session or None, how many messages its file holds, the file's size, the archive's
+        size or None when it cannot be read)."""
         stored = self.store.load_sync(session_id)
-        if stored is None:
-            return None
-        session, file_bytes = stored
-        in_file = len(session.messages)
-        mark = session.metadata.archived_bytes
+        session, file_bytes = stored if stored is not None else (None, 0)
+        in_file = len(session.messages) if session is not None else 0
+        mark = session.metadata.archived_bytes if session is not None else 0
         try:
             archive_bytes = self.archive.size_sync(session_id)
             newer = self.archive.read_from_sync(session_id, mark) if 0 < mark < archive_bytes else []
@@ -146,6 +150,8 @@ class SessionService:
                 "[Session] %s: the archive cannot be read (%s); the session is as its file holds it", session_id, error
             )
             return session, in_file, file_bytes, None
+        if session is None:
+            return None, 0, 0, archive_bytes
         known = {message.id for message in session.messages}
         newer = [message for message in newer if message.id not in known]
         session.messages.extend(newer)
@@ -183,9 +189,7 @@ class SessionService:
     async def save(self, session: AgentSession) -> None:
         """Append the messages the archive does not have yet, then rewrite the session file if it is due.
 
-        Both are serialized here and written in one hand-off to a worker thread (a hand-off costs about
-        as much CPU as an fsync, and a turn makes several); the session file is not touched when the
-        archive append failed."""
+        The session file is not touched when the archive append failed."""
         await self._save(session, rewrite=False)
 
     async def _save(self, session: AgentSession, *, rewrite: bool) -> None:
@@ -195,11 +199,13 @@ class SessionService:
         lines = lines_of(pending)
         appended = sum(len(line_bytes(line)) for line in lines)
         document = None
-        if rewrite or self._rewrites.due(session, appended):
+        how = Rewrite.DURABLE if rewrite else self._rewrites.due(session, appended)
+        if how is not None:
             session.metadata.archived_bytes = self._rewrites.archive_mark(session, appended)
             document = self.store.document(session)
+        deferred = self._deferred if how is Rewrite.DEFERRED else None
         try:
-            archive_bytes = await asyncio.to_thread(self._write_sync, session.id, lines, document)
+            archive_bytes = await self._write(session.id, lines, document, deferred)
         except _ArchiveFailed as failed:
             self._unarchived[session.id] = pending
             self._unsaved[session.id] = session
@@ -217,15 +223,18 @@ class SessionService:
             self._rewrites.written(session, len(document), archive_bytes)
         self._unsaved.pop(session.id, None)
 
-    def _write_sync(self, session_id: str, archive_lines: list[str], document: bytes | None) -> int | None:
-        """Append to the archive, then replace the session file with `document` if there is one. Returns
-        the archive's length, None when neither was written to."""
+    async def _write(
+        self, session_id: str, archive_lines: list[str], document: bytes | None, deferred: DeferredSync | None
+    ) -> int | None:
+        """Append to the archive (durably), then replace the session file with `document` if there is one
+        (its fsync left to `deferred` if given). Returns the archive's length, None when neither was
+        written to."""
         try:
-            archive_bytes = self.archive.append_sync(session_id, archive_lines) if archive_lines else None
+            archive_bytes = await self.archive.append_lines(session_id, archive_lines) if archive_lines else None
         except OSError as error:
             raise _ArchiveFailed(error) from error
         if document is not None:
-            self.store.write_sync(session_id, document)
+            await self.store.write(session_id, document, deferred)
             if archive_bytes is None:  # so the length the file records is checked against the archive
                 archive_bytes = self.archive.size_sync(session_id)
         return archive_bytes

@@ -22,7 +22,8 @@ from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, checked_session_id
 from bot.domain.session_metadata import METADATA_PROBLEMS
-from bot.storage.files import read_text_sync, write_atomic_sync
+from bot.storage.durability import DeferredSync
+from bot.storage.files import read_text_sync, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,10 @@ class SessionFileStore:
         """The file's content: the whole session as compact JSON (indentation added about 12% to its bytes)."""
         return self._json.document(session)
 
-    def write_sync(self, session_id: str, document: bytes) -> None:
-        """Replace the session's file with `document`, in the caller's thread (see `SessionService.save`)."""
-        write_atomic_sync(self.path_for(session_id), document)
+    async def write(self, session_id: str, document: bytes, deferred: DeferredSync | None = None) -> None:
+        """Replace the session's file with `document` (see `SessionService.save`); with `deferred`, its
+        fsyncs are left to that one's next round."""
+        await write_atomic(self.path_for(session_id), document, deferred)
 
     async def delete(self, session_id: str) -> None:
         await asyncio.to_thread(self.path_for(session_id).unlink, True)

@@ -1,9 +1,10 @@
 """The one place that writes files: whole-file atomic rewrites and durable appends.
 
 Every store (sessions, archive, memory, config) goes through these helpers so that a crash at any
-moment leaves either the old or the new version of a file, never a half-written one. The blocking
-work runs in a worker thread, never on the event loop. What they create is private to the bot's user
-(folders 0700, files 0600), whatever the process umask.
+moment leaves either the old or the new version of a file, never a half-written one. A write is
+durable when the call returns, or, given a `DeferredSync`, by that one's next round. The waiting
+(fsync) runs in a worker thread, never on the event loop. What they create is private to the bot's
+user (folders 0700, files 0600), whatever the process umask.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import io
 import os
 import tempfile
 from pathlib import Path
+
+from bot.storage.durability import DeferredSync
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -46,10 +49,12 @@ def _private_opener(path: str, flags: int) -> int:
     return os.open(path, flags, PRIVATE_FILE_MODE)
 
 
-def write_atomic_sync(path: Path, data: bytes) -> None:
+def write_atomic_sync(path: Path, data: bytes, deferred: DeferredSync | None = None) -> None:
     """Replace `path` with `data`: temp file in the same folder, fsync, rename, fsync the folder.
 
-    The temp file is 0600 (`mkstemp`), so the file is 0600 after its first rewrite whatever it was.
+    With `deferred`, both fsyncs are left to its next round (the file is whole either way: the rename
+    is atomic, and a crash of the process loses nothing the call wrote). The temp file is 0600
+    (`mkstemp`), so the file is 0600 after its first rewrite whatever it was.
     """
     make_private_dirs(path.parent)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -57,12 +62,16 @@ def write_atomic_sync(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as tmp:
             tmp.write(data)
             tmp.flush()
-            os.fsync(tmp.fileno())
+            if deferred is None:
+                os.fsync(tmp.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    if deferred is None:
+        _fsync_dir(path.parent)
+    else:
+        deferred.mark(path, new_entry=True)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -82,27 +91,70 @@ def remove_stale_temp_files(root: Path) -> int:
     return len(stale)
 
 
-async def write_atomic(path: Path, data: bytes) -> None:
+async def write_atomic(path: Path, data: bytes, deferred: DeferredSync | None = None) -> None:
+    """`write_atomic_sync`, its fsyncs in a worker thread; with `deferred` there are none to wait for, and
+    the write (into the kernel's page cache) is made here."""
+    if deferred is not None:
+        write_atomic_sync(path, data, deferred)
+        return
     await asyncio.to_thread(write_atomic_sync, path, data)
 
 
-def append_lines_sync(path: Path, lines: list[str]) -> int:
-    """Append whole lines durably; a torn last line left by a crash is cut off first. Returns the file's
-    size after the append (with nothing to append, the file is not opened and 0 is returned).
+def append_lines_sync(path: Path, lines: list[str], deferred: DeferredSync | None = None) -> int:
+    """Append whole lines durably (with `deferred`: made durable by its next round); a torn last line
+    left by a crash is cut off first. Returns the file's size after the append (with nothing to
+    append, the file is not opened and 0 is returned).
 
     A torn line is the unfinished tail of an append that never completed, so dropping it loses
     nothing that was ever acknowledged, and it keeps every later line parseable.
     """
     if not lines:
         return 0
-    make_private_dirs(path.parent)
-    payload = b"".join(line_bytes(line) for line in lines)
-    with open(path, "a+b", opener=_private_opener) as handle:
-        _cut_torn_tail(handle)
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
+    with _open_for_append(path) as handle:
+        created = _append_to(handle, lines)
+        if deferred is None:
+            os.fsync(handle.fileno())
+        else:
+            deferred.mark(path, new_entry=created)
         return handle.tell()
+
+
+async def append_lines(path: Path, lines: list[str], deferred: DeferredSync | None = None) -> int:
+    """`append_lines_sync` for the event loop. The lines are written here, into the kernel's page cache
+    (tens of microseconds); only the fsync, which waits for the disk, goes to a worker thread. A thread
+    that wrote too would take the GIL back after each of its system calls while the loop runs the
+    turn, and that contention cost more CPU than the writing itself."""
+    if not lines:
+        return 0
+    with _open_for_append(path) as handle:
+        created = _append_to(handle, lines)
+        size = handle.tell()
+        if deferred is None:
+            # A descriptor of its own: a cancelled caller closes `handle` while the fsync may still run.
+            await asyncio.to_thread(_fsync_and_close, os.dup(handle.fileno()))
+        else:
+            deferred.mark(path, new_entry=created)
+    return size
+
+
+def _open_for_append(path: Path) -> io.BufferedRandom:
+    make_private_dirs(path.parent)
+    return open(path, "a+b", opener=_private_opener)
+
+
+def _append_to(handle: io.BufferedRandom, lines: list[str]) -> bool:
+    """Write `lines` at the end of the file, a torn last line cut off first; True when it was empty."""
+    created = _cut_torn_tail(handle) == 0
+    handle.write(b"".join(line_bytes(line) for line in lines))
+    handle.flush()
+    return created
+
+
+def _fsync_and_close(descriptor: int) -> None:
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def whole_lines_size_sync(path: Path) -> int:
@@ -132,13 +184,15 @@ def line_bytes(line: str) -> bytes:
     return (line.rstrip("\n") + "\n").encode("utf-8", "backslashreplace")
 
 
-def _cut_torn_tail(handle: io.BufferedRandom) -> None:
-    """Cut off a torn last line: the unfinished fragment of an append a crash interrupted."""
+def _cut_torn_tail(handle: io.BufferedRandom) -> int:
+    """Cut off a torn last line: the unfinished fragment of an append a crash interrupted. Returns the
+    size of what is left."""
     end = handle.seek(0, os.SEEK_END)
     whole = _line_start_at(handle, end)
     if whole != end:
         handle.truncate(whole)
         handle.seek(0, os.SEEK_END)
+    return whole
 
 
 def _line_start_at(handle: io.BufferedIOBase, position: int) -> int:
@@ -151,10 +205,6 @@ def _line_start_at(handle: io.BufferedIOBase, position: int) -> int:
             return start + newline + 1
         position = start
     return 0
-
-
-async def append_lines(path: Path, lines: list[str]) -> None:
-    await asyncio.to_thread(append_lines_sync, path, lines)
 
 
 def append_text_sync(path: Path, text: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from bot.domain.message import Message
 from bot.sessions.rewrites import REWRITE_AFTER_SHARE, REWRITE_EVERY_SAVE_BELOW_BYTES
 from bot.sessions.service import SessionService
+from bot.storage.durability import DeferredSync
 
 # Messages of about 300 bytes on disk: 1,200 of them make a file past `REWRITE_EVERY_SAVE_BELOW_BYTES`.
 LONG = 1200
@@ -130,11 +131,47 @@ async def test_a_stop_brings_the_file_up_to_date(tmp_path: Path) -> None:
 
 
 async def test_a_short_session_file_is_current_after_every_save(tmp_path: Path) -> None:
-    sessions = SessionService(tmp_path)
+    sessions = SessionService(tmp_path, DeferredSync())
     session = await sessions.get_or_create("telegram", "2")
     path = sessions.store.path_for(session.id)
     for number in range(30):
         await sessions.append_messages(session, exchange(number))
         on_disk = json.loads(path.read_text())
         assert len(on_disk["messages"]) == len(session.messages)
-        assert "archivedBytes" not in on_disk["metadata"]
+        # What the archive held when the file was written: a file a power cut left behind catches up from there.
+        assert on_disk["metadata"]["archivedBytes"] == sessions.archive.path_for(session.id).stat().st_size
+
+
+async def test_a_session_file_a_power_cut_left_behind_catches_up_from_the_archive(tmp_path: Path) -> None:
+    """Only the archive append of a turn waits for its fsync; a power cut may leave the session file as
+    it was some turns before (whole: it is replaced by a rename). Those turns come back from the archive."""
+    deferred = DeferredSync()
+    sessions = SessionService(tmp_path, deferred)
+    session = await sessions.get_or_create("telegram", "3")
+    path = sessions.store.path_for(session.id)
+    for number in range(5):
+        await sessions.append_messages(session, exchange(number))
+    left_behind = path.read_bytes()
+    for number in range(5, 8):
+        await sessions.append_messages(session, exchange(number))
+    assert deferred.pending > 0  # the rewrites after appends wait for the next round of fsyncs
+    path.write_bytes(left_behind)  # what the disk holds after a power cut before that round
+
+    restarted = await SessionService(tmp_path).get_or_create("telegram", "3")
+    assert contents(restarted.messages) == contents(session.messages)
+    await deferred.sync()
+    assert deferred.pending == 0
+
+
+async def test_a_change_that_is_not_an_append_does_not_wait_for_a_later_fsync(tmp_path: Path) -> None:
+    deferred = DeferredSync()
+    sessions = SessionService(tmp_path, deferred)
+    session = await sessions.get_or_create("telegram", "4")
+    for number in range(3):
+        await sessions.append_messages(session, exchange(number))
+    await deferred.sync()
+
+    await sessions.replace_messages(session, session.messages[-2:])  # a compaction: not in the archive
+    assert deferred.pending == 0
+    await sessions.append_messages(session, exchange(3))
+    assert deferred.pending > 0

@@ -44,8 +44,8 @@ def loaded(store: SessionFileStore, session_id: str) -> AgentSession | None:
     return None if stored is None else stored[0]
 
 
-def save(store: SessionFileStore, session: AgentSession) -> None:
-    store.write_sync(session.id, store.document(session))
+async def save(store: SessionFileStore, session: AgentSession) -> None:
+    await store.write(session.id, store.document(session))
 
 
 async def test_a_file_the_bot_wrote_is_read_typed_and_written_back_byte_for_byte(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ async def test_a_file_the_bot_wrote_is_read_typed_and_written_back_byte_for_byte
     }
     assert [event.get("status") for event in metadata.compaction_events] == ["completed", "failed"]
     assert (metadata.last_prompt_tokens or {})["cut"] == ["memoryPack"]
-    save(store, session)
+    await save(store, session)
     assert (tmp_path / "telegram:12345.json").read_bytes() == WRITTEN_BY_THE_BOT.read_bytes()
 
 
@@ -88,7 +88,7 @@ async def test_a_conversation_and_its_compaction_are_written_back_unchanged_afte
     store = SessionFileStore(path.parent)  # a restart reads the file again
     session = loaded(store, "test:1")
     assert session is not None and session.metadata.compaction_count == 1
-    save(store, session)
+    await save(store, session)
     assert path.read_bytes() == written
 
 
@@ -148,11 +148,11 @@ async def test_metadata_that_is_not_an_object_does_not_lose_the_session(
 async def test_a_value_back_at_its_default_leaves_the_file(tmp_path: Path) -> None:
     store = SessionFileStore(tmp_path)
     session = AgentSession.new("telegram", "1")
-    save(store, session)
+    await save(store, session)
     assert json.loads((tmp_path / "telegram:1.json").read_text())["metadata"] == {}
     session.metadata.active_skill = "trip-planning"
     session.metadata.compaction_count = 1
-    save(store, session)
+    await save(store, session)
     assert json.loads((tmp_path / "telegram:1.json").read_text())["metadata"] == {
         "activeSkill": "trip-planning",
         "compactionCount": 1,
@@ -160,5 +160,5 @@ async def test_a_value_back_at_its_default_leaves_the_file(tmp_path: Path) -> No
     session.metadata.active_skill = None  # /skill off
     session.metadata.active_skill = "packing"  # set again: it goes last, as a key set anew in a dict
     session.metadata.compaction_count = 0
-    save(store, session)
+    await save(store, session)
     assert (tmp_path / "telegram:1.json").read_text().count('"metadata":{"activeSkill":"packing"}') == 1
