@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from bot.domain.model import CamelModel, utc_now
 from bot.domain.text import scrub_surrogates
@@ -62,7 +62,14 @@ def new_message_id() -> str:
 
 
 class Message(CamelModel):
-    """A conversation message as stored in the session and the archive (CONTRACT format)."""
+    """A conversation message as stored in the session and the archive (CONTRACT format).
+
+    Frozen: a message is made whole and never edited in place (a change to a conversation appends a
+    message or puts a new list in place), so what was derived from it once (its JSON in the session
+    file, its cost in tokens) stays true for as long as it exists.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     id: str = Field(default_factory=new_message_id)
     role: Role

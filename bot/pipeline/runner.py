@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from bot.channels.base import EDITED, QUOTE_AUTHOR, QUOTE_TEXT
 from bot.domain.inbound import InboundMessage
-from bot.domain.message import MediaRef, Message, Quote, Role, Sender
+from bot.domain.message import MediaRef, Message, Quote, Role, Sender, new_message_id
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import SessionMetadata
 from bot.llm.errors import LlmError
@@ -226,26 +226,25 @@ class PipelineRunner:
 def user_message_for(inbound: InboundMessage, session: AgentSession) -> Message:
     """The session's user message for `inbound`: its text, sender, quoted reply, image and, for an edit of a
     message already answered, which stored message it corrects."""
-    message = Message.user(inbound.text, inbound.journal_id)
     extra = inbound.extra
-    if inbound.sender_name or inbound.username:
-        message.sender = Sender(id=inbound.user_id, name=inbound.display_name)
-    if extra.get(QUOTE_TEXT):
-        message.quote = Quote(author=extra.get(QUOTE_AUTHOR) or "someone", text=extra[QUOTE_TEXT])
+    sender = Sender(id=inbound.user_id, name=inbound.display_name) if inbound.sender_name or inbound.username else None
+    quote = (
+        Quote(author=extra.get(QUOTE_AUTHOR) or "someone", text=extra[QUOTE_TEXT]) if extra.get(QUOTE_TEXT) else None
+    )
+    media = None
     if extra.get(MEDIA_PATH):
-        mime = extra.get(MEDIA_MIME) or "image/jpeg"
         width, _, height = (extra.get(MEDIA_PIXELS) or "").partition("x")
-        message.media = [
+        media = [
             MediaRef(
                 kind="image",
                 path=extra[MEDIA_PATH],
-                mime=mime,
+                mime=extra.get(MEDIA_MIME) or "image/jpeg",
                 caption=inbound.text or None,
                 width=int(width) if width.isdigit() and int(width) > 0 else None,
                 height=int(height) if height.isdigit() and int(height) > 0 else None,
             )
         ]
-    message.channel_message_id = inbound.message_id
+    correction_of = None
     if extra.get(EDITED) and inbound.message_id is not None:
         earlier = next(
             (
@@ -255,5 +254,14 @@ def user_message_for(inbound: InboundMessage, session: AgentSession) -> Message:
             ),
             None,
         )
-        message.correction_of = earlier.id if earlier is not None else None
-    return message
+        correction_of = earlier.id if earlier is not None else None
+    return Message(
+        id=inbound.journal_id or new_message_id(),
+        role=Role.USER,
+        content=inbound.text,
+        sender=sender,
+        quote=quote,
+        media=media,
+        correction_of=correction_of,
+        channel_message_id=inbound.message_id,
+    )

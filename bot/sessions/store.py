@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -37,42 +38,62 @@ class CorruptSession(Exception):
         self.quarantined_as = quarantined_as
 
 
-# A message's JSON as last written, with the message object and the values of its fields at the time.
-_WrittenMessage = tuple[Message, tuple[object, ...], str]
+@dataclass
+class _Written:
+    """One session's messages as last written: the message objects in order, each one's JSON (by `id`),
+    and those JSONs joined, ready to be extended by the messages appended since."""
+
+    messages: list[Message] = field(default_factory=list)
+    json_by_id: dict[int, tuple[Message, str]] = field(default_factory=dict)
+    joined: str = ""
 
 
 class MessageJsonCache:
-    """The JSON of each message of a live session as last written, so a save serializes only what changed.
+    """The JSON of each message of a live session as last written, so a save serializes only what is new.
 
-    An entry is reused while it is the same message object and its fields hold the values they held then
-    (a field assigned since, as the runner does while building a message, is caught; comparing the values
-    costs a twentieth of serializing them). Stored messages are replaced, not edited in place, so a list
-    inside a field is not looked into. Entries live as long as their session object: the session cache
-    dropping a session drops them too.
+    A stored message is never edited in place (`SessionService`): a change to the conversation appends
+    to its list or puts a new list in its place. When the session still begins with the messages of the
+    last document (checked by identity, a pointer comparison per message), the new document is that
+    one's messages with the new ones' JSON added; otherwise it is made again from each message's JSON,
+    serializing only messages not seen before. Entries live as long as their session object: the session
+    cache dropping a session drops them too.
     """
 
     def __init__(self) -> None:
-        self._by_session: dict[int, dict[int, _WrittenMessage]] = {}
+        self._by_session: dict[int, _Written] = {}
 
     def document(self, session: AgentSession) -> bytes:
         """The session as compact JSON, the same document as `model_dump_json(by_alias, exclude_none)`."""
         key = id(session)
         written = self._by_session.get(key)
         if written is None:
-            written = {}
+            written = self._by_session[key] = _Written()
             weakref.finalize(session, self._by_session.pop, key, None)
-        current: dict[int, _WrittenMessage] = {}
-        parts: list[str] = []
-        for message in session.messages:
-            values = tuple(message.__dict__.values())
-            entry = written.get(id(message))
-            if entry is None or entry[0] is not message or entry[1] != values:
-                entry = (message, values, message.model_dump_json(by_alias=True, exclude_none=True))
-            current[id(message)] = entry
-            parts.append(entry[2])
-        self._by_session[key] = current
+        messages = session.messages
+        count = len(written.messages)
+        # A list comparison takes each pair that is the same object as equal without looking into it.
+        if len(messages) >= count and messages[:count] == written.messages:
+            added = messages[count:]
+            parts = [written.joined] if count else []
+            parts += [self._json(written, message) for message in added]
+            written.joined = ",".join(parts)
+            written.messages.extend(added)
+        else:
+            before = written.json_by_id
+            written.json_by_id = {}
+            written.joined = ",".join(self._json(written, message, before) for message in messages)
+            written.messages = list(messages)
         head = session.model_dump_json(by_alias=True, exclude_none=True, exclude={"messages"})
-        return f'{head[:-1]},"messages":[{",".join(parts)}]}}'.encode()
+        return f'{head[:-1]},"messages":[{written.joined}]}}'.encode()
+
+    @staticmethod
+    def _json(written: _Written, message: Message, before: dict[int, tuple[Message, str]] | None = None) -> str:
+        """`message`'s JSON, taken from `before` when it was serialized there; remembered in `written`."""
+        known = (before if before is not None else written.json_by_id).get(id(message))
+        if known is None or known[0] is not message:
+            known = (message, message.model_dump_json(by_alias=True, exclude_none=True))
+        written.json_by_id[id(message)] = known
+        return known[1]
 
 
 class SessionFileStore:

@@ -57,9 +57,9 @@ def test_observe_request_calibrates_from_the_wire_payload() -> None:
 
 
 def photo_message(text: str, width: int | None = None, height: int | None = None) -> Message:
-    message = Message.user(text)
-    message.media = [MediaRef(path="media/telegram:1/photo.jpg", width=width, height=height)]
-    return message
+    return Message.user(text).model_copy(
+        update={"media": [MediaRef(path="media/telegram:1/photo.jpg", width=width, height=height)]}
+    )
 
 
 def test_an_image_counts_as_openai_bills_it() -> None:

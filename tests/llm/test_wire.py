@@ -18,9 +18,9 @@ def test_a_message_of_an_older_session_file_loads_and_is_sent_as_before() -> Non
 
 
 def test_names_only_in_groups_and_quotes_always() -> None:
-    ann = Message.user("and tomorrow?")
-    ann.sender = Sender(id="1001", name="Ann")
-    ann.quote = Quote(author="Bob", text="rain today")
+    ann = Message.user("and tomorrow?").model_copy(
+        update={"sender": Sender(id="1001", name="Ann"), "quote": Quote(author="Bob", text="rain today")}
+    )
     [private] = to_openai_messages("", [ann])
     assert private["content"] == '[Replying to Bob: "rain today"]\nand tomorrow?'
     [group] = to_openai_messages("", [ann], group=True)
@@ -28,8 +28,9 @@ def test_names_only_in_groups_and_quotes_always() -> None:
 
 
 def test_an_image_is_a_part_when_given_and_a_stand_in_otherwise() -> None:
-    photo = Message.user("my cat")
-    photo.media = [MediaRef(path="media/telegram:1/a.jpg", caption="my cat")]
+    photo = Message.user("my cat").model_copy(
+        update={"media": [MediaRef(path="media/telegram:1/a.jpg", caption="my cat")]}
+    )
     answer = Message.assistant("A grey cat on a sofa. Cute!")
     sent = to_openai_messages("", [photo, answer], {photo.id: ["data:image/jpeg;base64,AAAA"]})
     assert sent[0]["content"] == [
@@ -44,8 +45,7 @@ def test_an_image_is_a_part_when_given_and_a_stand_in_otherwise() -> None:
 
 def test_a_correction_quotes_the_message_it_corrects() -> None:
     first = Message.user("I arrive Monday")
-    fixed = Message.user("I arrive Tuesday")
-    fixed.correction_of = first.id
+    fixed = Message.user("I arrive Tuesday").model_copy(update={"correction_of": first.id})
     sent = to_openai_messages("", [first, Message.assistant("Ok."), fixed])
     assert sent[-1]["content"] == (
         '[Correction: I edited my earlier message "I arrive Monday"; it now reads:]\nI arrive Tuesday'

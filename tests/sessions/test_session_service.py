@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from bot.domain.message import Message, Role, ToolCall
 from bot.domain.session import InvalidSessionId
@@ -192,13 +193,14 @@ async def test_each_save_writes_the_document_pydantic_would_whatever_changed_sin
     session = await sessions.get_or_create("telegram", "7")
     call = ToolCall(id="call_1", name="read_file", arguments="{}")
     await sessions.append_messages(session, [Message.user("hi"), Message.assistant("", tool_calls=[call])])
-    session.messages[0].content = "hi, edited after its save"  # a field assigned anyway is caught
-    session.messages[1] = Message.assistant("replaced")
+    with pytest.raises(ValidationError):  # a stored message is never edited in place: what it was stays true
+        session.messages[0].content = "hi, edited after its save"  # type: ignore[misc]
+    session.messages[1] = Message.assistant("replaced")  # a message put in another's place is caught
     session.metadata.last_usage = {"promptTokens": 12}
     await sessions.append_messages(session, [Message.tool_result(call, "file text")])
     expected = session.model_dump_json(by_alias=True, exclude_none=True)
     assert stored_json(tmp_path, session.id) == expected
-    assert "hi, edited after its save" in expected and "replaced" in expected
+    assert "replaced" in expected
     await sessions.replace_messages(session, session.messages[1:])
     assert stored_json(tmp_path, session.id) == session.model_dump_json(by_alias=True, exclude_none=True)
 
