@@ -130,8 +130,10 @@ class MemoryItemStore:
         # Bumped by every change, so results derived from the items (the core ranking) can be cached.
         self._version = 0
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
-        # The `ItemFacts` and the neighbour ids read since the store's `_version` changed last: a message's
-        # lexical candidates are looked up while its vector is made, and its scoring then reads only the others'.
+        # The `ItemFacts` and the neighbour ids read, valid while `_facts_version` is the store's `_version`:
+        # an append keeps them in step (it drops only the entries it changes), any other change drops them all.
+        # A message's lexical candidates are looked up while its vector is made, and its scoring then reads
+        # only the others'; the next message reads only what the turn's own item changed.
         self._facts: dict[str, ItemFacts] = {}
         self._neighbour_ids: dict[str, list[str]] = {}
         self._facts_version = -1
@@ -648,28 +650,44 @@ class MemoryItemStore:
     def append(self, items: list[MemoryItem]) -> None:
         """Add new items (written by the next `flush`, one durable append per file)."""
         placed: list[tuple[MemoryItem, Path]] = []
+        # The items whose facts or neighbours the appends change: each new one, and the one before it in its
+        # file (its next neighbour is now the new one). None: an id stored before, so anything may have moved.
+        touched: list[str] | None = []
 
         def write(connection: sqlite3.Connection) -> None:
+            nonlocal touched
             for item in items:
                 path = self.file_for(item)
                 replaced = connection.execute("SELECT 1 FROM items WHERE id = ?", (item.id,)).fetchone()
                 if replaced is not None:
                     self._forget_refs(connection, [item.id])
+                    touched = None
                 else:
                     self._count += 1
                 name = self._name(path)
-                connection.execute(
-                    INSERT_ITEM, self._row(item, name, self._next_pos(connection, path), self._line_of(item))
-                )
+                pos = self._next_pos(connection, path)
+                connection.execute(INSERT_ITEM, self._row(item, name, pos, self._line_of(item)))
                 self._write_refs(connection, [item])
                 placed.append((item, path))
+                if touched is not None:
+                    before = connection.execute(
+                        "SELECT id FROM items WHERE file = ? AND pos < ? ORDER BY pos DESC LIMIT 1", (name, pos)
+                    ).fetchone()
+                    touched += [item.id] if before is None else [item.id, before[0]]
 
         self._transaction(write)
         for item, path in placed:
             self._pending_appends.setdefault(path, []).append(item.id)
             for index in self._indexes:
                 index.add(item)
+        facts_in_step = self._facts_version == self._version
         self._changed(items)
+        if facts_in_step and touched is not None:
+            # A turn appends an item or two: the facts read for the last message stay, but for the touched.
+            for item_id in touched:
+                self._facts.pop(item_id, None)
+                self._neighbour_ids.pop(item_id, None)
+            self._facts_version = self._version
 
     def replace(self, items: list[MemoryItem]) -> None:
         """Store changed versions of existing items (the next `flush` rewrites their files atomically)."""
