@@ -21,9 +21,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.context.tokenizer import Counter, OfflineTokenizers
+from bot.domain.conversation import Incremental
 from bot.domain.message import MediaRef, Message, Role
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,7 @@ class TokenEstimator:
         self._samples: dict[str, int] = {}
         self._tokenizers = tokenizers or (OfflineTokenizers() if exact else None)
         self._exact_cache: dict[tuple[str, str, int], int] = {}
+        self._tallies = Incremental(_Tally, _tallied)
         # The registry hands out the same schema dicts every turn; their JSON is made once, not per turn.
         self._schemas_seen: list[dict[str, Any]] | None = None
         self._schemas_text = ""
@@ -133,21 +137,22 @@ class TokenEstimator:
         """Tokens of a conversation. `images_in_prompt`: the images of only the newest this-many user messages
         with images are sent as images (`media.imagesInPrompt`; 0 when the model cannot see them), the
         others as text stand-ins; None counts every image as sent."""
-        # This runs over the whole conversation a few times a turn: the common case (no exact tokenizer,
-        # no images) is counted inline, without a call per message.
-        counted_exactly = self.exact_counter(model) is not None
-        ratio = self.ratio_for(model)
-        total = 0
+        if self.exact_counter(model) is not None:
+            return sum(self._as_sent(messages, model, images_in_prompt))
+        # This runs over the whole conversation a few times a turn: the messages without media are a tally
+        # kept as the conversation grows (their characters over the ratio, and their framing).
+        tally = self._tallies.over(messages)
+        text = MESSAGE_OVERHEAD_TOKENS * tally.plain + math.ceil(tally.plain_chars / self.ratio_for(model))
+        return text + sum(self._as_sent(tally.with_media, model, images_in_prompt))
+
+    def _as_sent(self, messages: list[Message], model: str | None, images_in_prompt: int | None) -> Iterator[int]:
+        """The tokens of each message, its images counted as images or as stand-ins (newest first)."""
         with_images_seen = 0
         for message in reversed(messages):
-            if message.media or counted_exactly:
-                sent = images_in_prompt is None or with_images_seen < images_in_prompt
-                if message.role is Role.USER and _images(message):
-                    with_images_seen += 1
-                total += self.message(message, model, images_sent=sent)
-            else:
-                total += MESSAGE_OVERHEAD_TOKENS + math.ceil(message_chars(message) / ratio)
-        return total
+            sent = images_in_prompt is None or with_images_seen < images_in_prompt
+            if message.role is Role.USER and _images(message):
+                with_images_seen += 1
+            yield self.message(message, model, images_sent=sent)
 
     def payload(
         self, wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, model: str | None = None
@@ -202,6 +207,24 @@ class TokenEstimator:
         # Counted, not joined into one text, with the tool schemas' JSON made once: this runs every turn.
         chars = wire_chars(wire_messages) + (len(self._schemas_json(tools)) if tools else 0)
         self.calibrate(model, chars, prompt_tokens, len(wire_messages))
+
+
+@dataclass
+class _Tally:
+    """A conversation's messages without media, counted (their framing and characters), and the others."""
+
+    plain: int = 0
+    plain_chars: int = 0
+    with_media: list[Message] = field(default_factory=list)
+
+
+def _tallied(tally: _Tally, message: Message) -> _Tally:
+    if message.media:
+        tally.with_media.append(message)
+    else:
+        tally.plain += 1
+        tally.plain_chars += message_chars(message)
+    return tally
 
 
 def message_chars(message: Message) -> int:

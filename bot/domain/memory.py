@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -131,6 +133,15 @@ class TurnMemoryEvent:
 
 
 @dataclass(frozen=True)
+class LiveConversation:
+    """The message ids of a chat's live conversation, as a set and in order: both are the same objects
+    for as long as the conversation only grows (`Incremental`), and grow with it."""
+
+    ids: AbstractSet[str] = frozenset()
+    in_order: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
 class MemoryQuery:
     """What to retrieve for one prompt: the message, top-k per layer and the prompt budgets."""
 
@@ -146,8 +157,9 @@ class MemoryQuery:
     soft_budget_tokens: int = 1800
     max_budget_tokens: int = 3500
     active_skill: str | None = None
-    # References (message ids) already in the live conversation: not worth repeating in the prompt.
-    exclude_references: frozenset[str] = frozenset()
+    # The live conversation, whose messages the model is sent anyway: items referring to them are not
+    # worth repeating in the prompt.
+    live: LiveConversation = field(default_factory=LiveConversation)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,13 @@ gives their data URLs (`images`), else as a one-line text stand-in.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
+from bot.domain.conversation import Incremental
 from bot.domain.message import Message, Role
 
 # A stand-in uses at most this much of the caption or of what the model said when it saw the image.
@@ -79,35 +83,88 @@ def to_openai_messages(
     history, each request begins with the whole of the one before, up to where that one's turn
     prompt stood. `images` maps a message id to the data URLs of its images to send; a message with
     images not in it gets a text stand-in. `group`: every user message carries its sender's name.
+    (`WireForms` gives the same, keeping each message's form as a conversation grows.)
     """
-    head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    forms = _Forms()
+    for message in messages:
+        _with_form(forms, message, group=group)
+    return _assembled(system_prompt, messages, forms, images, group, turn_prompt)
+
+
+class WireForms:
+    """`to_openai_messages` for the conversations of a running bot: the form of each message that needs
+    nothing but itself is made once and kept as its conversation grows (`Incremental`), so a request
+    costs the new messages and the few whose form depends on the rest of it (images, quotes, names,
+    corrections), not the whole history. The forms kept are shared by every request: not to be changed."""
+
+    def __init__(self) -> None:
+        self._forms = {
+            group: Incremental(_Forms, functools.partial(_with_form, group=group)) for group in (False, True)
+        }
+
+    def messages(
+        self,
+        system_prompt: str,
+        messages: list[Message],
+        images: Mapping[str, list[str]] | None = None,
+        *,
+        group: bool = False,
+        turn_prompt: str = "",
+    ) -> list[dict[str, Any]]:
+        forms = self._forms[group].over(messages)
+        return _assembled(system_prompt, messages, forms, images, group, turn_prompt)
+
+
+@dataclass
+class _Forms:
+    """Each message's wire form, or None where it depends on the rest of the request (a user message with
+    a quote, a correction, images or a name to show); the positions of those, and whether any corrects."""
+
+    forms: list[dict[str, Any] | None] = field(default_factory=list)
+    in_context: list[int] = field(default_factory=list)
+    corrections: bool = False
+
+
+def _with_form(forms: _Forms, message: Message, *, group: bool) -> _Forms:
+    role = message.role
+    if role is Role.USER and not _plain(message, group):
+        forms.in_context.append(len(forms.forms))
+        forms.forms.append(None)
+        forms.corrections = forms.corrections or message.correction_of is not None
+    elif role is Role.USER or (role is Role.ASSISTANT and not message.tool_calls):
+        forms.forms.append({"role": role.value, "content": message.content})  # most messages: the text alone
+    else:
+        forms.forms.append(to_openai_message(message))
+    return forms
+
+
+def _assembled(
+    system_prompt: str,
+    messages: list[Message],
+    forms: _Forms,
+    images: Mapping[str, list[str]] | None,
+    group: bool,
+    turn_prompt: str,
+) -> list[dict[str, Any]]:
+    """The request's messages: the forms, those that depend on the request made now, the prompts around."""
+    wire = forms.forms.copy()
     # Only an edit needs to find the message it corrects; most conversations have none.
-    by_id = {message.id: message for message in messages} if any(m.correction_of for m in messages) else {}
-    wire: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
-        role = message.role
-        if (role is Role.ASSISTANT and not message.tool_calls) or (role is Role.USER and _plain(message, group)):
-            # Most messages are their text and nothing else: this runs over the whole conversation every request.
-            wire.append({"role": role.value, "content": message.content})
-            continue
-        if role is not Role.USER:
-            wire.append(to_openai_message(message))
-            continue
-        show_name = group and message.sender is not None
+    by_id = {message.id: message for message in messages} if forms.corrections else {}
+    for index in forms.in_context:
+        message = messages[index]
         earlier = by_id.get(message.correction_of) if message.correction_of else None
-        wire.append(
-            to_openai_message(
-                message,
-                (images or {}).get(message.id),
-                show_name=show_name,
-                corrected=earlier.content if earlier is not None else None,
-                seen_as=stand_in(message, messages[index + 1 :]) if message.media else None,
-            )
+        wire[index] = to_openai_message(
+            message,
+            (images or {}).get(message.id),
+            show_name=group and message.sender is not None,
+            corrected=earlier.content if earlier is not None else None,
+            seen_as=stand_in(message, messages, index + 1) if message.media else None,
         )
+    complete = cast(list[dict[str, Any]], wire)
     if turn_prompt:
         newest_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role is Role.USER), len(wire))
-        wire.insert(newest_user, {"role": "system", "content": turn_prompt})
-    return head + wire
+        complete.insert(newest_user, {"role": "system", "content": turn_prompt})
+    return [{"role": "system", "content": system_prompt}, *complete] if system_prompt else complete
 
 
 def _plain(message: Message, group: bool) -> bool:
@@ -120,9 +177,10 @@ def _plain(message: Message, group: bool) -> bool:
     )
 
 
-def stand_in(message: Message, after: list[Message]) -> str:
-    """One line for an image no longer sent: what the model first said of it, else its caption."""
-    for later in after:
+def stand_in(message: Message, conversation: list[Message], after: int) -> str:
+    """One line for an image no longer sent: what the model first said of it (in `conversation` from
+    position `after` on), else its caption."""
+    for later in itertools.islice(conversation, after, None):
         if later.role is Role.USER:
             break
         if later.role is Role.ASSISTANT and later.content.strip() and not later.tool_calls:

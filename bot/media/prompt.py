@@ -12,7 +12,8 @@ from bot.media.store import MediaStore
 
 
 async def images_for_prompt(messages: list[Message], store: MediaStore, keep: int) -> dict[str, list[str]]:
-    """Data URLs by message id, for the newest `keep` user messages with images (0: none at all)."""
+    """Data URLs by message id, for the newest `keep` user messages with images (0: none at all);
+    `messages` may be the conversation or only its user messages with media."""
     chosen: dict[str, list[str]] = {}
     for message in reversed(messages):
         if len(chosen) >= keep:

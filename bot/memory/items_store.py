@@ -31,8 +31,9 @@ import logging
 import os
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import date, tzinfo
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
+from datetime import date, datetime, tzinfo
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -503,6 +504,19 @@ class MemoryItemStore:
             ids += [row[0] for row in rows]
         return ids
 
+    def referring_among(self, item_ids: Collection[str], references: AbstractSet[str]) -> set[str]:
+        """Those of `item_ids` that refer to any of `references` (message ids), read through whichever of
+        the two is shorter: a long live conversation has many more ids than a message has candidates."""
+        if len(references) <= len(item_ids):
+            return set(self.ids_referring_to(references)) & set(item_ids)
+        wanted = list(item_ids)
+        found: set[str] = set()
+        for start in range(0, len(wanted), IDS_PER_QUERY):
+            chunk = wanted[start : start + IDS_PER_QUERY]
+            rows = self._rows(f"SELECT id, ref FROM refs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            found.update(item_id for item_id, ref in rows if ref in references)
+        return found
+
     def superseded_by(self, newer: MemoryItem) -> list[MemoryItem]:
         """The items `newer` superseded (they shared its slot)."""
         if not newer.key:
@@ -547,26 +561,27 @@ class MemoryItemStore:
         """Active items of one layer (EPISODIC means every day file: prefer `recent_episodic`)."""
         return [item for batch in self._stream("WHERE active AND layer = ?", (layer.value,)) for item in batch]
 
-    def recent_episodic(self, limit: int, skip: Callable[[MemoryItem], bool]) -> list[MemoryItem]:
-        """The newest active EPISODIC items, newest first, reading day files from the latest back."""
-        found: list[MemoryItem] = []
+    def recent_episodic(self, limit: int, since: datetime, skip: Callable[[str], bool]) -> list[MemoryItem]:
+        """The newest active EPISODIC items created since `since`, newest first, reading day files from the
+        latest back, less those whose id `skip` says (the live conversation's own items, say).
+
+        Ids are read first, a growing batch at a time, and only the items kept are parsed: in a long live
+        conversation the newest hundreds of items are all of it, and are passed over unread."""
+        found: list[str] = []
         offset = 0
         batch = max(2 * limit, 16)
         while len(found) < limit:
             rows = self._rows(
-                "SELECT id, line FROM items WHERE layer = 'EPISODIC' AND active = 1 AND day_file = 1"
+                "SELECT id FROM items WHERE layer = 'EPISODIC' AND active = 1 AND day_file = 1 AND created >= ?"
                 " ORDER BY file DESC, created DESC LIMIT ? OFFSET ?",
-                (batch, offset),
+                (_epoch(since), batch, offset),
             )
-            for item in self._items_from(rows):
-                if not skip(item):
-                    found.append(item)
-                    if len(found) >= limit:
-                        break
+            found += [item_id for (item_id,) in rows if not skip(item_id)][: limit - len(found)]
             if len(rows) < batch:
                 break
             offset += batch
-        return found
+            batch *= 4
+        return list(self.get_many(found).values())
 
     def _fresh_caches(self) -> None:
         """Drop the facts and neighbour ids read before the last change; past their size, the older half

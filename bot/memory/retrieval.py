@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta, tzinfo
 from typing import NamedTuple
 
-from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery
+from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import Vector, VectorIndex
 from bot.memory.items_store import ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
@@ -148,6 +149,43 @@ def recency(updated: float, now: float) -> float:
     return math.exp(-age_days * _DECAY_PER_DAY)
 
 
+# The newest messages of a live conversation looked up again each time: the items a turn writes after its
+# reply refer to its messages, which were already live (and looked up) when the turn's memory was read.
+RECHECKED_MESSAGES = 8
+
+
+class LiveCoverage:
+    """The items that refer to a live conversation (it shows them already), kept per conversation as it
+    grows: each time, only the messages added since, and the newest few again, are looked up, so the
+    working set's scan can pass over a long conversation's own items without reading them.
+
+    Found by its ids in order (`LiveConversation.in_order`, the same list while the conversation grows);
+    any other conversation is looked up whole. An item made later that refers to an older live message
+    (a fact reinforced) is not seen here; retrieval still leaves it out of the ranked candidates."""
+
+    def __init__(self, store: MemoryItemStore, conversations: int = 1100) -> None:
+        self._store = store
+        self._size = conversations
+        self._kept: OrderedDict[int, tuple[Sequence[str], int, set[str]]] = OrderedDict()
+
+    def items_of(self, live: LiveConversation) -> set[str]:
+        ids = live.in_order
+        if not ids:
+            return set()
+        key = id(ids)
+        kept = self._kept.get(key)
+        if kept is None or kept[0] is not ids or len(ids) < kept[1]:
+            kept = (ids, 0, set())
+        _, checked, items = kept
+        items.update(self._store.ids_referring_to(ids[max(0, checked - RECHECKED_MESSAGES) :]))
+        # Keyed by the list's identity: the entry holds the list, so the key is not reused meanwhile.
+        self._kept[key] = (ids, len(ids), items)
+        self._kept.move_to_end(key)
+        if len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+        return items
+
+
 class MemoryRetrievalService:
     """Scores one scope's items for a query."""
 
@@ -156,6 +194,7 @@ class MemoryRetrievalService:
         self._lexical = lexical
         self._vectors = vectors
         self._zone = zone
+        self._covered = LiveCoverage(store)
 
     def search(self, text: str, limit: int, query_vector: Vector | None = None) -> list[tuple[MemoryItem, float]]:
         """Items matching `text` by relevance alone (for `memory_search` and `/memory`)."""
@@ -177,16 +216,9 @@ class MemoryRetrievalService:
             self._ranked(item, now, 1.0, Section.PINNED) for item in self._store.facts_of(i.id for i in pinned).values()
         ]
         taken = {item.id for item in pinned}
-
-        def in_conversation(item: MemoryItem) -> bool:
-            return item.id in taken or not query.exclude_references.isdisjoint(item.references)
-
         since = query.now - timedelta(days=query.working_days)
-        working = [
-            item
-            for item in self._store.recent_episodic(query.working_top_k, skip=in_conversation)
-            if item.created_at >= since
-        ]
+        covered = self._covered.items_of(query.live)
+        working = self._store.recent_episodic(query.working_top_k, since, lambda i: i in taken or i in covered)
         chosen += [
             self._ranked(item, now, 0.0, Section.WORKING)
             for item in self._store.facts_of(i.id for i in working).values()
@@ -197,8 +229,8 @@ class MemoryRetrievalService:
         for core in self._store.core(CORE_CANDIDATES_PER_TOP_K * query.semantic_top_k):
             relevance.setdefault(core.id, 0.0)
         facts.update(self._store.facts_of(item_id for item_id in relevance if item_id not in facts))
-        if query.exclude_references:
-            taken.update(self._store.ids_referring_to(query.exclude_references))
+        if query.live.ids:
+            taken.update(self._store.referring_among(relevance.keys(), query.live.ids))
         ranked: list[RankedItem] = []
         for item_id, item_relevance in relevance.items():
             found = facts.get(item_id)

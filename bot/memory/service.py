@@ -18,7 +18,7 @@ import logging
 import math
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -27,7 +27,8 @@ from typing import TypeVar
 
 from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
-from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
+from bot.domain.conversation import Incremental
+from bot.domain.memory import LiveConversation, MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message, Role
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
@@ -167,6 +168,9 @@ class MemoryService:
         # behind the fsyncs of session writes in the shared default pool.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
         self._forget_listeners: list[ForgetListener] = []
+        # What memory leaves out because the live conversation shows it anyway, kept as a chat grows.
+        self._live: Incremental[_LiveIds] = Incremental(_LiveIds, _with_id)
+        self._live_user_texts: Incremental[set[str]] = Incremental(set, _with_note_user_text)
 
     async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
         """Run a read of the scope in memory's thread, or inline while the scope is small.
@@ -370,7 +374,7 @@ class MemoryService:
         config: MemoryConfig,
         session_id: str,
         text: str,
-        live: Sequence[Message] = (),
+        live: list[Message] | None = None,
         share_tokens: int | None = None,
         model: str | None = None,
         active_skill: str | None = None,
@@ -384,7 +388,8 @@ class MemoryService:
         """
         now = self._clock.now()
         scope = await self.scope(config, session_id)
-        exclude_references = frozenset(message.id for message in live)
+        live_ids = self._live.over(live or [])
+        live_conversation = LiveConversation(live_ids.ids, live_ids.in_order)
         limit = config.max_prompt_budget_tokens
         if share_tokens is not None:
             # The share is a hard cap on the whole section: the header, and the rounding of per-line
@@ -402,7 +407,7 @@ class MemoryService:
             stable = f"{MEMORY_HEADER}\n\n{LONG_TERM_HEADER}\n{kept}"
         try:
             pack = await self._build_pack(
-                scope, config, session_id, text, now, exclude_references, budget.remaining, model, active_skill
+                scope, config, session_id, text, now, live_conversation, budget.remaining, model, active_skill
             )
         except Exception:
             # One broken piece of the structured memory must not cost the rest: the notes stand in.
@@ -413,8 +418,7 @@ class MemoryService:
             sections.append(pack.rendered)
         elif config.legacy_daily_notes_enabled and budget.remaining > 0:
             notes = await read_daily_notes(scope.notes, now.date(), config.recent_days)
-            live_user_texts = {one_line(m.content, USER_TEXT_LIMIT) for m in live if m.role is Role.USER}
-            sections += render_daily_notes(notes.without(live_user_texts), budget)
+            sections += render_daily_notes(notes.without(self._live_user_texts.over(live or [])), budget)
         turn = "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
         return MemoryPrompt(stable, turn, pack)
 
@@ -463,7 +467,7 @@ class MemoryService:
         session_id: str,
         text: str,
         now: datetime,
-        exclude_references: frozenset[str],
+        live: LiveConversation,
         remaining_tokens: int,
         model: str | None,
         active_skill: str | None,
@@ -479,7 +483,7 @@ class MemoryService:
             procedural_top_k=config.procedural_top_k,
             soft_budget_tokens=min(config.soft_prompt_budget_tokens, remaining_tokens),
             max_budget_tokens=remaining_tokens,
-            exclude_references=exclude_references,
+            live=live,
             active_skill=active_skill,
         )
         started = time.perf_counter()
@@ -700,3 +704,22 @@ def attributed(candidate: MemoryCandidate, speaker: str) -> MemoryCandidate:
     content = candidate.content if candidate.content.startswith(prefix) else prefix + candidate.content
     key = None if candidate.key is None else prefix + candidate.key
     return dataclasses.replace(candidate, content=content, key=key)
+
+
+@dataclass
+class _LiveIds:
+    ids: set[str] = field(default_factory=set)
+    in_order: list[str] = field(default_factory=list)
+
+
+def _with_id(live: _LiveIds, message: Message) -> _LiveIds:
+    live.ids.add(message.id)
+    live.in_order.append(message.id)
+    return live
+
+
+def _with_note_user_text(texts: set[str], message: Message) -> set[str]:
+    """A user message's text as its daily-note line holds it."""
+    if message.role is Role.USER:
+        texts.add(one_line(message.content, USER_TEXT_LIMIT))
+    return texts

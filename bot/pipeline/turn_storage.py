@@ -30,13 +30,15 @@ def stored_question(session: AgentSession, turn_id: str | None) -> Message | Non
 
 def stored_answer(session: AgentSession, user_message_id: str) -> Message | None:
     """The final answer stored for a user message: its last assistant text before the next user message."""
+    messages = session.messages
+    # Looked for from the end: the turn asked about is nearly always the newest one.
+    start = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].id == user_message_id), None)
+    if start is None:
+        return None
     answer = None
-    found = False
-    for message in session.messages:
-        if not found:
-            found = message.id == user_message_id
-        elif message.role is Role.USER:
+    for message in messages[start + 1 :]:
+        if message.role is Role.USER:
             break
-        elif message.role is Role.ASSISTANT and message.content and not message.tool_calls:
+        if message.role is Role.ASSISTANT and message.content and not message.tool_calls:
             answer = message
     return answer

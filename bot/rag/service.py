@@ -248,10 +248,16 @@ class RagService:
     # -- reading ------------------------------------------------------------------------------------
 
     async def retrieve(
-        self, config: RuntimeConfig, session_id: str, query_text: str, shown: str, share_tokens: int | None = None
+        self,
+        config: RuntimeConfig,
+        session_id: str,
+        query_text: str,
+        shown: str | Callable[[], str],
+        share_tokens: int | None = None,
     ) -> RetrievedContext:
-        """`# Relevant Memory` for `query_text`, without what `shown` (the memory part) already says,
-        within `rag.maxContextTokens` and `share_tokens` (what the turn's context plan gives RAG)."""
+        """`# Relevant Memory` for `query_text`, without what `shown` (the memory part and the live
+        conversation, or what makes it: asked for only when there are snippets to check against it)
+        already says, within `rag.maxContextTokens` and `share_tokens` (what the turn's context plan gives RAG)."""
         rag = config.rag
         workspace = rag_workspace_for(session_id, config.memory.scope)
         max_tokens = rag.max_context_tokens if share_tokens is None else min(rag.max_context_tokens, share_tokens)
@@ -274,8 +280,11 @@ class RagService:
         except Exception as error:
             log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
             return RetrievedContext("", 0, 0, "error")
-        shown_words = normalized(shown)  # once, not once per snippet (a few ms with a full memory part)
-        fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown_words)]
+        fresh = snippets
+        if snippets:
+            # Once, not once per snippet (a few ms with a full memory part and a long conversation).
+            shown_words = normalized(shown if isinstance(shown, str) else shown())
+            fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown_words)]
         text = self.render(fresh, max_tokens, RELEVANT_MEMORY_HEADER)
         log.info(
             "[RAG] Retrieved %d snippets (%d already in memory) in %.0f ms, %s mode: %d chars",

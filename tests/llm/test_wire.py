@@ -3,8 +3,8 @@ message now carries (sender, quote, correction, images or their stand-ins)."""
 
 from __future__ import annotations
 
-from bot.domain.message import MediaRef, Message, Quote, Sender
-from bot.llm.wire import to_openai_messages
+from bot.domain.message import MediaRef, Message, Quote, Sender, ToolCall
+from bot.llm.wire import WireForms, to_openai_messages
 
 
 def test_a_message_of_an_older_session_file_loads_and_is_sent_as_before() -> None:
@@ -52,3 +52,33 @@ def test_a_correction_quotes_the_message_it_corrects() -> None:
     )
     alone = to_openai_messages("", [fixed])  # the original was compacted away
     assert alone[0]["content"] == "[Correction: I edited my earlier message; it now reads:]\nI arrive Tuesday"
+
+
+def grown_conversation() -> list[Message]:
+    """Every kind of message the wire form has a case for, plain text in between."""
+    call = ToolCall(id="c1", name="read_file", arguments='{"path": "notes.md"}')
+    first = Message.user("I arrive Monday").model_copy(update={"sender": Sender(id="1", name="Ann")})
+    return [
+        first,
+        Message.assistant("Noted."),
+        Message.user("my cat").model_copy(update={"media": [MediaRef(path="media/telegram:1/a.jpg", caption="cat")]}),
+        Message.assistant("A grey cat. Cute!"),
+        Message.assistant("", tool_calls=[call]),
+        Message.tool_result(call, "the notes"),
+        Message.user("and tomorrow?").model_copy(update={"quote": Quote(author="Bob", text="rain today")}),
+        Message.user("I arrive Tuesday").model_copy(update={"correction_of": first.id}),
+        Message.assistant("Changed to Tuesday."),
+    ]
+
+
+def test_the_kept_wire_forms_give_what_a_conversion_from_scratch_gives_as_the_conversation_grows() -> None:
+    forms = WireForms()
+    conversation: list[Message] = []
+    for message in grown_conversation():
+        conversation.append(message)
+        for group in (False, True):
+            images = {conversation[2].id: ["data:image/jpeg;base64,AAAA"]} if len(conversation) > 2 else None
+            kept = forms.messages("persona", conversation, images, group=group, turn_prompt="# Memory")
+            assert kept == to_openai_messages("persona", conversation, images, group=group, turn_prompt="# Memory")
+    compacted = [Message.system("[Conversation summary] Ann arrives Tuesday."), *conversation[-2:]]
+    assert forms.messages("", compacted) == to_openai_messages("", compacted)

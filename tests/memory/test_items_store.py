@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from bot.domain.memory import MemoryLayer
+from bot.domain.memory import LiveConversation, MemoryLayer
 from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
+from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
 
@@ -185,3 +186,52 @@ def test_an_append_keeps_what_was_read_of_the_others_and_rereads_only_what_it_ch
     assert around == {"t1": ["t2"], "t2": ["t1", "t3"], "t3": ["t2", "t4"], "t4": ["t3"]}
     [query] = [sql for sql in queries if "items_facts" in sql]  # one query, for t3 and t4 only
     assert "'t3'" in query and "'t4'" in query and "'t1'" not in query and "'t2'" not in query
+
+
+def test_the_items_referring_to_the_live_conversation_are_found_from_either_side(tmp_path: Path) -> None:
+    """Few candidates and a long conversation, or the other way round: the same items are left out."""
+    paths = MemoryPaths(tmp_path)
+    turns = [
+        item(MemoryLayer.EPISODIC, f"turn {n}", NOW, item_id=f"t{n}", references=[f"u{n}", f"a{n}"]) for n in range(6)
+    ]
+    write_items(paths.episodic_file(NOW.date()), turns)
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    candidates = ["t1", "t2", "t4"]
+    long_conversation = {f"u{n}" for n in range(3, 6)} | {f"x{n}" for n in range(100)}
+    short_conversation = {"a2"}
+
+    assert store.referring_among(candidates, long_conversation) == {"t4"}
+    assert store.referring_among(candidates, short_conversation) == {"t2"}
+    assert store.referring_among(candidates, set()) == set()
+
+
+def test_the_working_set_passes_over_the_live_conversations_own_items_as_it_grows(tmp_path: Path) -> None:
+    """Each turn's item is written after the turn; the next message's working set still leaves it out,
+    while the turns of before the live conversation (or of another chat) come in."""
+    paths = MemoryPaths(tmp_path)
+    earlier = item(MemoryLayer.EPISODIC, "an earlier exchange", NOW - timedelta(hours=1), item_id="e0")
+    write_items(paths.episodic_file(NOW.date()), [earlier])
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    coverage = LiveCoverage(store)
+    ids: set[str] = set()
+    in_order: list[str] = []
+    queries: list[str] = []
+    store._db.connection.set_trace_callback(queries.append)
+    for turn in range(30):
+        ids.update((f"u{turn}", f"a{turn}"))
+        in_order += [f"u{turn}", f"a{turn}"]
+        queries.clear()
+        covered = coverage.items_of(LiveConversation(ids, in_order))
+        looked_up = sum(sql.count("'u") + sql.count("'a") for sql in queries if "FROM refs" in sql)
+        assert looked_up <= RECHECKED_MESSAGES + 2  # the two new messages and the newest few again
+        queries.clear()
+        working = store.recent_episodic(3, NOW - timedelta(days=7), covered.__contains__)
+        assert [found.id for found in working] == ["e0"]
+        at = NOW + timedelta(minutes=turn)
+        store.append(
+            [item(MemoryLayer.EPISODIC, f"turn {turn}", at, item_id=f"t{turn}", references=[f"u{turn}", f"a{turn}"])]
+        )
+    referring = [sql for sql in queries if "FROM refs" in sql]
+    assert not referring  # the coverage was looked up before; the scan itself reads ids only

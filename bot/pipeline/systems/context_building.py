@@ -18,6 +18,7 @@ It runs before MemoryPersist (50), so the model sees memory as it was before thi
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from bot.clock import Clock
 from bot.context.budget import MEMORY, RAG
@@ -82,9 +83,13 @@ class ContextBuildingSystem(PipelineSystem):
             ctx.system_prompt_parts["memory"] = memory.stable
         if memory is not None and memory.turn:
             ctx.system_prompt_parts["memory.pack" if memory.shows_pack else "memory.notes"] = memory.turn
+
         # What the prompt shows anyway (the memory section and the live conversation) is not repeated.
-        shown = [memory.text if memory is not None else "", *(message.content for message in ctx.session.messages)]
-        relevant = await self._rag_part(ctx, "\n".join(shown), plan.given(RAG))
+        def shown() -> str:
+            memory_text = memory.text if memory is not None else ""
+            return "\n".join([memory_text, *(message.content for message in ctx.session.messages)])
+
+        relevant = await self._rag_part(ctx, shown, plan.given(RAG))
         if relevant:
             ctx.system_prompt_parts["rag"] = relevant
         # Each part within its share; an overflowing one is cut with a visible marker, so it never
@@ -142,7 +147,7 @@ class ContextBuildingSystem(PipelineSystem):
         log.info("[Context] Memory context: %d chars", len(prompt.text))
         return prompt
 
-    async def _rag_part(self, ctx: TurnContext, shown: str, share: int) -> str:
+    async def _rag_part(self, ctx: TurnContext, shown: Callable[[], str], share: int) -> str:
         """`# Relevant Memory`, within the share the turn's plan gives it."""
         if self._rag is None or not ctx.config.rag.enabled:
             return ""

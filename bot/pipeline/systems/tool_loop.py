@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.compaction.recovery import with_payload_recovery
 from bot.compaction.service import CompactionService
-from bot.domain.message import Message, ToolCall
+from bot.domain.conversation import Incremental
+from bot.domain.message import Message, Role, ToolCall
 from bot.llm.client import ChatRequest, ChatResult, LlmClient, TextDelta
 from bot.llm.errors import LlmError, LlmFailure
-from bot.llm.wire import to_openai_messages
+from bot.llm.wire import WireForms
 from bot.media.intake import NO_VISION_NOTE, VisionSupport
 from bot.media.prompt import images_for_prompt
 from bot.media.store import MediaStore
@@ -64,6 +66,9 @@ class ToolLoopExecutionSystem(PipelineSystem):
         self._tools = tools
         self._workspace_root = workspace_root
         self._compaction = compaction
+        # What each model call needs of the whole conversation, kept as a chat grows (`Incremental`).
+        self._wire = WireForms()
+        self._shapes: Incremental[_Shape] = Incremental(_Shape, _shaped)
 
     async def process(self, ctx: TurnContext) -> None:
         loop_config = ctx.config.tool_loop
@@ -110,12 +115,11 @@ class ToolLoopExecutionSystem(PipelineSystem):
 
         async def call_with(images: dict[str, list[str]]) -> ChatResult:
             # Built from the session on every try: after a payload-too-large refusal it was compacted.
-            wire_messages = to_openai_messages(
-                ctx.system_prompt,
-                prune_tool_results(ctx.session.messages, config.tool_loop),
-                images,
-                group=group,
-                turn_prompt=ctx.turn_prompt,
+            messages = ctx.session.messages
+            if self._shapes.over(messages).tool_results:
+                messages = prune_tool_results(messages, config.tool_loop)
+            wire_messages = self._wire.messages(
+                ctx.system_prompt, messages, images, group=group, turn_prompt=ctx.turn_prompt
             )
             request = ChatRequest(
                 model=ctx.model,
@@ -150,7 +154,8 @@ class ToolLoopExecutionSystem(PipelineSystem):
         media = ctx.config.media
         if self._media is None or not self._vision.sees(ctx.model, media):
             return {}
-        return await images_for_prompt(ctx.session.messages, self._media, media.images_in_prompt)
+        with_media = self._shapes.over(ctx.session.messages).with_media
+        return await images_for_prompt(with_media, self._media, media.images_in_prompt)
 
     async def _stream(self, ctx: TurnContext, request: ChatRequest) -> ChatResult:
         assert ctx.reply_stream is not None
@@ -195,6 +200,8 @@ class ToolLoopExecutionSystem(PipelineSystem):
         ctx.new_messages.extend(messages)
 
     async def _close_orphans(self, ctx: TurnContext) -> None:
+        if not self._shapes.over(ctx.session.messages).unanswered:
+            return  # every tool call has its result (most chats never call a tool)
         patched, added = close_orphaned_tool_calls(ctx.session.messages)
         if added:
             log.info("[ToolLoop] Closed %d interrupted tool calls in %s", len(added), ctx.session.id)
@@ -208,3 +215,24 @@ def _about_images(detail: str) -> bool:
     """Whether a 400 from the endpoint is about the images sent (a model without vision)."""
     lowered = detail.lower()
     return any(word in lowered for word in ("image", "vision", "multimodal", "content type"))
+
+
+@dataclass
+class _Shape:
+    """What the tool loop asks of the whole conversation before each model call: the tool calls still
+    without a result, whether any tool result is there to prune, the user messages with media."""
+
+    unanswered: set[str] = field(default_factory=set)
+    tool_results: bool = False
+    with_media: list[Message] = field(default_factory=list)
+
+
+def _shaped(shape: _Shape, message: Message) -> _Shape:
+    if message.tool_calls:
+        shape.unanswered.update(call.id for call in message.tool_calls)
+    if message.role is Role.TOOL:
+        shape.tool_results = True
+        shape.unanswered.discard(message.tool_call_id or "")
+    if message.role is Role.USER and message.media:
+        shape.with_media.append(message)
+    return shape
