@@ -167,6 +167,10 @@ class IndexDatabase:
         version is known to be this one: another version's tables may lack the columns its indexes name)."""
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         try:
+            # This process owns the file (the `flock` above): SQLite need not take and give back its own
+            # file locks around every query (two `fcntl` calls each, tens a message), nor share the WAL
+            # index with another process. Set before the WAL is first used, so it lives in this process.
+            connection.execute("PRAGMA locking_mode=EXCLUSIVE")
             connection.execute("PRAGMA journal_mode=WAL")
             # Derived data: a power cut may lose the last transactions, never the files, and a file whose
             # signature the database lost is simply re-read.
