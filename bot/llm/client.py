@@ -83,6 +83,10 @@ class TextDelta:
     text: str
 
 
+# Clients kept for the pairs of limits (timeout, retries) requests ask for: chat, summaries, extraction.
+CLIENTS_WITH_LIMITS = 8
+
+
 class LlmClient:
     """The one way the bot talks to a model."""
 
@@ -105,6 +109,7 @@ class LlmClient:
             base_url=base_url,
             http_client=openai.DefaultAsyncHttpxClient(limits=limits),
         )
+        self._with_limits: dict[tuple[float, int], AsyncOpenAI] = {}
 
     async def close(self) -> None:
         await self._client.close()
@@ -224,7 +229,16 @@ class LlmClient:
         self.last_call = (datetime.now(UTC), "ok")
 
     def _client_for(self, request: ChatRequest) -> AsyncOpenAI:
-        return self._client.with_options(timeout=request.timeout_seconds, max_retries=request.max_retries)
+        """The client with the request's limits: made once per pair of limits (a copy builds a whole new
+        client over the same connection pool) and kept, since the configuration rarely changes them."""
+        limits = (request.timeout_seconds, request.max_retries)
+        client = self._with_limits.get(limits)
+        if client is None:
+            client = self._client.with_options(timeout=request.timeout_seconds, max_retries=request.max_retries)
+            if len(self._with_limits) >= CLIENTS_WITH_LIMITS:
+                self._with_limits.clear()  # the limits were edited many times: start over
+            self._with_limits[limits] = client
+        return client
 
     def _record_usage(self, model: str, reported: Any) -> Usage | None:
         if reported is None:
