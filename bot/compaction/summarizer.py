@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from bot.context.budget import ContextBudget
-from bot.context.estimator import TokenEstimator
+from bot.context.estimator import TokenEstimator, WireSize
 from bot.domain.conversation import SUMMARY_HEADER
 from bot.domain.message import Message, Role
 from bot.llm.client import ChatRequest, LlmClient
@@ -263,5 +263,5 @@ class Summarizer:
         except LlmError as error:
             raise SummaryFailed(f"the summary model failed ({error.failure.value})") from error
         if result.usage is not None:
-            self._estimator.observe_request(plan.model, wire, None, result.usage.prompt_tokens)
+            self._estimator.observe_request(plan.model, WireSize.of(wire), None, result.usage.prompt_tokens)
         return validate_summary(result.text, config.summary_min_chars, plan.cap_chars)

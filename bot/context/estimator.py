@@ -23,7 +23,7 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from bot.context.tokenizer import Counter, OfflineTokenizers
 from bot.domain.conversation import Incremental
@@ -192,21 +192,40 @@ class TokenEstimator:
         self._samples[model] = self._samples.get(model, 0) + 1
 
     def observe_request(
-        self,
-        model: str,
-        wire_messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        prompt_tokens: int,
+        self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None, prompt_tokens: int
     ) -> None:
-        """Calibrate from one sent request and the `prompt_tokens` the provider reported for it.
+        """Calibrate from one sent request (what its messages held: `WireSize.of` them) and the
+        `prompt_tokens` the provider reported for it.
 
         A request with images is not used: the provider's count includes the images by its own rule,
         which says nothing about how many characters its tokenizer puts in a token."""
-        if self.exact_counter(model) is not None or image_parts(wire_messages):
+        if self.exact_counter(model) is not None or sent.image_parts:
             return  # exact counts need no calibration
         # Counted, not joined into one text, with the tool schemas' JSON made once: this runs every turn.
-        chars = wire_chars(wire_messages) + (len(self._schemas_json(tools)) if tools else 0)
-        self.calibrate(model, chars, prompt_tokens, len(wire_messages))
+        chars = sent.chars + (len(self._schemas_json(tools)) if tools else 0)
+        self.calibrate(model, chars, prompt_tokens, sent.messages)
+
+
+@dataclass(frozen=True)
+class WireSize:
+    """What calibration reads of a request's wire messages: how many, the characters the model reads in
+    them (`wire_chars`), and their image parts."""
+
+    messages: int
+    chars: int
+    image_parts: int
+
+    NONE: ClassVar[WireSize]
+
+    @classmethod
+    def of(cls, wire_messages: list[dict[str, Any]]) -> WireSize:
+        return cls(len(wire_messages), wire_chars(wire_messages), image_parts(wire_messages))
+
+    def __add__(self, other: WireSize) -> WireSize:
+        return WireSize(self.messages + other.messages, self.chars + other.chars, self.image_parts + other.image_parts)
+
+
+WireSize.NONE = WireSize(0, 0, 0)
 
 
 @dataclass

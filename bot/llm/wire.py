@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from bot.context.estimator import WireSize
 from bot.domain.conversation import Incremental
 from bot.domain.message import Message, Role
 
@@ -88,14 +90,15 @@ def to_openai_messages(
     forms = _Forms()
     for message in messages:
         _with_form(forms, message, group=group)
-    return _assembled(system_prompt, messages, forms, images, group, turn_prompt)
+    return _assembled(system_prompt, messages, forms, images, group, turn_prompt).messages
 
 
 class WireForms:
-    """`to_openai_messages` for the conversations of a running bot: the form of each message that needs
-    nothing but itself is made once and kept as its conversation grows (`Incremental`), so a request
-    costs the new messages and the few whose form depends on the rest of it (images, quotes, names,
-    corrections), not the whole history. The forms kept are shared by every request: not to be changed."""
+    """`to_openai_messages` for the conversations of a running bot, with the request's JSON: the form of
+    each message that needs nothing but itself, and its JSON, are made once and kept as its conversation
+    grows (`Incremental`), so a request costs the new messages and the few whose form depends on the rest
+    of it (images, quotes, names, corrections), not the whole history. The forms kept are shared by every
+    request: not to be changed."""
 
     def __init__(self) -> None:
         self._forms = {
@@ -110,19 +113,31 @@ class WireForms:
         *,
         group: bool = False,
         turn_prompt: str = "",
-    ) -> list[dict[str, Any]]:
+    ) -> WireMessages:
         forms = self._forms[group].over(messages)
         return _assembled(system_prompt, messages, forms, images, group, turn_prompt)
 
 
+@dataclass(frozen=True)
+class WireMessages:
+    """A request's messages in the wire format, their JSON array, and their size as calibration reads it."""
+
+    messages: list[dict[str, Any]]
+    json: str
+    size: WireSize
+
+
 @dataclass
 class _Forms:
-    """Each message's wire form, or None where it depends on the rest of the request (a user message with
-    a quote, a correction, images or a name to show); the positions of those, and whether any corrects."""
+    """Each message's wire form and its JSON, or None and "" where it depends on the rest of the request (a
+    user message with a quote, a correction, images or a name to show); the positions of those, whether
+    any corrects, and the size of the forms made."""
 
     forms: list[dict[str, Any] | None] = field(default_factory=list)
+    jsons: list[str] = field(default_factory=list)
     in_context: list[int] = field(default_factory=list)
     corrections: bool = False
+    size: WireSize = WireSize.NONE
 
 
 def _with_form(forms: _Forms, message: Message, *, group: bool) -> _Forms:
@@ -130,12 +145,22 @@ def _with_form(forms: _Forms, message: Message, *, group: bool) -> _Forms:
     if role is Role.USER and not _plain(message, group):
         forms.in_context.append(len(forms.forms))
         forms.forms.append(None)
+        forms.jsons.append("")
         forms.corrections = forms.corrections or message.correction_of is not None
-    elif role is Role.USER or (role is Role.ASSISTANT and not message.tool_calls):
-        forms.forms.append({"role": role.value, "content": message.content})  # most messages: the text alone
+        return forms
+    if role is Role.USER or (role is Role.ASSISTANT and not message.tool_calls):
+        form = {"role": role.value, "content": message.content}  # most messages: the text alone
     else:
-        forms.forms.append(to_openai_message(message))
+        form = to_openai_message(message)
+    forms.forms.append(form)
+    forms.jsons.append(wire_json(form))
+    forms.size += WireSize.of([form])
     return forms
+
+
+def wire_json(value: object) -> str:
+    """Compact JSON, as the `openai` library encodes a request (characters beyond ASCII as they are)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _assembled(
@@ -145,26 +170,36 @@ def _assembled(
     images: Mapping[str, list[str]] | None,
     group: bool,
     turn_prompt: str,
-) -> list[dict[str, Any]]:
+) -> WireMessages:
     """The request's messages: the forms, those that depend on the request made now, the prompts around."""
-    wire = forms.forms.copy()
+    wire, jsons, size = forms.forms.copy(), forms.jsons.copy(), forms.size
     # Only an edit needs to find the message it corrects; most conversations have none.
     by_id = {message.id: message for message in messages} if forms.corrections else {}
     for index in forms.in_context:
         message = messages[index]
         earlier = by_id.get(message.correction_of) if message.correction_of else None
-        wire[index] = to_openai_message(
+        form = to_openai_message(
             message,
             (images or {}).get(message.id),
             show_name=group and message.sender is not None,
             corrected=earlier.content if earlier is not None else None,
             seen_as=stand_in(message, messages, index + 1) if message.media else None,
         )
+        wire[index], jsons[index] = form, wire_json(form)
+        size += WireSize.of([form])
     complete = cast(list[dict[str, Any]], wire)
+    prompts: list[tuple[int, str]] = []
     if turn_prompt:
         newest_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role is Role.USER), len(wire))
-        complete.insert(newest_user, {"role": "system", "content": turn_prompt})
-    return [{"role": "system", "content": system_prompt}, *complete] if system_prompt else complete
+        prompts.append((newest_user, turn_prompt))
+    if system_prompt:
+        prompts.append((0, system_prompt))
+    for position, prompt in prompts:
+        form = {"role": "system", "content": prompt}
+        complete.insert(position, form)
+        jsons.insert(position, wire_json(form))
+        size += WireSize.of([form])
+    return WireMessages(complete, f"[{','.join(jsons)}]", size)
 
 
 def _plain(message: Message, group: bool) -> bool:

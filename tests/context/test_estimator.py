@@ -9,6 +9,7 @@ from bot.context.estimator import (
     IMAGE_STAND_IN_CHARS,
     UNKNOWN_SIZE_IMAGE_TOKENS,
     TokenEstimator,
+    WireSize,
     image_tokens,
     payload_chars,
     payload_text,
@@ -52,7 +53,7 @@ def test_small_and_implausible_samples_are_ignored() -> None:
 def test_observe_request_calibrates_from_the_wire_payload() -> None:
     estimator = TokenEstimator()
     wire = [{"role": "system", "content": "s" * 2000}, {"role": "user", "content": "u" * 2000}]
-    estimator.observe_request("m", wire, None, prompt_tokens=1008)  # 4000 chars / (1008 − 2×4) = 4.0
+    estimator.observe_request("m", WireSize.of(wire), None, prompt_tokens=1008)  # 4000 chars / (1008 − 2×4) = 4.0
     assert abs(estimator.ratio_for("m") - (0.1 * 4.0 + 0.9 * 3.5)) < 1e-9
 
 
@@ -96,7 +97,7 @@ def test_image_parts_count_in_a_payload_and_keep_the_request_out_of_calibration(
     wire = [{"role": "user", "content": [{"type": "text", "text": "x" * 70}, image]}]
     assert estimator.payload(wire, None) == 4 + 20 + UNKNOWN_SIZE_IMAGE_TOKENS
     big: list[dict[str, Any]] = [{"role": "system", "content": "s" * 4000}, *wire]
-    estimator.observe_request("m", big, None, prompt_tokens=2000)  # the image's tokens are the provider's
+    estimator.observe_request("m", WireSize.of(big), None, prompt_tokens=2000)  # the image's tokens are the provider's
     assert estimator.ratio_for("m") == DEFAULT_CHARS_PER_TOKEN and estimator.samples_for("m") == 0
 
 

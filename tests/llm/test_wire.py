@@ -3,6 +3,9 @@ message now carries (sender, quote, correction, images or their stand-ins)."""
 
 from __future__ import annotations
 
+import json
+
+from bot.context.estimator import WireSize
 from bot.domain.message import MediaRef, Message, Quote, Sender, ToolCall
 from bot.llm.wire import WireForms, to_openai_messages
 
@@ -79,6 +82,7 @@ def test_the_kept_wire_forms_give_what_a_conversion_from_scratch_gives_as_the_co
         for group in (False, True):
             images = {conversation[2].id: ["data:image/jpeg;base64,AAAA"]} if len(conversation) > 2 else None
             kept = forms.messages("persona", conversation, images, group=group, turn_prompt="# Memory")
-            assert kept == to_openai_messages("persona", conversation, images, group=group, turn_prompt="# Memory")
+            fresh = to_openai_messages("persona", conversation, images, group=group, turn_prompt="# Memory")
+            assert kept.messages == fresh and json.loads(kept.json) == fresh and kept.size == WireSize.of(fresh)
     compacted = [Message.system("[Conversation summary] Ann arrives Tuesday."), *conversation[-2:]]
-    assert forms.messages("", compacted) == to_openai_messages("", compacted)
+    assert forms.messages("", compacted).messages == to_openai_messages("", compacted)

@@ -118,12 +118,11 @@ class ToolLoopExecutionSystem(PipelineSystem):
             messages = ctx.session.messages
             if self._shapes.over(messages).tool_results:
                 messages = prune_tool_results(messages, config.tool_loop)
-            wire_messages = self._wire.messages(
-                ctx.system_prompt, messages, images, group=group, turn_prompt=ctx.turn_prompt
-            )
+            wire = self._wire.messages(ctx.system_prompt, messages, images, group=group, turn_prompt=ctx.turn_prompt)
             request = ChatRequest(
                 model=ctx.model,
-                messages=wire_messages,
+                messages=wire.messages,
+                messages_json=wire.json,
                 tools=tools,
                 temperature=config.llm.temperature,
                 timeout_seconds=config.llm.request_timeout_seconds,
@@ -135,7 +134,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
                 result = await self._llm.complete(request)
             if result.usage is not None and self._compaction is not None:
                 self._compaction.planner.estimator.observe_request(
-                    ctx.model, wire_messages, tools, result.usage.prompt_tokens
+                    ctx.model, wire.size, tools, result.usage.prompt_tokens
                 )
             return result
 
