@@ -36,7 +36,8 @@ class TelegramReplyStream:
     def __init__(self, delivery: TelegramDelivery, chat_id: int, config: Callable[[], RuntimeConfig]) -> None:
         self._delivery = delivery
         self._chat_id = chat_id
-        self._config = config
+        # The configuration as the turn began: read once, not at each piece of text the model sends.
+        self._config = config()
         self._opened = time.monotonic()
         self._last_shown: float | None = None
         self._messages: list[tuple[int, TelegramText]] = []  # (message id, the part as shown)
@@ -47,7 +48,7 @@ class TelegramReplyStream:
     async def update(self, text: str) -> None:
         if not self._live or not text.strip():
             return
-        interval = self._config().tool_loop.stream_edit_interval_seconds
+        interval = self._config.tool_loop.stream_edit_interval_seconds
         now = time.monotonic()
         if now - (self._last_shown if self._last_shown is not None else self._opened) < interval:
             return
@@ -68,7 +69,7 @@ class TelegramReplyStream:
             log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat_id, error)
 
     async def _show(self, markdown: str, *, final: bool) -> None:
-        config = self._config().telegram
+        config = self._config.telegram
         if not final:
             config = config.model_copy(update={"delivery_attempts": 1})
         parts = split_for_telegram(markdown)

@@ -56,8 +56,11 @@ def write_atomic_sync(path: Path, data: bytes, deferred: DeferredSync | None = N
     is atomic, and a crash of the process loses nothing the call wrote). The temp file is 0600
     (`mkstemp`), so the file is 0600 after its first rewrite whatever it was.
     """
-    make_private_dirs(path.parent)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except FileNotFoundError:  # its folder is missing (checked only then: rewrites are frequent)
+        make_private_dirs(path.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as tmp:
             tmp.write(data)
@@ -138,8 +141,11 @@ async def append_lines(path: Path, lines: list[str], deferred: DeferredSync | No
 
 
 def _open_for_append(path: Path) -> io.BufferedRandom:
-    make_private_dirs(path.parent)
-    return open(path, "a+b", opener=_private_opener)
+    try:
+        return open(path, "a+b", opener=_private_opener)
+    except FileNotFoundError:  # its folder is missing (checked only then: appends are frequent)
+        make_private_dirs(path.parent)
+        return open(path, "a+b", opener=_private_opener)
 
 
 def _append_to(handle: io.BufferedRandom, lines: list[str]) -> bool:
@@ -188,6 +194,11 @@ def _cut_torn_tail(handle: io.BufferedRandom) -> int:
     """Cut off a torn last line: the unfinished fragment of an append a crash interrupted. Returns the
     size of what is left."""
     end = handle.seek(0, os.SEEK_END)
+    if end == 0:
+        return 0
+    handle.seek(end - 1)
+    if handle.read(1) == b"\n":
+        return end  # the usual case: the last append was whole
     whole = _line_start_at(handle, end)
     if whole != end:
         handle.truncate(whole)
