@@ -4,7 +4,9 @@ A 50-turn conversation through the real pipeline (memory and RAG on, as shipped;
 127.0.0.1 answering at once), each message different, with a few facts worth remembering among them.
 For each request after the first, the share is the length of the longest prefix it has in common with
 the previous request (as JSON, message by message, the way a provider compares prompts), divided by
-its own length. Printed: the median and the minimum share, and the share at the 10th and 50th turn.
+its own length. Printed: the median and the minimum share, the share at the 10th and 50th turn, and
+the share of all the characters sent (after the first request) that were such a prefix: what a
+provider's prompt cache could serve of the whole conversation.
 
 Run: `.venv/bin/python -m bench.prompt_prefix [--turns N] [--json]`.
 """
@@ -39,7 +41,8 @@ TOPICS = (
 )
 
 
-def prefix_share(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> float:
+def common_prefix(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> tuple[int, int]:
+    """(the characters `current` has in common with `previous` from the start, `current`'s length), as JSON."""
     before = "".join(json.dumps(message, sort_keys=True) for message in previous)
     now = "".join(json.dumps(message, sort_keys=True) for message in current)
     common = 0
@@ -47,10 +50,10 @@ def prefix_share(previous: list[dict[str, Any]], current: list[dict[str, Any]]) 
         if a != b:
             break
         common += 1
-    return common / max(len(now), 1)
+    return common, len(now)
 
 
-async def conversation(fake: FakeOpenAI, workspace: Path, turns: int) -> list[float]:
+async def conversation(fake: FakeOpenAI, workspace: Path, turns: int) -> list[tuple[int, int]]:
     services = Application(env_for(workspace, fake))
     channel = RecordingChannel()
     try:
@@ -64,7 +67,7 @@ async def conversation(fake: FakeOpenAI, workspace: Path, turns: int) -> list[fl
     finally:
         await services.stop()
     requests = [request["messages"] for request in fake.chat_requests()]
-    return [prefix_share(a, b) for a, b in itertools.pairwise(requests)]
+    return [common_prefix(a, b) for a, b in itertools.pairwise(requests)]
 
 
 def main() -> int:
@@ -73,14 +76,19 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder, FakeOpenAI() as fake:
-        shares = asyncio.run(conversation(fake, Path(folder) / "workspace", args.turns))
+        prefixes = asyncio.run(conversation(fake, Path(folder) / "workspace", args.turns))
+    shares = [common / max(length, 1) for common, length in prefixes]
     median, lowest = statistics.median(shares), min(shares)
+    # What a provider's cache can serve of everything sent: the prefixes over the requests, summed.
+    overall = sum(common for common, _ in prefixes) / max(sum(length for _, length in prefixes), 1)
     print(
         f"{args.turns}-turn conversation: each request begins with the one before for a median {median:.1%} of its"
-        f" length (lowest {lowest:.1%}; turn 10: {shares[8]:.1%}, turn {args.turns}: {shares[-1]:.1%})"
+        f" length (lowest {lowest:.1%}; turn 10: {shares[8]:.1%}, turn {args.turns}: {shares[-1]:.1%}); of all"
+        f" the characters sent after the first request, {overall:.1%} were a prefix of the request before"
     )
     if args.json:
-        print(json.dumps({"bench": "prompt_prefix", "turns": args.turns, "median": median, "min": lowest}))
+        row = {"bench": "prompt_prefix", "turns": args.turns, "median": median, "min": lowest, "overall": overall}
+        print(json.dumps(row))
     return 0
 
 

@@ -205,7 +205,10 @@ def holdout_cell(output: str) -> str:
 
 def prompt_prefix_cell(output: str) -> str:
     [row] = json_lines(output)
-    return f"each request begins with the one before: median {row['median']:.1%}, lowest {row['min']:.1%}"
+    return (
+        f"each request begins with the one before: median {row['median']:.1%}, lowest {row['min']:.1%}; "
+        f"{row['overall']:.1%} of all characters sent"
+    )
 
 
 def session_cache_cell(output: str) -> str:
