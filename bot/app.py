@@ -154,7 +154,7 @@ class Application:
         self.status = commands_install.install(
             commands, sessions=sessions, clock=clock, config_store=config_store, model_switch=model_switch,
             planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
-            mcp=tools.mcp, skills=skills.library, skill_tools=skills.tools, answer_again=self._answer_again,
+            mcp=tools.mcp, skills=skills.library, answer_again=self._answer_again,
             forget_exchange=pipeline.forget_exchange,
         )  # fmt: skip
         access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))

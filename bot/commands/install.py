@@ -11,6 +11,7 @@ from bot.commands.docs import register_docs_command
 from bot.commands.memory import register_memory_commands
 from bot.commands.model import ModelSwitch, register_model_command
 from bot.commands.registry import CommandRegistry
+from bot.commands.skills import register_skill_command
 from bot.commands.status import StatusReporter
 from bot.compaction.service import CompactionService
 from bot.context.planner import ContextPlanner
@@ -20,7 +21,6 @@ from bot.rag.uploads import DocumentReader
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionService
 from bot.skills.library import SkillLibrary
-from bot.skills.tools import SkillTools
 from bot.tools.mcp import McpManager
 
 
@@ -37,7 +37,6 @@ def install(
     documents: DocumentReader,
     mcp: McpManager,
     skills: SkillLibrary,
-    skill_tools: SkillTools,
     answer_again: AnswerAgain,
     forget_exchange: ForgetExchange,
 ) -> StatusReporter:
@@ -45,7 +44,7 @@ def install(
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)
-    skill_tools.register_command(commands)
+    register_skill_command(commands, skills, sessions, config_store.in_force)
     register_conversation_commands(commands, sessions, answer_again, forget_exchange, clock)
     register_model_command(commands, model_switch, config_store)
     register_docs_command(commands, documents)

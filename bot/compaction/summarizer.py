@@ -19,12 +19,13 @@ import math
 from dataclasses import dataclass
 
 from bot.context.budget import ContextBudget
-from bot.context.estimator import TokenEstimator, WireSize
+from bot.context.estimator import TokenEstimator
 from bot.domain.conversation import SUMMARY_HEADER
 from bot.domain.message import Message, Role
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.errors import LlmError
 from bot.llm.models import ModelRegistry
+from bot.llm.wire import WireSize
 from bot.settings import CompactionConfig
 
 log = logging.getLogger(__name__)

@@ -23,11 +23,12 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from bot.context.tokenizer import Counter, OfflineTokenizers
 from bot.domain.conversation import Incremental
 from bot.domain.message import MediaRef, Message, Role
+from bot.llm.wire import WireSize, image_parts, wire_chars
 
 log = logging.getLogger(__name__)
 
@@ -206,28 +207,6 @@ class TokenEstimator:
         self.calibrate(model, chars, prompt_tokens, sent.messages)
 
 
-@dataclass(frozen=True)
-class WireSize:
-    """What calibration reads of a request's wire messages: how many, the characters the model reads in
-    them (`wire_chars`), and their image parts."""
-
-    messages: int
-    chars: int
-    image_parts: int
-
-    NONE: ClassVar[WireSize]
-
-    @classmethod
-    def of(cls, wire_messages: list[dict[str, Any]]) -> WireSize:
-        return cls(len(wire_messages), wire_chars(wire_messages), image_parts(wire_messages))
-
-    def __add__(self, other: WireSize) -> WireSize:
-        return WireSize(self.messages + other.messages, self.chars + other.chars, self.image_parts + other.image_parts)
-
-
-WireSize.NONE = WireSize(0, 0, 0)
-
-
 @dataclass
 class _Tally:
     """A conversation's messages without media, counted (their framing and characters), and the others."""
@@ -269,32 +248,6 @@ def payload_text(wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]
     if tools:
         pieces.append(json.dumps(tools, ensure_ascii=False))
     return "".join(pieces)
-
-
-def image_parts(wire_messages: list[dict[str, Any]]) -> int:
-    """How many `image_url` parts the wire messages carry."""
-    return sum(
-        1
-        for wire in wire_messages
-        if isinstance(wire.get("content"), list)
-        for part in wire["content"]
-        if isinstance(part, dict) and part.get("type") == "image_url"
-    )
-
-
-def wire_chars(wire_messages: list[dict[str, Any]]) -> int:
-    """Characters of `payload_text` that come from the messages (contents and tool calls)."""
-    chars = 0
-    for wire in wire_messages:
-        content = wire.get("content")
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
-        for call in wire.get("tool_calls") or []:
-            function = call.get("function", {})
-            chars += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
-    return chars
 
 
 def payload_chars(wire_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:

@@ -13,14 +13,61 @@ import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
-from bot.context.estimator import WireSize
 from bot.domain.conversation import Incremental
 from bot.domain.message import Message, Role
 
 # A stand-in uses at most this much of the caption or of what the model said when it saw the image.
 STAND_IN_CHARS = 160
+
+
+@dataclass(frozen=True)
+class WireSize:
+    """What calibration reads of a request's wire messages: how many, the characters the model reads in
+    them (`wire_chars`), and their image parts."""
+
+    messages: int
+    chars: int
+    image_parts: int
+
+    NONE: ClassVar[WireSize]
+
+    @classmethod
+    def of(cls, wire_messages: list[dict[str, Any]]) -> WireSize:
+        return cls(len(wire_messages), wire_chars(wire_messages), image_parts(wire_messages))
+
+    def __add__(self, other: WireSize) -> WireSize:
+        return WireSize(self.messages + other.messages, self.chars + other.chars, self.image_parts + other.image_parts)
+
+
+WireSize.NONE = WireSize(0, 0, 0)
+
+
+def image_parts(wire_messages: list[dict[str, Any]]) -> int:
+    """How many `image_url` parts the wire messages carry."""
+    return sum(
+        1
+        for wire in wire_messages
+        if isinstance(wire.get("content"), list)
+        for part in wire["content"]
+        if isinstance(part, dict) and part.get("type") == "image_url"
+    )
+
+
+def wire_chars(wire_messages: list[dict[str, Any]]) -> int:
+    """Characters of `payload_text` that come from the messages (contents and tool calls)."""
+    chars = 0
+    for wire in wire_messages:
+        content = wire.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+        for call in wire.get("tool_calls") or []:
+            function = call.get("function", {})
+            chars += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
+    return chars
 
 
 def to_openai_message(

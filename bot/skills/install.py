@@ -1,5 +1,5 @@
 """What the skills package gives the rest of the bot: the skill library, and `SkillTools` (the
-`load_skill` tool, registered here; the `/skill` command, which the commands package lists in its place)."""
+`load_skill` tool, registered here; the `/skill` command is the commands package's, `bot.commands.skills`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bot.workspace import Workspace
 
 @dataclass(frozen=True)
 class InstalledSkills:
-    """The skills in the workspace, and the tool and command that switch one on for a conversation."""
+    """The skills in the workspace, and the tool that switches one on for a conversation."""
 
     library: SkillLibrary
     tools: SkillTools

@@ -1,4 +1,4 @@
-"""The skill a chat has switched on: the `load_skill` tool, the `/skill` command, and the session key.
+"""The skill a chat has switched on: the `load_skill` tool and the session key (`/skill` is in `bot.commands.skills`).
 
 The active skill is kept in the session's metadata (`activeSkill`), so it outlives a restart. While
 it is active its instructions are in the system prompt (re-read from SKILL.md every message) and
@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.session import AgentSession
 from bot.sessions.service import SessionService
 from bot.settings import RuntimeConfig
@@ -30,12 +29,12 @@ class LoadSkillArgs(BaseModel):
     name: str = Field(min_length=1, max_length=64, description="The skill's name, as listed under # Skills")
 
 
-def _names(skills: Sequence[Skill]) -> str:
+def skill_names(skills: Sequence[Skill]) -> str:
     return ", ".join(skill.name for skill in skills) or "none"
 
 
 class SkillTools:
-    """Offers `load_skill` while skills are on and at least one exists; registers `/skill`."""
+    """Offers `load_skill` while skills are on and at least one exists."""
 
     def __init__(self, library: SkillLibrary, sessions: SessionService, config: Callable[[], RuntimeConfig]) -> None:
         self._library = library
@@ -56,7 +55,8 @@ class SkillTools:
     async def _load(self, args: LoadSkillArgs, context: ToolContext) -> str:
         skill = await self._library.get(args.name)
         if skill is None:
-            raise ToolError(f"there is no skill named {args.name!r}. Skills: {_names(await self._library.skills())}.")
+            known = skill_names(await self._library.skills())
+            raise ToolError(f"there is no skill named {args.name!r}. Skills: {known}.")
         session = await self._sessions.get(context.session_id)
         if session is not None:
             # The running turn holds this session and saves it with its next message.
@@ -64,36 +64,3 @@ class SkillTools:
         log.info("[Skills] turn %s: %s switched on %s", context.turn_id, context.session_id, skill.name)
         instructions = render_instructions(skill, context.config.skills.max_instructions_chars)
         return f"Skill {skill.name} is now active for this conversation.\n\n{instructions}"
-
-    def register_command(self, commands: CommandRegistry) -> None:
-        async def skill_command(request: CommandRequest) -> str:
-            inbound = request.inbound
-            session = await self._sessions.get_or_create(inbound.channel_type, inbound.chat_id)
-            skills = await self._library.skills()
-            wanted = request.args.strip()
-            if not self._config().skills.enabled:
-                return "Skills are off (skills.enabled in runtime-config.json)."
-            if not wanted:
-                current = active_skill(session)
-                listing = "\n".join(f"- {skill.name}: {skill.description}" for skill in skills)
-                return (
-                    f"Active skill: {current or 'none'}.\n"
-                    + (f"Skills in skills/:\n{listing}" if skills else "No skills yet: add skills/NAME/SKILL.md.")
-                    + "\nUse /skill NAME to switch one on, /skill off to switch it off."
-                )
-            async with self._sessions.lock_for(session.id):
-                if wanted.lower() in ("off", "none"):
-                    session.metadata.active_skill = None
-                    await self._sessions.save(session)
-                    return "No skill is active now."
-                skill = await self._library.get(wanted)
-                if skill is None:
-                    return f"There is no skill named {wanted!r}. Skills: {_names(skills)}."
-                session.metadata.active_skill = skill.name
-                await self._sessions.save(session)
-            log.info("[Skills] %s switched on %s", session.id, skill.name)
-            return f"Skill {skill.name} is active: {skill.description}"
-
-        commands.register(
-            Command("skill", "list skills, or switch one on (/skill NAME, /skill off)", skill_command, "[name|off]")
-        )
