@@ -31,11 +31,12 @@ class Incremental(Generic[T]):
     list that begins with the very messages this one last derived from is that conversation, grown
     (checked by comparing the two lists, which takes each pair that is the same object as equal without
     looking into it). Any other list, a compacted or cut one, is derived afresh. The least recently used
-    conversations are forgotten past `conversations`. The value handed out is the one kept: not to be
-    changed by the caller.
+    conversations are forgotten past `conversations` (the chats active at once; one forgotten is derived
+    afresh when it speaks again), which bounds the messages kept alive here. The value handed out is the
+    one kept: not to be changed by the caller.
     """
 
-    def __init__(self, start: Callable[[], T], add: Callable[[T, Message], T], conversations: int = 1100) -> None:
+    def __init__(self, start: Callable[[], T], add: Callable[[T, Message], T], conversations: int = 256) -> None:
         self._start = start
         self._add = add
         self._size = conversations

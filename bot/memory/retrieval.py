@@ -163,7 +163,7 @@ class LiveCoverage:
     any other conversation is looked up whole. An item made later that refers to an older live message
     (a fact reinforced) is not seen here; retrieval still leaves it out of the ranked candidates."""
 
-    def __init__(self, store: MemoryItemStore, conversations: int = 1100) -> None:
+    def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
         self._store = store
         self._size = conversations
         self._kept: OrderedDict[int, tuple[Sequence[str], int, set[str]]] = OrderedDict()

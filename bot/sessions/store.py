@@ -40,23 +40,21 @@ class CorruptSession(Exception):
 
 @dataclass
 class _Written:
-    """One session's messages as last written: the message objects in order, each one's JSON (by `id`),
-    and those JSONs joined, ready to be extended by the messages appended since."""
+    """One session's messages as last written, in order, and their JSONs joined: ready to be extended by
+    the messages appended since."""
 
     messages: list[Message] = field(default_factory=list)
-    json_by_id: dict[int, tuple[Message, str]] = field(default_factory=dict)
     joined: str = ""
 
 
 class MessageJsonCache:
-    """The JSON of each message of a live session as last written, so a save serializes only what is new.
+    """The JSON of a live session's messages as last written, so a save serializes only what is new.
 
-    A stored message is never edited in place (`SessionService`): a change to the conversation appends
+    A stored message is never edited in place (`Message` is frozen): a change to the conversation appends
     to its list or puts a new list in its place. When the session still begins with the messages of the
-    last document (checked by identity, a pointer comparison per message), the new document is that
-    one's messages with the new ones' JSON added; otherwise it is made again from each message's JSON,
-    serializing only messages not seen before. Entries live as long as their session object: the session
-    cache dropping a session drops them too.
+    last document (a pointer comparison per message), the new document is that one's messages with the
+    new ones' JSON added; otherwise (a compaction, a retry, `/new`: rare) it is made again whole. Entries
+    live as long as their session object: the session cache dropping a session drops them too.
     """
 
     def __init__(self) -> None:
@@ -72,28 +70,15 @@ class MessageJsonCache:
         messages = session.messages
         count = len(written.messages)
         # A list comparison takes each pair that is the same object as equal without looking into it.
-        if len(messages) >= count and messages[:count] == written.messages:
-            added = messages[count:]
-            parts = [written.joined] if count else []
-            parts += [self._json(written, message) for message in added]
-            written.joined = ",".join(parts)
-            written.messages.extend(added)
-        else:
-            before = written.json_by_id
-            written.json_by_id = {}
-            written.joined = ",".join(self._json(written, message, before) for message in messages)
-            written.messages = list(messages)
+        if not (len(messages) >= count and messages[:count] == written.messages):
+            written.messages, written.joined, count = [], "", 0
+        added = messages[count:]
+        parts = [written.joined] if count else []
+        parts += [message.model_dump_json(by_alias=True, exclude_none=True) for message in added]
+        written.joined = ",".join(parts)
+        written.messages.extend(added)
         head = session.model_dump_json(by_alias=True, exclude_none=True, exclude={"messages"})
         return f'{head[:-1]},"messages":[{written.joined}]}}'.encode()
-
-    @staticmethod
-    def _json(written: _Written, message: Message, before: dict[int, tuple[Message, str]] | None = None) -> str:
-        """`message`'s JSON, taken from `before` when it was serialized there; remembered in `written`."""
-        known = (before if before is not None else written.json_by_id).get(id(message))
-        if known is None or known[0] is not message:
-            known = (message, message.model_dump_json(by_alias=True, exclude_none=True))
-        written.json_by_id[id(message)] = known
-        return known[1]
 
 
 class SessionFileStore:
