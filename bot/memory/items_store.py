@@ -570,11 +570,14 @@ class MemoryItemStore:
         found: list[str] = []
         offset = 0
         batch = max(2 * limit, 16)
+        # The day files from `since`'s on: a range of the index, so a memory whose newest items are older
+        # than `since` is not scanned to its end to find none.
+        first_file = self._name(self.paths.episodic_file(since.astimezone(self._zone).date()))
         while len(found) < limit:
             rows = self._rows(
-                "SELECT id FROM items WHERE layer = 'EPISODIC' AND active = 1 AND day_file = 1 AND created >= ?"
-                " ORDER BY file DESC, created DESC LIMIT ? OFFSET ?",
-                (_epoch(since), batch, offset),
+                "SELECT id FROM items WHERE layer = 'EPISODIC' AND active = 1 AND day_file = 1 AND file >= ?"
+                " AND created >= ? ORDER BY file DESC, created DESC LIMIT ? OFFSET ?",
+                (first_file, _epoch(since), batch, offset),
             )
             found += [item_id for (item_id,) in rows if not skip(item_id)][: limit - len(found)]
             if len(rows) < batch:
