@@ -9,12 +9,12 @@ from bot.context.estimator import (
     IMAGE_STAND_IN_CHARS,
     UNKNOWN_SIZE_IMAGE_TOKENS,
     TokenEstimator,
-    WireSize,
     image_tokens,
     payload_chars,
     payload_text,
 )
 from bot.domain.message import MediaRef, Message, ToolCall
+from bot.llm.wire import WireSize
 
 
 def test_estimates_count_text_tool_calls_and_framing() -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from bot.context.estimator import WireSize
 from bot.domain.message import MediaRef, Message, Quote, Sender, ToolCall
-from bot.llm.wire import WireForms, to_openai_messages
+from bot.llm.wire import WireForms, WireSize, to_openai_messages
 
 
 def test_a_message_of_an_older_session_file_loads_and_is_sent_as_before() -> None:
