@@ -273,7 +273,8 @@ def main() -> None:
         else:
             print(json.dumps(measure(count, folder)))
         return
-    sizes = [int(arg) for arg in sys.argv[1:]] or list(SIZES)
+    as_json = "--json" in sys.argv[1:]  # one JSON line of figures after each size's row (`run_all`)
+    sizes = [int(arg) for arg in sys.argv[1:] if arg != "--json"] or list(SIZES)
     print(
         f"{'items':>8} {'cold 1st':>9} {'cold ready':>10} {'1st answer':>10} {'ready':>6} {'p50':>8} {'p99':>8} "
         f"{'cpu p50':>8} {'retr p50':>8} {'retr p99':>8} {'retr cpu':>8} {'lexical':>8} {'vector':>8} {'embedded':>8} "
@@ -301,6 +302,8 @@ def main() -> None:
             f"{row['embedded_at_start']:>8} "
             f"{row['files_reread']:>7} {row['rss_mib']:>4.0f} MiB {row['baseline_mib']:>4.0f} MiB"
         )
+        if as_json:
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
