@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from bot.domain.message import ToolCall
 from bot.domain.turn import Usage
 from bot.llm.errors import LlmError, LlmFailure
-from bot.llm.wire import wire_json
+from bot.llm.wire import wire_bytes
 from bot.logging_setup import redact
 from bot.metrics import BotMetrics
 
@@ -41,9 +41,9 @@ class ChatRequest:
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
-    # `messages` as a JSON array, when the caller has it (`WireForms` keeps each message's JSON as a
-    # conversation grows): the request then does not encode the whole history again.
-    messages_json: str | None = None
+    # Each of `messages` as JSON (UTF-8), when the caller has them (`WireForms` keeps each message's JSON
+    # as a conversation grows): the request then does not encode the whole history again.
+    messages_json: list[bytes] | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     timeout_seconds: float = 60.0
@@ -120,7 +120,7 @@ class LlmClient:
             http_client=openai.DefaultAsyncHttpxClient(limits=limits),
         )
         self._with_limits: dict[tuple[float, int], AsyncOpenAI] = {}
-        self._tools_seen: tuple[list[dict[str, Any]], str] | None = None
+        self._tools_seen: tuple[list[dict[str, Any]], bytes] | None = None
 
     async def close(self) -> None:
         await self._client.close()
@@ -258,14 +258,17 @@ class LlmClient:
             head["temperature"] = request.temperature
         if request.max_tokens is not None:
             head["max_tokens"] = request.max_tokens
-        messages = request.messages_json if request.messages_json is not None else wire_json(request.messages)
-        tools = f',"tools":{self._toolswire_json(request.tools)}' if request.tools else ""
-        return f'{wire_json(head)[:-1]},"messages":{messages}{tools}}}'.encode("utf-8", "backslashreplace")
+        messages = request.messages_json
+        if messages is None:
+            messages = [wire_bytes(message) for message in request.messages]
+        tools = b',"tools":' + self._tools_wire_json(request.tools) if request.tools else b""
+        # One join of the parts: the history's JSON is copied once, not once per concatenation.
+        return b"".join((wire_bytes(head)[:-1], b',"messages":[', b",".join(messages), b"]", tools, b"}"))
 
-    def _toolswire_json(self, tools: list[dict[str, Any]]) -> str:
+    def _tools_wire_json(self, tools: list[dict[str, Any]]) -> bytes:
         """The tool schemas' JSON: the registry hands out the same list until a tool changes."""
         if self._tools_seen is None or self._tools_seen[0] is not tools:
-            self._tools_seen = (tools, wire_json(tools))
+            self._tools_seen = (tools, wire_bytes(tools))
         return self._tools_seen[1]
 
     def _client_for(self, request: ChatRequest) -> AsyncOpenAI:

@@ -167,21 +167,22 @@ class WireForms:
 
 @dataclass(frozen=True)
 class WireMessages:
-    """A request's messages in the wire format, their JSON array, and their size as calibration reads it."""
+    """A request's messages in the wire format, each one's JSON as the request body carries it (UTF-8),
+    and their size as calibration reads it."""
 
     messages: list[dict[str, Any]]
-    json: str
+    json: list[bytes]
     size: WireSize
 
 
 @dataclass
 class _Forms:
-    """Each message's wire form and its JSON, or None and "" where it depends on the rest of the request (a
+    """Each message's wire form and its JSON (UTF-8), or None and b"" where it depends on the rest of the request (a
     user message with a quote, a correction, images or a name to show); the positions of those, whether
     any corrects, and the size of the forms made."""
 
     forms: list[dict[str, Any] | None] = field(default_factory=list)
-    jsons: list[str] = field(default_factory=list)
+    jsons: list[bytes] = field(default_factory=list)
     in_context: list[int] = field(default_factory=list)
     corrections: bool = False
     size: WireSize = WireSize.NONE
@@ -192,7 +193,7 @@ def _with_form(forms: _Forms, message: Message, *, group: bool) -> _Forms:
     if role is Role.USER and not _plain(message, group):
         forms.in_context.append(len(forms.forms))
         forms.forms.append(None)
-        forms.jsons.append("")
+        forms.jsons.append(b"")
         forms.corrections = forms.corrections or message.correction_of is not None
         return forms
     if role is Role.USER or (role is Role.ASSISTANT and not message.tool_calls):
@@ -200,7 +201,7 @@ def _with_form(forms: _Forms, message: Message, *, group: bool) -> _Forms:
     else:
         form = to_openai_message(message)
     forms.forms.append(form)
-    forms.jsons.append(wire_json(form))
+    forms.jsons.append(wire_bytes(form))
     forms.size += WireSize.of([form])
     return forms
 
@@ -208,6 +209,11 @@ def _with_form(forms: _Forms, message: Message, *, group: bool) -> _Forms:
 def wire_json(value: object) -> str:
     """Compact JSON, as the `openai` library encodes a request (characters beyond ASCII as they are)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def wire_bytes(value: object) -> bytes:
+    """`wire_json` as a request body carries it: UTF-8, a lone surrogate (from a broken upload) escaped."""
+    return wire_json(value).encode("utf-8", "backslashreplace")
 
 
 def _assembled(
@@ -232,7 +238,7 @@ def _assembled(
             corrected=earlier.content if earlier is not None else None,
             seen_as=stand_in(message, messages, index + 1) if message.media else None,
         )
-        wire[index], jsons[index] = form, wire_json(form)
+        wire[index], jsons[index] = form, wire_bytes(form)
         size += WireSize.of([form])
     complete = cast(list[dict[str, Any]], wire)
     prompts: list[tuple[int, str]] = []
@@ -244,9 +250,10 @@ def _assembled(
     for position, prompt in prompts:
         form = {"role": "system", "content": prompt}
         complete.insert(position, form)
-        jsons.insert(position, wire_json(form))
+        jsons.insert(position, wire_bytes(form))
         size += WireSize.of([form])
-    return WireMessages(complete, f"[{','.join(jsons)}]", size)
+    # The parts are joined once, into the request body (`LlmClient`): a 5,000-message history is 0.8 MB.
+    return WireMessages(complete, jsons, size)
 
 
 def _plain(message: Message, group: bool) -> bool:
