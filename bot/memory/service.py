@@ -44,7 +44,7 @@ from bot.memory.embeddings import (
 )
 from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
 from bot.memory.items_store import MemoryItemStore
-from bot.memory.legacy_context import read_daily_notes, render_daily_notes
+from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_notes
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
@@ -103,6 +103,7 @@ class MemoryScope:
     writer: MemoryWriteService
     notes: DailyNotes
     long_term: LongTermMemory
+    note_lines: NoteLines = field(default_factory=NoteLines)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     loaded: bool = False
     # When the last refresh from disk started (time.monotonic()).
@@ -418,7 +419,8 @@ class MemoryService:
             sections.append(pack.rendered)
         elif config.legacy_daily_notes_enabled and budget.remaining > 0:
             notes = await read_daily_notes(scope.notes, now.date(), config.recent_days)
-            sections += render_daily_notes(notes.without(self._live_user_texts.over(live or [])), budget)
+            live_texts = self._live_user_texts.over(live or [])
+            sections += render_daily_notes(notes.without(live_texts, scope.note_lines), budget)
         turn = "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
         return MemoryPrompt(stable, turn, pack)
 
