@@ -171,7 +171,7 @@ class WireMessages:
     and their size as calibration reads it."""
 
     messages: list[dict[str, Any]]
-    json: list[bytes]
+    jsons: list[bytes]
     size: WireSize
 
 

@@ -19,7 +19,7 @@ async def test_a_request_with_its_messages_json_posts_the_same_body_as_one_witho
     wire = WireForms().messages("persona", conversation, turn_prompt="# Memory")
     client = LlmClient("sk-test", fake_openai.base_url)
     try:
-        for messages_json in (wire.json, None):
+        for messages_json in (wire.jsons, None):
             request = ChatRequest(model="fake-model", messages=wire.messages, messages_json=messages_json, tools=TOOLS)
             await client.complete(request)
     finally:

@@ -82,7 +82,7 @@ def test_the_kept_wire_forms_give_what_a_conversion_from_scratch_gives_as_the_co
             images = {conversation[2].id: ["data:image/jpeg;base64,AAAA"]} if len(conversation) > 2 else None
             kept = forms.messages("persona", conversation, images, group=group, turn_prompt="# Memory")
             fresh = to_openai_messages("persona", conversation, images, group=group, turn_prompt="# Memory")
-            assert kept.messages == fresh and [json.loads(part) for part in kept.json] == fresh
+            assert kept.messages == fresh and [json.loads(part) for part in kept.jsons] == fresh
             assert kept.size == WireSize.of(fresh)
     compacted = [Message.system("[Conversation summary] Ann arrives Tuesday."), *conversation[-2:]]
     assert forms.messages("", compacted).messages == to_openai_messages("", compacted)

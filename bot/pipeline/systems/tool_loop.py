@@ -122,7 +122,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
             request = ChatRequest(
                 model=ctx.model,
                 messages=wire.messages,
-                messages_json=wire.json,
+                messages_json=wire.jsons,
                 tools=tools,
                 temperature=config.llm.temperature,
                 timeout_seconds=config.llm.request_timeout_seconds,
