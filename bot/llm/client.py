@@ -19,7 +19,7 @@ from typing import Any
 import httpx2
 import openai
 from openai import AsyncOpenAI, AsyncStream, RequestOptions
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from bot.domain.message import ToolCall
 from bot.domain.turn import Usage
@@ -140,7 +140,7 @@ class LlmClient:
             for call in choice.message.tool_calls or []
             if call.type == "function"
         ]
-        usage = self._record_usage(request.model, response.usage)
+        usage = self._record_usage(request.model, response.usage.model_dump() if response.usage else None)
         log.info(
             "[LLM] %s answered in %.2fs (%s prompt tokens, %s cached)",
             request.model,
@@ -163,23 +163,28 @@ class LlmClient:
                 content=self._body(request, stream=True),
                 options=_JSON_REQUEST,
                 stream=True,
-                stream_cls=AsyncStream[ChatCompletionChunk],
+                # Each chunk as its parsed JSON: the library still reads the events and raises on an error
+                # event, but a chunk is not made into a pydantic model (two thirds of the CPU of a streamed token).
+                stream_cls=AsyncStream[object],
             )
             async for chunk in chunks:
-                if chunk.usage is not None:
-                    usage = self._record_usage(request.model, chunk.usage)
-                for choice in chunk.choices:
-                    finish_reason = choice.finish_reason or finish_reason
-                    delta = choice.delta
-                    if delta.content:
-                        text_parts.append(delta.content)
-                        yield TextDelta(delta.content)
-                    for call in delta.tool_calls or []:
-                        slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-                        slot["id"] = call.id or slot["id"]
-                        if call.function is not None:
-                            slot["name"] += call.function.name or ""
-                            slot["arguments"] += call.function.arguments or ""
+                if not isinstance(chunk, dict):
+                    continue
+                if chunk.get("usage"):
+                    usage = self._record_usage(request.model, chunk["usage"])
+                for choice in _dicts(chunk.get("choices")):
+                    finish_reason = choice.get("finish_reason") or finish_reason
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content")
+                    if isinstance(content, str) and content:
+                        text_parts.append(content)
+                        yield TextDelta(content)
+                    for call in _dicts(delta.get("tool_calls")):
+                        slot = calls.setdefault(call.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = call.get("id") or slot["id"]
+                        function = call.get("function") or {}
+                        slot["name"] += function.get("name") or ""
+                        slot["arguments"] += function.get("arguments") or ""
         tool_calls = [ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}") for c in calls.values()]
         yield ChatResult("".join(text_parts), tool_calls, usage, finish_reason)
 
@@ -283,16 +288,29 @@ class LlmClient:
             self._with_limits[limits] = client
         return client
 
-    def _record_usage(self, model: str, reported: Any) -> Usage | None:
-        if reported is None:
+    def _record_usage(self, model: str, reported: object) -> Usage | None:
+        """The provider's `usage` object (parsed JSON) as a `Usage`, counted in the metrics."""
+        if not isinstance(reported, dict):
             return None
-        details = getattr(reported, "prompt_tokens_details", None)
-        cached = getattr(details, "cached_tokens", None) or 0  # providers without a prompt cache omit it
-        usage = Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0, model, cached)
+        details = reported.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None  # not all have a cache
+        usage = Usage(
+            _count(reported.get("prompt_tokens")), _count(reported.get("completion_tokens")), model, _count(cached)
+        )
         self._metrics.model_tokens.labels(model, "prompt").inc(usage.prompt_tokens)
         self._metrics.model_tokens.labels(model, "completion").inc(usage.completion_tokens)
         self._metrics.model_tokens.labels(model, "cached").inc(usage.cached_tokens)
         return usage
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    """The objects of a JSON list (a chunk's `choices`, a delta's `tool_calls`); anything else is none."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _count(value: object) -> int:
+    """A token count as reported (a provider may send null or leave it out: 0)."""
+    return value if type(value) is int else 0
 
 
 def _refuses_verbose_json(error: openai.BadRequestError) -> bool:

@@ -103,7 +103,9 @@ class Reply:
         return "tool_calls" if self.tool_calls else "stop"
 
 
-FaultKind = Literal["status", "rate_limit", "hang", "context_length_exceeded", "malformed_json", "disconnect"]
+FaultKind = Literal[
+    "status", "rate_limit", "hang", "context_length_exceeded", "malformed_json", "disconnect", "error_event"
+]
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,12 @@ class Fault:
     def disconnect(cls, after_chunks: int = 0) -> Fault:
         """Close the connection without a response (streaming: optionally after ``after_chunks`` chunks)."""
         return cls(kind="disconnect", after_chunks=after_chunks)
+
+    @classmethod
+    def error_event(cls, message: str, after_chunks: int = 1) -> Fault:
+        """Streaming: ``after_chunks`` chunks, then an SSE event ``{"error": {...}}`` (as OpenAI and
+        OpenRouter send when a stream fails midway) and the end of the stream."""
+        return cls(kind="error_event", message=message, error_type="server_error", after_chunks=after_chunks)
 
 
 @dataclass(frozen=True)
@@ -688,6 +696,11 @@ class FakeOpenAI:
                 chunks = _Completion(body, self._respond_default(body)).chunks(include_usage=False)
                 await self._stream(request, [json.dumps(c) for c in chunks[: fault.after_chunks]], done=False)
             return self._drop(request)
+        if fault.kind == "error_event" and body.get("stream"):
+            chunks = _Completion(body, self._respond_default(body)).chunks(include_usage=False)
+            payloads = [json.dumps(c) for c in chunks[: fault.after_chunks]]
+            payloads.append(json.dumps(_error_body(fault.message, fault.error_type, None)))
+            return await self._stream(request, payloads)
         if fault.kind == "malformed_json":
             broken = '{"id": "chatcmpl-broken", "object": "chat.completion", "choices": [{"index": 0, '
             if body.get("stream"):
