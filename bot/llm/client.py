@@ -164,7 +164,7 @@ class LlmClient:
                 options=_JSON_REQUEST,
                 stream=True,
                 # Each chunk as its parsed JSON: the library still reads the events and raises on an error
-                # event, but a chunk is not made into a pydantic model (two thirds of the CPU of a streamed token).
+                # event, but a chunk is not made into a pydantic model (about two thirds of a chunk's CPU).
                 stream_cls=AsyncStream[object],
             )
             async for chunk in chunks:
