@@ -50,12 +50,23 @@ class Incremental(Generic[T]):
         if kept is None or len(messages) < len(kept[0]) or messages[: len(kept[0])] != kept[0]:
             kept = ([], self._start())
         derived_from, value = kept
-        for message in messages[len(derived_from) :]:
+        added = messages[len(derived_from) :]
+        for message in added:
             value = self._add(value, message)
-        derived_from.extend(messages[len(derived_from) :])
+        derived_from.extend(added)
         # Keyed by the first message's identity: `derived_from` holds it, so the key is not reused meanwhile.
-        self._kept[key] = (derived_from, value)
-        self._kept.move_to_end(key)
-        if len(self._kept) > self._size:
-            self._kept.popitem(last=False)
+        kept_newest(self._kept, key, (derived_from, value), self._size)
         return value
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def kept_newest(kept: OrderedDict[K, V], key: K, value: V, size: int) -> None:
+    """Store `value` under `key` as the most recently used, forgetting the least recently used past `size`
+    (the per-conversation caches: the chats active at once)."""
+    kept[key] = value
+    kept.move_to_end(key)
+    if len(kept) > size:
+        kept.popitem(last=False)

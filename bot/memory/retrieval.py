@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta, tzinfo
 from typing import NamedTuple
 
+from bot.domain.conversation import kept_newest
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import Vector, VectorIndex
 from bot.memory.items_store import ItemFacts, MemoryItemStore
@@ -179,10 +180,7 @@ class LiveCoverage:
         _, checked, items = kept
         items.update(self._store.ids_referring_to(ids[max(0, checked - RECHECKED_MESSAGES) :]))
         # Keyed by the list's identity: the entry holds the list, so the key is not reused meanwhile.
-        self._kept[key] = (ids, len(ids), items)
-        self._kept.move_to_end(key)
-        if len(self._kept) > self._size:
-            self._kept.popitem(last=False)
+        kept_newest(self._kept, key, (ids, len(ids), items), self._size)
         return items
 
 
