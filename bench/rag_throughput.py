@@ -97,7 +97,7 @@ async def run_size(size: int, queries: int, root: Path, hash_vectors: bool) -> d
                 # In a reply, memory retrieval (20) has made the message's vector just before.
                 await local.embed_query(question)
                 sent = time.perf_counter()
-            result = await service.retrieve(mode_config, "bench:1", question, "")
+            result = await service.retrieve(mode_config, "bench:1", question, lambda: "")
             latencies.append((time.perf_counter() - sent) * 1000)
             assert result.outcome == "ok", result
         figures[f"{mode}_ms_p50"] = round(statistics.median(latencies), 1)

@@ -252,12 +252,12 @@ class RagService:
         config: RuntimeConfig,
         session_id: str,
         query_text: str,
-        shown: str | Callable[[], str],
+        shown: Callable[[], str],
         share_tokens: int | None = None,
     ) -> RetrievedContext:
-        """`# Relevant Memory` for `query_text`, without what `shown` (the memory part and the live
-        conversation, or what makes it: asked for only when there are snippets to check against it)
-        already says, within `rag.maxContextTokens` and `share_tokens` (what the turn's context plan gives RAG)."""
+        """`# Relevant Memory` for `query_text`, without what `shown()` already says (the memory part and the
+        live conversation: made only when there are snippets to check against it), within
+        `rag.maxContextTokens` and `share_tokens` (what the turn's context plan gives RAG)."""
         rag = config.rag
         workspace = rag_workspace_for(session_id, config.memory.scope)
         max_tokens = rag.max_context_tokens if share_tokens is None else min(rag.max_context_tokens, share_tokens)
@@ -283,7 +283,7 @@ class RagService:
         fresh = snippets
         if snippets:
             # Once, not once per snippet (a few ms with a full memory part and a long conversation).
-            shown_words = normalized(shown if isinstance(shown, str) else shown())
+            shown_words = normalized(shown())
             fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown_words)]
         text = self.render(fresh, max_tokens, RELEVANT_MEMORY_HEADER)
         log.info(

@@ -126,14 +126,14 @@ async def test_a_retrieval_error_leaves_the_prompt_without_relevant_memory(
     await queue_one(service)
     await service.flush()
     config = RuntimeConfig()
-    retrieved = await service.retrieve(config, "test:1", "boat name?", shown="")
+    retrieved = await service.retrieve(config, "test:1", "boat name?", shown=lambda: "")
     assert (retrieved.text, retrieved.outcome) == ("", "error")
     assert "[RAG] Retrieval failed (vector store unavailable); answering without Relevant Memory" in caplog.text
 
 
 async def test_nothing_is_asked_of_lightrag_before_anything_was_indexed(tmp_path: Path) -> None:
     service = service_with(tmp_path, ScriptedBackend(query_error=AssertionError("must not be called")))
-    retrieved = await service.retrieve(RuntimeConfig(), "test:1", "boat name?", shown="")
+    retrieved = await service.retrieve(RuntimeConfig(), "test:1", "boat name?", shown=lambda: "")
     assert retrieved.outcome == "empty"
 
 
@@ -142,9 +142,10 @@ async def test_a_snippet_the_memory_pack_shows_already_is_dropped(tmp_path: Path
     await queue_one(service)
     await service.flush()
     shown = "## Today's Notes\n[10:00] User: the boat is called Nautilus | Assistant: Nice name."
-    retrieved = await service.retrieve(RuntimeConfig(), "test:1", "boat name?", shown=shown)
+    retrieved = await service.retrieve(RuntimeConfig(), "test:1", "boat name?", shown=lambda: shown)
     assert (retrieved.text, retrieved.dropped_as_shown) == ("", 1)
-    fresh = await service.retrieve(RuntimeConfig(), "test:1", "boat name?", shown="## Long-term Memory\nLikes tea.")
+    other = "## Long-term Memory\nLikes tea."
+    fresh = await service.retrieve(RuntimeConfig(), "test:1", "boat name?", shown=lambda: other)
     assert fresh.text == (
         "# Relevant Memory\nFrom past conversations; it may be outdated.\n## Past Exchanges\n"
         "- User: the boat is called Nautilus"
