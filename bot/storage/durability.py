@@ -61,10 +61,10 @@ class DeferredSync:
         a caller that arrives during one waits for it, then syncs what was marked meanwhile."""
         async with self._round:
             if self.pending:
-                await asyncio.to_thread(self.sync_now)
+                await asyncio.to_thread(self._sync_now)
 
-    def sync_now(self) -> None:
-        """`sync`, in the caller's thread. A file that is gone (renamed over, deleted) is skipped: its
+    def _sync_now(self) -> None:
+        """`sync`, in the calling thread. A file that is gone (renamed over, deleted) is skipped: its
         replacement was marked in its turn. A failed fsync is logged; the data may not be on disk."""
         with self._lock:
             files, folders = self._files, self._folders

@@ -103,30 +103,18 @@ async def write_atomic(path: Path, data: bytes, deferred: DeferredSync | None = 
     await asyncio.to_thread(write_atomic_sync, path, data)
 
 
-def append_lines_sync(path: Path, lines: list[str], deferred: DeferredSync | None = None) -> int:
+async def append_lines(path: Path, lines: list[str], deferred: DeferredSync | None = None) -> int:
     """Append whole lines durably (with `deferred`: made durable by its next round); a torn last line
     left by a crash is cut off first. Returns the file's size after the append (with nothing to
     append, the file is not opened and 0 is returned).
 
     A torn line is the unfinished tail of an append that never completed, so dropping it loses
     nothing that was ever acknowledged, and it keeps every later line parseable.
-    """
-    if not lines:
-        return 0
-    with _open_for_append(path) as handle:
-        created = _append_to(handle, lines)
-        if deferred is None:
-            os.fsync(handle.fileno())
-        else:
-            deferred.mark(path, new_entry=created)
-        return handle.tell()
 
-
-async def append_lines(path: Path, lines: list[str], deferred: DeferredSync | None = None) -> int:
-    """`append_lines_sync` for the event loop. The lines are written here, into the kernel's page cache
-    (tens of microseconds); only the fsync, which waits for the disk, goes to a worker thread. A thread
-    that wrote too would take the GIL back after each of its system calls while the loop runs the
-    turn, and that contention cost more CPU than the writing itself."""
+    The lines are written here, into the kernel's page cache (tens of microseconds); only the fsync,
+    which waits for the disk, goes to a worker thread. A thread that wrote too would take the GIL back
+    after each of its system calls while the loop runs the turn, and that contention cost more CPU
+    than the writing itself."""
     if not lines:
         return 0
     with _open_for_append(path) as handle:

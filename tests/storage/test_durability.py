@@ -8,30 +8,30 @@ from pathlib import Path
 
 from bot.app import Application
 from bot.storage.durability import DeferredSync
-from bot.storage.files import append_lines_sync, write_atomic_sync
+from bot.storage.files import append_lines, write_atomic
 from tests.fakes.recording_channel import RecordingChannel
 
 
-def test_a_deferred_write_is_read_back_at_once_and_waits_for_the_next_round(tmp_path: Path) -> None:
+async def test_a_deferred_write_is_read_back_at_once_and_waits_for_the_next_round(tmp_path: Path) -> None:
     deferred = DeferredSync()
     notes = tmp_path / "memory" / "2026-11-25.md"
-    append_lines_sync(notes, ["[10:00] User: hi | Assistant: hello"], deferred)
-    write_atomic_sync(tmp_path / "session.json", b'{"messages": []}', deferred)
+    await append_lines(notes, ["[10:00] User: hi | Assistant: hello"], deferred)
+    await write_atomic(tmp_path / "session.json", b'{"messages": []}', deferred)
 
     assert notes.read_text() == "[10:00] User: hi | Assistant: hello\n"
     assert (tmp_path / "session.json").read_bytes() == b'{"messages": []}'
     # Both files, and both folders whose entries they created.
     assert deferred.pending == 4
-    deferred.sync_now()
+    await deferred.sync()
     assert deferred.pending == 0
 
 
-def test_a_file_gone_before_its_round_is_skipped(tmp_path: Path) -> None:
+async def test_a_file_gone_before_its_round_is_skipped(tmp_path: Path) -> None:
     deferred = DeferredSync()
     path = tmp_path / "gone.jsonl"
-    append_lines_sync(path, ["{}"], deferred)
+    await append_lines(path, ["{}"], deferred)
     path.unlink()
-    deferred.sync_now()
+    await deferred.sync()
     assert deferred.pending == 0
 
 
@@ -39,7 +39,7 @@ async def test_the_running_loop_makes_marked_files_durable_within_its_interval(t
     deferred = DeferredSync(interval=0.05)
     syncing = asyncio.create_task(deferred.run())
     try:
-        append_lines_sync(tmp_path / "a.jsonl", ["{}"], deferred)
+        await append_lines(tmp_path / "a.jsonl", ["{}"], deferred)
         for _ in range(100):
             if not deferred.pending:
                 break
