@@ -127,6 +127,9 @@ class ToolRegistry:
         self._schemas: list[dict[str, Any]] = []
         self._sources: list[ToolSource] = []
         self._source_schemas: dict[int, tuple[AnyTool, dict[str, Any]]] = {}
+        # The list last handed out: the same object while the offered tools stay the same, so the client
+        # and the estimator keep their JSON of it (checked by identity) instead of encoding it each call.
+        self._offered: list[dict[str, Any]] = []
 
     def register(self, tool: Tool[Any]) -> None:
         if tool.name in self._tools:
@@ -142,10 +145,14 @@ class ToolRegistry:
         return list(self._tools) + [tool.name for tool in self._source_tools()]
 
     def schemas(self) -> list[dict[str, Any]]:
+        """The schemas of every tool offered now; the same list as last time unless one changed."""
         tools = self._source_tools()
         # Kept only for the tools offered now, so a source that renews its tools does not grow the cache.
         self._source_schemas = {id(tool): (tool, self._schema_of(tool)) for tool in tools}
-        return self._schemas + [self._source_schemas[id(tool)][1] for tool in tools]
+        offered = self._schemas + [self._source_schemas[id(tool)][1] for tool in tools]
+        if len(offered) != len(self._offered) or any(a is not b for a, b in zip(offered, self._offered, strict=True)):
+            self._offered = offered
+        return self._offered
 
     def _source_tools(self) -> list[AnyTool]:
         offered: list[AnyTool] = []
