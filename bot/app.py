@@ -23,6 +23,7 @@ from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
+from bot.heap import settle_after_load
 from bot.http.listener import HttpListener
 from bot.ledger.turns import TurnLedger
 from bot.llm import install as llm_install
@@ -206,6 +207,7 @@ class Application:
         """Run every stage's start, in order; on a failure the caller stops (`stop` undoes what started)."""
         for stage in self.stages:
             await stage.start()
+        settle_after_load()
 
     async def stop(self, deadline_seconds: float = STOP_DEADLINE_SECONDS) -> None:
         """Stop taking messages, let runs in progress finish (bounded) and write what they left unwritten,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -141,3 +143,27 @@ async def test_a_stage_that_hangs_on_stop_holds_up_neither_the_others_nor_the_ex
     assert events == [f"stop {name}" for name in reversed(STAGES)]  # the stages after it stopped too
     assert "[App] Stopping MCP servers took over" in caplog.text
     await app.mcp.close()  # what the hung stage would have done
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+async def test_a_start_collects_the_garbage_and_keeps_what_lives_out_of_later_collections(
+    workspace_dir: Path, fake_openai: FakeOpenAI
+) -> None:
+    kept, dropped = _Cycle(), _Cycle()
+    dropped_ref = weakref.ref(dropped)
+    del dropped  # garbage only the cyclic collector can free
+    app = Application(env_for(workspace_dir, fake_openai))
+    app.add_channels([RecordingChannel()])
+    try:
+        await app.start()
+        frozen = gc.get_freeze_count()
+        assert dropped_ref() is None  # collected before the freeze, not kept for good
+        # What is alive now (here `kept`) is in the permanent generation: a full collection skips it.
+        assert frozen > 0 and not any(obj is kept for obj in gc.get_objects())
+    finally:
+        await app.stop()
+        gc.unfreeze()

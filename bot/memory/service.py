@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
 import functools
 import logging
@@ -30,6 +28,7 @@ from bot.context.estimator import TokenEstimator
 from bot.domain.conversation import Incremental
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message, Role
+from bot.heap import settle_after_load
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.llm.errors import LlmError
@@ -75,20 +74,6 @@ LONG_TERM_HEADER = "## Long-term Memory"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
 SHARE_MARGIN = 0.02
-
-
-def give_back_freed_memory() -> None:
-    """Return the heap a large read freed (the start-up load of the items and their vectors) to the system.
-
-    glibc keeps freed blocks for reuse and, once large temporary arrays were freed, raises its mmap
-    threshold, so the temporaries of a 100,000-item load stay resident (60 MB measured) until asked
-    to trim. Where there is no glibc this does nothing.
-    """
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 @dataclass
@@ -240,7 +225,7 @@ class MemoryService:
                     await asyncio.get_running_loop().run_in_executor(self._executor, scope.store.refresh_sync)
                 if not scope.loaded:
                     scope.loaded = True
-                    give_back_freed_memory()
+                    settle_after_load()
                     log.info(
                         "[Memory] Loaded %d items from %s in %.0f ms",
                         len(scope.store),
@@ -302,7 +287,7 @@ class MemoryService:
                     # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
                     await asyncio.to_thread(scope.vectors.prepare_search)
                 log.info("[Memory] %d item vectors read from %s", read, cache.path)
-                give_back_freed_memory()
+                settle_after_load()
             while not scope.vectors.paused():
                 async with scope.lock:
                     todo = scope.vectors.pending()
