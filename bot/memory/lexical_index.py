@@ -25,6 +25,8 @@ from bot.domain.memory import MemoryItem
 K1 = 1.2
 B = 0.75
 MAX_TERM_FREQUENCY = 65535
+# Up to this many (term, item) pairs, a batch is indexed posting by posting instead of grouped with numpy.
+SMALL_BATCH_TERMS = 256
 # Dead slots are compacted away once there are more of them than live ones, and at least this many.
 COMPACT_MIN_DEAD = 1024
 _WORD = re.compile(r"\w+")
@@ -123,6 +125,16 @@ class Bm25Index:
             tfs.extend(counts.values())
             slots.extend([slot] * len(counts))
         if not terms:
+            return
+        if len(terms) <= SMALL_BATCH_TERMS:
+            # A turn's few items: appended one posting at a time, which costs less than the ~20 numpy
+            # calls of the grouping below (0.25 ms measured for one item). Same postings, same order.
+            for term, slot, tf in zip(terms, slots, tfs, strict=True):
+                postings = self._postings.get(term)
+                if postings is None:
+                    postings = self._postings[term] = _Postings()
+                postings.slots.append(slot)
+                postings.tfs.append(min(tf, MAX_TERM_FREQUENCY))
             return
         vocabulary: dict[str, int] = {}
         term_ids = np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in terms), np.int32, len(terms))

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.lexical_index import Bm25Index, tokenize
@@ -38,6 +40,30 @@ def test_bm25_ranks_rarer_and_denser_matches_higher_and_follows_removals() -> No
     assert list(index.search("docker compose", 10)) == ["b"]
     index.add(item(S, "superseded docker note", NOW, item_id="d", superseded_by="b"))
     assert "d" not in index.search("docker", 10)
+
+
+def test_items_indexed_one_by_one_score_as_items_indexed_in_one_batch() -> None:
+    # A turn's item takes the posting-by-posting path, a start-up load the grouped one: same scores.
+    words = ["docker", "compose", "service", "cluster", "images", "deploy", "garden", "tomatoes"]
+    items = [
+        item(
+            S,
+            " ".join(words[(i * 3 + j) % len(words)] for j in range(1 + i % 5)) + " docker" * (i % 3),
+            NOW,
+            item_id=f"i{i}",
+        )
+        for i in range(120)
+    ]
+    one_by_one, batched = Bm25Index(), Bm25Index()
+    for each in items:
+        one_by_one.add(each)
+    batched.add_many(items)
+    for index in (one_by_one, batched):
+        index.remove("i7")
+        index.add(item(S, "docker garden tomatoes tomatoes", NOW, item_id="i8"))  # replaces i8
+    for query in ("docker", "garden tomatoes", "compose service cluster", "images deploy docker"):
+        assert one_by_one.search(query, 200) == pytest.approx(batched.search(query, 200))
+        assert one_by_one.search(query, 200)
 
 
 class Stored:
