@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -150,7 +150,7 @@ class LlmClient:
         )
         return ChatResult(choice.message.content or "", calls, usage, choice.finish_reason)
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[TextDelta | ChatResult]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[TextDelta | ChatResult, None]:
         """Text deltas as the model writes, then the whole `ChatResult` as the last item."""
         text_parts: list[str] = []
         calls: dict[int, dict[str, str]] = {}

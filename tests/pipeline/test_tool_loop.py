@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
+import sys
 import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -244,3 +247,29 @@ async def test_a_streamed_reply_is_shown_as_it_grows_and_sent_and_stored_once(
     session = await services.sessions.get("test:1")
     assert session is not None
     assert [m.content for m in session.messages if m.role.value == "assistant" and not m.tool_calls] == [reply]
+
+
+async def test_each_model_stream_is_closed_by_the_loop_not_left_to_the_finalizer(
+    services: Application, fake_openai: FakeOpenAI
+) -> None:
+    # An async generator left unfinished is closed later by the event loop's finalizer hook: a
+    # thread-safe wake-up and a task of its own. The loop's own generators are closed where it stops.
+    finalized: list[str] = []
+    firstiter, finalizer = sys.get_asyncgen_hooks()
+    assert finalizer is not None
+
+    def record(generator: AsyncGenerator[object, None]) -> None:
+        finalized.append(generator.ag_code.co_qualname)
+        finalizer(generator)
+
+    channel = RecordingChannel(streaming=True)
+    fake_openai.script(call("list_dir", {"path": "."}, "call_l"), "Two answers, two streams.")
+    sys.set_asyncgen_hooks(firstiter, record)
+    try:
+        assert await say(services, channel, "1", "what is in my workspace?") == "Two answers, two streams."
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        sys.set_asyncgen_hooks(firstiter, finalizer)
+    assert [request.get("stream") for request in fake_openai.chat_requests()] == [True, True]
+    assert not [name for name in finalized if name.startswith("LlmClient.")]

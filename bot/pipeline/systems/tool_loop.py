@@ -10,6 +10,7 @@ the session before the next step, so a crash or `/stop` loses nothing that happe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,12 +160,15 @@ class ToolLoopExecutionSystem(PipelineSystem):
     async def _stream(self, ctx: TurnContext, request: ChatRequest) -> ChatResult:
         assert ctx.reply_stream is not None
         text = ""
-        async for event in self._llm.stream(request):
-            if isinstance(event, TextDelta):
-                text += event.text
-                await ctx.reply_stream.update(text)
-            else:
-                return event
+        # Closed here on the return, not left to the event loop's finalizer hook for unfinished async
+        # generators (a thread-safe wake-up and a task of its own, every message).
+        async with contextlib.aclosing(self._llm.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    text += event.text
+                    await ctx.reply_stream.update(text)
+                else:
+                    return event
         raise UserFacingError("The model's answer ended early. Please try again.")
 
     async def _run_tool(self, call: ToolCall, tool_context: ToolContext) -> str:
