@@ -8,8 +8,10 @@ import json
 import os
 import sys
 import time
+import types
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -258,7 +260,8 @@ async def test_each_model_stream_is_closed_by_the_loop_not_left_to_the_finalizer
     firstiter, finalizer = sys.get_asyncgen_hooks()
     assert finalizer is not None
 
-    def record(generator: AsyncGenerator[object, None]) -> None:
+    def record(generator: AsyncGenerator[Any, Any]) -> None:
+        assert isinstance(generator, types.AsyncGeneratorType)
         finalized.append(generator.ag_code.co_qualname)
         finalizer(generator)
 
