@@ -228,7 +228,11 @@ class MemoryRetrievalService:
             relevance.setdefault(core.id, 0.0)
         facts.update(self._store.facts_of(item_id for item_id in relevance if item_id not in facts))
         if query.live.ids:
-            taken.update(self._store.referring_among(relevance.keys(), query.live.ids))
+            # The candidates known to refer to the live conversation are left out as they are; only the
+            # others are looked up (an item may refer to an older live message: see `LiveCoverage`).
+            unsure = [item_id for item_id in relevance if item_id not in covered]
+            taken.update(item_id for item_id in relevance if item_id in covered)
+            taken.update(self._store.referring_among(unsure, query.live.ids))
         ranked: list[RankedItem] = []
         for item_id, item_relevance in relevance.items():
             found = facts.get(item_id)

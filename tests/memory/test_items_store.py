@@ -7,11 +7,12 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from bot.domain.memory import LiveConversation, MemoryLayer
+from bot.domain.memory import LiveConversation, MemoryLayer, MemoryQuery
+from bot.memory.embeddings import VectorIndex
 from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage
+from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage, MemoryRetrievalService
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
 
@@ -235,3 +236,46 @@ def test_the_working_set_passes_over_the_live_conversations_own_items_as_it_grow
         )
     referring = [sql for sql in queries if "FROM refs" in sql]
     assert not referring  # the coverage was looked up before; the scan itself reads ids only
+
+
+def test_retrieval_leaves_out_every_candidate_that_refers_to_the_live_conversation(tmp_path: Path) -> None:
+    """The conversation's own turns (known to its coverage) and an item made later that refers to one of
+    its older messages (a fact reinforced, which the coverage does not see) are both left out; an
+    earlier exchange on the same topic is not."""
+    paths = MemoryPaths(tmp_path)
+    write_items(
+        paths.episodic_file(NOW.date()),
+        [item(MemoryLayer.EPISODIC, "tomatoes in the garden, an earlier talk", NOW - timedelta(days=2), item_id="old")],
+    )
+    store = MemoryItemStore(paths, UTC)
+    lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
+    store.subscribe(lexical)
+    store.subscribe(vectors)
+    store.refresh_sync()
+    retrieval = MemoryRetrievalService(store, lexical, vectors, UTC)
+    ids: set[str] = set()
+    in_order: list[str] = []
+    live = LiveConversation(ids, in_order)
+
+    def ranked_ids(text: str) -> set[str]:
+        query = MemoryQuery(text=text, session_id="s", now=NOW + timedelta(hours=1), working_top_k=0, live=live)
+        return {entry.item_id for entry in retrieval.retrieve(query).ranked}
+
+    for turn in range(8):  # past `RECHECKED_MESSAGES`: u0 is no longer looked up again
+        ids.update((f"u{turn}", f"a{turn}"))
+        in_order += [f"u{turn}", f"a{turn}"]
+        ranked_ids("tomatoes")  # the coverage grows with the conversation, as message by message
+        store.append(
+            [
+                item(
+                    MemoryLayer.EPISODIC,
+                    f"tomatoes in the garden, turn {turn}",
+                    NOW + timedelta(minutes=turn),
+                    item_id=f"t{turn}",
+                    references=[f"u{turn}", f"a{turn}"],
+                )
+            ]
+        )
+    store.append([item(MemoryLayer.SEMANTIC, "the garden has tomatoes", NOW, item_id="fact", references=["u0"])])
+
+    assert ranked_ids("tomatoes garden") == {"old"}
