@@ -417,6 +417,23 @@ class MemoryService:
         if vector is not None:
             await asyncio.to_thread(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
 
+    async def _read_ahead(
+        self, scope: MemoryScope, text: str, vector_task: asyncio.Future[Vector | None], arrived: float
+    ) -> Vector | None:
+        """The message's vector, with the facts its scoring reads (and, past a small memory, its dense
+        candidates) read meanwhile under the scope's lock, which is not held waiting for the vector."""
+        dense_task: asyncio.Future[None] | None = None
+        async with self.fresh(scope, arrived):
+            if len(scope.store) > INLINE_WORK_MAX_ITEMS:
+                dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
+            await self.off_loop_if_large(scope, self._prefetch, scope, text)
+            if dense_task is not None:
+                if not vector_task.done():
+                    dense_task.cancel()  # still waiting for the vector: nothing started yet
+                with contextlib.suppress(asyncio.CancelledError):
+                    await dense_task
+        return await vector_task
+
     @staticmethod
     def _prefetch(scope: MemoryScope, text: str) -> None:
         """Read the facts of the lexical candidates of `text` and of their neighbours ahead of scoring (the
@@ -484,22 +501,16 @@ class MemoryService:
         # files are checked and the facts of the lexical candidates and their neighbours are read; if the
         # vector is there by then, the dense search has run beside that read too (numpy, without the GIL). The
         # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
-        vector_task = asyncio.ensure_future(self.query_vector(scope, config, text))
-        dense_task: asyncio.Future[None] | None = None
+        # Without an embedder there is no vector to wait for, nor a read to do ahead of it: the scoring
+        # starts at once.
+        vector_task = (
+            asyncio.ensure_future(self.query_vector(scope, config, text)) if self.embedder(config) is not None else None
+        )
         # Both holds of the lock below see the files as they were when the message came: the scoring after
         # the vector does not check them again (an edit made meanwhile is read for the next message).
         arrived = time.monotonic()
         try:
-            async with self.fresh(scope, arrived):
-                if len(scope.store) > INLINE_WORK_MAX_ITEMS:
-                    dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
-                await self.off_loop_if_large(scope, self._prefetch, scope, text)
-                if dense_task is not None:
-                    if not vector_task.done():
-                        dense_task.cancel()  # still waiting for the vector: nothing started yet
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await dense_task
-            vector = await vector_task
+            vector = await self._read_ahead(scope, text, vector_task, arrived) if vector_task is not None else None
             async with self.fresh(scope, arrived):
                 # The pack is built under the lock too: the items it reads are the ones that were scored.
                 result, pack = await self.off_loop_if_large(scope, self._retrieve_and_pack, scope, query, vector, model)
@@ -507,7 +518,7 @@ class MemoryService:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None
         finally:
-            if not vector_task.done():
+            if vector_task is not None and not vector_task.done():
                 vector_task.cancel()
         pack = dataclasses.replace(
             pack,
