@@ -10,6 +10,7 @@ import logging
 import stat
 from dataclasses import dataclass
 from datetime import date
+from functools import cached_property
 from pathlib import Path
 
 from bot.storage.files import PRIVATE_DIR_MODE, make_private_dirs, write_atomic_sync
@@ -19,37 +20,39 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MemoryPaths:
-    """The files of one memory scope (CONTRACT's `memory/` layout, rooted at `root`)."""
+    """The files of one memory scope (CONTRACT's `memory/` layout, rooted at `root`).
+
+    Each path is made once and kept (`cached_property`): they are asked for many times a message."""
 
     root: Path
 
-    @property
+    @cached_property
     def long_term_file(self) -> Path:
         return self.root / "MEMORY.md"
 
     def daily_note_file(self, day: date) -> Path:
         return self.root / f"{day.isoformat()}.md"
 
-    @property
+    @cached_property
     def items_dir(self) -> Path:
         return self.root / "items"
 
-    @property
+    @cached_property
     def episodic_dir(self) -> Path:
         return self.items_dir / "episodic"
 
     def episodic_file(self, day: date) -> Path:
         return self.episodic_dir / f"{day.isoformat()}.jsonl"
 
-    @property
+    @cached_property
     def semantic_file(self) -> Path:
         return self.items_dir / "semantic.jsonl"
 
-    @property
+    @cached_property
     def procedural_file(self) -> Path:
         return self.items_dir / "procedural.jsonl"
 
-    @property
+    @cached_property
     def index_dir(self) -> Path:
         """Derived search data (item vectors): rebuilt from the item files when missing, never the truth."""
         return self.root / "index"
@@ -57,52 +60,52 @@ class MemoryPaths:
 
 @dataclass(frozen=True)
 class Workspace:
-    """The paths of CONTRACT's workspace layout, rooted at `BOT_WORKSPACE`."""
+    """The paths of CONTRACT's workspace layout, rooted at `BOT_WORKSPACE` (each made once, as in `MemoryPaths`)."""
 
     root: Path
 
-    @property
+    @cached_property
     def memory_dir(self) -> Path:
         return self.root / "memory"
 
-    @property
+    @cached_property
     def memory(self) -> MemoryPaths:
         """The global memory's files (a chat's own, with `memory.scope: chat`, are under `memory/chats/`)."""
         return MemoryPaths(self.memory_dir)
 
-    @property
+    @cached_property
     def sessions_dir(self) -> Path:
         return self.root / "sessions"
 
-    @property
+    @cached_property
     def preferences_dir(self) -> Path:
         return self.root / "preferences"
 
-    @property
+    @cached_property
     def runtime_config_file(self) -> Path:
         return self.preferences_dir / "runtime-config.json"
 
-    @property
+    @cached_property
     def models_file(self) -> Path:
         return self.preferences_dir / "models.json"
 
-    @property
+    @cached_property
     def system_prompt_file(self) -> Path:
         return self.preferences_dir / "system-prompt.md"
 
-    @property
+    @cached_property
     def skills_dir(self) -> Path:
         return self.root / "skills"
 
-    @property
+    @cached_property
     def rag_dir(self) -> Path:
         return self.root / "rag"
 
-    @property
+    @cached_property
     def tool_results_dir(self) -> Path:
         return self.root / "tool_results"
 
-    @property
+    @cached_property
     def reminders_file(self) -> Path:
         return self.root / "reminders.json"
 
