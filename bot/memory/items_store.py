@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import sqlite3
+import stat
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
@@ -42,6 +43,7 @@ from bot.memory.index_database import INDEX_FILE_NAME, INSERT_ITEM, IndexDatabas
 from bot.memory.item_files import KeptLine, parse_item_file, read_raw
 from bot.storage.durability import DeferredSync
 from bot.storage.files import FileSignature, append_lines, file_signature, write_atomic
+from bot.storage.folder_changes import FolderChanges
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths
 
@@ -105,10 +107,20 @@ def _epoch(moment: Any) -> float:
 class MemoryItemStore:
     """Every item of one memory scope, kept in step with its files (rows in the index database)."""
 
-    def __init__(self, paths: MemoryPaths, zone: tzinfo, deferred: DeferredSync | None = None) -> None:
+    def __init__(
+        self,
+        paths: MemoryPaths,
+        zone: tzinfo,
+        deferred: DeferredSync | None = None,
+        changes: FolderChanges | None = None,
+    ) -> None:
         """`deferred`: where an append of new items leaves its fsync (their turn is in the archive, and a
-        turn no item refers to is recorded again before a compaction); rewrites are always durable."""
+        turn no item refers to is recorded again before a compaction); rewrites are always durable.
+        `changes`: which item files changed since the last check (without it, each check `stat`s them all)."""
         self.paths = paths
+        self._changes = changes
+        # The item files on disk with their signatures, as of the last check.
+        self._on_disk: dict[Path, FileSignature] | None = None
         self._deferred = deferred
         self._zone = zone
         self._context = {"zone": zone}
@@ -268,6 +280,7 @@ class MemoryItemStore:
 
     def _forget_loaded(self) -> None:
         """Start over as if nothing had been read (the database is empty again)."""
+        self._on_disk = None
         self._opened = self._fed = False
         self._signatures.clear()
         self._skipped.clear()
@@ -330,14 +343,46 @@ class MemoryItemStore:
         return changed
 
     def _files_on_disk(self) -> dict[Path, FileSignature]:
-        """Every items file with its signature: one directory scan and one `stat` per file."""
+        """Every items file with its signature: those the folders' events name checked again (see
+        `FolderChanges`), or, when that is not known, one directory scan and one `stat` per file."""
+        if self._changes is not None:
+            # Both asked every time: each call takes its folder's events.
+            in_episodic = self._changes.changed(self._episodic_dir)
+            in_items = self._changes.changed(self._items_dir)
+            known = self._on_disk
+            if known is not None and in_episodic is not None and in_items is not None:
+                if self._episodic_dir not in in_items:  # the folder itself made, moved or deleted: scan it
+                    for path in in_episodic:
+                        self._recheck(known, self._path_of("episodic/" + path.name), path.name.endswith(".jsonl"))
+                    for path in in_items:
+                        self._recheck(known, path, path in (self.paths.semantic_file, self.paths.procedural_file))
+                    return known
+        self._on_disk = self._scan_files()
+        return self._on_disk
+
+    @staticmethod
+    def _recheck(known: dict[Path, FileSignature], path: Path, is_item_file: bool) -> None:
+        try:
+            status = os.stat(path) if is_item_file else None
+        except (FileNotFoundError, NotADirectoryError):
+            status = None
+        if status is not None and stat.S_ISREG(status.st_mode):
+            known[path] = (status.st_mtime_ns, status.st_size, status.st_ino)
+        else:
+            known.pop(path, None)
+
+    def _scan_files(self) -> dict[Path, FileSignature]:
         found: dict[Path, FileSignature] = {}
         try:
             with os.scandir(self._episodic_dir) as entries:
                 for entry in entries:
                     if entry.name.endswith(".jsonl") and entry.is_file():
-                        stat = entry.stat()
-                        found[self._path_of("episodic/" + entry.name)] = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+                        status = entry.stat()
+                        found[self._path_of("episodic/" + entry.name)] = (
+                            status.st_mtime_ns,
+                            status.st_size,
+                            status.st_ino,
+                        )
         except FileNotFoundError:
             pass
         for path in (self.paths.semantic_file, self.paths.procedural_file):

@@ -60,6 +60,7 @@ from bot.memory.retrieval import (
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.settings import MemoryConfig
 from bot.storage.durability import DeferredSync
+from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ class MemoryService:
         # Memory's own worker thread for the reads done under a scope's lock, so they never queue
         # behind the fsyncs of session writes in the shared default pool.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
+        # One inotify instance for every scope's item folders (the kernel allows a user few instances).
+        self._folder_changes = FolderChanges()
         self._forget_listeners: list[ForgetListener] = []
         # What memory leaves out because the live conversation shows it anyway, kept as a chat grows.
         self._live: Incremental[_LiveIds] = Incremental(_LiveIds, _with_id)
@@ -189,7 +192,7 @@ class MemoryService:
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
         scope = self._scopes.get(paths)
         if scope is None:
-            store = MemoryItemStore(paths, self._clock.zone, self._deferred)
+            store = MemoryItemStore(paths, self._clock.zone, self._deferred, self._folder_changes)
             lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
@@ -352,6 +355,7 @@ class MemoryService:
                 await asyncio.to_thread(scope.vector_cache.close)
             await asyncio.to_thread(scope.store.close)
         self._executor.shutdown(wait=False)
+        self._folder_changes.close()
 
     # -- the prompt -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage, MemoryRetrievalService
+from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
 
@@ -279,3 +280,43 @@ def test_retrieval_leaves_out_every_candidate_that_refers_to_the_live_conversati
     store.append([item(MemoryLayer.SEMANTIC, "the garden has tomatoes", NOW, item_id="fact", references=["u0"])])
 
     assert ranked_ids("tomatoes garden") == {"old"}
+
+
+def test_hand_edits_are_seen_on_the_next_check_whatever_the_way_files_are_checked(tmp_path: Path) -> None:
+    """With the folders' events (`FolderChanges`) or a `stat` of every file, the same edits are seen at
+    once: an old day file edited in place (same size), a day file deleted, one added, the semantic file
+    replaced by an editor's rename."""
+    watched, scanned = tmp_path / "watched", tmp_path / "scanned"
+    changes = FolderChanges()
+    stores = []
+    for root, folder_changes in ((watched, changes), (scanned, None)):
+        paths = MemoryPaths(root)
+        for day in range(30):
+            at = NOW - timedelta(days=day)
+            write_items(
+                paths.episodic_file(at.date()), [item(MemoryLayer.EPISODIC, f"day {day:02}", at, item_id=f"d{day}")]
+            )
+        write_items(paths.semantic_file, [item(MemoryLayer.SEMANTIC, "likes tea", NOW, item_id="s1")])
+        store = MemoryItemStore(paths, UTC, changes=folder_changes)
+        store.refresh_sync()
+        assert not store.refresh_sync()  # nothing changed
+        stores.append((paths, store))
+
+    for paths, store in stores:
+        old_file = paths.episodic_file((NOW - timedelta(days=20)).date())
+        old_file.write_bytes(old_file.read_bytes().replace(b"day 20", b"day XX"))
+        paths.episodic_file((NOW - timedelta(days=10)).date()).unlink()
+        new_day = NOW - timedelta(days=400)
+        write_items(
+            paths.episodic_file(new_day.date()), [item(MemoryLayer.EPISODIC, "long ago", new_day, item_id="n1")]
+        )
+        replacement = paths.items_dir / ".semantic.jsonl.tmp"
+        write_items(replacement, [item(MemoryLayer.SEMANTIC, "likes coffee", NOW, item_id="s1")])
+        os.replace(replacement, paths.semantic_file)
+
+        assert store.refresh_sync()
+        got = store.get_many(["d20", "d10", "n1", "s1"])
+        assert got["d20"].content == "day XX" and "d10" not in got
+        assert got["n1"].content == "long ago" and got["s1"].content == "likes coffee"
+        assert len(store) == 31 and not store.refresh_sync()  # 30 days and a fact, one day gone, one come
+    changes.close()
