@@ -57,6 +57,7 @@ class FolderChanges:
         self._pending: dict[Path, set[str]] = {}
         self._lost: set[Path] = set()
         self._checked_whole_at: dict[Path, float] = {}
+        self._unwatchable: set[Path] = set()
         # Stores check from the event loop and from the memory's worker thread.
         self._lock = threading.Lock()
 
@@ -87,7 +88,7 @@ class FolderChanges:
         return {folder / name for name in self._pending.pop(folder, ())}
 
     def _watch(self, folder: Path) -> bool:
-        if self._unavailable:
+        if self._unavailable or folder in self._unwatchable:
             return False
         try:
             if self._inotify is None:
@@ -96,9 +97,11 @@ class FolderChanges:
         except FileNotFoundError:
             return False  # not made yet: checked whole until it is
         except (OSError, RuntimeError) as error:
-            # No inotify here, or the limit of instances or watches reached: checked whole, as before.
+            # No inotify here, or the limit of instances or watches reached: checked whole, as before, and
+            # not tried again (one log line, not one a message).
             log.info("[Files] Cannot watch %s for changes (%s); its files are checked one by one", folder, error)
             self._unavailable = self._inotify is None
+            self._unwatchable.add(folder)
             return False
         self._checked_whole_at.pop(folder, None)
         return True

@@ -4,6 +4,7 @@ them all" whenever it cannot know: the first time, lost events, an unwatchable f
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -119,3 +120,17 @@ def test_after_close_the_next_check_is_whole(tmp_path: Path) -> None:
 
     assert changes.changed(tmp_path) is None
     assert changes.changed(tmp_path) == set()
+
+
+def test_a_folder_that_cannot_be_watched_is_checked_whole_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What the watch limit does (ENOSPC), shown with a file where a folder should be (ENOTDIR).
+    not_a_folder = tmp_path / "items"
+    not_a_folder.write_text("")
+    changes = FolderChanges(Clock())
+    caplog.set_level(logging.INFO, logger="bot.storage.folder_changes")
+
+    assert [changes.changed(not_a_folder) for _ in range(3)] == [None, None, None]
+    assert len([r for r in caplog.records if "Cannot watch" in r.getMessage()]) == 1
+    assert changes.changed(tmp_path) is None and changes.changed(tmp_path) == set()  # the others still are
