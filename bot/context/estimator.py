@@ -87,7 +87,8 @@ class TokenEstimator:
         self._tokenizers = tokenizers or (OfflineTokenizers() if exact else None)
         self._exact_cache: dict[tuple[str, str, int], int] = {}
         self._tallies = Incremental(_Tally, _tallied)
-        # The registry hands out the same schema dicts every turn; their JSON is made once, not per turn.
+        # The registry hands out the same list while the tools stay the same (`ToolRegistry.schemas`): its
+        # JSON is made once per list, as the client's body does, not per turn.
         self._schemas_seen: list[dict[str, Any]] | None = None
         self._schemas_text = ""
 
@@ -172,9 +173,8 @@ class TokenEstimator:
         return self.text(self._schemas_json(schemas), model)
 
     def _schemas_json(self, schemas: list[dict[str, Any]]) -> str:
-        seen = self._schemas_seen
-        if seen is None or len(seen) != len(schemas) or any(a is not b for a, b in zip(seen, schemas, strict=True)):
-            self._schemas_seen, self._schemas_text = list(schemas), json.dumps(schemas, ensure_ascii=False)
+        if self._schemas_seen is not schemas:
+            self._schemas_seen, self._schemas_text = schemas, json.dumps(schemas, ensure_ascii=False)
         return self._schemas_text
 
     def calibrate(self, model: str, sent_chars: int, prompt_tokens: int, messages: int = 0) -> None:
