@@ -40,11 +40,12 @@ def install(
         # Without a configured secret a random one is registered: every request is still checked.
         secret = env.telegram_webhook_secret.get_secret_value() if env.telegram_webhook_secret else None
         webhook = WebhookSetup(env.telegram_webhook_url, secret or secrets.token_urlsafe(32), listener)
-    backend = _telegram_backend(env.telegram_backend, token, env.telegram_api_base_url)
+    backend = telegram_backend(env.telegram_backend, token, env.telegram_api_base_url)
     return [TelegramChannel(backend, config, commands, ledger, webhook)]
 
 
-def _telegram_backend(name: str, token: str, api_root: str) -> TelegramBackend:
+def telegram_backend(name: str, token: str, api_root: str) -> TelegramBackend:
+    """The Bot API client of `TELEGRAM_BACKEND` (`ptb` unless `aiogram`)."""
     # Imported here so a process loads only the client library it uses.
     if name == "aiogram":
         from bot.channels.telegram_aiogram import AiogramBackend
