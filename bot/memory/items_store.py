@@ -57,6 +57,8 @@ STREAM_BATCH = 2000
 # Items whose `ItemFacts` (and, apart, neighbour ids) are kept: a few prompts' candidates and their neighbours
 # (about 1,000 a prompt at 100,000 items), cleared by any change.
 FACTS_CACHE_SIZE = 8192
+# Appends remembered for `appended_since` (a few minutes of a busy scope; past it, derived results start over).
+APPEND_LOG_SIZE = 1024
 # SQLite's limit on bound parameters is 32,766 (3.32+); a lookup by ids goes in chunks well below it.
 IDS_PER_QUERY = 500
 # SEMANTIC items this salient (names, constraints) are worth a prompt even without a word in common.
@@ -143,6 +145,10 @@ class MemoryItemStore:
         # Bumped by every change, so results derived from the items (the core ranking) can be cached.
         self._version = 0
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
+        # The ids added by the pure appends (new items, nothing else changed) since `_append_log_start`, with the
+        # version each made: what a result derived at an older version may be brought up to date with.
+        self._append_log: list[tuple[int, str]] = []
+        self._append_log_start = 0
         # The `ItemFacts` and the neighbour ids read, valid while `_facts_version` is the store's `_version`:
         # an append keeps them in step (it drops only the entries it changes), any other change drops them all.
         # A message's lexical candidates are looked up while its vector is made, and its scoring then reads
@@ -154,6 +160,30 @@ class MemoryItemStore:
         self._indexes: list[ItemIndex] = []
         # How many times a file was read and parsed (a restart with an up-to-date index reads none).
         self.files_read = 0
+
+    @property
+    def version(self) -> int:
+        """Bumped by every change of the items."""
+        return self._version
+
+    def appended_since(self, version: int) -> list[str] | None:
+        """The ids of the items added since `version` when nothing else changed meanwhile; None otherwise (a
+        change, a re-read file, or a version too old to know)."""
+        if version < self._append_log_start:
+            return None
+        log = self._append_log
+        first = len(log)
+        while first > 0 and log[first - 1][0] > version:
+            first -= 1
+        return [item_id for _, item_id in log[first:]]
+
+    def _bump(self, appended: list[str] | None = None) -> None:
+        self._version += 1
+        if appended is None or len(self._append_log) >= APPEND_LOG_SIZE:
+            self._append_log.clear()
+            self._append_log_start = self._version
+        else:
+            self._append_log += [(self._version, item_id) for item_id in appended]
 
     def subscribe(self, index: ItemIndex) -> None:
         """Keep `index` in step from now on (it is given every item already loaded)."""
@@ -287,7 +317,7 @@ class MemoryItemStore:
         self._known_files.clear()
         self._cache.clear()
         self._count = 0
-        self._version += 1
+        self._bump()
         for index in self._indexes:
             index.clear()
 
@@ -457,7 +487,7 @@ class MemoryItemStore:
         self._known_files.add(path)
         self._skipped[path] = parsed.skipped
         self._signatures[path] = signature
-        self._version += 1
+        self._bump()
 
     def _drop_file(self, path: Path) -> None:
         name = self._name(path)
@@ -475,7 +505,7 @@ class MemoryItemStore:
         self._known_files.discard(path)
         self._signatures.pop(path, None)
         self._skipped.pop(path, None)
-        self._version += 1
+        self._bump()
 
     def _items_from(self, rows: Iterable[tuple[str, bytes]]) -> list[MemoryItem]:
         found = []
@@ -704,8 +734,8 @@ class MemoryItemStore:
         ).fetchone()[0]
         return pos
 
-    def _changed(self, items: Iterable[MemoryItem]) -> None:
-        self._version += 1
+    def _changed(self, items: Iterable[MemoryItem], appended: bool = False) -> None:
+        self._bump(appended=[item.id for item in items] if appended else None)
         for item in items:
             self._cache.pop(item.id, None)
             self._remember(item)
@@ -744,7 +774,7 @@ class MemoryItemStore:
             for index in self._indexes:
                 index.add(item)
         facts_in_step = self._facts_version == self._version
-        self._changed(items)
+        self._changed(items, appended=touched is not None)
         if facts_in_step and touched is not None:
             # A turn appends an item or two: the facts read for the last message stay, but for the touched.
             for item_id in touched:
@@ -822,7 +852,7 @@ class MemoryItemStore:
 
         self._transaction(write)
         self._count -= len(paths)
-        self._version += 1
+        self._bump()
         self._tell_removed([item.id for item in removed])
         self._pending_rewrites.update(paths)
         return removed

@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from typing import NamedTuple
 
 from bot.domain.conversation import kept_newest
@@ -184,6 +184,38 @@ class LiveCoverage:
         return items
 
 
+class WorkingSet:
+    """The newest EPISODIC items outside a live conversation (`MemoryItemStore.recent_episodic`), kept per
+    conversation as it grows: while the store has only had items added since, each of them passed over
+    (the conversation's own, which its coverage knows by then), the items found last time stand, less any
+    now older than the window. Otherwise it is read again; in a long conversation that read passes over
+    all of the conversation's own items, and it was made for every message.
+
+    Found by its ids in order, as `LiveCoverage` is."""
+
+    def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
+        self._store = store
+        self._size = conversations
+        self._kept: OrderedDict[int, tuple[Sequence[str], int, int, list[str]]] = OrderedDict()
+
+    def of(self, live: LiveConversation, limit: int, since: datetime, skip: Callable[[str], bool]) -> list[MemoryItem]:
+        """As `recent_episodic(limit, since, skip)`; `skip` must pass over at least what it passed over the last
+        time for this conversation (the conversation's coverage only grows with it)."""
+        ids, version = live.in_order, self._store.version
+        kept = self._kept.get(id(ids)) if ids else None
+        found: list[MemoryItem] | None = None
+        if kept is not None and kept[0] is ids and kept[1] == limit:
+            added = self._store.appended_since(kept[2])
+            if added is not None and all(skip(item_id) for item_id in added) and not any(map(skip, kept[3])):
+                found = [item for item in self._store.get_many(kept[3]).values() if item.created_at >= since]
+        if found is None:
+            found = self._store.recent_episodic(limit, since, skip)
+        if ids:
+            # Keyed by the list's identity: the entry holds the list, so the key is not reused meanwhile.
+            kept_newest(self._kept, id(ids), (ids, limit, version, [item.id for item in found]), self._size)
+        return found
+
+
 class MemoryRetrievalService:
     """Scores one scope's items for a query."""
 
@@ -193,6 +225,7 @@ class MemoryRetrievalService:
         self._vectors = vectors
         self._zone = zone
         self._covered = LiveCoverage(store)
+        self._working = WorkingSet(store)
 
     def search(self, text: str, limit: int, query_vector: Vector | None = None) -> list[tuple[MemoryItem, float]]:
         """Items matching `text` by relevance alone (for `memory_search` and `/memory`)."""
@@ -216,14 +249,14 @@ class MemoryRetrievalService:
         taken = {item.id for item in pinned}
         since = query.now - timedelta(days=query.working_days)
         covered = self._covered.items_of(query.live)
-        working = self._store.recent_episodic(query.working_top_k, since, lambda i: i in taken or i in covered)
+        working = self._working.of(query.live, query.working_top_k, since, lambda i: i in taken or i in covered)
         chosen += [
             self._ranked(item, now, 0.0, Section.WORKING)
             for item in self._store.facts_of(i.id for i in working).values()
         ]
         taken.update(item.id for item in working)
 
-        relevance, facts = self._relevance(query, query_vector)
+        relevance, facts = self._relevance(query, query_vector, covered)
         for core in self._store.core(CORE_CANDIDATES_PER_TOP_K * query.semantic_top_k):
             relevance.setdefault(core.id, 0.0)
         facts.update(self._store.facts_of(item_id for item_id in relevance if item_id not in facts))
@@ -253,10 +286,11 @@ class MemoryRetrievalService:
         return match
 
     def _relevance(
-        self, query: MemoryQuery, query_vector: Vector | None
+        self, query: MemoryQuery, query_vector: Vector | None, covered: set[str]
     ) -> tuple[dict[str, float], dict[str, ItemFacts]]:
         """Each candidate's relevance 0..1: the match lifted by its day, its neighbours, time and skill
-        (with the facts of the candidates read for it)."""
+        (with the facts of the candidates read for it). When every candidate is in `covered` (the live
+        conversation's own items, which are left out of the ranking), each is given 0 unscored."""
         match = self._match(query.text, query_vector)
         items = self._store.facts_of(match, with_neighbours=True)
         named = names_in(query.text)
@@ -273,7 +307,15 @@ class MemoryRetrievalService:
                 match[item_id] = match.get(item_id, 0.0) + SKILL_WEIGHT
         lifted = dict(match)
         self._lift_by_day(items, match, lifted)
-        self._lift_by_neighbours(items, lifted)
+        neighbours = self._neighbours(items, lifted)
+        for others in neighbours.values():
+            for neighbour in others:
+                items.setdefault(neighbour.id, neighbour)
+        if covered and covered.issuperset(items):
+            # All of them the conversation the model is sent anyway (a chat whose memory is still all live):
+            # nothing would be ranked, so nothing is scored.
+            return dict.fromkeys(items, 0.0), items
+        self._lift_by_neighbours(neighbours, lifted)
         window = time_window(query.text, query.now.astimezone(self._zone))
         if window is not None:
             first, last = window
@@ -297,20 +339,32 @@ class MemoryRetrievalService:
             if item.layer is MemoryLayer.EPISODIC:
                 lifted[item_id] += DAY_WEIGHT * day_strength[item.day] / strongest
 
-    def _lift_by_neighbours(self, items: dict[str, ItemFacts], lifted: dict[str, float]) -> None:
-        base = dict(lifted)
+    def _neighbours(self, items: dict[str, ItemFacts], lifted: dict[str, float]) -> dict[str, list[ItemFacts]]:
+        """The active EPISODIC items just before and after each EPISODIC candidate of relevance above 0 in its
+        day file: those it lifts."""
         around = self._store.neighbour_ids(
-            item_id for item_id, item in items.items() if item.layer is MemoryLayer.EPISODIC and base[item_id] > 0
+            item_id for item_id, item in items.items() if item.layer is MemoryLayer.EPISODIC and lifted[item_id] > 0
         )
         found = self._store.facts_of(other for others in around.values() for other in others)
-        for item_id, others in around.items():
-            for other in others:
-                neighbour = found.get(other)
-                if neighbour is None or not neighbour.active or neighbour.layer is not MemoryLayer.EPISODIC:
-                    continue
-                items.setdefault(neighbour.id, neighbour)
+        return {
+            item_id: [
+                neighbour
+                for other in others
+                if (neighbour := found.get(other)) is not None
+                and neighbour.active
+                and neighbour.layer is MemoryLayer.EPISODIC
+            ]
+            for item_id, others in around.items()
+        }
+
+    @staticmethod
+    def _lift_by_neighbours(neighbours: dict[str, list[ItemFacts]], lifted: dict[str, float]) -> None:
+        base = dict(lifted)
+        for item_id, others in neighbours.items():
+            lift = NEIGHBOUR_WEIGHT * base[item_id]
+            for neighbour in others:
                 own = base.get(neighbour.id, 0.0)
-                lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + NEIGHBOUR_WEIGHT * base[item_id])
+                lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + lift)
 
     def _ranked(self, item: ItemFacts, now: float, relevance: float, section: str | None = None) -> RankedItem:
         fresh = recency(item.updated, now)

@@ -12,7 +12,7 @@ from bot.memory.embeddings import VectorIndex
 from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage, MemoryRetrievalService
+from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage, MemoryRetrievalService, WorkingSet
 from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
@@ -239,6 +239,53 @@ def test_the_working_set_passes_over_the_live_conversations_own_items_as_it_grow
     assert not referring  # the coverage was looked up before; the scan itself reads ids only
 
 
+def test_the_working_set_kept_per_conversation_is_what_reading_it_again_would_give(tmp_path: Path) -> None:
+    """Message by message, the kept working set equals a full read: while only the conversation's own
+    turns are added it reads nothing; another chat's turn, a changed item or the window moving on are
+    each seen at once."""
+    paths = MemoryPaths(tmp_path)
+    earliest = item(
+        MemoryLayer.EPISODIC, "about to leave the window", NOW - timedelta(days=7, minutes=-3), item_id="e1"
+    )
+    earlier = item(MemoryLayer.EPISODIC, "an earlier exchange", NOW - timedelta(hours=1), item_id="e0")
+    write_items(paths.episodic_file(earliest.created_at.date()), [earliest])
+    write_items(paths.episodic_file(NOW.date()), [earlier])
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    coverage, working_set = LiveCoverage(store), WorkingSet(store)
+    ids: set[str] = set()
+    in_order: list[str] = []
+    scans: list[str] = []
+    store._db.connection.set_trace_callback(lambda sql: scans.append(sql) if "ORDER BY file DESC" in sql else None)
+    seen: list[list[str]] = []
+    for turn in range(16):
+        ids.update((f"u{turn}", f"a{turn}"))
+        in_order += [f"u{turn}", f"a{turn}"]
+        live = LiveConversation(ids, in_order)
+        covered = coverage.items_of(live)
+        since = NOW + timedelta(minutes=turn) - timedelta(days=7)
+        scans.clear()
+        kept = [found.id for found in working_set.of(live, 3, since, covered.__contains__)]
+        if turn in (1, 2, 3, 4, 7, 8, 9, 12, 13, 14):
+            assert not scans  # read from what was kept
+        assert kept == [found.id for found in store.recent_episodic(3, since, covered.__contains__)]
+        seen.append(kept)
+        at = NOW + timedelta(minutes=turn)
+        own = item(MemoryLayer.EPISODIC, f"turn {turn}", at, item_id=f"t{turn}", references=[f"u{turn}", f"a{turn}"])
+        store.append([own])
+        if turn == 5:  # another chat's turn, in the same memory
+            store.append([item(MemoryLayer.EPISODIC, "in the other chat", at, item_id="x5", references=["y5"])])
+        if turn == 10:  # the earlier exchange is superseded
+            store.replace([earlier.model_copy(update={"superseded_by": "x5"})])
+    assert seen[0] == seen[3] == ["e0", "e1"]
+    assert seen[4] == ["e0"]  # e1 has left the seven days
+    assert seen[6] == ["x5", "e0"]
+    assert seen[11] == ["x5"]
+    # What `skip` passes over now is left out even when it was found before (the set is read again).
+    covered = coverage.items_of(live)
+    assert working_set.of(live, 3, since, lambda item_id: item_id in covered or item_id == "x5") == []
+
+
 def test_retrieval_leaves_out_every_candidate_that_refers_to_the_live_conversation(tmp_path: Path) -> None:
     """The conversation's own turns (known to its coverage) and an item made later that refers to one of
     its older messages (a fact reinforced, which the coverage does not see) are both left out; an
@@ -280,6 +327,47 @@ def test_retrieval_leaves_out_every_candidate_that_refers_to_the_live_conversati
     store.append([item(MemoryLayer.SEMANTIC, "the garden has tomatoes", NOW, item_id="fact", references=["u0"])])
 
     assert ranked_ids("tomatoes garden") == {"old"}
+
+
+def test_an_earlier_turn_next_to_the_live_conversation_is_still_ranked_through_its_neighbour(tmp_path: Path) -> None:
+    """Every word match is the live conversation's own; the turn just before it in the day file is not, and
+    the first live turn's match lifts it: scoring is skipped only when nothing outside the conversation
+    would be ranked."""
+    paths = MemoryPaths(tmp_path)
+    before = item(MemoryLayer.EPISODIC, "we planned the trip", NOW - timedelta(minutes=10), item_id="before")
+    write_items(paths.episodic_file(NOW.date()), [before])
+    store = MemoryItemStore(paths, UTC)
+    lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
+    store.subscribe(lexical)
+    store.subscribe(vectors)
+    store.refresh_sync()
+    retrieval = MemoryRetrievalService(store, lexical, vectors, UTC)
+    ids: set[str] = set()
+    in_order: list[str] = []
+    for turn in range(3):
+        ids.update((f"u{turn}", f"a{turn}"))
+        in_order += [f"u{turn}", f"a{turn}"]
+        at = NOW + timedelta(minutes=turn)
+        store.append(
+            [
+                item(
+                    MemoryLayer.EPISODIC,
+                    f"tomatoes, turn {turn}",
+                    at,
+                    item_id=f"t{turn}",
+                    references=[f"u{turn}", f"a{turn}"],
+                )
+            ]
+        )
+    live = LiveConversation(ids, in_order)
+
+    def ranked(text: str) -> list[str]:
+        query = MemoryQuery(text=text, session_id="s", now=NOW + timedelta(hours=1), working_top_k=0, live=live)
+        return [entry.item_id for entry in retrieval.retrieve(query).ranked]
+
+    assert ranked("tomatoes") == ["before"]
+    store.replace([before.model_copy(update={"superseded_by": "t0"})])
+    assert ranked("tomatoes") == []
 
 
 def test_hand_edits_are_seen_on_the_next_check_whatever_the_way_files_are_checked(tmp_path: Path) -> None:
