@@ -18,6 +18,14 @@ from bot.storage.files import PRIVATE_DIR_MODE, make_private_dirs, write_atomic_
 log = logging.getLogger(__name__)
 
 
+def _of_day(made: dict[date, Path], day: date, folder: Path, suffix: str) -> Path:
+    """The file of `day` in `folder`, made once (a message asks for the last week's daily notes)."""
+    path = made.get(day)
+    if path is None:
+        path = made[day] = folder / f"{day.isoformat()}{suffix}"
+    return path
+
+
 @dataclass(frozen=True)
 class MemoryPaths:
     """The files of one memory scope (CONTRACT's `memory/` layout, rooted at `root`).
@@ -31,7 +39,11 @@ class MemoryPaths:
         return self.root / "MEMORY.md"
 
     def daily_note_file(self, day: date) -> Path:
-        return self.root / f"{day.isoformat()}.md"
+        return _of_day(self._daily_note_files, day, self.root, ".md")
+
+    @cached_property
+    def _daily_note_files(self) -> dict[date, Path]:
+        return {}
 
     @cached_property
     def items_dir(self) -> Path:
@@ -42,7 +54,11 @@ class MemoryPaths:
         return self.items_dir / "episodic"
 
     def episodic_file(self, day: date) -> Path:
-        return self.episodic_dir / f"{day.isoformat()}.jsonl"
+        return _of_day(self._episodic_files, day, self.episodic_dir, ".jsonl")
+
+    @cached_property
+    def _episodic_files(self) -> dict[date, Path]:
+        return {}
 
     @cached_property
     def semantic_file(self) -> Path:
