@@ -102,6 +102,14 @@ class ItemIndex(Protocol):
     def clear(self) -> None: ...
 
 
+def _is_pinned(item: MemoryItem) -> bool:
+    return item.active and item.pinned
+
+
+def _is_core(item: MemoryItem) -> bool:
+    return item.active and item.layer is MemoryLayer.SEMANTIC and item.salience >= CORE_SALIENCE
+
+
 def _epoch(moment: Any) -> float:
     return float(moment.timestamp())
 
@@ -136,15 +144,23 @@ class MemoryItemStore:
         # Whether the subscribed indexes were given the items of the database (the first refresh does it).
         self._fed = False
         self._pending_appends: dict[Path, list[str]] = {}
+        # The files written since the last transaction, with their signatures (None: changed again meanwhile),
+        # recorded in the database by the next transaction or at `close` rather than by a commit of their own
+        # each turn; a crash before leaves them marked changed (`_unwritten`), so the next start re-reads them.
+        self._written: dict[Path, FileSignature | None] = {}
         self._pending_rewrites: set[Path] = set()
         self._flush_lock = asyncio.Lock()
         self._episodic_dir = paths.episodic_dir
         self._items_dir = paths.items_dir
         self._path_cache: dict[str, Path] = {}
+        self._names: dict[Path, str] = {}
         self._cache: OrderedDict[str, MemoryItem] = OrderedDict()
         # Bumped by every change, so results derived from the items (the core ranking) can be cached.
         self._version = 0
+        # The pinned and the core items, kept while `_chosen_version` stays: appends of other items leave it.
+        self._chosen_version = 0
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
+        self._pinned_cache: tuple[int, list[MemoryItem]] | None = None
         # The ids added by the pure appends (new items, nothing else changed) since `_append_log_start`, with the
         # version each made: what a result derived at an older version may be brought up to date with.
         self._append_log: list[tuple[int, str]] = []
@@ -177,13 +193,16 @@ class MemoryItemStore:
             first -= 1
         return [item_id for _, item_id in log[first:]]
 
-    def _bump(self, appended: list[str] | None = None) -> None:
+    def _bump(self, appended: list[MemoryItem] | None = None) -> None:
+        """A new version, after a change; `appended`: the change was only these new items."""
         self._version += 1
+        if appended is None or any(_is_pinned(item) or _is_core(item) for item in appended):
+            self._chosen_version = self._version
         if appended is None or len(self._append_log) >= APPEND_LOG_SIZE:
             self._append_log.clear()
             self._append_log_start = self._version
         else:
-            self._append_log += [(self._version, item_id) for item_id in appended]
+            self._append_log += [(self._version, item.id) for item in appended]
 
     def subscribe(self, index: ItemIndex) -> None:
         """Keep `index` in step from now on (it is given every item already loaded)."""
@@ -194,6 +213,11 @@ class MemoryItemStore:
 
     def close(self) -> None:
         """Close the index database (the store reopens it when used again)."""
+        if self._written and not self._db.broken:
+            try:
+                self._transaction(lambda _: None)  # records what was written since the last transaction
+            except sqlite3.DatabaseError as error:  # the files are re-read at the next start
+                log.warning("[Memory] Could not record the item files written in %s: %s", self._db.path, error)
         self._db.close()
 
     # -- the database ------------------------------------------------------------------------------
@@ -220,17 +244,22 @@ class MemoryItemStore:
             try:
                 connection.execute("BEGIN")
                 try:
+                    self._record_written(connection)
                     work(connection)
                 except BaseException:
                     connection.execute("ROLLBACK")
                     raise
                 connection.execute("COMMIT")
+                self._written.clear()
             except sqlite3.DatabaseError:
                 self._db.broken = True
                 raise
 
     def _name(self, path: Path) -> str:
-        return path.relative_to(self._items_dir).as_posix()
+        name = self._names.get(path)
+        if name is None:
+            name = self._names[path] = path.relative_to(self._items_dir).as_posix()
+        return name
 
     def _path_of(self, name: str) -> Path:
         path = self._path_cache.get(name)
@@ -248,8 +277,8 @@ class MemoryItemStore:
             pos,
             item.layer.value,
             item.active,
-            item.active and item.pinned,
-            item.active and item.layer is MemoryLayer.SEMANTIC and item.salience >= CORE_SALIENCE,
+            _is_pinned(item),
+            _is_core(item),
             # Day files are named YYYY-MM-DD.jsonl, the only item files whose names start with a digit.
             name.rsplit("/", 1)[-1][:1].isdigit(),
             item.fingerprint,
@@ -313,6 +342,7 @@ class MemoryItemStore:
         self._on_disk = None
         self._opened = self._fed = False
         self._signatures.clear()
+        self._written.clear()
         self._skipped.clear()
         self._known_files.clear()
         self._cache.clear()
@@ -606,13 +636,13 @@ class MemoryItemStore:
     def core(self, limit: int) -> list[MemoryItem]:
         """The `limit` most salient (then newest) active SEMANTIC items of salience at least `CORE_SALIENCE`."""
         cached = self._core_cache
-        if cached is not None and cached[0] == (self._version, limit):
+        if cached is not None and cached[0] == (self._chosen_version, limit):
             return cached[1]
         rows = self._rows(
             "SELECT id, line FROM items WHERE active AND core ORDER BY salience DESC, updated DESC LIMIT ?", (limit,)
         )
         ranked = self._items_from(rows)
-        self._core_cache = ((self._version, limit), ranked)
+        self._core_cache = ((self._chosen_version, limit), ranked)
         return ranked
 
     def speakers_among(self, names: Iterable[str]) -> set[str]:
@@ -622,7 +652,12 @@ class MemoryItemStore:
         }
 
     def pinned(self) -> list[MemoryItem]:
-        return self._items_from(self._rows("SELECT id, line FROM items WHERE active AND pinned ORDER BY id"))
+        cached = self._pinned_cache
+        if cached is not None and cached[0] == self._chosen_version:
+            return cached[1]
+        found = self._items_from(self._rows("SELECT id, line FROM items WHERE active AND pinned ORDER BY id"))
+        self._pinned_cache = (self._chosen_version, found)
+        return found
 
     def find_by_key(self, key: str, layer: MemoryLayer) -> list[MemoryItem]:
         """The active items filling the slot `key` in `layer`."""
@@ -734,8 +769,8 @@ class MemoryItemStore:
         ).fetchone()[0]
         return pos
 
-    def _changed(self, items: Iterable[MemoryItem], appended: bool = False) -> None:
-        self._bump(appended=[item.id for item in items] if appended else None)
+    def _changed(self, items: list[MemoryItem], appended: bool = False) -> None:
+        self._bump(appended=items if appended else None)
         for item in items:
             self._cache.pop(item.id, None)
             self._remember(item)
@@ -909,6 +944,8 @@ class MemoryItemStore:
         self._pending_rewrites |= rewrites
 
     def _unterminated(self, path: Path) -> bool:
+        if path in self._written:
+            return False  # the bot wrote it last, ending every line
         rows = self._rows("SELECT unterminated FROM files WHERE name = ?", (self._name(path),))
         return bool(rows and rows[0][0])
 
@@ -943,11 +980,18 @@ class MemoryItemStore:
         if signature is None:
             return
         # The bot ends every line it writes; a file changed again since this flush began stays unwritten.
-        if path not in self._pending_appends and path not in self._pending_rewrites:
-            self._execute(
-                "UPDATE files SET mtime_ns = ?, size = ?, inode = ?, unterminated = 0 WHERE name = ?",
-                (*signature, self._name(path)),
-            )
-        else:
-            self._execute("UPDATE files SET unterminated = 0 WHERE name = ?", (self._name(path),))
+        changing = path in self._pending_appends or path in self._pending_rewrites
+        with self._db.lock:
+            self._written[path] = None if changing else signature
         self._signatures[path] = signature
+
+    def _record_written(self, connection: sqlite3.Connection) -> None:
+        """Record the files written since the last transaction (in the one beginning): no commit of their own."""
+        for path, signature in self._written.items():
+            if signature is None:
+                connection.execute("UPDATE files SET unterminated = 0 WHERE name = ?", (self._name(path),))
+            else:
+                connection.execute(
+                    "UPDATE files SET mtime_ns = ?, size = ?, inode = ?, unterminated = 0 WHERE name = ?",
+                    (*signature, self._name(path)),
+                )

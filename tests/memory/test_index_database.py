@@ -158,6 +158,35 @@ def test_a_crash_before_the_write_leaves_the_files_the_truth(tmp_path: Path) -> 
     assert list(lexical.search("marlin", 5)) == ["m1"] and lexical.search("seagull car", 5) == {}
 
 
+async def test_the_bots_own_appends_are_recorded_at_the_next_transaction_or_close_and_reread_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    paths = MemoryPaths(tmp_path)
+    write_items(paths.semantic_file, [item(S, "The boat is called Marlin.", DAY, item_id="m1")])
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    commits: list[str] = []
+    store._db.connection.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    for turn in range(3):
+        store.append([item(MemoryLayer.EPISODIC, f"turn {turn} about the boat", DAY, item_id=f"t{turn}")])
+        await store.flush(durable=False)
+    assert len(commits) == 3  # one a turn: the append's, which also records the write before it
+    store._db.close()  # the process dies: the last append's write was never recorded
+
+    reopened = MemoryItemStore(paths, UTC)
+    reopened.refresh_sync()
+    assert reopened.files_read == 1  # the day file is read again, not trusted
+    assert [entry.id for entry in reopened.in_layer(MemoryLayer.EPISODIC)] == ["t0", "t1", "t2"]
+    reopened.append([item(MemoryLayer.EPISODIC, "turn 3 about the boat", DAY, item_id="t3")])
+    await reopened.flush(durable=False)
+    reopened.close()  # a clean stop records it
+
+    again = MemoryItemStore(paths, UTC)
+    again.refresh_sync()
+    assert again.files_read == 0 and len(again) == 5
+    again.close()
+
+
 async def test_kept_lines_and_unchanged_items_are_written_back_byte_for_byte_after_a_restart(tmp_path: Path) -> None:
     paths = MemoryPaths(tmp_path)
     paths.items_dir.mkdir(parents=True)

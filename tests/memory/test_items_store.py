@@ -190,6 +190,39 @@ def test_an_append_keeps_what_was_read_of_the_others_and_rereads_only_what_it_ch
     assert "'t3'" in query and "'t4'" in query and "'t1'" not in query and "'t2'" not in query
 
 
+def test_the_pinned_and_core_items_are_read_again_only_when_they_may_have_changed(tmp_path: Path) -> None:
+    paths = MemoryPaths(tmp_path)
+    write_items(
+        paths.semantic_file,
+        [
+            item(S, "Always answer in French.", NOW, item_id="rule", pinned=True),
+            item(S, "The user is called Ada.", NOW, item_id="name", salience=0.9),
+        ],
+    )
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    reads: list[str] = []
+    store._db.connection.set_trace_callback(
+        lambda sql: reads.append(sql) if "pinned ORDER" in sql or "core ORDER" in sql else None
+    )
+
+    def chosen() -> tuple[list[str], list[str]]:
+        return [found.id for found in store.pinned()], [found.id for found in store.core(4)]
+
+    assert chosen() == (["rule"], ["name"])
+    for turn in range(3):  # a turn's own items: neither pinned nor salient enough
+        store.append([item(MemoryLayer.EPISODIC, f"turn {turn}", NOW, item_id=f"t{turn}")])
+        store.append([item(S, f"a passing fact {turn}", NOW, item_id=f"f{turn}")])
+        assert chosen() == (["rule"], ["name"])
+    assert len(reads) == 2
+    store.append([item(S, "Never call before nine.", NOW, item_id="rule2", pinned=True)])
+    store.append([item(S, "The user lives in Lyon.", NOW + timedelta(minutes=1), item_id="city", salience=0.95)])
+    assert chosen() == (["rule", "rule2"], ["city", "name"])
+    store.replace([item(S, "The user is called Ada.", NOW, item_id="name", salience=0.9, superseded_by="f0")])
+    assert chosen() == (["rule", "rule2"], ["city"])
+    assert len(reads) == 6
+
+
 def test_the_items_referring_to_the_live_conversation_are_found_from_either_side(tmp_path: Path) -> None:
     """Few candidates and a long conversation, or the other way round: the same items are left out."""
     paths = MemoryPaths(tmp_path)
