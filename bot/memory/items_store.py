@@ -171,6 +171,8 @@ class MemoryItemStore:
         # only the others'; the next message reads only what the turn's own item changed.
         self._facts: dict[str, ItemFacts] = {}
         self._neighbour_ids: dict[str, list[str]] = {}
+        # Each item's active EPISODIC neighbours' facts, as `episodic_neighbours` gave them (kept as the two above).
+        self._episodic_neighbours: dict[str, list[ItemFacts]] = {}
         self._facts_version = -1
         self._writing: set[Path] = set()
         self._indexes: list[ItemIndex] = []
@@ -702,8 +704,9 @@ class MemoryItemStore:
         if self._facts_version != self._version:
             self._facts.clear()
             self._neighbour_ids.clear()
+            self._episodic_neighbours.clear()
             self._facts_version = self._version
-        for cache in (self._facts, self._neighbour_ids):
+        for cache in (self._facts, self._neighbour_ids, self._episodic_neighbours):
             if len(cache) > FACTS_CACHE_SIZE:
                 for item_id in list(itertools.islice(cache, len(cache) // 2)):
                     del cache[item_id]
@@ -741,6 +744,24 @@ class MemoryItemStore:
         self._fresh_caches()
         self.facts_of([item_id for item_id in ids if item_id not in self._neighbour_ids], with_neighbours=True)
         return {item_id: self._neighbour_ids.get(item_id, []) for item_id in ids}
+
+    def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
+        """The facts of the active EPISODIC items just before and after each of `item_ids` in its day file (in
+        that order), kept from message to message as `neighbour_ids` is."""
+        ids = list(item_ids)
+        self._fresh_caches()
+        kept = self._episodic_neighbours
+        missing = [item_id for item_id in ids if item_id not in kept]
+        if missing:
+            around = self.neighbour_ids(missing)
+            found = self.facts_of(other for others in around.values() for other in others)
+            for item_id, others in around.items():
+                kept[item_id] = [
+                    facts
+                    for other in others
+                    if (facts := found.get(other)) is not None and facts.active and facts.layer is MemoryLayer.EPISODIC
+                ]
+        return {item_id: kept[item_id] for item_id in ids}
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -815,6 +836,7 @@ class MemoryItemStore:
             for item_id in touched:
                 self._facts.pop(item_id, None)
                 self._neighbour_ids.pop(item_id, None)
+                self._episodic_neighbours.pop(item_id, None)
             self._facts_version = self._version
 
     def replace(self, items: list[MemoryItem]) -> None:

@@ -342,20 +342,9 @@ class MemoryRetrievalService:
     def _neighbours(self, items: dict[str, ItemFacts], lifted: dict[str, float]) -> dict[str, list[ItemFacts]]:
         """The active EPISODIC items just before and after each EPISODIC candidate of relevance above 0 in its
         day file: those it lifts."""
-        around = self._store.neighbour_ids(
+        return self._store.episodic_neighbours(
             item_id for item_id, item in items.items() if item.layer is MemoryLayer.EPISODIC and lifted[item_id] > 0
         )
-        found = self._store.facts_of(other for others in around.values() for other in others)
-        return {
-            item_id: [
-                neighbour
-                for other in others
-                if (neighbour := found.get(other)) is not None
-                and neighbour.active
-                and neighbour.layer is MemoryLayer.EPISODIC
-            ]
-            for item_id, others in around.items()
-        }
 
     @staticmethod
     def _lift_by_neighbours(neighbours: dict[str, list[ItemFacts]], lifted: dict[str, float]) -> None:

@@ -189,6 +189,16 @@ def test_an_append_keeps_what_was_read_of_the_others_and_rereads_only_what_it_ch
     [query] = [sql for sql in queries if "items_facts" in sql]  # one query, for t3 and t4 only
     assert "'t3'" in query and "'t4'" in query and "'t1'" not in query and "'t2'" not in query
 
+    def episodic_neighbours() -> dict[str, list[str]]:
+        found = store.episodic_neighbours(["t2", "t3", "t4"])
+        return {item_id: [facts.id for facts in others] for item_id, others in found.items()}
+
+    assert episodic_neighbours() == {"t2": ["t1", "t3"], "t3": ["t2", "t4"], "t4": ["t3"]}
+    store.append([item(MemoryLayer.EPISODIC, "turn 5 about the boat", NOW, item_id="t5")])
+    assert episodic_neighbours() == {"t2": ["t1", "t3"], "t3": ["t2", "t4"], "t4": ["t3", "t5"]}
+    store.replace([turns[0].model_copy(update={"superseded_by": "t5"})])  # no longer active: not a neighbour
+    assert episodic_neighbours() == {"t2": ["t3"], "t3": ["t2", "t4"], "t4": ["t3", "t5"]}
+
 
 def test_the_pinned_and_core_items_are_read_again_only_when_they_may_have_changed(tmp_path: Path) -> None:
     paths = MemoryPaths(tmp_path)
