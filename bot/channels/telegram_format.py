@@ -39,6 +39,7 @@ only on entities outside the text or splitting a surrogate pair, and on bad text
 from __future__ import annotations
 
 import bisect
+import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -365,8 +366,20 @@ class _Renderer:
                 return
 
 
+# What may make a line Markdown rather than plain text: a character that can begin inline syntax, an entity or
+# an escape, a line break, a tab or NUL, or at either end a space, or at the start what can begin a block
+# (a list, a heading, a rule). A line with none of them renders as itself.
+_MAYBE_MARKDOWN = re.compile(r"[\\`*_\[\]<>#|~&\n\r\t\x00]|^[\s\-+=\d]|\s$")
+
+
 def _render(markdown: str) -> tuple[str, list[_Span]]:
     """Rendered text and spans; pathologically nested input comes back as its own plain text."""
+    if markdown and _MAYBE_MARKDOWN.search(markdown) is None:
+        return markdown, []  # most short replies: the parser's tenth of a millisecond is not needed
+    return _parsed(markdown)
+
+
+def _parsed(markdown: str) -> tuple[str, list[_Span]]:
     try:
         tokens = _PARSER.parse(markdown)
     except RecursionError:

@@ -6,9 +6,13 @@ import random
 import re
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from bot.channels.telegram_format import (
     TelegramText,
+    _parsed,
+    _render,
     plain_text_parts,
     render_markdown,
     split_for_telegram,
@@ -428,3 +432,26 @@ def test_generated_replies_keep_the_invariants(seed: int) -> None:
     plain = plain_text_parts(source, limit)
     assert all(0 < utf16_len(part) <= limit and part.strip() for part in plain)
     assert squash("".join(plain)) == squash(source)
+
+
+# Plain characters (some Unicode spaces and separators among them), and what can make a line Markdown.
+_PLAIN = list("abcXYZ09 .,:;!?()'\"-+=/@$%^{}é😀\xa0\u2028\x0b\x0c")
+_PLAIN += ["amp;", "eacute;"]  # with a "&" before them, entities
+_MARKUP = ["\\", "`", "*", "_", "[", "]", "<", ">", "#", "|", "~", "&", "\n", "\t", "1. ", "- ", "    "]
+_PLAIN_ALPHABET = st.sampled_from(_PLAIN + _MARKUP)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_PLAIN_ALPHABET, max_size=30).map("".join))
+@example("Tea &amp; cake")
+@example("Tea  ")
+@example("1. tea")
+def test_a_line_taken_as_plain_text_renders_as_the_parser_renders_it(text: str) -> None:
+    # The shortcut for text with nothing that could be Markdown must never differ from parsing it.
+    assert _render(text) == _parsed(text)
+
+
+def test_a_plain_reply_skips_the_parser_and_markdown_does_not() -> None:
+    assert _render("The garden is fine, thanks for asking! (3)") == ("The garden is fine, thanks for asking! (3)", [])
+    text, spans = _render("The garden is *fine*")
+    assert text == "The garden is fine" and [span.type for span in spans] == ["italic"]
