@@ -88,30 +88,37 @@ class TurnOutbound:
 
     @contextlib.asynccontextmanager
     async def typing(self) -> AsyncIterator[None]:
-        """Keep the chat's typing indicator on while the body runs.
+        """Keep the chat's typing indicator on while the body runs: sent at once, then every
+        `TYPING_REFRESH_SECONDS` by a timer (unless the last one is still on its way).
 
-        When the body ends the refresher is told to stop, never cancelled, and not waited for: cancelling
-        a Bot API request that waits for a pooled connection can leave that connection occupied for good
-        (httpcore 1.0.9, encode/httpcore#1093), and once all of the pool's are, no reply goes out (seen in
-        bursts to many chats). An indicator already on its way finishes by itself, beside the reply."""
-        done = asyncio.Event()
+        When the body ends the timer stops; an indicator on its way is never cancelled, nor waited for:
+        cancelling a Bot API request that waits for a pooled connection can leave that connection occupied
+        for good (httpcore 1.0.9, encode/httpcore#1093), and once all of the pool's are, no reply goes out
+        (seen in bursts to many chats). It finishes by itself, beside the reply."""
+        loop = asyncio.get_running_loop()
+        sending: asyncio.Task[None] | None = None
+        timer: asyncio.TimerHandle | None = None
 
-        async def refresh() -> None:
-            while not done.is_set():
-                try:
-                    await self._channel.send_typing(self._chat_id)
-                except Exception as error:
-                    log.debug("[Pipeline] Typing indicator failed: %s", error)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(done.wait(), TYPING_REFRESH_SECONDS)
+        def indicate() -> None:
+            nonlocal sending, timer
+            if sending is None or sending.done():
+                sending = loop.create_task(self._send_typing())
+                _refreshers.add(sending)  # a task nobody holds may be collected before it ends
+                sending.add_done_callback(_refreshers.discard)
+            timer = loop.call_later(TYPING_REFRESH_SECONDS, indicate)
 
-        task = asyncio.create_task(refresh())
-        _refreshers.add(task)  # a task nobody holds may be collected before it ends
-        task.add_done_callback(_refreshers.discard)
+        indicate()
         try:
             yield
         finally:
-            done.set()
+            if timer is not None:
+                timer.cancel()
+
+    async def _send_typing(self) -> None:
+        try:
+            await self._channel.send_typing(self._chat_id)
+        except Exception as error:
+            log.debug("[Pipeline] Typing indicator failed: %s", error)
 
     async def reply(
         self, text: str | None, footnote: str | None = None, *, failed: bool = False, stored: bool = False

@@ -6,8 +6,11 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from bot.domain.inbound import InboundMessage
 from bot.ledger.turns import TurnLedger, TurnState
+from bot.pipeline import outbound
 from bot.pipeline.outbound import Outbound
 from tests.fakes.recording_channel import RecordingChannel
 
@@ -109,3 +112,43 @@ async def test_a_typing_indicator_on_its_way_when_the_answer_is_ready_is_let_fin
     for _ in range(10):
         await asyncio.sleep(0)
     assert finished == ["1"] and channel.sent["1"] == ["Hi!"]
+
+
+async def test_the_typing_indicator_is_sent_again_while_the_answer_takes_and_stops_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(outbound, "TYPING_REFRESH_SECONDS", 0.05)
+    sent: list[float] = []
+
+    class Typing(RecordingChannel):
+        async def send_typing(self, chat_id: str) -> None:
+            sent.append(asyncio.get_running_loop().time())
+
+    channel = Typing()
+    turn = Outbound().for_turn(channel, channel.message("1", "hello"))
+    async with turn.typing():
+        await asyncio.sleep(0.23)
+    at_the_end = len(sent)
+    assert 3 <= at_the_end <= 6  # at once, then about every 0.05 s
+    await asyncio.sleep(0.2)
+    assert len(sent) == at_the_end  # none after the body ended
+
+
+async def test_a_typing_indicator_still_on_its_way_is_not_sent_again_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outbound, "TYPING_REFRESH_SECONDS", 0.02)
+    release = asyncio.Event()
+    started: list[str] = []
+
+    class SlowTyping(RecordingChannel):
+        async def send_typing(self, chat_id: str) -> None:
+            started.append(chat_id)
+            await release.wait()
+
+    channel = SlowTyping()
+    turn = Outbound().for_turn(channel, channel.message("1", "hello"))
+    async with turn.typing():
+        await asyncio.sleep(0.15)
+        assert started == ["1"]  # a slow Telegram does not get a pile of them
+        release.set()
+        await asyncio.sleep(0.1)
+    assert len(started) >= 2
