@@ -783,11 +783,13 @@ class MemoryItemStore:
         self._known_files.add(path)
 
     def _next_pos(self, connection: sqlite3.Connection, path: Path) -> int:
-        name = self._name(path)
-        self._unwritten(connection, path)
+        """The next position in `path`, taken; the file marked as `_unwritten` does (in the same statement)."""
         pos: int = connection.execute(
-            "UPDATE files SET next_pos = next_pos + 1 WHERE name = ? RETURNING next_pos - 1", (name,)
+            "INSERT INTO files (name, next_pos) VALUES (?, 1)"
+            " ON CONFLICT (name) DO UPDATE SET mtime_ns = NULL, next_pos = next_pos + 1 RETURNING next_pos - 1",
+            (self._name(path),),
         ).fetchone()[0]
+        self._known_files.add(path)
         return pos
 
     def _changed(self, items: list[MemoryItem], appended: bool = False) -> None:
