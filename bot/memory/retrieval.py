@@ -150,37 +150,49 @@ def recency(updated: float, now: float) -> float:
     return math.exp(-age_days * _DECAY_PER_DAY)
 
 
-# The newest messages of a live conversation looked up again each time: the items a turn writes after its
-# reply refer to its messages, which were already live (and looked up) when the turn's memory was read.
+# The newest messages of a live conversation looked up again after a change of the store that was not only
+# items added: the items a turn writes after its reply refer to its messages, which were already live (and
+# looked up) when the turn's memory was read.
 RECHECKED_MESSAGES = 8
 
 
 class LiveCoverage:
     """The items that refer to a live conversation (it shows them already), kept per conversation as it
-    grows: each time, only the messages added since, and the newest few again, are looked up, so the
-    working set's scan can pass over a long conversation's own items without reading them.
+    grows: each time, the messages added since are looked up, and so are the items the store added since
+    (a turn writes its items after its reply, when its messages were live already); after any other change
+    of the store, the newest few messages are looked up again instead. So the working set's scan can pass
+    over a long conversation's own items without reading them.
 
     Found by its ids in order (`LiveConversation.in_order`, the same list while the conversation grows);
-    any other conversation is looked up whole. An item made later that refers to an older live message
-    (a fact reinforced) is not seen here; retrieval still leaves it out of the ranked candidates."""
+    any other conversation is looked up whole. An item changed later to refer to an older live message (a
+    fact reinforced) is not seen here; retrieval still leaves it out of the ranked candidates."""
 
     def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
         self._store = store
         self._size = conversations
-        self._kept: OrderedDict[int, tuple[Sequence[str], int, set[str]]] = OrderedDict()
+        self._kept: OrderedDict[int, tuple[Sequence[str], int, int, set[str]]] = OrderedDict()
 
     def items_of(self, live: LiveConversation) -> set[str]:
         ids = live.in_order
         if not ids:
             return set()
-        key = id(ids)
+        key, version = id(ids), self._store.version
         kept = self._kept.get(key)
         if kept is None or kept[0] is not ids or len(ids) < kept[1]:
-            kept = (ids, 0, set())
-        _, checked, items = kept
-        items.update(self._store.ids_referring_to(ids[max(0, checked - RECHECKED_MESSAGES) :]))
+            kept = (ids, 0, version, set())
+        _, checked, looked_at, items = kept
+        added = self._store.appended_since(looked_at) if checked else None
+        if added is None:
+            items.update(self._store.ids_referring_to(ids[max(0, checked - RECHECKED_MESSAGES) :]))
+        else:
+            items.update(
+                item.id
+                for item in self._store.get_many(added).values()
+                if item.active and not live.ids.isdisjoint(item.references)
+            )
+            items.update(self._store.ids_referring_to(ids[checked:]))
         # Keyed by the list's identity: the entry holds the list, so the key is not reused meanwhile.
-        kept_newest(self._kept, key, (ids, len(ids), items), self._size)
+        kept_newest(self._kept, key, (ids, len(ids), version, items), self._size)
         return items
 
 

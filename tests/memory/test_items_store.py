@@ -251,6 +251,42 @@ def test_the_items_referring_to_the_live_conversation_are_found_from_either_side
     assert store.referring_among(candidates, set()) == set()
 
 
+def test_the_live_coverage_looks_up_the_new_messages_and_follows_the_items_added(tmp_path: Path) -> None:
+    paths = MemoryPaths(tmp_path)
+    earlier = item(MemoryLayer.EPISODIC, "an earlier exchange", NOW - timedelta(hours=1), item_id="e0")
+    write_items(paths.episodic_file(NOW.date()), [earlier])
+    store = MemoryItemStore(paths, UTC)
+    store.refresh_sync()
+    coverage = LiveCoverage(store)
+    ids: set[str] = set()
+    in_order: list[str] = []
+    live = LiveConversation(ids, in_order)
+    queries: list[str] = []
+    store._db.connection.set_trace_callback(queries.append)
+
+    def covered() -> tuple[set[str], int]:
+        queries.clear()
+        found = coverage.items_of(live)
+        return found, sum(sql.count("'u") + sql.count("'a") for sql in queries if "FROM refs" in sql)
+
+    for turn in range(12):
+        ids.update((f"u{turn}", f"a{turn}"))
+        in_order += [f"u{turn}", f"a{turn}"]
+        found, looked_up = covered()
+        assert found == {f"t{n}" for n in range(turn)} and looked_up == 2  # the two new messages only
+        at = NOW + timedelta(minutes=turn)
+        store.append(
+            [item(MemoryLayer.EPISODIC, f"turn {turn}", at, item_id=f"t{turn}", references=[f"u{turn}", f"a{turn}"])]
+        )
+    store.append([item(S, "a fact said at the start", NOW, item_id="fact", references=["u0"])])
+    found, looked_up = covered()
+    assert found == {f"t{n}" for n in range(12)} | {"fact"} and looked_up == 0
+    store.replace([earlier.model_copy(update={"superseded_by": "fact"})])  # not an append: the newest looked up again
+    store.append([item(MemoryLayer.EPISODIC, "turn 11 again", NOW, item_id="t11b", references=["a11"])])
+    found, looked_up = covered()
+    assert "t11b" in found and looked_up == RECHECKED_MESSAGES
+
+
 def test_the_working_set_passes_over_the_live_conversations_own_items_as_it_grows(tmp_path: Path) -> None:
     """Each turn's item is written after the turn; the next message's working set still leaves it out,
     while the turns of before the live conversation (or of another chat) come in."""
