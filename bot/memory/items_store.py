@@ -408,9 +408,8 @@ class MemoryItemStore:
         """Every items file with its signature: those the folders' events name checked again (see
         `FolderChanges`), or, when that is not known, one directory scan and one `stat` per file."""
         if self._changes is not None:
-            # Both asked every time: each call takes its folder's events.
-            in_episodic = self._changes.changed(self._episodic_dir)
-            in_items = self._changes.changed(self._items_dir)
+            # Both asked every time: each answer takes its folder's events.
+            in_episodic, in_items = self._changes.changed(self._episodic_dir, self._items_dir)
             known = self._on_disk
             if known is not None and in_episodic is not None and in_items is not None:
                 if self._episodic_dir not in in_items:  # the folder itself made, moved or deleted: scan it

@@ -61,11 +61,12 @@ class FolderChanges:
         # Stores check from the event loop and from the memory's worker thread.
         self._lock = threading.Lock()
 
-    def changed(self, folder: Path) -> set[Path] | None:
-        """The files of `folder` created, written, moved or deleted since the last call for it; None when
-        that is not known (check them all)."""
+    def changed(self, *folders: Path) -> list[set[Path] | None]:
+        """For each of `folders`, its files created, written, moved or deleted since the last call for it;
+        None when that is not known (check them all). The events are read once for all of them."""
         with self._lock:
-            return self._changed(folder)
+            self._drain()
+            return [self._changed(folder) for folder in folders]
 
     def close(self) -> None:
         with self._lock:
@@ -75,7 +76,6 @@ class FolderChanges:
             self._watches.clear()
 
     def _changed(self, folder: Path) -> set[Path] | None:
-        self._drain()
         now = self._clock()
         if folder not in self._watches and not self._watch(folder):
             return None

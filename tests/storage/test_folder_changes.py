@@ -31,12 +31,12 @@ def test_the_first_check_is_whole_then_only_what_changed_is_named(tmp_path: Path
     old.write_text("{}\n")
     other.write_text("{}\n")
 
-    assert changes.changed(tmp_path) is None  # watched from now: what came before is unknown
-    assert changes.changed(tmp_path) == set()
+    assert changes.changed(tmp_path)[0] is None  # watched from now: what came before is unknown
+    assert changes.changed(tmp_path)[0] == set()
     with old.open("r+b") as handle:  # an edit in place, same size
         handle.write(b"[]")
-    assert changes.changed(tmp_path) == {old}
-    assert changes.changed(tmp_path) == set()
+    assert changes.changed(tmp_path)[0] == {old}
+    assert changes.changed(tmp_path)[0] == set()
 
 
 def test_an_editor_saving_by_rename_a_touch_a_delete_and_a_new_file_are_named(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_an_editor_saving_by_rename_a_touch_a_delete_and_a_new_file_are_named(tm
     (tmp_path / "new.jsonl").write_text("{}\n")
 
     swap, new = tmp_path / ".edited.jsonl.swp", tmp_path / "new.jsonl"
-    assert changes.changed(tmp_path) == {edited, swap, touched, deleted, new}
+    assert changes.changed(tmp_path)[0] == {edited, swap, touched, deleted, new}
 
 
 def test_each_folder_has_its_own_names(tmp_path: Path) -> None:
@@ -67,20 +67,24 @@ def test_each_folder_has_its_own_names(tmp_path: Path) -> None:
     (first / "one.jsonl").write_text("{}\n")
     (second / "two.jsonl").write_text("{}\n")
 
-    assert changes.changed(second) == {second / "two.jsonl"}
-    assert changes.changed(first) == {first / "one.jsonl"}
+    assert changes.changed(second)[0] == {second / "two.jsonl"}
+    assert changes.changed(first)[0] == {first / "one.jsonl"}
+    (first / "one.jsonl").write_text("{}\n{}\n")
+    (second / "three.jsonl").write_text("{}\n")
+    assert changes.changed(first, second) == [{first / "one.jsonl"}, {second / "three.jsonl"}]  # one read of the events
+    assert changes.changed(first, second) == [set(), set()]
 
 
 def test_a_folder_missing_then_made_is_checked_whole_until_watched(tmp_path: Path) -> None:
     changes = FolderChanges(Clock())
     folder = tmp_path / "episodic"
 
-    assert changes.changed(folder) is None
-    assert changes.changed(folder) is None
+    assert changes.changed(folder)[0] is None
+    assert changes.changed(folder)[0] is None
     folder.mkdir()
-    assert changes.changed(folder) is None  # watched from now on
+    assert changes.changed(folder)[0] is None  # watched from now on
     (folder / "day.jsonl").write_text("{}\n")
-    assert changes.changed(folder) == {folder / "day.jsonl"}
+    assert changes.changed(folder)[0] == {folder / "day.jsonl"}
 
 
 def test_a_folder_deleted_or_moved_away_is_checked_whole_again(tmp_path: Path) -> None:
@@ -93,9 +97,9 @@ def test_a_folder_deleted_or_moved_away_is_checked_whole_again(tmp_path: Path) -
     folder.mkdir()
     (folder / "semantic.jsonl").write_text("{}\n")
 
-    assert changes.changed(folder) is None  # the watch went with the old folder
+    assert changes.changed(folder)[0] is None  # the watch went with the old folder
     (folder / "semantic.jsonl").write_text("{}\n")
-    assert changes.changed(folder) == {folder / "semantic.jsonl"}
+    assert changes.changed(folder)[0] == {folder / "semantic.jsonl"}
 
 
 def test_a_folder_is_checked_whole_every_so_often_for_what_no_event_tells(tmp_path: Path) -> None:
@@ -105,10 +109,10 @@ def test_a_folder_is_checked_whole_every_so_often_for_what_no_event_tells(tmp_pa
     changes.changed(tmp_path)
 
     clock.now += FULL_SCAN_SECONDS - 1
-    assert changes.changed(tmp_path) == set()
+    assert changes.changed(tmp_path)[0] == set()
     clock.now += 1
-    assert changes.changed(tmp_path) is None
-    assert changes.changed(tmp_path) == set()
+    assert changes.changed(tmp_path)[0] is None
+    assert changes.changed(tmp_path)[0] == set()
 
 
 def test_after_close_the_next_check_is_whole(tmp_path: Path) -> None:
@@ -118,8 +122,8 @@ def test_after_close_the_next_check_is_whole(tmp_path: Path) -> None:
 
     (tmp_path / "x.jsonl").write_text("{}\n")
 
-    assert changes.changed(tmp_path) is None
-    assert changes.changed(tmp_path) == set()
+    assert changes.changed(tmp_path)[0] is None
+    assert changes.changed(tmp_path)[0] == set()
 
 
 def test_a_folder_that_cannot_be_watched_is_checked_whole_and_logged_once(
@@ -131,6 +135,6 @@ def test_a_folder_that_cannot_be_watched_is_checked_whole_and_logged_once(
     changes = FolderChanges(Clock())
     caplog.set_level(logging.INFO, logger="bot.storage.folder_changes")
 
-    assert [changes.changed(not_a_folder) for _ in range(3)] == [None, None, None]
+    assert [changes.changed(not_a_folder)[0] for _ in range(3)] == [None, None, None]
     assert len([r for r in caplog.records if "Cannot watch" in r.getMessage()]) == 1
-    assert changes.changed(tmp_path) is None and changes.changed(tmp_path) == set()  # the others still are
+    assert changes.changed(tmp_path)[0] is None and changes.changed(tmp_path)[0] == set()  # the others still are
