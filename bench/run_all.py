@@ -255,7 +255,7 @@ def plan(quick: bool) -> list[Part]:
         )
         for backend in ("ptb", "aiogram")
     ]
-    rounds, per_round = (3, 20) if quick else (5, 40)
+    rounds, per_round = (3, 20) if quick else (15, 40)
     parts += [
         Part(
             "minimal",
@@ -267,13 +267,13 @@ def plan(quick: bool) -> list[Part]:
         )
         for setting in ("shipped", "lexical")
     ]
-    long_session = 1_000 if quick else 5_000
+    long_session, growth_rounds = (1_000, 3) if quick else (5_000, 5)
     parts.append(
         Part(
             "growth",
             "cost as the session grows, compaction off, lexical only",
             f"session {long_session:,} against 10 messages",
-            f"bench.session_growth --lengths 10 {long_session} --rounds {rounds} --json",
+            f"bench.session_growth --lengths 10 {long_session} --rounds {growth_rounds} --json",
             growth_cell,
         )
     )
