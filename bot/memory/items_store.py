@@ -131,6 +131,8 @@ class MemoryItemStore:
         self._changes = changes
         # The item files on disk with their signatures, as of the last check.
         self._on_disk: dict[Path, FileSignature] | None = None
+        # Files found changed but left unread (the bot's own changes to them were pending): looked at next time.
+        self._unsettled: set[Path] = set()
         self._deferred = deferred
         self._zone = zone
         self._context = {"zone": zone}
@@ -366,22 +368,41 @@ class MemoryItemStore:
         self._opened = True
 
     def _refresh(self) -> bool:
-        present = self._files_on_disk()
+        try:
+            return self._refresh_files()
+        except BaseException:
+            self._on_disk = None  # the events this check took are gone: the next one checks every file
+            raise
+
+    def _refresh_files(self) -> bool:
+        present, suspects = self._files_on_disk()
         if self._opened and self._db.take_made_afresh():
             # Closed, then reopened on a database made afresh (it was lost or unreadable meanwhile): the
             # rows read before are gone, so every file is read again.
             log.warning("[Memory] Index %s was lost while closed; reading the item files again", self._db.path)
             self._forget_loaded()
+            suspects = None
         if not self._opened:
             if not present and not self._db.path.exists():
                 return False  # no items yet: no database either (a stranger's message must leave no file)
             self._open()
+            suspects = None
+        # The files that may differ from what was read: those the folders' events name, and those left
+        # unread last time (changes of the bot's own were pending on them); every file when not known.
+        # A year of day files is not walked twice a message.
+        if suspects is not None:
+            suspects |= self._unsettled
+        self._unsettled = set()
         changed = False
-        for path in list(self._known_files):
-            if path not in present and not self._pending(path):
-                self._drop_file(path)
-                changed = True
-        stale = [path for path, signature in present.items() if self._signatures.get(path) != signature]
+        for path in list(self._known_files if suspects is None else suspects & self._known_files):
+            if path not in present:
+                if self._pending(path):
+                    self._unsettled.add(path)
+                else:
+                    self._drop_file(path)
+                    changed = True
+        checked = present if suspects is None else {path: present[path] for path in suspects if path in present}
+        stale = [path for path, signature in checked.items() if self._signatures.get(path) != signature]
         if stale:
             # Loading makes many objects and no reference cycles: pausing the cyclic garbage collector
             # meanwhile saves it from re-scanning the growing heap (a quarter of a large start-up).
@@ -390,7 +411,9 @@ class MemoryItemStore:
             try:
                 # Loaded in name order, so the later file wins for an id found twice (see `relocate`).
                 for path in sorted(stale, key=str):
-                    if not self._pending(path):
+                    if self._pending(path):
+                        self._unsettled.add(path)
+                    else:
                         self._load_file(path, present[path])
                         changed = True
             finally:
@@ -404,22 +427,27 @@ class MemoryItemStore:
                         index.add_many(batch)
         return changed
 
-    def _files_on_disk(self) -> dict[Path, FileSignature]:
-        """Every items file with its signature: those the folders' events name checked again (see
-        `FolderChanges`), or, when that is not known, one directory scan and one `stat` per file."""
+    def _files_on_disk(self) -> tuple[dict[Path, FileSignature], set[Path] | None]:
+        """Every items file with its signature, and those that may have changed since the last check: the
+        ones the folders' events name, checked again (see `FolderChanges`); or, when that is not known,
+        every file (None), after one directory scan and one `stat` per file."""
         if self._changes is not None:
             # Both asked every time: each answer takes its folder's events.
             in_episodic, in_items = self._changes.changed(self._episodic_dir, self._items_dir)
             known = self._on_disk
             if known is not None and in_episodic is not None and in_items is not None:
                 if self._episodic_dir not in in_items:  # the folder itself made, moved or deleted: scan it
+                    suspects: set[Path] = set()
                     for path in in_episodic:
-                        self._recheck(known, self._path_of("episodic/" + path.name), path.name.endswith(".jsonl"))
+                        suspect = self._path_of("episodic/" + path.name)
+                        self._recheck(known, suspect, path.name.endswith(".jsonl"))
+                        suspects.add(suspect)
                     for path in in_items:
                         self._recheck(known, path, path in (self.paths.semantic_file, self.paths.procedural_file))
-                    return known
+                        suspects.add(path)
+                    return known, suspects
         self._on_disk = self._scan_files()
-        return self._on_disk
+        return self._on_disk, None
 
     @staticmethod
     def _recheck(known: dict[Path, FileSignature], path: Path, is_item_file: bool) -> None:

@@ -7,6 +7,8 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from bot.domain.memory import LiveConversation, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import VectorIndex
 from bot.memory.index_database import INDEX_FILE_NAME
@@ -486,4 +488,30 @@ def test_hand_edits_are_seen_on_the_next_check_whatever_the_way_files_are_checke
         assert got["d20"].content == "day XX" and "d10" not in got
         assert got["n1"].content == "long ago" and got["s1"].content == "likes coffee"
         assert len(store) == 31 and not store.refresh_sync()  # 30 days and a fact, one day gone, one come
+    changes.close()
+
+
+def test_a_check_that_failed_leaves_the_next_one_to_look_at_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check reads the folders' events once; when it fails halfway (a file that cannot be read), the
+    next check does not trust the events it took but looks at every file again."""
+    paths = MemoryPaths(tmp_path)
+    write_items(paths.episodic_file(NOW.date()), [item(MemoryLayer.EPISODIC, "today", NOW, item_id="d0")])
+    changes = FolderChanges()
+    store = MemoryItemStore(paths, UTC, changes=changes)
+    store.refresh_sync()
+    assert not store.refresh_sync()
+    earlier = NOW - timedelta(days=3)
+    write_items(paths.episodic_file(earlier.date()), [item(MemoryLayer.EPISODIC, "earlier", earlier, item_id="d3")])
+
+    def unreadable(path: Path, signature: object) -> None:
+        raise OSError(5, "Input/output error", str(path))
+
+    monkeypatch.setattr(store, "_load_file", unreadable)
+    with pytest.raises(OSError):
+        store.refresh_sync()
+    monkeypatch.undo()
+    assert store.refresh_sync()
+    assert store.get("d3") is not None
     changes.close()
