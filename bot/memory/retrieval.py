@@ -208,7 +208,7 @@ class WorkingSet:
     def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
         self._store = store
         self._size = conversations
-        self._kept: OrderedDict[int, tuple[Sequence[str], int, int, list[str]]] = OrderedDict()
+        self._kept: OrderedDict[int, tuple[Sequence[str], int, datetime, int, list[str]]] = OrderedDict()
 
     def of(self, live: LiveConversation, limit: int, since: datetime, skip: Callable[[str], bool]) -> list[MemoryItem]:
         """As `recent_episodic(limit, since, skip)`; `skip` must pass over at least what it passed over the last
@@ -216,15 +216,17 @@ class WorkingSet:
         ids, version = live.in_order, self._store.version
         kept = self._kept.get(id(ids)) if ids else None
         found: list[MemoryItem] | None = None
-        if kept is not None and kept[0] is ids and kept[1] == limit:
-            added = self._store.appended_since(kept[2])
-            if added is not None and all(skip(item_id) for item_id in added) and not any(map(skip, kept[3])):
-                found = [item for item in self._store.get_many(kept[3]).values() if item.created_at >= since]
+        # Kept for the same conversation, number and a window that only moved on (a wider one reaches
+        # further back than the read that found them).
+        if kept is not None and kept[0] is ids and kept[1] == limit and kept[2] <= since:
+            added = self._store.appended_since(kept[3])
+            if added is not None and all(skip(item_id) for item_id in added) and not any(map(skip, kept[4])):
+                found = [item for item in self._store.get_many(kept[4]).values() if item.created_at >= since]
         if found is None:
             found = self._store.recent_episodic(limit, since, skip)
         if ids:
             # Keyed by the list's identity: the entry holds the list, so the key is not reused meanwhile.
-            kept_newest(self._kept, id(ids), (ids, limit, version, [item.id for item in found]), self._size)
+            kept_newest(self._kept, id(ids), (ids, limit, since, version, [item.id for item in found]), self._size)
         return found
 
 

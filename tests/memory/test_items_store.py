@@ -362,8 +362,11 @@ def test_the_working_set_kept_per_conversation_is_what_reading_it_again_would_gi
     assert seen[4] == ["e0"]  # e1 has left the seven days
     assert seen[6] == ["x5", "e0"]
     assert seen[11] == ["x5"]
-    # What `skip` passes over now is left out even when it was found before (the set is read again).
     covered = coverage.items_of(live)
+    # A window made wider reaches back further than what was found: read again.
+    wider = since - timedelta(days=1)
+    assert [found.id for found in working_set.of(live, 3, wider, covered.__contains__)] == ["x5", "e1"]
+    # What `skip` passes over now is left out even when it was found before (the set is read again).
     assert working_set.of(live, 3, since, lambda item_id: item_id in covered or item_id == "x5") == []
 
 
