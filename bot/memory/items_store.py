@@ -810,7 +810,7 @@ class MemoryItemStore:
         self._known_files.add(path)
 
     def _next_pos(self, connection: sqlite3.Connection, path: Path) -> int:
-        """The next position in `path`, taken; the file marked as `_unwritten` does (in the same statement)."""
+        """Take the next position in `path`, marking the file changed as `_unwritten` does (one statement)."""
         pos: int = connection.execute(
             "INSERT INTO files (name, next_pos) VALUES (?, 1)"
             " ON CONFLICT (name) DO UPDATE SET mtime_ns = NULL, next_pos = next_pos + 1 RETURNING next_pos - 1",
