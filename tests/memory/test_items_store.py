@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bot.domain.memory import LiveConversation, MemoryLayer, MemoryQuery
+from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import VectorIndex
 from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
@@ -253,12 +253,18 @@ def test_the_items_referring_to_the_live_conversation_are_found_from_either_side
     assert store.referring_among(candidates, set()) == set()
 
 
-def test_the_live_coverage_looks_up_the_new_messages_and_follows_the_items_added(tmp_path: Path) -> None:
+def with_an_earlier_exchange(tmp_path: Path) -> tuple[MemoryItemStore, MemoryItem]:
+    """A store holding one exchange of an hour ago (before any live conversation of the test)."""
     paths = MemoryPaths(tmp_path)
     earlier = item(MemoryLayer.EPISODIC, "an earlier exchange", NOW - timedelta(hours=1), item_id="e0")
     write_items(paths.episodic_file(NOW.date()), [earlier])
     store = MemoryItemStore(paths, UTC)
     store.refresh_sync()
+    return store, earlier
+
+
+def test_the_live_coverage_looks_up_the_new_messages_and_follows_the_items_added(tmp_path: Path) -> None:
+    store, earlier = with_an_earlier_exchange(tmp_path)
     coverage = LiveCoverage(store)
     ids: set[str] = set()
     in_order: list[str] = []
@@ -292,11 +298,7 @@ def test_the_live_coverage_looks_up_the_new_messages_and_follows_the_items_added
 def test_the_working_set_passes_over_the_live_conversations_own_items_as_it_grows(tmp_path: Path) -> None:
     """Each turn's item is written after the turn; the next message's working set still leaves it out,
     while the turns of before the live conversation (or of another chat) come in."""
-    paths = MemoryPaths(tmp_path)
-    earlier = item(MemoryLayer.EPISODIC, "an earlier exchange", NOW - timedelta(hours=1), item_id="e0")
-    write_items(paths.episodic_file(NOW.date()), [earlier])
-    store = MemoryItemStore(paths, UTC)
-    store.refresh_sync()
+    store, _ = with_an_earlier_exchange(tmp_path)
     coverage = LiveCoverage(store)
     ids: set[str] = set()
     in_order: list[str] = []
