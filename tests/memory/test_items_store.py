@@ -372,6 +372,16 @@ def test_the_working_set_kept_per_conversation_is_what_reading_it_again_would_gi
     assert working_set.of(live, 3, since, lambda item_id: item_id in covered or item_id == "x5") == []
 
 
+def retrieval_over(paths: MemoryPaths) -> tuple[MemoryItemStore, MemoryRetrievalService]:
+    """The scope's store, loaded, with retrieval over it as the bot makes them (lexical and vector indexes)."""
+    store = MemoryItemStore(paths, UTC)
+    lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
+    store.subscribe(lexical)
+    store.subscribe(vectors)
+    store.refresh_sync()
+    return store, MemoryRetrievalService(store, lexical, vectors, UTC)
+
+
 def test_retrieval_leaves_out_every_candidate_that_refers_to_the_live_conversation(tmp_path: Path) -> None:
     """The conversation's own turns (known to its coverage) and an item made later that refers to one of
     its older messages (a fact reinforced, which the coverage does not see) are both left out; an
@@ -381,12 +391,7 @@ def test_retrieval_leaves_out_every_candidate_that_refers_to_the_live_conversati
         paths.episodic_file(NOW.date()),
         [item(MemoryLayer.EPISODIC, "tomatoes in the garden, an earlier talk", NOW - timedelta(days=2), item_id="old")],
     )
-    store = MemoryItemStore(paths, UTC)
-    lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
-    store.subscribe(lexical)
-    store.subscribe(vectors)
-    store.refresh_sync()
-    retrieval = MemoryRetrievalService(store, lexical, vectors, UTC)
+    store, retrieval = retrieval_over(paths)
     ids: set[str] = set()
     in_order: list[str] = []
     live = LiveConversation(ids, in_order)
@@ -422,12 +427,7 @@ def test_an_earlier_turn_next_to_the_live_conversation_is_still_ranked_through_i
     paths = MemoryPaths(tmp_path)
     before = item(MemoryLayer.EPISODIC, "we planned the trip", NOW - timedelta(minutes=10), item_id="before")
     write_items(paths.episodic_file(NOW.date()), [before])
-    store = MemoryItemStore(paths, UTC)
-    lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
-    store.subscribe(lexical)
-    store.subscribe(vectors)
-    store.refresh_sync()
-    retrieval = MemoryRetrievalService(store, lexical, vectors, UTC)
+    store, retrieval = retrieval_over(paths)
     ids: set[str] = set()
     in_order: list[str] = []
     for turn in range(3):
