@@ -6,6 +6,10 @@ check is one `stat` (microseconds, done inline); the read, when needed, runs in 
 is always seen: the cache is keyed by the file's signature, so nothing stale survives an edit.
 What the bot appends itself (today's note, after every exchange) extends the cached text instead of
 making the next message read the whole file again.
+
+Given the process's `FolderChanges`, a file is not even `stat`ed while its folder's events name no change
+to it (a message reads MEMORY.md and eight days of notes, most of them files that do not exist); it is
+checked as above when they do, or when they are not known.
 """
 
 from __future__ import annotations
@@ -13,26 +17,37 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.storage.files import FileSignature, file_signature, read_text
+from bot.storage.folder_changes import FolderChanges
+
+# A file found missing: cached too, so that a week of days without notes is not looked for every message.
+_MISSING: tuple[None, None] = (None, None)
 
 
 class TextFileCache:
     """Texts of files by path, each valid for one signature of its file."""
 
-    def __init__(self) -> None:
-        self._entries: dict[Path, tuple[FileSignature, str]] = {}
+    def __init__(self, changes: FolderChanges | None = None) -> None:
+        """`changes`: the folders' events, read by this cache alone for the folders of the files it reads."""
+        self._entries: dict[Path, tuple[FileSignature, str] | tuple[None, None]] = {}
+        self._changes = changes
+        # Files the events named since they were last checked.
+        self._named: set[Path] = set()
 
     async def read(self, path: Path) -> str | None:
         """The file's text, or None when it does not exist (raises OSError when it cannot be read)."""
+        cached = self._entries.get(path)
+        if cached is not None and self._unchanged(path):
+            return cached[1]
+        self._named.discard(path)
         signature = file_signature(path)
         if signature is None:
-            self._entries.pop(path, None)
+            self._entries[path] = _MISSING
             return None
-        cached = self._entries.get(path)
         if cached is not None and cached[0] == signature:
             return cached[1]
         text = await read_text(path)
         if text is None:
-            self._entries.pop(path, None)
+            self._entries[path] = _MISSING
             return None
         self._entries[path] = (signature, text)
         return text
@@ -43,7 +58,19 @@ class TextFileCache:
         no torn tail cut); otherwise the entry goes and the next read reads the file."""
         cached = self._entries.pop(path, None)
         after = file_signature(path)
-        if cached is None or before is None or cached[0] != before or after is None:
+        if cached is None or cached[0] is None or before is None or cached[0] != before or after is None:
             return
         if after[1] == before[1] + len(added) and after[2] == before[2]:
             self._entries[path] = (after, cached[1] + added.decode("utf-8", errors="replace"))
+
+    def _unchanged(self, path: Path) -> bool:
+        """Whether the folder's events say `path` is as it was last checked (False when they are not known)."""
+        if self._changes is None:
+            return False
+        folder = path.parent
+        [named] = self._changes.changed(folder)
+        if named is None:  # not known (watched from now, or a whole check due): each file is checked again
+            self._named.update(known for known in self._entries if known.parent == folder)
+        else:
+            self._named |= named
+        return path not in self._named

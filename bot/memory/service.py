@@ -42,6 +42,7 @@ from bot.memory.embeddings import (
     as_float16,
 )
 from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
+from bot.memory.file_cache import TextFileCache
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_notes
 from bot.memory.lexical_index import Bm25Index
@@ -196,6 +197,8 @@ class MemoryService:
             lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
+            # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
+            texts = TextFileCache(self._folder_changes)
             scope = MemoryScope(
                 paths=paths,
                 store=store,
@@ -203,8 +206,8 @@ class MemoryService:
                 vectors=vectors,
                 retrieval=MemoryRetrievalService(store, lexical, vectors, self._clock.zone),
                 writer=MemoryWriteService(store),
-                notes=DailyNotes(paths, deferred=self._deferred),
-                long_term=LongTermMemory(paths),
+                notes=DailyNotes(paths, texts, self._deferred),
+                long_term=LongTermMemory(paths, texts),
                 vector_cache=VectorCache(paths.index_dir),
             )
             self._scopes[paths] = scope
