@@ -102,6 +102,16 @@ class ItemIndex(Protocol):
     def clear(self) -> None: ...
 
 
+def _in(ids: Sequence[str]) -> tuple[str, list[str]]:
+    """The placeholders of `IN (...)` for `ids` (not empty), and the ids padded with the last to a power of
+    two (at least 8): SQLite prepares a statement for each count of placeholders and keeps a hundred or so
+    (a query of a new count took twice as long, 80 against 47 µs for a message's candidates' facts)."""
+    size = 8
+    while size < len(ids):
+        size *= 2
+    return ",".join("?" * size), [*ids, *[ids[-1]] * (size - len(ids))]
+
+
 def _is_pinned(item: MemoryItem) -> bool:
     return item.active and item.pinned
 
@@ -517,8 +527,8 @@ class MemoryItemStore:
         elsewhere: list[str] = []
         for start in range(0, len(ids), IDS_PER_QUERY):
             chunk = ids[start : start + IDS_PER_QUERY]
-            marks = ",".join("?" * len(chunk))
-            rows = self._rows(f"SELECT id FROM items WHERE file != ? AND id IN ({marks})", (name, *chunk))
+            marks, padded = _in(chunk)
+            rows = self._rows(f"SELECT id FROM items WHERE file != ? AND id IN ({marks})", (name, *padded))
             elsewhere += [row[0] for row in rows]
 
         def write(connection: sqlite3.Connection) -> None:
@@ -596,7 +606,8 @@ class MemoryItemStore:
         missing = [item_id for item_id in wanted if item_id not in found]
         for start in range(0, len(missing), IDS_PER_QUERY):
             chunk = missing[start : start + IDS_PER_QUERY]
-            rows = self._rows(f"SELECT id, line FROM items WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            marks, padded = _in(chunk)
+            rows = self._rows(f"SELECT id, line FROM items WHERE id IN ({marks})", padded)
             found.update((item.id, item) for item in self._items_from(rows))
         return {item_id: found[item_id] for item_id in wanted if item_id in found}
 
@@ -641,7 +652,8 @@ class MemoryItemStore:
         ids: list[str] = []
         for start in range(0, len(wanted), IDS_PER_QUERY):
             chunk = wanted[start : start + IDS_PER_QUERY]
-            rows = self._rows(f"SELECT DISTINCT id FROM refs WHERE ref IN ({','.join('?' * len(chunk))})", chunk)
+            marks, padded = _in(chunk)
+            rows = self._rows(f"SELECT DISTINCT id FROM refs WHERE ref IN ({marks})", padded)
             ids += [row[0] for row in rows]
         return ids
 
@@ -654,7 +666,8 @@ class MemoryItemStore:
         found: set[str] = set()
         for start in range(0, len(wanted), IDS_PER_QUERY):
             chunk = wanted[start : start + IDS_PER_QUERY]
-            rows = self._rows(f"SELECT id, ref FROM refs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            marks, padded = _in(chunk)
+            rows = self._rows(f"SELECT id, ref FROM refs WHERE id IN ({marks})", padded)
             found.update(item_id for item_id, ref in rows if ref in references)
         return found
 
@@ -757,10 +770,11 @@ class MemoryItemStore:
         for start in range(0, len(missing), IDS_PER_QUERY):
             chunk = missing[start : start + IDS_PER_QUERY]
             # The covering index `items_facts` holds every column asked for: no row (with its line) is read.
+            marks, padded = _in(chunk)
             rows = self._rows(
                 f"SELECT i.id, i.layer, i.active, i.day, i.speaker, i.updated, i.salience, i.confidence{neighbours}"
-                f" FROM items i INDEXED BY items_facts WHERE i.id IN ({','.join('?' * len(chunk))})",
-                chunk,
+                f" FROM items i INDEXED BY items_facts WHERE i.id IN ({marks})",
+                padded,
             )
             for row in rows:
                 item_id, layer, active, day, speaker, updated, salience, confidence = row[:8]
@@ -1013,9 +1027,8 @@ class MemoryItemStore:
         lines: dict[str, str] = {}
         for start in range(0, len(item_ids), IDS_PER_QUERY):
             chunk = item_ids[start : start + IDS_PER_QUERY]
-            rows = self._rows(
-                f"SELECT id, line FROM items WHERE file = ? AND id IN ({','.join('?' * len(chunk))})", (name, *chunk)
-            )
+            marks, padded = _in(chunk)
+            rows = self._rows(f"SELECT id, line FROM items WHERE file = ? AND id IN ({marks})", (name, *padded))
             lines.update((item_id, line.decode("utf-8", "surrogateescape")) for item_id, line in rows)
         return [lines[item_id] for item_id in dict.fromkeys(item_ids) if item_id in lines]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -253,6 +254,11 @@ def test_the_items_referring_to_the_live_conversation_are_found_from_either_side
     assert store.referring_among(candidates, set()) == set()
 
 
+def messages_looked_up(queries: list[str]) -> set[str]:
+    """The message ids (u0, a0 ...) the queries of `refs` asked for."""
+    return {found for sql in queries if "FROM refs" in sql for found in re.findall(r"'([ua]\d+)'", sql)}
+
+
 def with_an_earlier_exchange(tmp_path: Path) -> tuple[MemoryItemStore, MemoryItem]:
     """A store holding one exchange of an hour ago (before any live conversation of the test)."""
     paths = MemoryPaths(tmp_path)
@@ -275,7 +281,7 @@ def test_the_live_coverage_looks_up_the_new_messages_and_follows_the_items_added
     def covered() -> tuple[set[str], int]:
         queries.clear()
         found = coverage.items_of(live)
-        return found, sum(sql.count("'u") + sql.count("'a") for sql in queries if "FROM refs" in sql)
+        return found, len(messages_looked_up(queries))
 
     for turn in range(12):
         ids.update((f"u{turn}", f"a{turn}"))
@@ -309,7 +315,7 @@ def test_the_working_set_passes_over_the_live_conversations_own_items_as_it_grow
         in_order += [f"u{turn}", f"a{turn}"]
         queries.clear()
         covered = coverage.items_of(LiveConversation(ids, in_order))
-        looked_up = sum(sql.count("'u") + sql.count("'a") for sql in queries if "FROM refs" in sql)
+        looked_up = len(messages_looked_up(queries))
         assert looked_up <= RECHECKED_MESSAGES + 2  # the two new messages and the newest few again
         queries.clear()
         working = store.recent_episodic(3, NOW - timedelta(days=7), covered.__contains__)
