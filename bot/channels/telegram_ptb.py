@@ -42,7 +42,6 @@ class PtbBackend:
     def __init__(self, token: str, api_root: str) -> None:
         root = api_root.rstrip("/")
         updates_request = HTTPXRequest(connect_timeout=CONNECT_TIMEOUT_SECONDS)
-        # A long poll waits `timeout` seconds for updates on top of the usual read timeout (as `Bot.get_updates`).
         self._poll_read_timeout = updates_request.read_timeout or 0.0
         self._bot = telegram.Bot(
             token,

@@ -155,7 +155,7 @@ class MemoryService:
         # Memory's own worker thread for the reads done under a scope's lock, so they never queue
         # behind the fsyncs of session writes in the shared default pool.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
-        # One inotify instance for every scope's item folders (the kernel allows a user few instances).
+        # One inotify instance for every scope's folders, items and notes (the kernel allows a user few instances).
         self._folder_changes = FolderChanges()
         self._forget_listeners: list[ForgetListener] = []
         # What memory leaves out because the live conversation shows it anyway, kept as a chat grows.
@@ -445,8 +445,7 @@ class MemoryService:
     def _prefetch(scope: MemoryScope, text: str) -> None:
         """Read the facts of the lexical candidates of `text` and of their neighbours ahead of scoring (the
         store keeps them, the lexical index keeps the search), while the message's vector is being made."""
-        around = scope.store.neighbour_ids(scope.lexical.search(text, LEXICAL_CANDIDATES))
-        scope.store.facts_of(other for others in around.values() for other in others)
+        scope.store.episodic_neighbours(scope.lexical.search(text, LEXICAL_CANDIDATES))
 
     def _retrieve_and_pack(
         self, scope: MemoryScope, query: MemoryQuery, vector: Vector | None, model: str | None
