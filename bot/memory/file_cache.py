@@ -35,8 +35,23 @@ class TextFileCache:
 
     async def read(self, path: Path) -> str | None:
         """The file's text, or None when it does not exist (raises OSError when it cannot be read)."""
+        self._take_events(path.parent)
+        return await self._read(path)
+
+    async def read_all(self, paths: list[Path]) -> list[str | OSError | None]:
+        """`read` of each of `paths` (an unreadable one's error in its place), the events read once for all."""
+        self._take_events(*dict.fromkeys(path.parent for path in paths))
+        texts: list[str | OSError | None] = []
+        for path in paths:
+            try:
+                texts.append(await self._read(path))
+            except OSError as error:
+                texts.append(error)
+        return texts
+
+    async def _read(self, path: Path) -> str | None:
         cached = self._entries.get(path)
-        if cached is not None and self._unchanged(path):
+        if cached is not None and self._changes is not None and path not in self._named:
             return cached[1]
         self._named.discard(path)
         signature = file_signature(path)
@@ -63,14 +78,13 @@ class TextFileCache:
         if after[1] == before[1] + len(added) and after[2] == before[2]:
             self._entries[path] = (after, cached[1] + added.decode("utf-8", errors="replace"))
 
-    def _unchanged(self, path: Path) -> bool:
-        """Whether the folder's events say `path` is as it was last checked (False when they are not known)."""
+    def _take_events(self, *folders: Path) -> None:
+        """Add the files the folders' events name to those to check (every file of a folder whose events are
+        not known: watched from now, or a whole check due)."""
         if self._changes is None:
-            return False
-        folder = path.parent
-        [named] = self._changes.changed(folder)
-        if named is None:  # not known (watched from now, or a whole check due): each file is checked again
-            self._named.update(known for known in self._entries if known.parent == folder)
-        else:
-            self._named |= named
-        return path not in self._named
+            return
+        for folder, named in zip(folders, self._changes.changed(*folders), strict=True):
+            if named is None:
+                self._named.update(known for known in self._entries if known.parent == folder)
+            else:
+                self._named |= named

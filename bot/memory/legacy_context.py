@@ -91,22 +91,15 @@ def _note_user_text(line: str) -> str | None:
 
 async def read_daily_notes(notes: DailyNotes, today: date, recent_days: int) -> DailyNotesView:
     """Today's notes and the previous `recent_days` days'; an unreadable file counts as empty."""
-
-    async def safe_read(day: date) -> str:
-        try:
-            return await notes.read(day)
-        except OSError as error:
-            log.warning("[Memory] Could not read the notes of %s: %s", day, error)
-            return ""
-
-    today_text = await safe_read(today)
-    recent = []
-    for back in range(1, recent_days + 1):
-        day = today - timedelta(days=back)
-        text = await safe_read(day)
-        if text:
-            recent.append((day, text))
-    return DailyNotesView(today, today_text, tuple(recent))
+    days = [today - timedelta(days=back) for back in range(recent_days + 1)]
+    texts: list[str] = []
+    for day, text in zip(days, await notes.read_days(days), strict=True):
+        if isinstance(text, OSError):
+            log.warning("[Memory] Could not read the notes of %s: %s", day, text)
+            text = ""
+        texts.append(text)
+    recent = tuple((day, text) for day, text in zip(days[1:], texts[1:], strict=True) if text)
+    return DailyNotesView(today, texts[0], recent)
 
 
 def render_daily_notes(view: DailyNotesView, budget: TextBudget) -> list[str]:

@@ -29,9 +29,10 @@ FULL_SCAN_SECONDS: Final = 30.0
 try:  # Linux (and FreeBSD) only; elsewhere every check is a whole one
     from asyncinotify import InitFlags, Inotify, Mask
 
+    # Not MODIFY: every write ends in a close (CLOSE_WRITE), and a turn's appends then make one event each
+    # rather than two. A writer that keeps a file open is seen when it closes it or at the next whole check.
     _MASK: Any = (
-        Mask.MODIFY
-        | Mask.ATTRIB
+        Mask.ATTRIB
         | Mask.CLOSE_WRITE
         | Mask.MOVED_FROM
         | Mask.MOVED_TO
@@ -85,7 +86,8 @@ class FolderChanges:
             self._pending.pop(folder, None)
             self._checked_whole_at[folder] = now
             return None
-        return {folder / name for name in self._pending.pop(folder, ())}
+        names = self._pending.pop(folder, None)
+        return {folder / name for name in names} if names else set()
 
     def _watch(self, folder: Path) -> bool:
         if self._unavailable or folder in self._unwatchable:

@@ -75,3 +75,35 @@ async def test_unchanged_files_are_not_even_looked_at_while_the_folder_is_watche
     assert await cache.read(memory) == "Coffee.\n"
     assert looked_at == [memory]
     changes.close()
+
+
+class CountedChanges(FolderChanges):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def changed(self, *folders: Path) -> list[set[Path] | None]:
+        self.asked += 1
+        return super().changed(*folders)
+
+
+async def test_a_week_of_notes_is_read_with_one_look_at_the_events_and_an_unreadable_day_in_its_place(
+    tmp_path: Path,
+) -> None:
+    changes = CountedChanges()
+    cache = TextFileCache(changes)
+    days = [tmp_path / f"2026-03-0{day}.md" for day in range(1, 8)]
+    days[0].write_text("[09:00] User: hi | Assistant: hello\n")
+    days[3].mkdir()  # a day's note that cannot be read
+    await cache.read_all(days)
+    changes.asked = 0
+
+    texts = await cache.read_all(days)
+    assert changes.asked == 1
+    assert texts[0] == "[09:00] User: hi | Assistant: hello\n"
+    assert isinstance(texts[3], IsADirectoryError)
+    assert texts[1:3] + texts[4:] == [None] * 5
+
+    days[6].write_text("[10:00] User: later | Assistant: ok\n")  # a change is seen by the next batch
+    assert (await cache.read_all(days))[6] == "[10:00] User: later | Assistant: ok\n"
+    changes.close()

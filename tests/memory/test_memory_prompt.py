@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from datetime import timedelta
+
+import pytest
 
 from bot.app import Application
 from bot.pipeline.systems.context_building import DEFAULT_PERSONA
@@ -70,6 +73,27 @@ async def test_daily_notes_of_today_and_the_recent_days_within_recent_days(
         f"### {days[1]}\n[10:01] User: day 1 | Assistant: noted\n\n"
         f"### {days[3]}\n[10:03] User: day 3 | Assistant: noted"
     )
+
+
+async def test_an_unreadable_day_of_notes_is_logged_and_the_other_days_are_shown(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    configure_memory(services, recentDays=2)
+    today = services.clock.now().date()
+    memory_dir = services.workspace.memory_dir
+    (memory_dir / f"{today.isoformat()}.md").write_text("[10:00] User: today | Assistant: noted\n")
+    (memory_dir / f"{(today - timedelta(days=1)).isoformat()}.md").mkdir()  # cannot be read as a file
+    two_days_ago = (today - timedelta(days=2)).isoformat()
+    (memory_dir / f"{two_days_ago}.md").write_text("[10:02] User: two days ago | Assistant: noted\n")
+
+    with caplog.at_level(logging.WARNING):
+        await say(services, channel, "1", "what did we do?")
+    assert memory_section(fake_openai.system_prompts()[-1]) == (
+        "# Memory\n\n"
+        "## Today's Notes\n[10:00] User: today | Assistant: noted\n\n"
+        f"## Recent Context\n### {two_days_ago}\n[10:02] User: two days ago | Assistant: noted"
+    )
+    assert any(r.getMessage().startswith("[Memory] Could not read the notes of") for r in caplog.records)
 
 
 async def test_the_model_sees_memory_as_it_was_before_this_exchange(
