@@ -166,7 +166,7 @@ class TurnLedger:
     async def received(self, inbound: InboundMessage) -> InboundMessage:
         """Record a message durably; returns it with its turn id (kept when it has one: `/retry`)."""
         recorded = inbound if inbound.journal_id is not None else dataclasses.replace(inbound, journal_id=_new_id())
-        await self._append([{"received": dataclasses.asdict(recorded)}])
+        await self._append([{"received": _fields_of(recorded)}])
         return recorded
 
     async def edited(self, turn_id: str, text: str) -> None:
@@ -227,7 +227,7 @@ class TurnLedger:
         if self._keys:
             lines.append(dumps_line({"seen": [list(key) for key in self._keys]}))
         for turn in self._open.values():
-            lines.append(dumps_line({"received": dataclasses.asdict(turn.inbound)}))
+            lines.append(dumps_line({"received": _fields_of(turn.inbound)}))
             if turn.reply is not None:
                 lines.append(dumps_line({"answered": turn.turn_id, "reply": turn.reply}))
         self._appended = 0
@@ -280,6 +280,14 @@ class TurnLedger:
             self._keys.popitem(last=False)
 
 
+_INBOUND_FIELDS = tuple(field.name for field in dataclasses.fields(InboundMessage))
+
+
+def _fields_of(inbound: InboundMessage) -> dict[str, Any]:
+    """The message's fields by name: `dataclasses.asdict` without its deep copy (written out at once)."""
+    return {name: getattr(inbound, name) for name in _INBOUND_FIELDS}
+
+
 def _new_id() -> str:
     return uuid.uuid4().hex
 
@@ -287,9 +295,8 @@ def _new_id() -> str:
 def _inbound_from(raw: Any) -> InboundMessage | None:
     if not isinstance(raw, dict):
         return None
-    names = {field.name for field in dataclasses.fields(InboundMessage)}
     try:
-        return InboundMessage(**{key: value for key, value in raw.items() if key in names})
+        return InboundMessage(**{key: value for key, value in raw.items() if key in _INBOUND_FIELDS})
     except TypeError:
         log.warning("[Ledger] Skipped an unreadable record")
         return None
