@@ -17,6 +17,7 @@ text with the full retry policy; if that fails it is logged (the turn is in the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -28,6 +29,9 @@ from bot.channels.telegram_format import TelegramText, split_for_telegram
 from bot.settings import RuntimeConfig, TelegramConfig
 
 log = logging.getLogger(__name__)
+
+# Live updates of stopped turns still on their way: held until done (a task nobody holds may be collected).
+_finishing: set[asyncio.Future[None]] = set()
 
 
 class TelegramReplyStream:
@@ -53,13 +57,26 @@ class TelegramReplyStream:
         if now - (self._last_shown if self._last_shown is not None else self._opened) < interval:
             return
         self._last_shown = now
+        # A turn stopped meanwhile (/stop) does not cut the update short: it finishes by itself. A Bot API
+        # request cancelled while it waits for a pooled connection can hold that connection for good
+        # (httpcore 1.0.9, encode/httpcore#1093), and once all of the pool's are, no reply goes out.
+        showing = asyncio.ensure_future(self._show(text, final=False))
         try:
-            await self._show(text, final=False)
+            await asyncio.shield(showing)
+        except asyncio.CancelledError:
+            _finishing.add(showing)
+            showing.add_done_callback(self._finished_alone)
+            raise
         except (DeliveryFailed, TelegramApiError) as error:
             self._live = False
             log.warning(
                 "[Telegram] Live update of a reply to %s failed; the final text follows: %s", self._chat_id, error
             )
+
+    def _finished_alone(self, showing: asyncio.Future[None]) -> None:
+        _finishing.discard(showing)
+        if not showing.cancelled() and (error := showing.exception()) is not None:
+            log.info("[Telegram] Live update of a stopped reply to %s failed: %s", self._chat_id, error)
 
     async def finish(self, text: str) -> None:
         self._live = False

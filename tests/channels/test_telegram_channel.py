@@ -158,6 +158,26 @@ async def test_a_streamed_reply_in_a_private_chat_grows_as_a_draft_and_ends_as_m
     assert len({d.draft_id for d in fake_telegram.drafts(OWNER)}) == 1
 
 
+async def test_a_live_update_on_its_way_when_the_turn_is_stopped_is_not_cut_short(
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
+) -> None:
+    # A Bot API request cancelled on its way can hold its pooled connection for good (encode/httpcore#1093):
+    # a /stop cancels the turn, and the update it was sending finishes beside the stop.
+    fake_telegram.fail_next("sendMessageDraft", Fault.slow(0.4))
+    stream = quick_stream_bot.app.channels[0].open_stream(str(OWNER))
+    assert stream is not None
+    await asyncio.sleep(0.15)
+    showing = asyncio.create_task(stream.update("Half an"))
+    await asyncio.sleep(0.1)  # the draft is on its way
+    showing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await showing
+    await fake_telegram.await_until(lambda: fake_telegram.calls_to("sendMessageDraft")[0].status is not None)
+    [draft] = fake_telegram.calls_to("sendMessageDraft")
+    assert draft.status == 200  # 499 when the client went away before the call arrived
+    assert [d.text for d in fake_telegram.drafts(OWNER)] == ["Half an"]
+
+
 async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
     quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
 ) -> None:
