@@ -102,14 +102,17 @@ class ItemIndex(Protocol):
     def clear(self) -> None: ...
 
 
-def _in(ids: Sequence[str]) -> tuple[str, list[str]]:
-    """The placeholders of `IN (...)` for `ids` (not empty), and the ids padded with the last to a power of
-    two (at least 8): SQLite prepares a statement for each count of placeholders and keeps a hundred or so
-    (a query of a new count took twice as long, 80 against 47 µs for a message's candidates' facts)."""
-    size = 8
-    while size < len(ids):
-        size *= 2
-    return ",".join("?" * size), [*ids, *[ids[-1]] * (size - len(ids))]
+def _in_chunks(ids: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
+    """For each chunk of `IDS_PER_QUERY` of `ids`: the placeholders of its `IN (...)` and its ids, padded with
+    the last to a power of two (at least 8). SQLite prepares a statement for each count of placeholders and
+    keeps a hundred or so (a query of a new count took twice as long, 80 against 47 µs for a message's
+    candidates' facts)."""
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = ids[start : start + IDS_PER_QUERY]
+        size = 8
+        while size < len(chunk):
+            size *= 2
+        yield ",".join("?" * size), [*chunk, *[chunk[-1]] * (size - len(chunk))]
 
 
 def _is_pinned(item: MemoryItem) -> bool:
@@ -525,9 +528,7 @@ class MemoryItemStore:
         before = [row[0] for row in self._rows("SELECT id FROM items WHERE file = ?", (name,))]
         # An id also found in another file: this one wins (see `relocate`).
         elsewhere: list[str] = []
-        for start in range(0, len(ids), IDS_PER_QUERY):
-            chunk = ids[start : start + IDS_PER_QUERY]
-            marks, padded = _in(chunk)
+        for marks, padded in _in_chunks(ids):
             rows = self._rows(f"SELECT id FROM items WHERE file != ? AND id IN ({marks})", (name, *padded))
             elsewhere += [row[0] for row in rows]
 
@@ -604,9 +605,7 @@ class MemoryItemStore:
         # Taken from the cache first: parsing the others adds them to it, which may push these out.
         found = {item_id: item for item_id in wanted if (item := self._cache.get(item_id)) is not None}
         missing = [item_id for item_id in wanted if item_id not in found]
-        for start in range(0, len(missing), IDS_PER_QUERY):
-            chunk = missing[start : start + IDS_PER_QUERY]
-            marks, padded = _in(chunk)
+        for marks, padded in _in_chunks(missing):
             rows = self._rows(f"SELECT id, line FROM items WHERE id IN ({marks})", padded)
             found.update((item.id, item) for item in self._items_from(rows))
         return {item_id: found[item_id] for item_id in wanted if item_id in found}
@@ -650,9 +649,7 @@ class MemoryItemStore:
         """The ids of the active items that refer to any of `references` (without parsing them)."""
         wanted = list(dict.fromkeys(references))
         ids: list[str] = []
-        for start in range(0, len(wanted), IDS_PER_QUERY):
-            chunk = wanted[start : start + IDS_PER_QUERY]
-            marks, padded = _in(chunk)
+        for marks, padded in _in_chunks(wanted):
             rows = self._rows(f"SELECT DISTINCT id FROM refs WHERE ref IN ({marks})", padded)
             ids += [row[0] for row in rows]
         return ids
@@ -664,9 +661,7 @@ class MemoryItemStore:
             return set(self.ids_referring_to(references)) & set(item_ids)
         wanted = list(item_ids)
         found: set[str] = set()
-        for start in range(0, len(wanted), IDS_PER_QUERY):
-            chunk = wanted[start : start + IDS_PER_QUERY]
-            marks, padded = _in(chunk)
+        for marks, padded in _in_chunks(wanted):
             rows = self._rows(f"SELECT id, ref FROM refs WHERE id IN ({marks})", padded)
             found.update(item_id for item_id, ref in rows if ref in references)
         return found
@@ -767,10 +762,8 @@ class MemoryItemStore:
         known, around = self._facts, self._neighbour_ids
         missing = [item_id for item_id in wanted if item_id not in known or (with_neighbours and item_id not in around)]
         neighbours = _NEIGHBOUR_COLUMNS if with_neighbours else ""
-        for start in range(0, len(missing), IDS_PER_QUERY):
-            chunk = missing[start : start + IDS_PER_QUERY]
+        for marks, padded in _in_chunks(missing):
             # The covering index `items_facts` holds every column asked for: no row (with its line) is read.
-            marks, padded = _in(chunk)
             rows = self._rows(
                 f"SELECT i.id, i.layer, i.active, i.day, i.speaker, i.updated, i.salience, i.confidence{neighbours}"
                 f" FROM items i INDEXED BY items_facts WHERE i.id IN ({marks})",
@@ -1025,9 +1018,7 @@ class MemoryItemStore:
         """The lines to append to `path`: the items of `item_ids` still stored there, in that order."""
         name = self._name(path)
         lines: dict[str, str] = {}
-        for start in range(0, len(item_ids), IDS_PER_QUERY):
-            chunk = item_ids[start : start + IDS_PER_QUERY]
-            marks, padded = _in(chunk)
+        for marks, padded in _in_chunks(item_ids):
             rows = self._rows(f"SELECT id, line FROM items WHERE file = ? AND id IN ({marks})", (name, *padded))
             lines.update((item_id, line.decode("utf-8", "surrogateescape")) for item_id, line in rows)
         return [lines[item_id] for item_id in dict.fromkeys(item_ids) if item_id in lines]
