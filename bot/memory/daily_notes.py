@@ -82,12 +82,9 @@ class DailyNotes:
                         return True
         return False
 
-    async def read(self, day: date) -> str:
-        """The day's notes, stripped; empty when there are none."""
-        return (await self._cache.read(self._paths.daily_note_file(day)) or "").strip()
-
     async def read_days(self, days: list[date]) -> list[str | OSError]:
-        """`read` of each day (an unreadable file's error in its place), with one look at the folder's events."""
+        """Each day's notes, stripped (empty when there are none; an unreadable file's error in its place),
+        with one look at the folder's events for all of them."""
         texts = await self._cache.read_all([self._paths.daily_note_file(day) for day in days])
         return [text if isinstance(text, OSError) else (text or "").strip() for text in texts]
 

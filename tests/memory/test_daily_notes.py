@@ -58,12 +58,17 @@ async def test_a_failed_reply_writes_no_note(
 async def test_a_note_read_after_the_bots_own_append_shows_it_and_a_hand_edit_after_that(tmp_path: Path) -> None:
     notes = DailyNotes(MemoryPaths(tmp_path / "memory"))
     at = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
-    assert await notes.read(at.date()) == ""
+
+    async def read() -> str | OSError:
+        [text] = await notes.read_days([at.date()])
+        return text
+
+    assert await read() == ""
     first = await notes.append(at, "hello", "hi")
-    assert await notes.read(at.date()) == first
+    assert await read() == first
     second = await notes.append(at, "and now?", "still here")
-    assert await notes.read(at.date()) == f"{first}\n{second}"  # grown in the cache, as on disk
+    assert await read() == f"{first}\n{second}"  # grown in the cache, as on disk
     path = MemoryPaths(tmp_path / "memory").daily_note_file(at.date())
     assert path.read_text() == f"{first}\n{second}\n"
     path.write_text("[09:00] User: edited by hand | Assistant: ok\n")
-    assert await notes.read(at.date()) == "[09:00] User: edited by hand | Assistant: ok"
+    assert await read() == "[09:00] User: edited by hand | Assistant: ok"
