@@ -277,11 +277,16 @@ class RagConfig(ConfigSection):
     # What an exchange must have to be indexed: greetings and short exchanges are skipped.
     min_exchange_chars: int = Field(80, ge=0)
     skip_greetings: bool = True
-    # Queued exchanges are indexed once the chat was quiet this long after the last one (debounced)...
-    idle_flush_seconds: float = Field(5.0, ge=0)
-    # ... and at least this often; both live. At most `batchSize` documents per batch.
-    flush_interval_seconds: float = Field(30.0, ge=1)
+    # Queued exchanges are indexed once the chat was quiet this long after the last one (debounced), or
+    # as soon as a chat's queue fills a batch...
+    idle_flush_seconds: float = Field(600.0, ge=0)
+    # ... and at least this often; both live. At most `batchSize` documents per flush.
+    flush_interval_seconds: float = Field(3600.0, ge=1)
     batch_size: int = Field(16, ge=1, le=500)
+    # A chat's queued exchanges are indexed together, as documents of at most this many tokens (one
+    # extraction call each: LightRAG's chunk is 1,200; the margin is for a server's own tokenizer);
+    # 0: one document per exchange.
+    batch_tokens: int = Field(1100, ge=0, le=100_000)
     # A failed batch waits this long before the next try, doubling per failure up to the maximum.
     retry_backoff_seconds: float = Field(30.0, ge=0)
     max_retry_backoff_seconds: float = Field(3600.0, ge=0)
