@@ -121,15 +121,15 @@ class Application:
         self.commands = commands = CommandRegistry()
 
         # What every layer uses: the model client, and the tool registry each package adds its tools to.
+        estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         models = llm_install.install(
             env.openai_api_key, env.openai_base_url, shipped_path("config") / "models.json", workspace.models_file,
-            metrics,
+            metrics, workspace.root / "state" / "token-spending.json", lambda: clock.now().date(), estimator.ratio_for,
         )  # fmt: skip
         self.llm = llm = models.client
         self.models = models.models
         tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
-        estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
@@ -156,7 +156,7 @@ class Application:
             commands, sessions=sessions, clock=clock, config_store=config_store, model_switch=model_switch,
             planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
             mcp=tools.mcp, skills=skills.library, answer_again=self._answer_again,
-            forget_exchange=pipeline.forget_exchange,
+            forget_exchange=pipeline.forget_exchange, spending=llm.spending,
         )  # fmt: skip
         access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
         self.router = router = pipeline_install.install_router(

@@ -15,6 +15,7 @@ from bot.commands.skills import register_skill_command
 from bot.commands.status import StatusReporter
 from bot.compaction.service import CompactionService
 from bot.context.planner import ContextPlanner
+from bot.llm.spending import TokenSpending
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.rag.uploads import DocumentReader
@@ -39,8 +40,9 @@ def install(
     skills: SkillLibrary,
     answer_again: AnswerAgain,
     forget_exchange: ForgetExchange,
+    spending: TokenSpending | None = None,
 ) -> StatusReporter:
-    status = StatusReporter(config_store, planner, memory, rag, mcp, skills)
+    status = StatusReporter(config_store, planner, memory, rag, mcp, skills, spending)
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)

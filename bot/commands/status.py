@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
+from bot.llm.spending import TokenSpending
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
@@ -23,8 +24,10 @@ class StatusReporter:
         rag: RagService | None = None,
         mcp: McpManager | None = None,
         skills: SkillLibrary | None = None,
+        spending: TokenSpending | None = None,
     ) -> None:
         self._rag = rag
+        self._spending = spending
         self._mcp = mcp
         self._skills = skills
         self._config_store = config_store
@@ -75,6 +78,7 @@ class StatusReporter:
                 *([rag_line] if rag_line else []),
                 *([mcp_line] if mcp_line else []),
                 *([skills_line] if skills_line else []),
+                *([self._spending.describe()] if self._spending is not None else []),
                 f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
             ]
         )

@@ -13,8 +13,8 @@ document it went into as its `backend_id`, so forgetting one exchange finds the 
 
 from __future__ import annotations
 
-import re
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -80,7 +80,9 @@ def is_exchange(doc: RagDocument) -> bool:
     return doc.id.startswith(EXCHANGE_ID_PREFIX)
 
 
-def batches(docs: list[RagDocument], max_tokens: int, count: Callable[[str], int]) -> list[tuple[list[RagDocument], bool]]:
+def batches(
+    docs: list[RagDocument], max_tokens: int, count: Callable[[str], int]
+) -> list[tuple[list[RagDocument], bool]]:
     """`docs` (oldest first) packed into documents to index: each chat's exchanges, in order, as many
     as fit in `max_tokens` (by `count`, LightRAG's tokenizer) together; anything else alone. Each
     batch comes with whether it is full (the next exchange did not fit), so a caller may leave a batch

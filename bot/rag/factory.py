@@ -44,4 +44,6 @@ def build_rag_service(
         )
     log.info("[RAG] Backend: %s%s", config.rag.backend, "" if config.rag.enabled else " (disabled)")
     store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
-    return RagService(store, backend, config_store.in_force, estimator)
+    # A LightRAG server extracts with a model of its own configuration: the bot does not know which.
+    extraction_model = backend.extraction_model if isinstance(backend, EmbeddedLightRag) else None
+    return RagService(store, backend, config_store.in_force, estimator, extraction_model)

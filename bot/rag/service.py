@@ -64,13 +64,16 @@ class RagStatus:
     queued: int
     failed: int
     last_error: str | None
+    # The model that extracts the graph (None: a LightRAG server's own).
+    extraction_model: str | None = None
 
     def describe(self) -> str:
         if not self.enabled:
             return "RAG: disabled"
         error = f"; last error: {self.last_error}" if self.last_error else ""
         failed = f", {self.failed} given up" if self.failed else ""
-        return f"RAG ({self.backend}): {self.indexed} documents indexed, {self.queued} queued{failed}{error}"
+        model = f"; extraction model {self.extraction_model}" if self.extraction_model else ""
+        return f"RAG ({self.backend}): {self.indexed} documents indexed, {self.queued} queued{failed}{model}{error}"
 
 
 @dataclass(frozen=True)
@@ -92,16 +95,19 @@ class RagService:
         backend: RagBackend,
         config: Callable[[], RuntimeConfig],
         estimator: TokenEstimator,
+        extraction_model: Callable[[], str] | None = None,
     ) -> None:
         self._store = store
+        self._extraction_model = extraction_model
         self._backend = backend
         self._config = config
         self._estimator = estimator
         self._mutation_lock = asyncio.Lock()
         self.last_error: str | None = None
         self._last_flush = time.monotonic()
-        # When the chat has been quiet long enough after the last queued exchange (None: nothing waits).
-        self._idle_due_at: float | None = None
+        # When the chat has been quiet long enough after the last queued exchange (None: nothing waits);
+        # what a stop left in the queue is indexed at the first tick after the start.
+        self._idle_due_at: float | None = time.monotonic()
         # Tokens of each chat's exchanges queued since its last flush: a full batch is indexed at once.
         self._queued_tokens: dict[str, int] = defaultdict(int)
         self._full_batch_waiting = False
@@ -155,6 +161,8 @@ class RagService:
         restart in the middle of reading) is not queued twice."""
         existing = await self._store.get(doc_id)
         if existing is not None and existing.status != "forgotten":
+            if existing.status == "queued":
+                self._idle_due_at = time.monotonic()  # still waited for, after a restart
             return existing
         doc = RagDocument(
             id=doc_id,
@@ -244,9 +252,7 @@ class RagService:
         await self._store.mark_indexed(docs)
         self.last_error = None
         elapsed = time.monotonic() - started
-        log.info(
-            "[RAG] Indexed %d documents into %s as %d in %.2fs", len(docs), workspace, len(documents), elapsed
-        )
+        log.info("[RAG] Indexed %d documents into %s as %d in %.2fs", len(docs), workspace, len(documents), elapsed)
         return len(docs)
 
     async def flush_all(self, max_seconds: float | None = None, full_only: bool = False) -> int:
@@ -393,9 +399,11 @@ class RagService:
     async def status(self) -> RagStatus:
         config = self._config().rag
         counts = await self._store.counts()
+        model = self._extraction_model() if self._extraction_model is not None else None
         return RagStatus(
-            config.enabled, self._backend.name, counts["indexed"], counts["queued"], counts["failed"], self.last_error
-        )
+            config.enabled, self._backend.name, counts["indexed"], counts["queued"], counts["failed"], self.last_error,
+            model,
+        )  # fmt: skip
 
     def warm_up(self) -> asyncio.Task[None] | None:
         """At start, in the background: open every graph that holds documents, so the first message

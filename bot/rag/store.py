@@ -190,4 +190,3 @@ class RagDocumentStore:
             if doc.status == "forgotten":
                 del docs[doc.id]
         self._lines = len(live)
-
