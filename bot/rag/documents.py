@@ -32,7 +32,7 @@ SMALL_TALK = GREETINGS | frozenset(
     """a an and the it that this that's it's is was so very much lot all right alright got see understood
     noted done perfect awesome wonderful excellent amazing brilliant super fantastic glad appreciate
     appreciated welcome helps helped helpful makes sense agree agreed exactly indeed true absolutely
-    definitely sounds wow oh ah oops sorry please again later soon you your for me i i'm im will just too
+    definitely sounds there wow oh ah oops sorry please again later soon you your for me i i'm im will just too
     really well great do cool good nice fine thank thanks still""".split()
 )
 _WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)

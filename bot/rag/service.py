@@ -105,9 +105,8 @@ class RagService:
         self._mutation_lock = asyncio.Lock()
         self.last_error: str | None = None
         self._last_flush = time.monotonic()
-        # When the chat has been quiet long enough after the last queued exchange (None: nothing waits);
-        # what a stop left in the queue is indexed at the first tick after the start.
-        self._idle_due_at: float | None = time.monotonic()
+        # When the chat has been quiet long enough after the last queued exchange (None: nothing waits).
+        self._idle_due_at: float | None = None
         # Tokens of each chat's exchanges queued since its last flush: a full batch is indexed at once.
         self._queued_tokens: dict[str, int] = defaultdict(int)
         self._full_batch_waiting = False
@@ -417,6 +416,8 @@ class RagService:
     async def _open_graphs(self) -> None:
         started = time.monotonic()
         try:
+            if (await self._store.counts())["queued"] and self._idle_due_at is None:
+                self._idle_due_at = started  # what a stop left in the queue: indexed at the first tick
             workspaces = await self._store.indexed_workspaces()
             for workspace in workspaces:
                 await self._backend.open(workspace)
