@@ -149,9 +149,7 @@ async def run(batch_tokens: int | None) -> dict[str, Any]:
                 before = len(fake.chat_requests())
                 await say(bot, channel, "1", question)
                 requests = fake.chat_requests()[before:]
-                system = " ".join(
-                    str(m.get("content")) for m in requests[-1]["messages"] if m.get("role") == "system"
-                )
+                system = " ".join(str(m.get("content")) for m in requests[-1]["messages"] if m.get("role") == "system")
                 relevant = system.split(RELEVANT_MEMORY_HEADER, 1)[1] if RELEVANT_MEMORY_HEADER in system else ""
                 answered.append({"question": question, "found": fact in relevant, "model_calls": len(requests)})
         finally:
