@@ -51,6 +51,7 @@ async def test_status_and_metrics_show_tokens_by_purpose_and_the_totals_survive_
         expected = "replies 2,000 in / 40 out; indexing 300 in / 40 out; compaction 700 in / 90 out"
         assert f"Tokens today: {expected}\n" in status
         assert f"Tokens in total: {expected} (as the provider reported)" in status
+        assert "2 documents indexed, 0 queued; extraction model gpt-4o-mini" in status  # the chat model
         metrics = services.metrics.render().decode()
         assert 'bot_tokens_spent{direction="prompt",period="total",purpose="indexing"} 300.0' in metrics
         assert 'bot_tokens_spent{direction="cached",period="today",purpose="reply"} 1200.0' in metrics
