@@ -136,7 +136,9 @@ class Application:
         memory = memory_install.install(
             workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred
         )
-        rag = rag_install.install(env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry)
+        rag = rag_install.install(
+            env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models
+        )
         memory.service.on_forget(rag.forget_messages)
         compaction = compaction_install.install(
             sessions, llm, models.models, estimator, planner, config_store, memory.pre_compaction, tools.registry

@@ -268,7 +268,8 @@ class RagConfig(ConfigSection):
     postgres_vectors: Literal["pgvector", "files"] = Field("pgvector", json_schema_extra=READ_AT_START)
     server_url: str = "http://127.0.0.1:9621"
     server_timeout_seconds: float = Field(30.0, gt=0)
-    # The model that extracts entities and keywords; null means `llm.balancedModel`, then the chat model.
+    # The model that extracts entities and keywords; null means the first `fast` model (models.json) of
+    # `llm.models`, then `llm.balancedModel`, then the chat model.
     extraction_model: str | None = None
     # "local": the bundled offline embedder (384 dimensions; no endpoint, no key); or the endpoint's model,
     # with its dimensions. Pinned per graph when the graph is made (a change applies to a new graph).

@@ -123,8 +123,8 @@ class EmbeddedLightRag:
         self._opened = False
 
     def extraction_model(self) -> str:
-        """The model LightRAG's calls go to: `rag.extractionModel`, else the default (`llm.balancedModel`,
-        then the chat model), read live."""
+        """The model LightRAG's calls go to: `rag.extractionModel`, else the default the bot was given
+        (a `fast` model of `llm.models`, `llm.balancedModel`, the chat model), read live."""
         return self._config().extraction_model or self._default_model()
 
     async def insert(self, workspace: str, documents: list[RagDocument]) -> dict[str, str]:

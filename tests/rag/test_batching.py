@@ -206,3 +206,25 @@ async def test_the_extraction_prompt_starts_with_the_same_text_every_call(
     finally:
         await services.stop()
         await rag_of(services).close()
+
+
+async def test_the_extraction_goes_to_a_fast_model_the_owner_set_up_and_status_names_it(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    (workspace_dir / "preferences").mkdir(parents=True, exist_ok=True)
+    tiny = {"maxInputTokens": 128000, "maxOutputTokens": 16384, "tier": "fast"}
+    (workspace_dir / "preferences" / "models.json").write_text(json.dumps({"models": {"tiny-extractor": tiny}}))
+    services = build_rag_bot(
+        workspace_dir, fake_openai, {"idleFlushSeconds": 3600}, llm={"models": ["big-thinker", "tiny-extractor"]}
+    )
+    try:
+        await say(services, channel, "1", FACTS[0])
+        await queued(services, 1)
+        assert await rag_of(services).flush() == 1
+        [extraction] = extractions(fake_openai)
+        assert extraction["model"] == "tiny-extractor"
+        assert fake_openai.chat_requests()[0]["model"] == "gpt-4o-mini"  # the reply: the chat model
+        assert "extraction model tiny-extractor" in await say(services, channel, "1", "/status")
+    finally:
+        await services.stop()
+        await rag_of(services).close()
