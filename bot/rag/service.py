@@ -274,8 +274,8 @@ class RagService:
         The memory tools call this when the user forgets something: `documents_for_messages` finds the
         ids. A document still queued is simply dropped; an indexed one is deleted from the graph, with
         the entities and relations only it supported, and its cached extraction. An exchange indexed
-        in a batch takes the batch's document with it: the other exchanges of that batch are queued
-        again, to be indexed without it at the next tick.
+        in a batch takes the batch's document with it: the other exchanges of that batch are indexed
+        again at once, without it (whatever fails or does not fit this flush stays queued for the next).
         """
         removed: list[str] = []
         deleted: set[str] = set()
@@ -295,6 +295,7 @@ class RagService:
             if requeued:
                 log.info("[RAG] Indexing again %d exchanges indexed with a forgotten one", len(requeued))
                 await self._index_packed(requeued, full_only=False)
+                self._idle_due_at = time.monotonic()
         if removed:
             log.info("[RAG] Forgot %d documents: %s", len(removed), ", ".join(removed))
         return removed
