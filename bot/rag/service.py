@@ -295,7 +295,8 @@ class RagService:
             if requeued:
                 log.info("[RAG] Indexing again %d exchanges indexed with a forgotten one", len(requeued))
                 await self._index_packed(requeued, full_only=False)
-                self._idle_due_at = time.monotonic()
+                if any(doc.status == "queued" for doc in requeued):
+                    self._idle_due_at = time.monotonic()
         if removed:
             log.info("[RAG] Forgot %d documents: %s", len(removed), ", ".join(removed))
         return removed
