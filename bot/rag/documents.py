@@ -43,6 +43,7 @@ EXCHANGE_ID_PREFIX = "conv_"
 BATCH_ID_PREFIX = "convbatch_"
 # Between two exchanges of a batch document: a blank line, before the next one's date-and-chat line.
 BATCH_SEPARATOR = "\n\n"
+EXCHANGE_HEADER = "Conversation in chat "
 
 
 def is_greeting(text: str) -> bool:
@@ -128,6 +129,13 @@ def batch_document(members: list[RagDocument]) -> RagDocument:
     )
 
 
+def exchanges_in(text: str) -> list[str]:
+    """The exchanges of a batch document's text, or of a chunk of one, each with its date-and-chat line
+    (a chunk cut from a long document may start in the middle of one); one exchange's text is itself."""
+    first, *rest = text.split(BATCH_SEPARATOR + EXCHANGE_HEADER)
+    return [first, *(EXCHANGE_HEADER + part for part in rest)]
+
+
 def rag_workspace_for(session_id: str, scope: str) -> str:
     """The LightRAG workspace a session's documents live in: one for all, or one per chat (`chat`, `user`)."""
     if scope in ("chat", "user"):
@@ -137,7 +145,7 @@ def rag_workspace_for(session_id: str, scope: str) -> str:
 
 def document_text(session_id: str, at: datetime, user_text: str, assistant_text: str) -> str:
     return (
-        f"Conversation in chat {session_id} on {at.strftime('%Y-%m-%d %H:%M')} ({at.tzname() or 'local time'})\n"
+        f"{EXCHANGE_HEADER}{session_id} on {at.strftime('%Y-%m-%d %H:%M')} ({at.tzname() or 'local time'})\n"
         f"User: {user_text.strip()}\n"
         f"Assistant: {assistant_text.strip()}"
     )

@@ -31,10 +31,12 @@ from bot.rag.documents import (
     batches,
     document_id,
     document_text,
+    exchanges_in,
     is_exchange,
     rag_workspace_for,
     worth_indexing,
 )
+from bot.rag.keywords import content_words
 from bot.rag.store import RagDocumentStore
 from bot.rag.tokenizer import OfflineTokenizer
 from bot.settings import RuntimeConfig
@@ -343,6 +345,7 @@ class RagService:
         except Exception as error:
             log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
             return RetrievedContext("", 0, 0, "error")
+        snippets = per_exchange(snippets, query_text)
         fresh = snippets
         if snippets:
             # Once, not once per snippet (a few ms with a full memory part and a long conversation).
@@ -435,6 +438,23 @@ class RagService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warming
         await self._backend.close()
+
+
+def per_exchange(snippets: list[RagSnippet], query_text: str) -> list[RagSnippet]:
+    """Excerpts of batch documents as their exchanges: of each, the exchanges that share a word with the
+    query, most shared first (all of them, in order, when none does), so the budget goes to the
+    exchange that answers, and one already shown is left out alone."""
+    words = {word for word in normalized(" ".join(content_words(query_text))).split() if len(word) > 2}
+    expanded: list[RagSnippet] = []
+    for snippet in snippets:
+        parts = exchanges_in(snippet.text) if snippet.kind == "chunk" else [snippet.text]
+        if len(parts) == 1:
+            expanded.append(snippet)
+            continue
+        shared = [len(words.intersection(normalized(part).split())) for part in parts]
+        ranked = sorted((index for index in range(len(parts)) if shared[index]), key=lambda index: -shared[index])
+        expanded.extend(RagSnippet("chunk", parts[index].strip()) for index in ranked or range(len(parts)))
+    return expanded
 
 
 def normalized(text: str) -> str:

@@ -228,3 +228,23 @@ async def test_the_extraction_goes_to_a_fast_model_the_owner_set_up_and_status_n
     finally:
         await services.stop()
         await rag_of(services).close()
+
+
+async def test_relevant_memory_shows_the_exchange_of_a_batch_that_answers(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    services = build_rag_bot(workspace_dir, fake_openai, {"idleFlushSeconds": 3600}, memory={"enabled": False})
+    try:
+        for fact in FACTS:
+            await say(services, channel, "1", fact)
+        await queued(services, 3)
+        assert await rag_of(services).flush() == 3
+        await say(services, channel, "1", "/new")
+        await say(services, channel, "1", "When is Biscuit's vet appointment?")
+        relevant = (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory", 1)[-1]
+        # The dog's exchange, under its own date-and-chat line; not the rest of its batch.
+        assert "Conversation in chat test:1 on " in relevant and "Greenfield Clinic on Tuesday" in relevant
+        assert "Ingrid" not in relevant and "Gulbenkian" not in relevant
+    finally:
+        await services.stop()
+        await rag_of(services).close()
