@@ -39,7 +39,7 @@ from bot.rag.documents import (
 from bot.rag.keywords import content_words
 from bot.rag.store import RagDocumentStore
 from bot.rag.tokenizer import OfflineTokenizer
-from bot.settings import RuntimeConfig
+from bot.settings import RagConfig, RuntimeConfig
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +330,9 @@ class RagService:
             return RetrievedContext("", 0, 0, "skipped")
         if not await self._store.has_indexed(workspace):
             return RetrievedContext("", 0, 0, "empty")
-        query = RagQuery(query_text, rag.query_mode, rag.top_k, rag.chunk_top_k, max_tokens)
+        query = RagQuery(
+            query_text, rag.query_mode, rag.top_k, chunks_to_read(rag, rag.chunk_top_k, max_tokens), max_tokens
+        )
         started = time.monotonic()
         try:
             snippets = await asyncio.wait_for(self._backend.query(workspace, query), timeout=rag.query_timeout_seconds)
@@ -367,7 +369,8 @@ class RagService:
         if not await self._store.has_indexed(workspace):
             return ""
         chosen = mode or rag.query_mode
-        query = RagQuery(query_text, chosen, rag.top_k * 2, rag.chunk_top_k * 2, rag.tool_max_tokens)
+        chunks = chunks_to_read(rag, rag.chunk_top_k * 2, rag.tool_max_tokens)
+        query = RagQuery(query_text, chosen, rag.top_k * 2, chunks, rag.tool_max_tokens)
         snippets = await self._backend.query(workspace, query)
         return self.render(snippets, rag.tool_max_tokens, "")
 
@@ -438,6 +441,15 @@ class RagService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warming
         await self._backend.close()
+
+
+def chunks_to_read(rag: RagConfig, wanted: int, max_tokens: int) -> int:
+    """How many chunks to ask LightRAG for: `wanted`, or fewer when chunks hold batches of exchanges (up
+    to `batchTokens` each): a few of those fill `max_tokens`, and LightRAG counts the tokens of every
+    chunk it reads, which is most of a query's time when they are big."""
+    if rag.batch_tokens <= 0:
+        return wanted
+    return max(1, min(wanted, max_tokens // rag.batch_tokens + 2))
 
 
 def per_exchange(snippets: list[RagSnippet], query_text: str) -> list[RagSnippet]:
