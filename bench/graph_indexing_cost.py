@@ -17,7 +17,8 @@ session is cleared (`/new`) and questions about it are asked in the same chat: e
 `# Relevant Memory` must hold the fact, with one model call per reply.
 
 Printed (one JSON line per run): prompt and completion tokens and calls for replies and indexing,
-indexing's prompt tokens as a share of the replies', and the questions answered from the graph.
+indexing's prompt tokens as a share of the replies', the questions answered from the graph, and the
+median round trip of a question (the graph's retrieval is most of it: the fake answers at once).
 
 Run: `.venv/bin/python -m bench.graph_indexing_cost [--json]`
 """
@@ -28,7 +29,9 @@ import argparse
 import asyncio
 import json
 import logging
+import statistics
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -145,9 +148,12 @@ async def run(batch_tokens: int | None) -> dict[str, Any]:
 
             await say(bot, channel, "1", "/new")
             answered = []
+            round_trips: list[float] = []
             for question, fact in QUESTIONS:
                 before = len(fake.chat_requests())
+                sent = time.perf_counter()
                 await say(bot, channel, "1", question)
+                round_trips.append((time.perf_counter() - sent) * 1000)
                 requests = fake.chat_requests()[before:]
                 system = " ".join(str(m.get("content")) for m in requests[-1]["messages"] if m.get("role") == "system")
                 relevant = system.split(RELEVANT_MEMORY_HEADER, 1)[1] if RELEVANT_MEMORY_HEADER in system else ""
@@ -171,6 +177,7 @@ async def run(batch_tokens: int | None) -> dict[str, Any]:
         "answered_from_graph": sum(1 for a in answered if a["found"]),
         "one_model_call_per_reply": all(a["model_calls"] == 1 for a in answered),
         "missed": [a["question"] for a in answered if not a["found"]],
+        "question_round_trip_ms_p50": round(statistics.median(round_trips), 1),
     }
 
 
@@ -192,7 +199,8 @@ def main() -> None:
             f"{row['indexing_share_of_reply_prompt']:.1%} of the replies' prompt tokens "
             f"({row['first_sitting_share_of_reply_prompt']:.1%} after the first ten exchanges); "
             f"{row['answered_from_graph']} of {row['questions']} questions answered from the graph, "
-            f"one model call per reply: {row['one_model_call_per_reply']}"
+            f"one model call per reply: {row['one_model_call_per_reply']}; "
+            f"question round trip p50 {row['question_round_trip_ms_p50']} ms"
         )
 
 
