@@ -30,6 +30,7 @@ from bot.llm import install as llm_install
 from bot.media import install as media_install
 from bot.memory import install as memory_install
 from bot.metrics import BotMetrics
+from bot.notices import DeliverToOwner, OwnerNotices
 from bot.pipeline import install as pipeline_install
 from bot.pipeline.turn_storage import stored_question
 from bot.rag import install as rag_install
@@ -107,6 +108,8 @@ class Application:
         self.env = env
         self.workspace = workspace = prepare_workspace(env)
         self.clock = clock = Clock(resolve_timezone(env.bot_timezone))
+        # What the owner must be told without asking, from any layer; delivered once the channels run.
+        self.notices = OwnerNotices(workspace.root / "state" / "owner-notices.json")
         self.config_store = config_store = load_runtime_config(env, workspace)
         model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
         model_switch.restore()  # before anything reads the model
@@ -198,6 +201,17 @@ class Application:
         """Channels to run (before `start`): the configured ones (`configured_channels`) or the terminal's."""
         self.channels.extend(channels)
 
+    def owner_chat(self) -> tuple[str, str] | None:
+        """The owner's own chat among the running channels: their private Telegram chat (a private chat's
+        id is its user's id), else the terminal; None while there is no owner to reach."""
+        channel_types = self._channel_types()
+        allowed_users = self.config_store.current_sync().access.allowed_users
+        if "telegram" in channel_types and allowed_users:
+            return "telegram", str(allowed_users[0])
+        if "console" in channel_types:
+            return "console", "local"
+        return None
+
     def configured_channels(self) -> list[Channel]:
         """The channels the environment configures (Telegram when `TELEGRAM_BOT_TOKEN` is set), not added."""
         menu = [(command.name, command.description) for command in self.commands.commands()]
@@ -272,8 +286,10 @@ class Application:
         for channel in self.channels:
             await channel.start(_handler_for(self, channel))
             log.info("[App] Channel %s started", channel.channel_type)
+        self.notices.connect(_owner_delivery(self))
 
     async def _stop_channels(self) -> None:
+        await self.notices.close()
         for channel in self.channels:
             await channel.stop()
 
@@ -281,7 +297,7 @@ class Application:
         self.documents.resume({channel.channel_type: channel for channel in self.channels})
 
     async def _start_scheduler(self) -> None:
-        self.reminders.connect(_reminder_delivery(self), self._channel_types())
+        self.reminders.connect(_chat_delivery(self), self._channel_types())
         self.scheduler.start()
 
     async def _answer_backlog(self) -> None:
@@ -341,17 +357,31 @@ def resubmit(app: Application, channels: list[Channel], backlog: list[InboundMes
         app.router.resubmit(inbound, by_type[inbound.channel_type])
 
 
-def _reminder_delivery(app: Application) -> Deliver:
+def _chat_delivery(app: Application) -> Deliver:
+    """Sends a message of the bot's own (a reminder, a notice) to a chat, and keeps it in that chat's
+    conversation, so the model knows what the user was told."""
     by_type = {channel.channel_type: channel for channel in app.channels}
 
     async def deliver(channel_type: str, chat_id: str, text: str) -> None:
         await by_type[channel_type].send_text(chat_id, text)
-        # Kept in the conversation, so the model knows what it reminded the user of.
         session = await app.sessions.get_or_create(channel_type, chat_id)
         async with app.sessions.lock_for(session.id):
             await app.sessions.append_messages(session, [Message.assistant(text)])
 
     return deliver
+
+
+def _owner_delivery(app: Application) -> DeliverToOwner:
+    deliver = _chat_delivery(app)
+
+    async def deliver_to_owner(text: str) -> bool:
+        target = app.owner_chat()
+        if target is None:
+            return False
+        await deliver(*target, text)
+        return True
+
+    return deliver_to_owner
 
 
 def _handler_for(app: Application, channel: Channel) -> InboundHandler:
