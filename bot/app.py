@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -34,15 +35,16 @@ from bot.notices import DeliverToOwner, OwnerNotices
 from bot.pipeline import install as pipeline_install
 from bot.pipeline.turn_storage import stored_question
 from bot.rag import install as rag_install
-from bot.runtime_config import RuntimeConfigStore
+from bot.runtime_config import SCHEMA_KEY, RuntimeConfigStore
 from bot.scheduler import install as scheduler_install
 from bot.scheduler.reminders import Deliver
 from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
+from bot.settings_docs import shipped_schema_path
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
-from bot.storage.files import remove_stale_temp_files
+from bot.storage.files import remove_stale_temp_files, write_atomic_sync
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
 
@@ -84,7 +86,11 @@ def load_runtime_config(env: EnvSettings, workspace: Workspace) -> RuntimeConfig
 def prepare_workspace(env: EnvSettings) -> Workspace:
     """The workspace, with whatever was missing filled in from `workspace_template/`."""
     workspace = Workspace(env.bot_workspace)
-    workspace.complete_from(shipped_path("workspace_template"))
+    created = workspace.complete_from(shipped_path("workspace_template"))
+    if workspace.runtime_config_file in created:
+        # A new file names the schema, so an editor completes and checks its keys.
+        schema = {SCHEMA_KEY: shipped_schema_path().as_uri()}
+        write_atomic_sync(workspace.runtime_config_file, (json.dumps(schema, indent=2) + "\n").encode())
     removed = remove_stale_temp_files(workspace.root)
     if removed:
         log.info("[Workspace] Removed %d temp files left by an interrupted write", removed)

@@ -22,6 +22,9 @@ from bot.storage.files import FileSignature, file_signature
 log = logging.getLogger(__name__)
 
 
+SCHEMA_KEY = "$schema"
+
+
 class InvalidRuntimeConfig(ValueError):
     """The configuration file was refused; the message names the file and the offending key."""
 
@@ -57,6 +60,8 @@ def parse_runtime_config(
         ) from error
     if not isinstance(data, dict):
         raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
+    # `$schema` names the JSON Schema an editor checks the file against; it is no setting.
+    data.pop(SCHEMA_KEY, None)
     try:
         return RuntimeConfig.model_validate(deep_merge(deep_merge(base, data), overrides or {}))
     except ValidationError as error:
