@@ -130,3 +130,25 @@ def test_run_with_nothing_to_reach_completes_the_workspace_and_says_what_to_set(
     for expected in ["memory/MEMORY.md", "memory/items/episodic", "sessions/archive", "rag", "tool_results"]:
         assert (workspace / expected).exists(), expected
     assert fake_openai.chat_requests() == []
+
+
+def _vectors_part(report: str) -> str:
+    """`vectors 3/4 (local …)` of a status report's memory line."""
+    [line] = [line for line in report.splitlines() if line.startswith("Memory:")]
+    return line.split("; vectors ", 1)[1].split(";", 1)[0]
+
+
+def test_status_on_the_command_line_counts_the_vectors_the_chat_status_counts(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    env = bot_env(tmp_path / "workspace", fake_openai)
+    facts = "My sister Anna lives in Lisbon.\nI am allergic to peanuts, remember that.\nMy dog is called Rex.\n"
+    assert run_bot(["chat"], env, stdin=facts).returncode == 0
+    in_chat = run_bot(["chat"], env, stdin="/status\n")
+    on_command_line = run_bot(["status"], env)
+    assert on_command_line.returncode == 0, on_command_line.stderr
+    vectors = _vectors_part(on_command_line.stdout)
+    assert vectors == _vectors_part(in_chat.stdout)
+    made, active = vectors.split(" ", 1)[0].split("/")
+    assert int(made) > 0 and int(active) > 0, vectors
+    assert "lexical only" not in vectors
