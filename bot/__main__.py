@@ -1,4 +1,5 @@
-"""The command line: `python -m bot run | chat | init | status | pairing` (also the `bot` console script)."""
+"""The command line: `python -m bot run | chat | init | status | pairing | doctor | onboard | memory edit` (also the
+`bot` console script)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from bot.clock import InvalidTimezone
 from bot.logging_setup import configure_logging, redact, secrets_in_environment
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
+from bot.setup.doctor import doctor
+from bot.setup.memory_edit import edit_memory
+from bot.setup.onboard import add_onboard_arguments, onboard
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     pairing_commands.add_parser("list", help="pending pairing requests")
     approve = pairing_commands.add_parser("approve", help="admit the sender of a pairing code")
     approve.add_argument("code")
+    commands.add_parser("doctor", help="check the setup: one line per check, and the fix for each failure")
+    add_onboard_arguments(commands.add_parser("onboard", help="first set-up: asks, checks each answer, writes .env"))
+    memory = commands.add_parser("memory", help="the long-term memory file")
+    memory_commands = memory.add_subparsers(dest="memory_command", required=True)
+    memory_commands.add_parser("edit", help="open MEMORY.md in $EDITOR; the edit is saved whole or not at all")
     return parser
 
 
@@ -152,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_status(env))
         elif args.command == "pairing":
             return _pairing(env, args.pairing_command, getattr(args, "code", None))
+        elif args.command == "doctor":
+            return asyncio.run(doctor(env))
+        elif args.command == "onboard":
+            return asyncio.run(onboard(env, args))
+        elif args.command == "memory":
+            return edit_memory(prepare_workspace(env))
     except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError) as error:
         print(f"Cannot start: {redact(str(error), env.secrets())}", file=sys.stderr)
         return 2

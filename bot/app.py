@@ -41,6 +41,7 @@ from bot.scheduler.reminders import Deliver
 from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
 from bot.settings_docs import shipped_schema_path
+from bot.setup.checks import local_checks
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
@@ -166,6 +167,7 @@ class Application:
             planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
             mcp=tools.mcp, skills=skills.library, answer_again=self._answer_again,
             forget_exchange=pipeline.forget_exchange,
+            setup_problems=lambda: [check.line() for check in local_checks(env) if not check.ok],
         )  # fmt: skip
         access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
         self.router = router = pipeline_install.install_router(

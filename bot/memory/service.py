@@ -102,6 +102,8 @@ class MemoryScope:
     vector_cache: VectorCache | None = None
     # The background task embedding items that have no vector yet (see `MemoryService.index_vectors`).
     indexing: asyncio.Task[None] | None = None
+    # Held while the vectors stored by earlier runs are read, so `/status` counts them all or waits.
+    reading_stored_vectors: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass(frozen=True)
@@ -273,12 +275,17 @@ class MemoryService:
 
     async def _read_stored_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
         """Take up `embedder`'s vectors that an earlier run stored in the scope's cache; embeds nothing."""
+        async with scope.reading_stored_vectors:
+            await self._read_stored_vectors_held(scope, embedder)
+
+    async def _read_stored_vectors_held(self, scope: MemoryScope, embedder: Embedder) -> None:
         cache = scope.vector_cache
         assert cache is not None
         async with self.fresh(scope):
-            fresh_embedder = scope.vectors.embedder_name != embedder.name
+            if scope.vectors.embedder_name == embedder.name:
+                return
             scope.vectors.use_embedder(embedder.name)
-            wanted = scope.vectors.wanted_keys() if fresh_embedder else set()
+            wanted = scope.vectors.wanted_keys()
         if not wanted:
             return
         batches = await asyncio.to_thread(cache.load_quantized, embedder.name, wanted)
@@ -673,10 +680,9 @@ class MemoryService:
         """What `/status` shows of the chat's memory."""
         scope = await self.scope(config, session_id)
         embedder = self.embedder(config)
-        idle = scope.indexing is None or scope.indexing.done()
-        if embedder is not None and idle and scope.vectors.embedder_name != embedder.name:
-            # Not taken up yet (`python -m bot status` never starts the bot): the stored vectors count, as they
-            # do in a running bot's `/status`.
+        if embedder is not None:
+            # Stored vectors not taken up yet (`python -m bot status` never starts the bot), or being read:
+            # they count, whenever `/status` is asked.
             try:
                 await self._read_stored_vectors(scope, embedder)
             except (OSError, sqlite3.Error) as error:
