@@ -144,11 +144,13 @@ def test_status_on_the_command_line_counts_the_vectors_the_chat_status_counts(
     env = bot_env(tmp_path / "workspace", fake_openai)
     facts = "My sister Anna lives in Lisbon.\nI am allergic to peanuts, remember that.\nMy dog is called Rex.\n"
     assert run_bot(["chat"], env, stdin=facts).returncode == 0
+    before = run_bot(["status"], env)
     in_chat = run_bot(["chat"], env, stdin="/status\n")
-    on_command_line = run_bot(["status"], env)
-    assert on_command_line.returncode == 0, on_command_line.stderr
-    vectors = _vectors_part(on_command_line.stdout)
-    assert vectors == _vectors_part(in_chat.stdout)
+    after = run_bot(["status"], env)
+    assert before.returncode == 0 and after.returncode == 0, before.stderr + after.stderr
+    vectors = _vectors_part(before.stdout)
     made, active = vectors.split(" ", 1)[0].split("/")
-    assert int(made) > 0 and int(active) > 0, vectors
-    assert "lexical only" not in vectors
+    assert int(made) > 0 and int(active) > 0 and "lexical only" not in vectors, vectors
+    # The chat may embed what an earlier run left without a vector after its /status answered: the command
+    # line agrees with the chat before and after that.
+    assert _vectors_part(in_chat.stdout) in (vectors, _vectors_part(after.stdout))
