@@ -479,7 +479,7 @@ class MemoryService:
 
     async def _read_long_term(self, scope: MemoryScope) -> str:
         try:
-            return await scope.long_term.read()
+            return await scope.long_term.for_model()
         except OSError as error:
             log.warning("[Memory] Could not read %s: %s", scope.paths.long_term_file, error)
             return ""
