@@ -13,7 +13,6 @@ from bot.memory.file_cache import TextFileCache
 from bot.storage.files import write_atomic
 from bot.workspace import MemoryPaths
 
-
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 

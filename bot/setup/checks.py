@@ -351,7 +351,7 @@ async def check_mcp_servers(config: RuntimeConfig) -> list[CheckResult]:
 
 async def check_database(env: EnvSettings) -> list[CheckResult]:
     """`BOT_DATABASE_URL`, when set: the driver is installed and the server answers."""
-    if env.bot_database_url is None:
+    if not env.bot_database_url:  # unset, or set empty (as compose passes what .env leaves out)
         return []
     try:
         import asyncpg  # type: ignore[import-untyped]
