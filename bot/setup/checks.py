@@ -272,31 +272,38 @@ async def telegram_call(base_url: str, token: str, method: str) -> dict[str, obj
     return answer
 
 
+async def check_telegram_token(base_url: str, token: str) -> tuple[CheckResult, str]:
+    """`getMe` with `token`: the check, and the bot's username when Telegram accepted it (else "")."""
+    if not token:
+        return failed("Telegram token", "no token given", "create a bot with @BotFather, paste its token"), ""
+    try:
+        me = await telegram_call(base_url, token, "getMe")
+    except (httpx.HTTPError, ValueError) as error:
+        return failed(
+            "Telegram token",
+            f"{base_url} cannot be reached ({type(error).__name__})",
+            "check the network, or TELEGRAM_API_BASE_URL if you run your own Bot API server",
+        ), ""
+    result = me.get("result")
+    if not me.get("ok") or not isinstance(result, dict):
+        return failed(
+            "Telegram token",
+            f"refused by Telegram ({me.get('description', 'no description')})",
+            "set TELEGRAM_BOT_TOKEN to the token @BotFather gave (/mybots → API Token)",
+        ), ""
+    username = str(result.get("username", ""))
+    return passed("Telegram token", f"@{username} (id {result.get('id')})"), username
+
+
 async def check_telegram(env: EnvSettings) -> list[CheckResult]:
     """The token is accepted (getMe) and the webhook is as the mode wants it (getWebhookInfo)."""
     if env.telegram_bot_token is None:
         return []
     token = env.telegram_bot_token.get_secret_value()
-    try:
-        me = await telegram_call(env.telegram_api_base_url, token, "getMe")
-    except (httpx.HTTPError, ValueError) as error:
-        return [
-            failed(
-                "Telegram token",
-                f"{env.telegram_api_base_url} cannot be reached ({type(error).__name__})",
-                "check the network, or TELEGRAM_API_BASE_URL if you run your own Bot API server",
-            )
-        ]
-    result = me.get("result")
-    if not me.get("ok") or not isinstance(result, dict):
-        return [
-            failed(
-                "Telegram token",
-                f"refused by Telegram ({me.get('description', 'no description')})",
-                "set TELEGRAM_BOT_TOKEN to the token @BotFather gave (/mybots → API Token)",
-            )
-        ]
-    results = [passed("Telegram token", f"@{result.get('username')} (id {result.get('id')})")]
+    token_check, _ = await check_telegram_token(env.telegram_api_base_url, token)
+    if not token_check.ok:
+        return [token_check]
+    results = [token_check]
     try:
         info = await telegram_call(env.telegram_api_base_url, token, "getWebhookInfo")
     except (httpx.HTTPError, ValueError) as error:

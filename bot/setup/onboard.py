@@ -35,8 +35,8 @@ from bot.setup.checks import (
     NETWORK_TIMEOUT_SECONDS,
     CheckResult,
     check_model_call,
+    check_telegram_token,
     model_registry,
-    telegram_call,
 )
 from bot.storage.files import write_atomic_sync
 
@@ -140,33 +140,12 @@ async def _ask_telegram(env: EnvSettings, args: argparse.Namespace, terminal: Te
     while True:
         token = terminal.ask("Telegram bot token (from @BotFather)", given, current, secret=True)
         given = None
-        problem = await _telegram_problem(env.telegram_api_base_url, token)
-        if isinstance(problem, str):
-            answers.telegram_token, answers.bot_username = token, problem
-            terminal.out(f"✓ Telegram token: @{problem}")
+        check, username = await check_telegram_token(env.telegram_api_base_url, token)
+        if check.ok:
+            answers.telegram_token, answers.bot_username = token, username
+            terminal.out(check.line())
             return
-        terminal.failed(problem)
-
-
-async def _telegram_problem(base_url: str, token: str) -> CheckResult | str:
-    """The bot's username when `token` is accepted, else the failed check."""
-    if not token:
-        return CheckResult("Telegram token", False, "no token given", "create a bot with @BotFather, paste its token")
-    try:
-        me = await telegram_call(base_url, token, "getMe")
-    except (httpx.HTTPError, ValueError) as error:
-        return CheckResult(
-            "Telegram token", False, f"{base_url} cannot be reached ({type(error).__name__})", "check the network"
-        )
-    result = me.get("result")
-    if not me.get("ok") or not isinstance(result, dict):
-        return CheckResult(
-            "Telegram token",
-            False,
-            f"refused by Telegram ({me.get('description', 'no description')})",
-            "copy the token again from @BotFather (/mybots → API Token)",
-        )
-    return str(result.get("username", ""))
+        terminal.failed(check)
 
 
 async def _ask_model(env: EnvSettings, args: argparse.Namespace, terminal: Terminal, answers: Answers) -> None:
