@@ -40,6 +40,10 @@ def edit_memory(workspace: Workspace) -> int:
     before = target.read_text(encoding="utf-8") if target.is_file() else ""
     if not sys.stdin.isatty():
         after = sys.stdin.read()
+        if not after.strip():
+            # A pipe that brought nothing (a shell without input) must not empty the memory.
+            print(f"No text came in: {target} is unchanged.", file=sys.stderr)
+            return 1
         return _save(target, before, after)
     editor = _editor()
     if editor is None:

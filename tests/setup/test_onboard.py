@@ -4,19 +4,13 @@ spot against the fake Bot API and the fake model; a wrong token or key is caught
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
-import signal
 import stat
-import sys
-import time
 from pathlib import Path
 
 from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.setup.helpers import run_command, setup_env
+from tests.setup.helpers import Terminal, run_command, setup_env
 
 
 def _fresh_env(tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram) -> dict[str, str]:
@@ -92,60 +86,11 @@ def test_a_wrong_key_given_as_a_flag_is_caught_and_nothing_is_written(
     assert not (tmp_path / ".env").exists()
 
 
-class Terminal:
-    """`python -m bot onboard` in a pseudo-terminal: what it prints is read, answers are typed."""
-
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: the pseudo-terminal is its controlling terminal, as a person's would be
-            os.chdir(cwd)
-            os.execve(sys.executable, [sys.executable, "-m", "bot", "onboard"], env)
-        self.pid, self.fd = pid, fd
-        self.screen = ""
-        # Where the next `expect` starts looking: past what an earlier one matched.
-        self._seen = 0
-
-    def expect(self, text: str, timeout: float = 60) -> str:
-        """Wait for `text` to appear after what was matched before; returns what appeared up to its end."""
-        deadline = time.monotonic() + timeout
-        while text not in self.screen[self._seen :]:
-            left = deadline - time.monotonic()
-            assert left > 0, f"{text!r} never appeared; the screen:\n{self.screen}"
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if ready:
-                try:
-                    self.screen += os.read(self.fd, 4096).decode(errors="replace")
-                except OSError:  # the child closed the terminal
-                    assert text in self.screen[self._seen :], f"{text!r} never appeared; the screen:\n{self.screen}"
-        end = self.screen.index(text, self._seen) + len(text)
-        shown, self._seen = self.screen[self._seen : end], end
-        return shown
-
-    def type(self, answer: str) -> None:
-        os.write(self.fd, answer.encode() + b"\r")
-
-    def exit_status(self, timeout: float = 30) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with_select = select.select([self.fd], [], [], 0.1)[0]
-            if with_select:
-                try:
-                    self.screen += os.read(self.fd, 4096).decode(errors="replace")
-                except OSError:
-                    pass
-            done, status = os.waitpid(self.pid, os.WNOHANG)
-            if done:
-                os.close(self.fd)
-                return os.waitstatus_to_exitcode(status)
-        os.kill(self.pid, signal.SIGKILL)
-        raise AssertionError(f"onboard did not finish; the screen:\n{self.screen}")
-
-
 def test_onboard_in_a_terminal_asks_again_after_a_wrong_token_and_key_and_pairs_the_owner(
     tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
     fake_openai.required_api_key = TEST_API_KEY
-    terminal = Terminal(_fresh_env(tmp_path, fake_openai, fake_telegram), tmp_path)
+    terminal = Terminal(["onboard"], _fresh_env(tmp_path, fake_openai, fake_telegram), tmp_path)
     terminal.expect("Telegram bot token (from @BotFather): ")
     terminal.type("123456:WRONG")
     terminal.expect("✗ Telegram token: refused by Telegram (Unauthorized)")
