@@ -128,3 +128,21 @@ def test_onboard_in_a_terminal_asks_again_after_a_wrong_token_and_key_and_pairs_
     assert written["BOT_TIMEZONE"] == "Europe/Lisbon"
     config = json.loads((tmp_path / "workspace" / "preferences" / "runtime-config.json").read_text())
     assert config["access"]["allowedUsers"] == [777]
+
+
+def test_a_model_models_json_does_not_know_gets_the_window_given_and_doctor_agrees(
+    tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    env = _fresh_env(tmp_path, fake_openai, fake_telegram)
+    flags = [
+        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
+        "--api-key", TEST_API_KEY, "--model", "my-local-model", "--model-window", "16384", "--owner-id", "1",
+    ]  # fmt: skip
+    result = run_command(["onboard", *flags], env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "✓ Model window: input 16384 tokens" in result.stdout
+    models = json.loads((tmp_path / "workspace" / "preferences" / "models.json").read_text())
+    assert models["models"]["my-local-model"]["maxInputTokens"] == 16384
+
+    doctor = run_command(["doctor"], {k: v for k, v in env.items() if k != "BOT_WORKSPACE"}, tmp_path)
+    assert "✓ Model window: my-local-model: input 16384" in doctor.stdout, doctor.stdout
