@@ -4,9 +4,10 @@ The environment is read once at start by pydantic-settings (a `.env` in the work
 `RuntimeConfig` is the schema of `runtime-config.json`: camelCase keys, every key optional with the
 documented default, unknown keys and wrong types refused. `RuntimeConfigStore` owns reloading it.
 
-The defaults live here only: the shipped `config/runtime-config.json` is this model written out
-(`shipped_runtime_config_json`; `scripts/write-runtime-config.sh` rewrites it, a test holds them equal).
-Every setting applies on the next message unless it is marked `READ_AT_START`.
+The defaults and each setting's meaning (its docstring) live here only: the shipped
+`config/runtime-config.json`, its JSON Schema and the key tables of docs/configuration.md are this model
+written out (`python -m bot.settings_docs` rewrites them; tests hold them equal). Every setting applies
+on the next message unless it is marked `READ_AT_START`.
 """
 
 from __future__ import annotations
