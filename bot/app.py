@@ -70,12 +70,16 @@ async def _nothing() -> None:
     return None
 
 
-def load_runtime_config(env: EnvSettings, workspace: Workspace) -> RuntimeConfigStore:
-    """The runtime configuration: the shipped defaults, the workspace's file over them, `BOT_MODEL` over both."""
+def load_runtime_config(
+    env: EnvSettings, workspace: Workspace, notices: OwnerNotices | None = None
+) -> RuntimeConfigStore:
+    """The runtime configuration: the shipped defaults, the workspace's file over them, `BOT_MODEL` over both;
+    a key refused in the file is told to the owner through `notices`."""
     store = RuntimeConfigStore(
         shipped_path("config") / "runtime-config.json",
         workspace.runtime_config_file,
         {"llm": {"model": env.bot_model}} if env.bot_model else None,
+        notices,
     )
     store.load_now()
     return store
@@ -110,7 +114,7 @@ class Application:
         self.clock = clock = Clock(resolve_timezone(env.bot_timezone))
         # What the owner must be told without asking, from any layer; delivered once the channels run.
         self.notices = OwnerNotices(workspace.root / "state" / "owner-notices.json")
-        self.config_store = config_store = load_runtime_config(env, workspace)
+        self.config_store = config_store = load_runtime_config(env, workspace, self.notices)
         model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
         model_switch.restore()  # before anything reads the model
 

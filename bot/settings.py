@@ -15,9 +15,9 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, SecretStr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, SecretStr, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -307,6 +307,16 @@ class RagConfig(ConfigSection):
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
+def _server_name(name: str) -> str:
+    if not MCP_SERVER_NAME.fullmatch(name):
+        raise ValueError(f"{name!r}: a server name is 1 to 32 letters, digits, `_` or `-`")
+    return name
+
+
+# Checked as the key of its entry, so that a bad name refuses that entry alone.
+McpServerName = Annotated[str, AfterValidator(_server_name)]
+
+
 class McpServerConfig(ConfigSection):
     """One entry of `mcpServers`, in the format MCP clients share: `command`/`args`/`env` for a server
     started over stdio, `url`/`headers` for one reached over streamable HTTP. Values of `env` and
@@ -427,17 +437,10 @@ class RuntimeConfig(ConfigSection):
     rag: RagConfig = RagConfig()
     mcp: McpConfig = McpConfig()
     # Top level, as MCP clients write it: `{"name": {"command", "args", "env"}}` or `{"name": {"url", "headers"}}`.
-    mcp_servers: dict[str, McpServerConfig] = {}
+    mcp_servers: dict[McpServerName, McpServerConfig] = {}
     web: WebConfig = WebConfig()
     skills: SkillsConfig = SkillsConfig()
     media: MediaConfig = MediaConfig()
-
-    @model_validator(mode="after")
-    def _server_names(self) -> RuntimeConfig:
-        for name in self.mcp_servers:
-            if not MCP_SERVER_NAME.fullmatch(name):
-                raise ValueError(f"mcpServers: {name!r}: a server name is 1 to 32 letters, digits, `_` or `-`")
-        return self
 
 
 def settings_of(

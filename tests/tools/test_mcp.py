@@ -329,7 +329,7 @@ async def test_what_a_server_config_takes_from_the_environment_is_scrubbed_from_
     assert SECRET not in stream.getvalue()
 
 
-async def test_a_bad_server_entry_is_refused_naming_the_key_and_the_last_good_config_stays(
+async def test_a_bad_server_entry_is_refused_alone_naming_the_key_and_the_good_entries_stay(
     mcp_services: Application, caplog: pytest.LogCaptureFixture
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server()}})
@@ -344,9 +344,9 @@ async def test_a_bad_server_entry_is_refused_naming_the_key_and_the_last_good_co
     ]
     for entry, named in bad_entries:
         caplog.clear()
-        write_config(mcp_services, {"mcpServers": entry})
+        write_config(mcp_services, {"mcpServers": {"calc": stdio_server(), **entry}})
         config = await mcp_services.config_store.current()
-        assert "calc" in config.mcp_servers  # the last good configuration stays in force
+        assert list(config.mcp_servers) == ["calc"]  # the bad entry alone is left out
         [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
         assert named in refusal, refusal
     assert [status.name for status in mcp_services.mcp.statuses()] == ["calc"]
