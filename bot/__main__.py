@@ -8,13 +8,12 @@ import os
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from bot.access.pairing import PairingError, PairingStore, pairing_file
 from bot.app import Application, prepare_workspace, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
+from bot.environment import InvalidEnvironment, read_environment
 from bot.logging_setup import configure_logging, redact, secrets_in_environment
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
@@ -130,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.umask(PRIVATE_UMASK)
     try:
-        env = EnvSettings()
-    except ValidationError as error:
-        print(f"Invalid environment: {error}", file=sys.stderr)
+        env = read_environment()
+    except InvalidEnvironment as error:
+        print(error, file=sys.stderr)
         return 2
     explicit_level = "bot_log_level" in env.model_fields_set
     # The terminal chat keeps the screen for the conversation unless a log level was asked for.
@@ -152,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_status(env))
         elif args.command == "pairing":
             return _pairing(env, args.pairing_command, getattr(args, "code", None))
+    except InvalidEnvironment as error:
+        print(error, file=sys.stderr)
+        return 2
     except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError) as error:
         print(f"Cannot start: {redact(str(error), env.secrets())}", file=sys.stderr)
         return 2

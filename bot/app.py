@@ -23,6 +23,7 @@ from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
+from bot.environment import InvalidEnvironment, workspace_line
 from bot.heap import settle_after_load
 from bot.http.listener import HttpListener
 from bot.ledger.turns import TurnLedger
@@ -86,9 +87,13 @@ def load_runtime_config(
 
 
 def prepare_workspace(env: EnvSettings) -> Workspace:
-    """The workspace, with whatever was missing filled in from `workspace_template/`."""
+    """The workspace, with whatever was missing filled in from `workspace_template/`; `InvalidEnvironment`
+    (naming `BOT_WORKSPACE`) when it cannot be made."""
     workspace = Workspace(env.bot_workspace)
-    workspace.complete_from(shipped_path("workspace_template"))
+    try:
+        workspace.complete_from(shipped_path("workspace_template"))
+    except OSError as error:
+        raise InvalidEnvironment([workspace_line(env.bot_workspace, str(error))]) from error
     removed = remove_stale_temp_files(workspace.root)
     if removed:
         log.info("[Workspace] Removed %d temp files left by an interrupted write", removed)

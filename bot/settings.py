@@ -17,10 +17,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, SecretStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# What `BOT_LOG_LEVEL` takes, in any case.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class EnvSettings(BaseSettings):
@@ -36,7 +48,7 @@ class EnvSettings(BaseSettings):
     telegram_webhook_url: str | None = None
     telegram_webhook_secret: SecretStr | None = None
     bot_listen_host: str = "127.0.0.1"
-    bot_listen_port: int | None = None
+    bot_listen_port: int | None = Field(None, ge=0, le=65535)
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
     bot_model: str | None = None
@@ -47,6 +59,20 @@ class EnvSettings(BaseSettings):
     # Keys of the hosted search providers `web_search` can use (runtime-config `web.searchProvider`).
     brave_api_key: SecretStr | None = None
     tavily_api_key: SecretStr | None = None
+
+    @field_validator("bot_log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.strip().upper() not in LOG_LEVELS:
+            raise ValueError(f"it takes {', '.join(LOG_LEVELS)} (in any case)")
+        return value.strip().upper()
+
+    @field_validator("telegram_api_base_url", "telegram_webhook_url", "openai_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("it takes a URL that starts with http:// or https://")
+        return value
 
     def listener_wanted(self) -> bool:
         """Whether the HTTP listener (webhook, `/healthz`, `/metrics`) runs: in webhook mode or when
