@@ -141,6 +141,7 @@ class Application:
         self.models = models.models
         tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
+        config_store.on_change(tools.mcp.follow)  # servers start, restart or stop as soon as an edit is read
         estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
 
@@ -177,7 +178,7 @@ class Application:
         scheduled = scheduler_install.install(
             reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
-            rag=rag.service, mcp=tools.mcp, tools=tools.registry, commands=commands,
+            rag=rag.service, tools=tools.registry, commands=commands,
             chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
         )  # fmt: skip
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders

@@ -15,6 +15,7 @@ import asyncio
 import copy
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,8 @@ class RuntimeConfigStore:
         self._problems: list[ConfigProblem] = []
         self._signature: FileSignature | None = None
         self._lock = asyncio.Lock()
+        self._listeners: list[Callable[[RuntimeConfig], None]] = []
+        self._announced = self._config
 
     @property
     def path(self) -> Path:
@@ -206,6 +209,11 @@ class RuntimeConfigStore:
         """The configuration in force, without checking the file (see `current`); a getter, to hand to what
         reads the configuration when it needs it."""
         return self._config
+
+    def on_change(self, listener: Callable[[RuntimeConfig], None]) -> None:
+        """Call `listener` with each new configuration as soon as it is read (on the event loop's thread), so
+        that what must follow an edit (MCP servers starting or stopping) does not wait for its next use."""
+        self._listeners.append(listener)
 
     def problems(self) -> list[ConfigProblem]:
         """The keys of the file refused now (or the whole file, when it is not valid JSON), until fixed."""
@@ -221,7 +229,7 @@ class RuntimeConfigStore:
             async with self._lock:
                 if signature != self._signature:
                     await asyncio.to_thread(self._reload, signature)
-                    self._tell_owner()
+                    self._after_reload()
         return self._config
 
     def current_sync(self) -> RuntimeConfig:
@@ -231,20 +239,20 @@ class RuntimeConfigStore:
         signature = self._file_signature()
         if signature != self._signature:
             self._reload(signature)
-            self._tell_owner()
+            self._after_reload()
         return self._config
 
     def set_overrides(self, overrides: dict[str, Any]) -> RuntimeConfig:
         """Merge `overrides` over the ones in force (e.g. `/model` setting `llm.model`) and apply them now."""
         self._overrides = deep_merge(self._overrides, overrides)
         self._reload(self._file_signature())
-        self._tell_owner()
+        self._after_reload()
         return self._config
 
     def load_now(self) -> RuntimeConfig:
         """Read the file synchronously (start-up and the command line)."""
         self._reload(self._file_signature())
-        self._tell_owner()
+        self._after_reload()
         return self._config
 
     def _file_signature(self) -> FileSignature | None:
@@ -286,9 +294,13 @@ class RuntimeConfigStore:
         log.error("[Config] Refused %s: %s; keeping the last good configuration", self._workspace_path, reason)
         self._problems = [ConfigProblem(WHOLE_FILE, reason)]
 
-    def _tell_owner(self) -> None:
-        """Tell the owner of each refused key not told yet, and settle those fixed (on the event loop's thread:
-        the notices send from it)."""
+    def _after_reload(self) -> None:
+        """On the event loop's thread (the notices send from it, the listeners start tasks): tell the owner of
+        each refused key not told yet, settle those fixed, and hand a new configuration to the listeners."""
+        if self._config != self._announced:
+            self._announced = self._config
+            for listener in self._listeners:
+                listener(self._config)
         if self._notices is None:
             return
         now = {NOTICE_PREFIX + problem.key for problem in self._problems}

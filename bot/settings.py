@@ -384,6 +384,9 @@ class McpConfig(ConfigSection):
     # A running server is pinged this often; one that does not answer within `healthCheckTimeoutSeconds` is restarted.
     health_check_seconds: float = Field(30.0, gt=0)
     health_check_timeout_seconds: float = Field(5.0, gt=0)
+    # A message that comes while a server just added or changed is starting waits this long at most for it,
+    # so that its tools are offered to that very message (0: never wait).
+    ready_wait_seconds: float = Field(5.0, ge=0, le=60)
 
 
 class WebConfig(ConfigSection):
