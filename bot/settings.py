@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -30,6 +31,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bot.cron import cron_trigger
 
 # What `BOT_LOG_LEVEL` takes, in any case.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -281,6 +284,12 @@ class SchedulerConfig(ConfigSection):
     idle_check_seconds: float = Field(300.0, ge=1, json_schema_extra=READ_AT_START)
     # When memory maintenance runs: a 5-field cron expression in BOT_TIMEZONE.
     maintenance_cron: str = Field("30 3 * * *", json_schema_extra=READ_AT_START)
+
+    @field_validator("maintenance_cron")
+    @classmethod
+    def _a_cron_expression(cls, value: str) -> str:
+        cron_trigger(value, UTC)  # checked here, so that a bad expression is refused alone like any bad value
+        return value
 
 
 class RagConfig(ConfigSection):

@@ -12,11 +12,11 @@ from pathlib import Path
 from bot.clock import Clock
 from bot.commands.registry import CommandRegistry
 from bot.compaction.service import CompactionService
+from bot.cron import InvalidCron
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore
-from bot.scheduler.cron import InvalidCron
 from bot.scheduler.idle_compaction import IdleCompactor
 from bot.scheduler.reminder_tools import register_reminder_tools
 from bot.scheduler.reminders import ReminderService
