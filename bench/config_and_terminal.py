@@ -22,6 +22,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,11 @@ async def mcp_rounds(fake: FakeOpenAI, workspace: Path, rounds: int) -> dict[str
     return {"idle_ready_s": statistics.median(idle_ready), "reply_s": statistics.median(replies), "offered": offered}
 
 
+def echoed_once_more(seen: int) -> Callable[[bytes], bool]:
+    """Whether the screen shows one more echo than `seen`, complete, with the prompt after it."""
+    return lambda screen: screen.count(b"echo: ") > seen and screen.endswith(b"end\r\n> ")
+
+
 def paste_rounds(fake: FakeOpenAI, workspace: Path, rounds: int) -> dict[str, Any]:
     terminal = Terminal(workspace, fake)
     times: list[float] = []
@@ -74,8 +80,7 @@ def paste_rounds(fake: FakeOpenAI, workspace: Path, rounds: int) -> dict[str, An
             text = (f"{round_}" * PASTE_CHARS)[: PASTE_CHARS - 3] + "end"
             started = time.monotonic()
             terminal.type(text.encode() + b"\r")
-            seen = terminal.screen.count(b"echo: ")
-            terminal.read_until(lambda s, seen=seen: s.count(b"echo: ") > seen and s.endswith(b"end\r\n> "), 120)
+            terminal.read_until(echoed_once_more(terminal.screen.count(b"echo: ")), 120)
             times.append(time.monotonic() - started)
             sent = [m["content"] for m in fake.last_chat_request()["messages"] if m["role"] == "user"][-1]
             whole += sent == text
