@@ -92,25 +92,28 @@ class ConsoleChannel(Channel):
         try:
             while True:
                 try:
-                    raw = await reader.readline()
-                except ValueError:  # longer than the limit: the rest of it is in the buffer, dropped whole
-                    await self._skip_long_line(reader)
-                    continue
-                if not raw:
+                    raw = await reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError as end:  # the end of input, after a last line with no newline
+                    if end.partial:
+                        await self._hand_on(end.partial.decode("utf-8", errors="replace"), handler)
                     break
+                except asyncio.LimitOverrunError as overrun:  # left in the buffer: dropped up to its line's end
+                    await self._skip_long_line(reader, overrun.consumed)
+                    continue
                 await self._hand_on(raw.decode("utf-8", errors="replace"), handler)
         finally:
             self.input_closed.set()
 
-    async def _skip_long_line(self, reader: asyncio.StreamReader) -> None:
-        self._write(f"That line is longer than {MAX_PIPED_LINE_BYTES // (1024 * 1024)} MB; it was not sent.\n")
+    async def _skip_long_line(self, reader: asyncio.StreamReader, consumed: int) -> None:
+        self._write(f"That line is longer than {MAX_PIPED_LINE_BYTES:,} bytes; it was not sent.\n")
         log.warning("[Console] A piped line over %d bytes was not sent", MAX_PIPED_LINE_BYTES)
         while True:
             try:
+                await reader.readexactly(consumed)
                 await reader.readuntil(b"\n")
                 return
             except asyncio.LimitOverrunError as overrun:
-                await reader.readexactly(overrun.consumed)
+                consumed = overrun.consumed
             except asyncio.IncompleteReadError:
                 return
 

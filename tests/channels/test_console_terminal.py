@@ -6,7 +6,9 @@ log file and none on the screen, Ctrl-D to leave."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import io
 import os
 import pty
 import select
@@ -20,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.channels import console
+from bot.channels.console import ConsoleChannel
+from bot.domain.inbound import InboundMessage
 from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -133,8 +138,13 @@ def test_a_terminal_chat_edits_lines_takes_a_long_paste_whole_and_keeps_logs_off
     terminal.read_until(lambda s: b"echo: 00000" in s and s.endswith(b"end\r\n> "), timeout=60)
     assert user_messages(fake_openai)[-1] == pasted  # whole, nothing cut at 4,095
 
+    # A terminal marks a paste (bracketed paste): its lines are one message.
+    terminal.type(b"\x1b[200~first line\nsecond line\x1b[201~\r")
+    terminal.read_until(lambda s: b"echo: first line" in s and s.endswith(b"second line\r\n> "))
+    assert user_messages(fake_openai)[-1] == "first line\nsecond line"
+
     # Up brings back the last line from the history.
-    terminal.type(UP * 2 + b"\r")
+    terminal.type(UP * 3 + b"\r")
     terminal.read_until(lambda s: s.count(b"echo: hello") >= 2)
     assert user_messages(fake_openai)[-1] == "hello"
     assert "\x1b" not in "".join(user_messages(fake_openai))
@@ -147,7 +157,7 @@ def test_a_terminal_chat_edits_lines_takes_a_long_paste_whole_and_keeps_logs_off
     assert "[Pipeline] console:local answered" in log_text and "[App] Stopped" in log_text
     assert termios.tcgetattr(terminal.slave)[3] == terminal.canonical[3]  # the terminal is given back as it was
     history = (workspace / "state" / "chat-history").read_text().splitlines()
-    assert history[0] == "hello" and history[1] == pasted
+    assert history[:2] == ["hello", pasted]
 
 
 def test_the_history_is_there_in_the_next_chat_and_ctrl_c_leaves(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
@@ -175,3 +185,24 @@ def test_the_history_is_there_in_the_next_chat_and_ctrl_c_leaves(tmp_path: Path,
         assert termios.tcgetattr(second.slave)[3] == second.canonical[3]
     finally:
         second.close()
+
+
+async def test_a_piped_line_past_the_limit_is_not_sent_and_says_so_and_the_next_lines_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(console, "MAX_PIPED_LINE_BYTES", 1000)
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a" * 5000 + b"\nnext line\n")
+    os.close(write_end)
+    shown = io.StringIO()
+    channel = ConsoleChannel(stdin=os.fdopen(read_end), stdout=shown)
+    received: list[str] = []
+
+    async def handler(inbound: InboundMessage) -> None:
+        received.append(inbound.text)
+
+    await channel.start(handler)
+    await asyncio.wait_for(channel.input_closed.wait(), 10)
+    await channel.stop()
+    assert received == ["next line"]
+    assert shown.getvalue() == "That line is longer than 1,000 bytes; it was not sent.\n"
