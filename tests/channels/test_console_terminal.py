@@ -25,8 +25,8 @@ import pytest
 from bot.channels import console
 from bot.channels.console import ConsoleChannel
 from bot.domain.inbound import InboundMessage
-from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
+from tests.test_cli import bot_env
 
 UP = b"\x1b[A"
 LEFT = b"\x1b[D"
@@ -45,14 +45,7 @@ class Terminal:
     """`python -m bot chat` on the far side of a pseudo-terminal of 120 columns."""
 
     def __init__(self, workspace: Path, fake_openai: FakeOpenAI) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("BOT_", "TELEGRAM_", "OPENAI_"))}
-        env.update(
-            BOT_WORKSPACE=str(workspace),
-            OPENAI_BASE_URL=fake_openai.base_url,
-            OPENAI_API_KEY=TEST_API_KEY,
-            BOT_TIMEZONE="UTC",
-            TERM="xterm",
-        )
+        env = bot_env(workspace, fake_openai, TERM="xterm")
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         self.canonical = termios.tcgetattr(slave)
