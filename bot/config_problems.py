@@ -166,25 +166,20 @@ def _model_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
 def field_at(path: tuple[str, ...]) -> FieldInfo | None:
     """The field a runtime-config key names (`("memory", "recentDays")`), or None for an unknown key."""
     model: type[BaseModel] = RuntimeConfig
-    field: FieldInfo | None = None
     index = 0
     while index < len(path):
         field = _model_fields(model).get(path[index])
-        if field is None:
-            return None
-        annotation = field.annotation
         index += 1
-        if index == len(path):
+        if field is None or index == len(path):
             return field
+        annotation, entry = field.annotation, _entry_model(field.annotation)
         if isinstance(annotation, type) and issubclass(annotation, ConfigSection):
             model = annotation
-        elif get_origin(annotation) is dict and _entry_model(annotation) is not None and index + 1 < len(path):
-            entry = _entry_model(annotation)
-            assert entry is not None
+        elif entry is not None and index + 1 < len(path):
             model, index = entry, index + 1  # past the server's name
         else:
             return None
-    return field
+    return None
 
 
 def _entry_model(annotation: Any) -> type[BaseModel] | None:
