@@ -225,6 +225,9 @@ def problem_for(path: tuple[str, ...], error: ErrorDetails) -> ConfigProblem:
         unknown = tuple(str(p) for p in error["loc"])
         suggestion = nearest_key(unknown)
         what = "not a setting" if unknown == path else f"`{'.'.join(unknown)}` is not a setting"
+        if suggestion is None and _keys_beside(unknown):  # nothing close: the keys that are there
+            holder = f"`{'.'.join(unknown[:-1])}`" if len(unknown) > 1 else "the file"
+            what += f" ({holder} has {', '.join(_keys_beside(unknown))})"
         return ConfigProblem(key, what, suggestion=f"`{suggestion}`" if suggestion else None)
     value = error.get("input")
     full = tuple(str(p) for p in error["loc"] if p != "[key]")

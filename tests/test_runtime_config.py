@@ -143,8 +143,8 @@ async def test_the_issues_typo_refuses_that_key_alone_and_names_the_nearest_one(
     [
         ({"memory": {"recentDay": 2}}, "memory.recentDay", "did you mean `memory.recentDays`?"),
         ({"memory": {"keepLastMessages": 2}}, "memory.keepLastMessages", "did you mean `compaction.keepLastMessages`?"),
-        ({"rag": {"xyz": 1}}, "rag.xyz", "not a setting"),
-        ({"surprise": {}}, "surprise", "not a setting"),
+        ({"rag": {"xyz": 1}}, "rag.xyz", "not a setting (`rag` has enabled, backend, postgresVectors, "),
+        ({"surprise": {}}, "surprise", "not a setting (the file has memory, compaction, access, "),
         ({"toolloop": {}}, "toolloop", "did you mean `toolLoop`?"),
         ({"memory": {"recentDays": "seven"}}, "memory.recentDays", "it takes a whole number from 0 to 365"),
         ({"memory": {"recentDays": "3"}}, "memory.recentDays", "did you mean `3`?"),
