@@ -15,13 +15,28 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, SecretStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bot.cron import cron_trigger
+
+# What `BOT_LOG_LEVEL` takes, in any case.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class EnvSettings(BaseSettings):
@@ -49,7 +64,7 @@ class EnvSettings(BaseSettings):
     """Webhook mode: the secret Telegram sends with each update (a random one is registered when none is given)."""
     bot_listen_host: str = "127.0.0.1"
     """Address of the HTTP listener (webhook, `/healthz`, `/metrics`)."""
-    bot_listen_port: int | None = None
+    bot_listen_port: int | None = Field(None, ge=0, le=65535)
     """Port of the HTTP listener; it starts in webhook mode or when this is set (webhook mode without it: `8080`)."""
     openai_api_key: SecretStr | None = None
     """The key of the OpenAI-compatible endpoint (any value for a local server that needs none)."""
@@ -60,7 +75,9 @@ class EnvSettings(BaseSettings):
     bot_timezone: str | None = None
     """Time zone for daily notes and dates in prompts (e.g. `Europe/Berlin`); unset: the machine's."""
     bot_log_level: str = "INFO"
-    """Log level: `DEBUG`, `INFO`, `WARNING`, `ERROR` (`python -m bot chat` logs only warnings unless this is set)."""
+    """Log level: `DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`, in any case (`python -m bot chat` writes its log to
+    `logs/chat.log` in the workspace, not the screen).
+    """
     lightrag_api_key: SecretStr | None = None
     """The API key of a LightRAG server (runtime-config `rag.backend: server`); sent as `X-API-Key`."""
     brave_api_key: SecretStr | None = None
@@ -71,6 +88,20 @@ class EnvSettings(BaseSettings):
     """A PostgreSQL URL (`postgresql://…`); `python -m bot doctor` checks the connection (needs the `postgres` extra).
     Chat state is kept in the workspace's files.
     """
+
+    @field_validator("bot_log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.strip().upper() not in LOG_LEVELS:
+            raise ValueError(f"it takes {', '.join(LOG_LEVELS)} (in any case)")
+        return value.strip().upper()
+
+    @field_validator("telegram_api_base_url", "telegram_webhook_url", "openai_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("it takes a URL that starts with http:// or https://")
+        return value
 
     def listener_wanted(self) -> bool:
         """Whether the HTTP listener (webhook, `/healthz`, `/metrics`) runs: in webhook mode or when
@@ -374,6 +405,12 @@ class SchedulerConfig(ConfigSection):
     dropping old history, archiving old notes; every change logged, every file rewritten atomically.
     """
 
+    @field_validator("maintenance_cron")
+    @classmethod
+    def _a_cron_expression(cls, value: str) -> str:
+        cron_trigger(value, UTC)  # checked here, so that a bad expression is refused alone like any bad value
+        return value
+
 
 class RagConfig(ConfigSection):
     """The `rag` section: the LightRAG knowledge graph over past conversations."""
@@ -446,6 +483,16 @@ class RagConfig(ConfigSection):
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
+def _server_name(name: str) -> str:
+    if not MCP_SERVER_NAME.fullmatch(name):
+        raise ValueError(f"{name!r}: a server name is 1 to 32 letters, digits, `_` or `-`")
+    return name
+
+
+# Checked as the key of its entry, so that a bad name refuses that entry alone.
+McpServerName = Annotated[str, AfterValidator(_server_name)]
+
+
 class McpServerConfig(ConfigSection):
     """One entry of `mcpServers`, in the format MCP clients share: `command`/`args`/`env` for a server
     started over stdio, `url`/`headers` for one reached over streamable HTTP. Values of `env` and
@@ -502,6 +549,9 @@ class McpConfig(ConfigSection):
     """
     health_check_timeout_seconds: float = Field(5.0, gt=0)
     """A server that does not answer a health check within this is restarted."""
+    ready_wait_seconds: float = Field(5.0, ge=0, le=60)
+    """A message that comes while a server just added or changed is starting waits this long at most for it, so that
+    its tools are offered to that very message (`0`: never wait)."""
 
 
 class WebConfig(ConfigSection):
@@ -606,7 +656,7 @@ class RuntimeConfig(ConfigSection):
     telegram: TelegramConfig = TelegramConfig()
     rag: RagConfig = RagConfig()
     mcp: McpConfig = McpConfig()
-    mcp_servers: dict[str, McpServerConfig] = {}
+    mcp_servers: dict[McpServerName, McpServerConfig] = {}
     """Servers by name (1–32 letters, digits, `_`, `-`), in the format MCP clients share: `{"command", "args", "env",
     "cwd"}` for a process spoken to over stdio, `{"url", "headers"}` for streamable HTTP; `${NAME}` in an `args`,
     `env` or `headers` value is taken from the bot's environment; also `"type"` (ignored: the transport follows from
@@ -616,13 +666,6 @@ class RuntimeConfig(ConfigSection):
     web: WebConfig = WebConfig()
     skills: SkillsConfig = SkillsConfig()
     media: MediaConfig = MediaConfig()
-
-    @model_validator(mode="after")
-    def _server_names(self) -> RuntimeConfig:
-        for name in self.mcp_servers:
-            if not MCP_SERVER_NAME.fullmatch(name):
-                raise ValueError(f"mcpServers: {name!r}: a server name is 1 to 32 letters, digits, `_` or `-`")
-        return self
 
 
 def settings_of(

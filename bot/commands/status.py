@@ -84,6 +84,7 @@ class StatusReporter:
                 *([rag_line] if rag_line else []),
                 *([mcp_line] if mcp_line else []),
                 *([skills_line] if skills_line else []),
+                *self._config_lines(),
                 f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
                 *problems,
             ]
@@ -99,7 +100,17 @@ class StatusReporter:
         problems = await asyncio.to_thread(self._setup_problems)
         if not problems:
             return []
-        return [f"Setup: {len(problems)} problems (python -m bot doctor checks everything):", *problems]
+        count = f"{len(problems)} problem" + ("s" if len(problems) > 1 else "")
+        return [f"Setup: {count} (python -m bot doctor checks everything):", *problems]
+
+    def _config_lines(self) -> list[str]:
+        """The keys of runtime-config.json refused now, one line each, until they are fixed."""
+        problems = self._config_store.problems()
+        if not problems:
+            return []
+        return [f"Config: {len(problems)} refused in {self._config_store.path}:"] + [
+            f"  {problem.describe()}" for problem in problems
+        ]
 
     def _mcp_line(self) -> str:
         """`MCP servers: files (stdio) ready, 6 tools (4 offered); web (http) failed: ... (2 restarts)`."""

@@ -51,6 +51,10 @@ class CheckResult:
         return f"✗ {self.name}: {self.detail}. Fix: {self.fix}"
 
 
+# The name of the runtime-config check's lines (`/status` lists refused keys on lines of its own).
+CONFIG_CHECK = "runtime-config"
+
+
 def passed(name: str, detail: str) -> CheckResult:
     return CheckResult(name, True, detail)
 
@@ -125,23 +129,29 @@ def check_workspace(root: Path) -> CheckResult:
     return passed("Workspace", f"{where}, writable, {free // (1024 * 1024 * 1024)} GB free")
 
 
-def read_runtime_config(env: EnvSettings) -> tuple[RuntimeConfig, CheckResult]:
-    """The configuration the bot would run with, and whether the workspace's file was accepted."""
+def read_runtime_config(env: EnvSettings) -> tuple[RuntimeConfig, list[CheckResult]]:
+    """The configuration the bot would run with, and whether the workspace's file was accepted: one line
+    for the file, or one per refused key (the bot runs with the file's other keys)."""
     path = Workspace(env.bot_workspace).runtime_config_file
     defaults_path = shipped_path("config") / "runtime-config.json"
     defaults = json.loads(defaults_path.read_text(encoding="utf-8"))
     overrides = {"llm": {"model": env.bot_model}} if env.bot_model else None
-    fallback = parse_runtime_config("{}", path, defaults, overrides)
+    fallback = parse_runtime_config("{}", path, defaults, overrides).config
     if not path.is_file():
-        return fallback, passed("runtime-config", f"{path} does not exist yet: the shipped defaults apply")
+        return fallback, [passed(CONFIG_CHECK, f"{path} does not exist yet: the shipped defaults apply")]
     try:
         text = path.read_text(encoding="utf-8")
-        config = parse_runtime_config(text, path, defaults, overrides)
+        loaded = parse_runtime_config(text, path, defaults, overrides)
     except InvalidRuntimeConfig as error:
-        return fallback, failed("runtime-config", str(error), f"correct or remove that key in {path}")
+        return fallback, [failed(CONFIG_CHECK, str(error), f"make {path} a valid JSON object")]
     except (OSError, UnicodeDecodeError) as error:
-        return fallback, failed("runtime-config", f"{path} cannot be read: {error}", f"make {path} readable UTF-8")
-    return config, passed("runtime-config", f"{path} accepted")
+        return fallback, [failed(CONFIG_CHECK, f"{path} cannot be read: {error}", f"make {path} readable UTF-8")]
+    if not loaded.problems:
+        return loaded.config, [passed(CONFIG_CHECK, f"{path} accepted")]
+    return loaded.config, [
+        failed(CONFIG_CHECK, f"{path}: {problem.describe()}", f"correct or remove `{problem.key}` in {path}")
+        for problem in loaded.problems
+    ]
 
 
 def model_registry(env: EnvSettings) -> ModelRegistry:
@@ -166,11 +176,11 @@ def check_model_window(env: EnvSettings, config: RuntimeConfig) -> CheckResult:
 
 def local_checks(env: EnvSettings) -> list[CheckResult]:
     """The checks that ask nothing of the network: quick enough for every `/status`."""
-    config, config_check = read_runtime_config(env)
+    config, config_checks = read_runtime_config(env)
     return [
         *check_environment(env),
         check_workspace(env.bot_workspace),
-        config_check,
+        *config_checks,
         check_model_window(env, config),
     ]
 

@@ -66,7 +66,8 @@ def test_each_failure_names_what_is_at_fault_and_its_fix_and_exits_1(
     token = _line(out, "✗ Telegram token")
     assert "refused by Telegram (Unauthorized)" in token and "Fix: set TELEGRAM_BOT_TOKEN" in token
     config = _line(out, "✗ runtime-config")
-    assert "memory.recentDayz" in config and "Fix: correct or remove that key in" in config
+    assert "memory.recentDayz: not a setting; did you mean `memory.recentDays`?" in config
+    assert "Fix: correct or remove `memory.recentDayz` in" in config
     window = _line(out, "✗ Model window")
     assert "my-own-model is not in models.json" in window and "preferences/models.json" in window
     webhook = _line(out, "✗ Webhook")
@@ -106,9 +107,12 @@ def test_the_owner_sees_in_status_the_failures_doctor_reports(
     env = setup_env(workspace, fake_openai, fake_telegram, BOT_MODEL="my-own-model")
     doctor = run_command(["doctor"], env, tmp_path).stdout
     chat = run_command_with_input(["chat"], env, tmp_path, "/status\n")
-    for start in ("✗ runtime-config", "✗ Model window"):
-        assert _line(chat, start) == _line(doctor, start)
-    assert "Setup: 2 problems" in chat
+    assert _line(chat, "✗ Model window") == _line(doctor, "✗ Model window")
+    assert "Setup: 1 problem (python -m bot doctor checks everything):" in chat
+    # A refused key is listed with the config's own lines, in the words doctor uses.
+    refused = "compaction.keepLastMessagez: not a setting; did you mean `compaction.keepLastMessages`?"
+    assert refused in _line(doctor, "✗ runtime-config")
+    assert _line(chat, "  compaction.keepLastMessagez") == f"  {refused}"
 
 
 def run_command_with_input(args: list[str], env: dict[str, str], cwd: Path, text: str) -> str:
