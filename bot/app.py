@@ -126,7 +126,7 @@ class Application:
         # What every layer uses: the model client, and the tool registry each package adds its tools to.
         models = llm_install.install(
             env.openai_api_key, env.openai_base_url, shipped_path("config") / "models.json", workspace.models_file,
-            metrics,
+            metrics, workspace.root / "state" / "model-windows.json", self.notices.tell_once,
         )  # fmt: skip
         self.llm = llm = models.client
         self.models = models.models

@@ -162,6 +162,9 @@ class CompactionConfig(ConfigSection):
     summary_input_message_chars: int = Field(2000, ge=100)
     # Payload-too-large recovery: how many harder compactions before giving up.
     recovery_attempts: int = Field(2, ge=0, le=5)
+    # A provider that reports fewer prompt tokens than this share of the (calibrated) estimate of what was sent
+    # cut the prompt silently (Ollama past num_ctx): the window it kept is learned as the model's.
+    silent_cut_ratio: float = Field(0.85, gt=0, lt=1)
     history_search_max_results: int = Field(8, ge=1, le=50)
     history_search_context_messages: int = Field(1, ge=0, le=10)
     history_search_max_chars: int = Field(4000, ge=500)

@@ -9,6 +9,7 @@ from bot.context.plan import BUILT_PARTS, ContextPlan, PromptPart
 from bot.domain.conversation import split_summary
 from bot.domain.message import Role
 from bot.domain.session import AgentSession
+from bot.llm.models import window_note
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionService
 
@@ -38,7 +39,8 @@ def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> st
         "Context usage",
         usage_bar(plan.total_tokens, budget.trigger_tokens),
         f"Tokens: ~{plan.total_tokens:,} of {budget.trigger_tokens:,} (compaction threshold; {model}: "
-        f"input {budget.model.max_input_tokens:,}, output {budget.model.max_output_tokens:,})",
+        f"input {budget.model.max_input_tokens:,}, output {budget.model.max_output_tokens:,})"
+        + (f"; {window_note(budget.model)}" if budget.model.learned else ""),
         f"Conversation: ~{plan.message_tokens:,} tokens in {len(session.messages)} messages; "
         f"compacted when over ~{plan.room_for_messages:,}",
         f"Compactions: {session.metadata.compaction_count}" + _last_compaction(session),

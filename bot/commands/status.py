@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
+from bot.llm.models import window_note
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
@@ -75,7 +76,8 @@ class StatusReporter:
                 *([rag_line] if rag_line else []),
                 *([mcp_line] if mcp_line else []),
                 *([skills_line] if skills_line else []),
-                f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
+                f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens"
+                + (f"; {window_note(model)}" if model.learned else ""),
             ]
         )
 

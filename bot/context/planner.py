@@ -8,6 +8,9 @@ kept in the session's metadata (`lastPromptTokens`), so `/status`, `/context` an
 status`, which ask `plan` too, show the same real figures: the parts of the last request and the
 conversation as it stands now. Before a chat's first answered message, the prompt parts are not
 measured.
+
+The budget is planned for the window the model really has: the registry's, or the smaller one learned
+from the endpoint (a refusal that stated it, or a silent cut seen in the reported usage: `observe_usage`).
 """
 
 from __future__ import annotations
@@ -22,13 +25,21 @@ from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part
 from bot.domain.conversation import split_summary
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import PromptTokens
-from bot.llm.models import ModelRegistry
+from bot.llm.models import ModelRegistry, ModelSpec
+from bot.llm.windows import REFUSAL, SILENT_CUT
+from bot.llm.wire import WireSize
 from bot.settings import RuntimeConfig
 
 log = logging.getLogger(__name__)
 
 # In the session's `lastPromptTokens` (`{part value: tokens}`): the parts that were cut to their share.
 CUT_KEY = "cut"
+# A silent cut is looked for only in requests at least this large: a small one's estimate is mostly framing.
+MIN_SILENT_CUT_TOKENS = 1000
+# Until the estimate of a model is calibrated by this many reports, only a report under `UNCALIBRATED_CUT_RATIO`
+# of it is a cut: the first estimates may be off by a tokenizer's difference from the starting ratio.
+CALIBRATED_SAMPLES = 3
+UNCALIBRATED_CUT_RATIO = 0.5
 
 
 class ContextPlanner:
@@ -50,6 +61,34 @@ class ContextPlanner:
 
     def budget(self, model: str, config: RuntimeConfig) -> ContextBudget:
         return ContextBudget.for_model(self._models.lookup(model), config.compaction)
+
+    def model(self, model: str) -> ModelSpec:
+        """The limits `model` is planned with (a window learned from the endpoint included)."""
+        return self._models.lookup(model)
+
+    def learn_refusal(self, model: str, window_tokens: int | None) -> bool:
+        """The endpoint refused a prompt as too long, stating `window_tokens`; True when the window is news
+        (every part is then planned for it)."""
+        return window_tokens is not None and self._models.learn_window(model, window_tokens, REFUSAL)
+
+    def observe_usage(
+        self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None, prompt_tokens: int, cut_ratio: float
+    ) -> bool:
+        """The provider's `prompt_tokens` for a request of `sent`: calibrates the estimate, or, when it is well
+        under what was sent (the endpoint dropped part of the prompt without a word), learns the window it
+        kept. True when a window was learned."""
+        estimator = self._estimator
+        sent_tokens = estimator.request(model, sent, tools)
+        calibrated = estimator.exact_counter(model) is not None or estimator.samples_for(model) >= CALIBRATED_SAMPLES
+        ratio = cut_ratio if calibrated else min(cut_ratio, UNCALIBRATED_CUT_RATIO)
+        if not sent.image_parts and sent_tokens >= MIN_SILENT_CUT_TOKENS and prompt_tokens < ratio * sent_tokens:
+            log.warning(
+                "[Context] %s reported %d prompt tokens for a request of ~%d: the endpoint cut it silently",
+                model, prompt_tokens, sent_tokens,
+            )  # fmt: skip
+            return self._models.learn_window(model, prompt_tokens, SILENT_CUT)
+        estimator.observe_request(model, sent, tools, prompt_tokens)
+        return False
 
     def plan(self, session: AgentSession, model: str, config: RuntimeConfig) -> ContextPlan:
         """The session's request as it stands: the conversation and the tool schemas measured now, the

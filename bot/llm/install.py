@@ -10,6 +10,7 @@ from pydantic import SecretStr
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
+from bot.llm.windows import LearnedWindows, TellOnce
 from bot.metrics import BotMetrics
 
 
@@ -23,8 +24,17 @@ class ModelAccess:
 
 
 def install(
-    api_key: SecretStr | None, base_url: str | None, shipped_models: Path, workspace_models: Path, metrics: BotMetrics
+    api_key: SecretStr | None,
+    base_url: str | None,
+    shipped_models: Path,
+    workspace_models: Path,
+    metrics: BotMetrics,
+    windows_file: Path | None = None,
+    tell_once: TellOnce | None = None,
 ) -> ModelAccess:
     client = LlmClient(api_key.get_secret_value() if api_key else None, base_url, metrics)
+    # The windows learned from this endpoint (a refusal, a silent cut) override the registry's.
+    windows = LearnedWindows(windows_file, base_url, tell_once) if windows_file is not None else None
+    models = ModelRegistry.load(shipped_models, workspace_models, windows)
     # One offline embedding model serves memory and the knowledge graph alike.
-    return ModelAccess(client, ModelRegistry.load(shipped_models, workspace_models), Embedders(client))
+    return ModelAccess(client, models, Embedders(client))

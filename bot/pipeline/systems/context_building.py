@@ -106,6 +106,12 @@ class ContextBuildingSystem(PipelineSystem):
             plan.budget.trigger_tokens,
         )
 
+    async def rebuild(self, ctx: TurnContext) -> None:
+        """Build the turn's prompt parts again, for the plan as it stands now (a smaller window was learned)."""
+        ctx.system_prompt_parts = {}
+        ctx.plan = None
+        await self.process(ctx)
+
     async def _skills_part(self, ctx: TurnContext) -> str | None:
         """Adds `# Skills` and the active skill's instructions; returns the active skill's name."""
         config = ctx.config.skills

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,8 +61,11 @@ class ToolLoopExecutionSystem(PipelineSystem):
         compaction: CompactionService | None = None,
         media: MediaStore | None = None,
         vision: VisionSupport | None = None,
+        rebuild_context: Callable[[TurnContext], Awaitable[None]] | None = None,
     ) -> None:
         self._media = media
+        # Builds the turn's prompt parts again (ContextBuilding's): after a refusal taught a smaller window.
+        self._rebuild_context = rebuild_context
         self._vision = vision or VisionSupport()
         self._llm = llm
         self._sessions = sessions
@@ -134,8 +139,10 @@ class ToolLoopExecutionSystem(PipelineSystem):
             else:
                 result = await self._llm.complete(request)
             if result.usage is not None and self._compaction is not None:
-                self._compaction.planner.estimator.observe_request(
-                    ctx.model, wire.size, tools, result.usage.prompt_tokens
+                # Calibrates the estimate; a prompt the endpoint cut silently teaches its window instead,
+                # which the next message is planned for.
+                self._compaction.planner.observe_usage(
+                    ctx.model, wire.size, tools, result.usage.prompt_tokens, config.compaction.silent_cut_ratio
                 )
             return result
 
@@ -143,7 +150,8 @@ class ToolLoopExecutionSystem(PipelineSystem):
             result = await call()
         else:
             attempts = config.compaction.recovery_attempts
-            result = await with_payload_recovery(self._compaction, ctx.session, ctx.model, attempts, call)
+            refit = functools.partial(self._rebuild_context, ctx) if self._rebuild_context is not None else None
+            result = await with_payload_recovery(self._compaction, ctx.session, ctx.model, attempts, call, refit)
         if result.usage is not None:
             ctx.usages.append(result.usage)
             ctx.session.metadata.last_usage = result.usage.to_json_dict()
