@@ -137,7 +137,7 @@ class Application:
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
-            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred
+            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred, self.notices
         )
         rag = rag_install.install(env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry)
         memory.service.on_forget(rag.forget_messages)

@@ -93,6 +93,9 @@ class MemoryConfig(ConfigSection):
     max_prompt_budget_tokens: int = Field(3500, ge=0)
     # MEMORY.md takes at most this share of the memory budget, so scored items always keep some room.
     long_term_max_share: float = Field(0.6, ge=0, le=1)
+    # When MEMORY.md outgrows that share, this part of it goes to the pieces from further down that are
+    # relevant to the message (the rest shows the file's beginning).
+    long_term_relevant_share: float = Field(0.4, ge=0, le=1)
     working_top_k: int = Field(6, ge=0)
     episodic_top_k: int = Field(8, ge=0)
     semantic_top_k: int = Field(6, ge=0)
