@@ -160,3 +160,22 @@ async def test_status_and_context_show_the_learned_window(workspace_dir: Path, f
         await services.stop()
     for reply in (status, context):
         assert "window 6,000 tokens (learned from a refusal; the registry says 128,000)" in reply
+
+
+async def test_when_the_history_cannot_shrink_the_other_parts_do(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    # A first message, so there is no history to compact, and a MEMORY.md that fills memory's share.
+    notes = "".join(
+        f"- note {number}: the {number}th thing worth remembering about the garden.\n" for number in range(900)
+    )
+    services.workspace.memory.long_term_file.write_text(notes)
+    fake_openai.script(Fault.status(413, "Request Entity Too Large"))  # states no window
+    await services.router.accept(channel.message("1", "hello"), channel)
+    (reply,) = await channel.wait_for("1", 1)
+
+    assert reply == "echo: hello"
+    refused, retried = fake_openai.chat_requests()
+    assert len(retried["messages"][0]["content"]) < len(refused["messages"][0]["content"]) / 2
+    learned = services.models.lookup("gpt-4o-mini").learned
+    assert learned is not None and learned.how == REFUSAL

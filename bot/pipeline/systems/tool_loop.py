@@ -104,6 +104,8 @@ class ToolLoopExecutionSystem(PipelineSystem):
         tools = self._tools.schemas() or None
 
         group = is_group_chat(ctx)
+        # The estimate of the request last sent, for the payload-too-large recovery.
+        sent_tokens = [0]
 
         async def call() -> ChatResult:
             try:
@@ -125,6 +127,8 @@ class ToolLoopExecutionSystem(PipelineSystem):
             if self._shapes.over(messages).tool_results:
                 messages = prune_tool_results(messages, config.tool_loop)
             wire = self._wire.messages(ctx.system_prompt, messages, images, group=group, turn_prompt=ctx.turn_prompt)
+            if self._compaction is not None:
+                sent_tokens[0] = self._compaction.planner.estimator.request(ctx.model, wire.size, tools)
             request = ChatRequest(
                 model=ctx.model,
                 messages=wire.messages,
@@ -151,7 +155,9 @@ class ToolLoopExecutionSystem(PipelineSystem):
         else:
             attempts = config.compaction.recovery_attempts
             refit = functools.partial(self._rebuild_context, ctx) if self._rebuild_context is not None else None
-            result = await with_payload_recovery(self._compaction, ctx.session, ctx.model, attempts, call, refit)
+            result = await with_payload_recovery(
+                self._compaction, ctx.session, ctx.model, attempts, call, refit, lambda: sent_tokens[0]
+            )
         if result.usage is not None:
             ctx.usages.append(result.usage)
             ctx.session.metadata.last_usage = result.usage.to_json_dict()
