@@ -15,11 +15,12 @@ from the endpoint (a refusal that stated it, or a silent cut seen in the reporte
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot.context.budget import ContextBudget, fit_prompt_parts
+from bot.context.budget import TOOLS, ContextBudget, fit_prompt_parts
 from bot.context.estimator import TokenEstimator
 from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part_for_prompt_key
 from bot.domain.conversation import split_summary
@@ -54,6 +55,9 @@ class ContextPlanner:
         self._estimator = estimator
         self._models = models
         self._tool_schemas = tool_schemas
+        # The tools last offered when not all fitted: (the registry's list, the names kept, the list handed out),
+        # so the same list goes out while the choice stays the same (the client keeps its JSON by identity).
+        self._fitted_tools: tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]] | None = None
 
     @property
     def estimator(self) -> TokenEstimator:
@@ -61,6 +65,31 @@ class ContextPlanner:
 
     def budget(self, model: str, config: RuntimeConfig) -> ContextBudget:
         return ContextBudget.for_model(self._models.lookup(model), config.compaction)
+
+    def offered_tools(self, model: str, config: RuntimeConfig) -> list[dict[str, Any]]:
+        """The tool schemas the model is offered: every tool while they fit the tools share of the plan, else the
+        tools that fit, in the registry's order (a model with a small window is offered fewer)."""
+        schemas = self._tool_schemas()
+        cap = self.budget(model, config).cap(TOOLS)
+        if self._estimator.tool_schemas(schemas, model) <= cap:
+            return schemas
+        kept: list[dict[str, Any]] = []
+        used = 0
+        for schema in schemas:
+            cost = self._estimator.text(json.dumps(schema, ensure_ascii=False), model)
+            if used + cost <= cap:
+                kept.append(schema)
+                used += cost
+        names = [_tool_name(schema) for schema in kept]
+        last = self._fitted_tools
+        if last is not None and last[0] is schemas and last[1] == names:
+            return last[2]
+        log.warning(
+            "[Context] %d of %d tools offered to %s: the tool definitions would take ~%d tokens, their share is %d",
+            len(kept), len(schemas), model, self._estimator.tool_schemas(schemas, model), cap,
+        )  # fmt: skip
+        self._fitted_tools = (schemas, names, kept)
+        return kept
 
     def model(self, model: str) -> ModelSpec:
         """The limits `model` is planned with (a window learned from the endpoint included)."""
@@ -98,7 +127,7 @@ class ContextPlanner:
         uses = [
             PartUse(PromptPart.SUMMARY, self._estimator.messages(summary, model, images)),
             PartUse(PromptPart.HISTORY, self._estimator.messages(history, model, images)),
-            PartUse(PromptPart.TOOL_SCHEMAS, self._estimator.tool_schemas(self._tool_schemas(), model)),
+            PartUse(PromptPart.TOOL_SCHEMAS, self._estimator.tool_schemas(self.offered_tools(model, config), model)),
         ]
         plan = ContextPlan(
             self.budget(model, config), tuple(uses), len(session.messages), config.memory.enabled, config.rag.enabled
@@ -134,6 +163,11 @@ class ContextPlanner:
             kept[CUT_KEY] = sorted(part.value for part in cut)
         session.metadata.last_prompt_tokens = kept
         return fitted, plan.with_prompt(PartUse(part, count, part in cut) for part, count in tokens.items())
+
+
+def _tool_name(schema: dict[str, Any]) -> str:
+    function = schema.get("function")
+    return str(function.get("name", "")) if isinstance(function, dict) else ""
 
 
 def _tokens(value: int | list[str] | None) -> int:

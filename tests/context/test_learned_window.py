@@ -12,6 +12,7 @@ from bot.app import Application
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.errors import LlmError, LlmFailure
 from bot.llm.windows import REFUSAL, SILENT_CUT, LearnedWindows, window_from_refusal
+from tests.compaction.helpers import is_summary_request
 from tests.conftest import env_for
 from tests.context.small_window import MODEL, WINDOW_TOKENS, prepare_workspace, run_small_window
 from tests.fakes.openai_server import FakeOpenAI, Fault
@@ -128,6 +129,11 @@ async def test_a_refusing_endpoint_is_refused_once_and_every_turn_is_answered(
     assert "6,000 tokens" in notice and "learned from a refusal" in notice
     kept = json.loads((workspace_dir / "state" / "model-windows.json").read_text())
     assert kept[fake_openai.base_url.rstrip("/")][MODEL]["tokens"] == WINDOW_TOKENS
+    # The tool definitions are planned for the window too: fewer tools, within their share of it.
+    chats = [request for request in fake_openai.chat_requests() if not is_summary_request(request)]
+    first, last = chats[0], chats[-1]
+    assert 0 < len(last["tools"]) < len(first["tools"])
+    assert len(json.dumps(last["tools"])) / 4 <= 0.10 * WINDOW_TOKENS
 
 
 async def test_an_endpoint_that_cuts_silently_is_found_out_by_its_usage(

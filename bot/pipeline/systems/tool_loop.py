@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bot.compaction.recovery import with_payload_recovery
 from bot.compaction.service import CompactionService
@@ -101,7 +102,6 @@ class ToolLoopExecutionSystem(PipelineSystem):
 
     async def _ask_model(self, ctx: TurnContext) -> ChatResult:
         config = ctx.config
-        tools = self._tools.schemas() or None
 
         group = is_group_chat(ctx)
         # The estimate of the request last sent, for the payload-too-large recovery.
@@ -127,6 +127,8 @@ class ToolLoopExecutionSystem(PipelineSystem):
             if self._shapes.over(messages).tool_results:
                 messages = prune_tool_results(messages, config.tool_loop)
             wire = self._wire.messages(ctx.system_prompt, messages, images, group=group, turn_prompt=ctx.turn_prompt)
+            # The tools the plan has room for (after a window was learned, perhaps fewer than before).
+            tools = self._offered_tools(ctx) or None
             if self._compaction is not None:
                 sent_tokens[0] = self._compaction.planner.estimator.request(ctx.model, wire.size, tools)
             request = ChatRequest(
@@ -162,6 +164,11 @@ class ToolLoopExecutionSystem(PipelineSystem):
             ctx.usages.append(result.usage)
             ctx.session.metadata.last_usage = result.usage.to_json_dict()
         return result
+
+    def _offered_tools(self, ctx: TurnContext) -> list[dict[str, Any]]:
+        if self._compaction is None:
+            return self._tools.schemas()
+        return self._compaction.planner.offered_tools(ctx.model, ctx.config)
 
     async def _images(self, ctx: TurnContext) -> dict[str, list[str]]:
         """The data URLs of the images this call carries (the image budget), none when the model is blind."""
