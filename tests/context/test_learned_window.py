@@ -185,3 +185,27 @@ async def test_when_the_history_cannot_shrink_the_other_parts_do(
     assert len(retried["messages"][0]["content"]) < len(refused["messages"][0]["content"]) / 2
     learned = services.models.lookup("gpt-4o-mini").learned
     assert learned is not None and learned.how == REFUSAL
+
+
+async def test_a_learned_window_lists_fewer_skills_rather_than_cutting_the_catalog(
+    workspace_dir: Path, fake_openai: FakeOpenAI
+) -> None:
+    prepare_workspace(workspace_dir)
+    for number in range(30):
+        folder = workspace_dir / "skills" / f"skill{number:02d}"
+        folder.mkdir(parents=True)
+        (folder / "SKILL.md").write_text(f"---\nname: skill{number:02d}\ndescription: {'word ' * 30}\n---\nDo it.\n")
+    (workspace_dir / "state").mkdir(parents=True, exist_ok=True)
+    learned = {fake_openai.base_url.rstrip("/"): {MODEL: {"tokens": 6000, "how": REFUSAL, "learnedAt": ""}}}
+    (workspace_dir / "state" / "model-windows.json").write_text(json.dumps(learned))
+    services = Application(env_for(workspace_dir, fake_openai))
+    channel = RecordingChannel()
+    try:
+        await services.router.accept(channel.message("1", "hi"), channel)
+        await channel.wait_for("1", 1)
+    finally:
+        await services.stop()
+    prompt = fake_openai.chat_requests()[-1]["messages"][0]["content"]
+    catalog = prompt[prompt.index("# Skills") :].split("\n\n")[0]
+    assert "- skill00: word" in catalog and "more skills not listed" in catalog
+    assert "cut here" not in prompt  # nothing of the first system message was cut to its share
