@@ -111,11 +111,8 @@ class ContextPlanner:
         calibrated = estimator.exact_counter(model) is not None or estimator.samples_for(model) >= CALIBRATED_SAMPLES
         ratio = cut_ratio if calibrated else min(cut_ratio, UNCALIBRATED_CUT_RATIO)
         if not sent.image_parts and sent_tokens >= MIN_SILENT_CUT_TOKENS and prompt_tokens < ratio * sent_tokens:
-            log.warning(
-                "[Context] %s reported %d prompt tokens for a request of ~%d: the endpoint cut it silently",
-                model, prompt_tokens, sent_tokens,
-            )  # fmt: skip
-            return self._models.learn_window(model, prompt_tokens, SILENT_CUT)
+            evidence = f"it reported {prompt_tokens} prompt tokens for a request of ~{sent_tokens}"
+            return self._models.learn_window(model, prompt_tokens, SILENT_CUT, evidence)
         estimator.observe_request(model, sent, tools, prompt_tokens)
         return False
 

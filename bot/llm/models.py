@@ -116,11 +116,11 @@ class ModelRegistry:
             listed_input_tokens=spec.max_input_tokens,
         )  # fmt: skip
 
-    def learn_window(self, name: str, tokens: int, how: str) -> bool:
+    def learn_window(self, name: str, tokens: int, how: str, evidence: str = "") -> bool:
         """`name`'s window is `tokens` (learned `how`); True when that is news (smaller than planned for)."""
         if self.windows is None:
             return False
-        return self.windows.learn(name, tokens, how, self.lookup(name).max_input_tokens)
+        return self.windows.learn(name, tokens, how, self.lookup(name).max_input_tokens, evidence)
 
     def _match(self, name: str) -> str | None:
         for candidate in (name, name.split("/", 1)[-1]):

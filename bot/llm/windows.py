@@ -88,9 +88,10 @@ class LearnedWindows:
     def get(self, model: str) -> LearnedWindow | None:
         return self._all.get(self._endpoint, {}).get(model)
 
-    def learn(self, model: str, tokens: int, how: str, believed: int) -> bool:
+    def learn(self, model: str, tokens: int, how: str, believed: int, evidence: str = "") -> bool:
         """Keep `tokens` as `model`'s window when it is under what the bot believed (`believed`); True when
-        it is new, so that the caller plans again. A figure at or above the belief teaches nothing."""
+        it is new, so that the caller plans again. A figure at or above the belief teaches nothing.
+        `evidence` ends the one log line (what showed it)."""
         tokens = max(tokens, MIN_WINDOW_TOKENS)
         if tokens >= believed:
             return False
@@ -98,8 +99,8 @@ class LearnedWindows:
         self._all.setdefault(self._endpoint, {})[model] = learned
         self._write()
         log.warning(
-            "[Context] %s at %s has a window of %d tokens (learned from a %s), not %d: every prompt is planned for it",
-            model, self._endpoint, tokens, how, believed,
+            "[Context] %s at %s has a window of %d tokens (learned from a %s), not %d: every prompt is planned for "
+            "it%s", model, self._endpoint, tokens, how, believed, f"; {evidence}" if evidence else "",
         )  # fmt: skip
         if self._tell_once is not None:
             self._tell_once(

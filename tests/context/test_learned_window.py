@@ -137,7 +137,7 @@ async def test_a_refusing_endpoint_is_refused_once_and_every_turn_is_answered(
 
 
 async def test_an_endpoint_that_cuts_silently_is_found_out_by_its_usage(
-    workspace_dir: Path, fake_openai: FakeOpenAI
+    workspace_dir: Path, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     run = await run_small_window(workspace_dir, fake_openai, "cut", turns=60)
 
@@ -147,6 +147,8 @@ async def test_an_endpoint_that_cuts_silently_is_found_out_by_its_usage(
     assert run.facts_in_prompt == run.facts_asked
     (notice,) = run.notices
     assert f"learned from a {SILENT_CUT}" in notice
+    told = [record.message for record in caplog.records if f"(learned from a {SILENT_CUT})" in record.message]
+    assert len(told) == 1 and "prompt tokens for a request of" in told[0]  # one log line, with what showed it
 
 
 async def test_status_and_context_show_the_learned_window(workspace_dir: Path, fake_openai: FakeOpenAI) -> None:
