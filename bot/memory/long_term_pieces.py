@@ -118,7 +118,8 @@ class LongTermIndex:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pieces = split_long_term(text)
-        self._ends = [piece.end for piece in self.pieces]
+        # Where each line ends: the beginning shown is cut at a line end.
+        self._line_ends = [match.start() for match in re.finditer("\n", text)] + [len(text)]
         self._index = Bm25Index()
         self._index.add_many(
             [
@@ -134,23 +135,24 @@ class LongTermIndex:
         self._heads: dict[tuple[int, float], int] = {}
 
     def head_end(self, tokens: int, estimator: TokenEstimator, model: str | None) -> int:
-        """Where the beginning that fits `tokens` ends: after the last whole piece that fits (0: none does)."""
+        """Where the beginning that fits `tokens` ends: at the end of the last whole line that fits (0: none)."""
         key = (tokens, estimator.ratio_for(model))
         end = self._heads.get(key)
         if end is None:
+            ends = self._line_ends
             fits = bisect.bisect_right(
-                range(len(self._ends)), False, key=lambda i: estimator.text(self.text[: self._ends[i]], model) > tokens
+                range(len(ends)), False, key=lambda i: estimator.text(self.text[: ends[i]], model) > tokens
             )
-            end = self._ends[fits - 1] if fits else 0
+            end = ends[fits - 1] if fits else 0
             self._heads[key] = end
         return end
 
     def relevant(self, query: str, after: int) -> list[LongTermPiece]:
-        """The pieces past character `after` that `query` is about, most relevant first."""
+        """The pieces not wholly before character `after` that `query` is about, most relevant first."""
         found = self._index.search(query, RELEVANT_CANDIDATES)
         ranked = sorted(found.items(), key=lambda pair: pair[1], reverse=True)
         pieces = (self.pieces[int(item_id.removeprefix(PIECE_ID_PREFIX))] for item_id, _ in ranked)
-        return [piece for piece in pieces if piece.start >= after]
+        return [piece for piece in pieces if piece.end > after]
 
 
 def whole_long_term(text: str) -> LongTermPrompt:

@@ -48,7 +48,13 @@ from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
-from bot.memory.long_term_pieces import LongTermIndex, LongTermUse, long_term_prompt, whole_long_term
+from bot.memory.long_term_pieces import (
+    LongTermIndex,
+    LongTermPrompt,
+    LongTermUse,
+    long_term_prompt,
+    whole_long_term,
+)
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
 from bot.memory.retrieval import (
@@ -78,6 +84,8 @@ LONG_TERM_HEADER = "## Long-term Memory"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
 SHARE_MARGIN = 0.02
+# Below this share of the prompt for MEMORY.md, none of it is reached by relevance: its head is cut visibly.
+LONG_TERM_RELEVANCE_MIN_TOKENS = 128
 # A MEMORY.md longer than this is split and indexed in memory's thread, not on the event loop.
 LONG_TERM_INLINE_CHARS = 20_000
 
@@ -412,13 +420,20 @@ class MemoryService:
             cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
             if budget.cost(long_term) <= cap:
                 fitted = whole_long_term(long_term)
+            elif cap < LONG_TERM_RELEVANCE_MIN_TOKENS:
+                # Too little room to reach anything by relevance: its head, cut visibly.
+                kept, _ = TextBudget(cap, self._estimator, model).take(long_term)
+                fitted = LongTermPrompt(kept, "", LongTermUse(len(long_term), len(kept)))
             else:
                 fitted = long_term_prompt(
                     await self._long_term_index(scope, long_term), text, cap, config.long_term_relevant_share,
                     self._estimator, model,
                 )  # fmt: skip
-            budget.remaining = max(budget.remaining - budget.cost(fitted.head) - budget.cost(fitted.relevant), 0)
-            stable = f"{MEMORY_HEADER}\n\n{LONG_TERM_HEADER}\n{fitted.head}"
+            # Charged with its header, and the relevant parts with the blank line that joins them to the pack.
+            shown = f"{LONG_TERM_HEADER}\n{fitted.head}"
+            relevant_cost = budget.cost(f"\n\n{fitted.relevant}") if fitted.relevant else 0
+            budget.remaining = max(budget.remaining - budget.cost(shown) - relevant_cost, 0)
+            stable = f"{MEMORY_HEADER}\n\n{shown}"
             relevant, use = fitted.relevant, fitted.use
             self._tell_about_long_term(scope, use)
         scope.long_term_use = use
