@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.storage.files import read_text_sync, write_atomic_sync
+from bot.storage.files import read_state_sync, write_atomic_sync
 
 log = logging.getLogger(__name__)
 
@@ -126,20 +126,9 @@ class LearnedWindows:
 
 
 def _read(file: Path) -> dict[str, dict[str, LearnedWindow]]:
-    try:
-        text = read_text_sync(file)
-    except OSError as error:
-        log.warning("[Context] Could not read %s: %s", file, error)
-        return {}
-    if not text:
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        log.warning("[Context] %s is not valid JSON: the windows are learned again", file)
-        return {}
+    data = read_state_sync(file, "Context", "the windows are learned again")
     windows: dict[str, dict[str, LearnedWindow]] = {}
-    for endpoint, models in data.items() if isinstance(data, dict) else []:
+    for endpoint, models in data.items():
         for model, entry in models.items() if isinstance(models, dict) else []:
             tokens = entry.get("tokens") if isinstance(entry, dict) else None
             if type(tokens) is int and tokens >= MIN_WINDOW_TOKENS:
