@@ -53,6 +53,10 @@ class OwnerNotices:
         if self._told.pop(key, None) is not None:
             self._write_told()
 
+    def keys(self, prefix: str = "") -> set[str]:
+        """The keys told or waiting to be, that start with `prefix` (to settle those whose cause is gone)."""
+        return {key for key in (*self._told, *self._pending) if key.startswith(prefix)}
+
     def pending(self) -> dict[str, str]:
         """The notices not delivered yet, by key."""
         return dict(self._pending)

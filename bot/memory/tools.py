@@ -154,7 +154,7 @@ class MemoryTools:
         return text
 
     async def read_memory(self, args: NoArgs, ctx: ToolContext) -> str:
-        content = await (await self._memory.long_term(ctx.config.memory, ctx.session_id)).read()
+        content = await (await self._memory.long_term(ctx.config.memory, ctx.session_id)).for_model()
         return content or "(MEMORY.md is empty)"
 
     async def write_memory(self, args: WriteMemoryArgs, ctx: ToolContext) -> str:
