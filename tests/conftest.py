@@ -3,7 +3,8 @@ and a bot wired exactly as `python -m bot` wires it, on a temporary workspace.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,19 @@ def env_for(workspace: Path, fake_openai: FakeOpenAI, **overrides: Any) -> EnvSe
     }
     values.update(overrides)
     return EnvSettings(_env_file=None, **values)
+
+
+@pytest.fixture(autouse=True)
+def unfrozen_heap() -> Iterator[None]:
+    """Each test's objects become garbage again when it ends.
+
+    A bot that has loaded much freezes what is alive (`bot.heap.settle_after_load`): in the one process of
+    `python -m bot` that lives as long as the bot. A test process builds a bot per test, so what a test
+    froze would stay until the process ends, every test adding its own, and the next freeze's collection
+    frees it only once it is unfrozen.
+    """
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture
