@@ -91,8 +91,9 @@ class Reply:
     """One scripted assistant answer.
 
     ``usage=None`` means a plausible estimate (≈ characters / 4); ``delay`` seconds pass (without
-    blocking other requests) before answering; ``finish_reason=None`` means ``"tool_calls"`` when
-    tool calls are given, else ``"stop"``.
+    blocking other requests) before answering; with ``held_until`` the answer waits, just as
+    unblocking, until the test sets that event (a slow call whose end the test decides, no clock
+    involved); ``finish_reason=None`` means ``"tool_calls"`` when tool calls are given, else ``"stop"``.
     """
 
     text: str | None = None
@@ -100,6 +101,7 @@ class Reply:
     usage: Usage | None = None
     delay: float = 0.0
     finish_reason: str | None = None
+    held_until: threading.Event | None = None
 
     def resolved_finish_reason(self) -> str:
         if self.finish_reason is not None:
@@ -640,6 +642,13 @@ class FakeOpenAI:
                 pass
         return self._stopping.is_set()
 
+    async def _held(self, release: threading.Event | None) -> bool:
+        """Wait for the test to set `release` without blocking other requests; True if the server started
+        stopping meanwhile."""
+        while release is not None and not release.is_set() and not self._stopping.is_set():
+            await asyncio.sleep(0.005)
+        return self._stopping.is_set()
+
     @web.middleware
     async def _middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -712,7 +721,7 @@ class FakeOpenAI:
             )
         if isinstance(reply, Fault):
             return await self._fault(request, body, reply)
-        if await self._sleep(reply.delay):
+        if await self._sleep(reply.delay) or await self._held(reply.held_until):
             return self._drop(request)
         chats = self.chat_requests()
         completion = _Completion(body, reply, chats[-2] if len(chats) > 1 else None)

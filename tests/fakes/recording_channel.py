@@ -8,6 +8,7 @@ from collections import defaultdict
 from bot.channels.base import Channel, InboundHandler
 from bot.domain.inbound import InboundMessage
 from bot.domain.turn import ReplyStream
+from tests.fakes.telegram_server import WAIT_SECONDS
 
 
 class RecordingChannel(Channel):
@@ -51,7 +52,7 @@ class RecordingChannel(Channel):
     def message(self, chat_id: str, text: str, user_id: str = "1") -> InboundMessage:
         return InboundMessage(self.channel_type, chat_id, user_id, text)
 
-    async def wait_for(self, chat_id: str, count: int, timeout: float = 10.0) -> list[str]:
+    async def wait_for(self, chat_id: str, count: int, timeout: float = WAIT_SECONDS) -> list[str]:
         """The first `count` replies to `chat_id`, waiting for them to arrive."""
         async with asyncio.timeout(timeout), self._changed:
             await self._changed.wait_for(lambda: len(self.sent[chat_id]) >= count)

@@ -96,6 +96,10 @@ class BotApiError(Exception):
 
 # Bots may download files up to 20 MB through getFile (a local Bot API server lifts the limit).
 BOT_DOWNLOAD_LIMIT_BYTES = 20 * 1024 * 1024
+# How long a test waits for the bot before it fails. A wait ends as soon as what it waits for happens, so
+# only a failing test waits this long; it is long because on a busy machine running the suite's workers
+# side by side a healthy reply can take several seconds.
+WAIT_SECONDS = 30.0
 
 
 def _bad_request(detail: str) -> BotApiError:
@@ -1931,7 +1935,7 @@ class _CallInspection:
         """Updates not acknowledged by the bot yet."""
         return len(self._queue)
 
-    def wait_until(self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    def wait_until(self, condition: Callable[[], bool], timeout: float = WAIT_SECONDS, what: str = "condition") -> None:
         """Block until `condition()` is true (re-checked whenever the bot makes a call)."""
         deadline = time.monotonic() + timeout
         while not condition():
@@ -1941,7 +1945,9 @@ class _CallInspection:
             with self._log.condition:
                 self._log.condition.wait(min(remaining, 0.05))
 
-    async def await_until(self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    async def await_until(
+        self, condition: Callable[[], bool], timeout: float = WAIT_SECONDS, what: str = "condition"
+    ) -> None:
         """Async `wait_until`: polls without blocking the caller's event loop."""
         deadline = time.monotonic() + timeout
         while not condition():
@@ -1949,7 +1955,7 @@ class _CallInspection:
                 raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
             await asyncio.sleep(0.01)
 
-    def wait_for_messages(self, chat_id: int, count: int = 1, timeout: float = 10.0) -> list[SentMessage]:
+    def wait_for_messages(self, chat_id: int, count: int = 1, timeout: float = WAIT_SECONDS) -> list[SentMessage]:
         """Block until at least `count` messages were sent to `chat_id`; returns them all."""
         try:
             self.wait_until(lambda: len(self.sent_messages(chat_id)) >= count, timeout)
@@ -1957,7 +1963,7 @@ class _CallInspection:
             raise TimeoutError(self._missing_messages(chat_id, count, timeout)) from None
         return self.sent_messages(chat_id)
 
-    async def await_messages(self, chat_id: int, count: int = 1, timeout: float = 10.0) -> list[SentMessage]:
+    async def await_messages(self, chat_id: int, count: int = 1, timeout: float = WAIT_SECONDS) -> list[SentMessage]:
         """Async `wait_for_messages` that keeps the caller's event loop running."""
         try:
             await self.await_until(lambda: len(self.sent_messages(chat_id)) >= count, timeout)

@@ -17,6 +17,7 @@ from bot.rag.service import RagService
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder, message_text
 from tests.fakes.recording_channel import RecordingChannel
+from tests.fakes.telegram_server import WAIT_SECONDS
 
 # Small, fast settings: the fake's 64-dimension vectors, every exchange indexed, naive retrieval.
 FAST_RAG = {
@@ -100,7 +101,7 @@ async def say(services: Application, channel: RecordingChannel, chat_id: str, te
     return (await channel.wait_for(chat_id, before + 1))[-1]
 
 
-async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float = WAIT_SECONDS) -> None:
     """Poll `condition` until it holds (systems after the reply finish shortly after it is sent)."""
     deadline = time.monotonic() + timeout
     while not await condition():

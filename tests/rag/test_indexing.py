@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
+import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,27 +54,35 @@ async def test_greetings_and_short_exchanges_are_not_indexed(
 async def test_slow_indexing_never_delays_the_reply(
     rag_bot: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    def slow_extraction(request: dict[str, Any]) -> Reply:
+    extracting, release = threading.Event(), threading.Event()
+
+    def held_extraction(request: dict[str, Any]) -> Reply:
         reply = lightrag_responder(request)
         if request.get("messages", [{}])[0].get("role") == "system" and "Knowledge Graph" in str(request):
-            return Reply(text=reply.text, delay=1.0)
+            extracting.set()
+            return Reply(text=reply.text, held_until=release)
         return reply
 
-    fake_openai.set_responder(slow_extraction)
+    fake_openai.set_responder(held_extraction)
     await say(rag_bot, channel, "1", "The Falcon launch was moved to Friday morning at the Cape.")
     await wait_until(lambda: _has_queued(rag_bot))
 
     # The scheduler's job runs this same flush in the background; here the test starts it itself.
-    started = time.monotonic()
     indexing = asyncio.create_task(rag_of(rag_bot).flush())
-    await asyncio.sleep(0.05)
-    reply_started = time.monotonic()
-    await say(rag_bot, channel, "1", "And what about the Starship test in Texas next month?")
-    reply_seconds = time.monotonic() - reply_started
+    try:
+        await wait_until(_is_set(extracting))
+        await say(rag_bot, channel, "1", "And what about the Starship test in Texas next month?")
+        assert not indexing.done()  # the reply came while the extraction call was still held
+    finally:
+        release.set()
     assert await indexing == 1
-    flush_seconds = time.monotonic() - started
-    assert flush_seconds >= 1.0  # the extraction call really was slow ...
-    assert reply_seconds < 0.5  # ... and the reply did not wait for it
+
+
+def _is_set(event: threading.Event) -> Callable[[], Awaitable[bool]]:
+    async def is_set() -> bool:
+        return event.is_set()
+
+    return is_set
 
 
 async def test_the_scheduler_flushes_the_queue_in_the_background(
