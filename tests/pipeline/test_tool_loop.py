@@ -7,7 +7,6 @@ import gc
 import json
 import os
 import sys
-import time
 import types
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -20,6 +19,7 @@ from bot.tools.orphans import INTERRUPTED_RESULT
 from bot.tools.registry import Tool, ToolContext
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
+from tests.fakes.telegram_server import WAIT_SECONDS
 from tests.pipeline.test_conversation import say
 
 
@@ -84,22 +84,30 @@ async def test_parallel_calls_run_concurrently_and_results_keep_their_order(
     services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
     log: list[str] = []
-    register_nap_tool(services, log)
+    meeting = asyncio.Barrier(2)
+
+    async def meet(args: NapArgs, ctx: ToolContext) -> str:
+        log.append(f"start {args.label}")
+        # Passes only once the other call is running too: calls run one after the other never meet.
+        async with asyncio.timeout(WAIT_SECONDS):
+            await meeting.wait()
+        log.append(f"end {args.label}")
+        return f"met {args.label}"
+
+    services.tools.register(Tool("meet", "Wait for the other caller.", NapArgs, meet))
     fake_openai.script(
         Reply(
             tool_calls=[
-                ToolCallSpec("nap", {"seconds": 0.4, "label": "a"}, id="call_a"),
-                ToolCallSpec("nap", {"seconds": 0.4, "label": "b"}, id="call_b"),
+                ToolCallSpec("meet", {"seconds": 0, "label": "a"}, id="call_a"),
+                ToolCallSpec("meet", {"seconds": 0, "label": "b"}, id="call_b"),
             ]
         ),
         "both done",
     )
-    started = time.monotonic()
-    assert await say(services, channel, "1", "nap twice") == "both done"
-    assert time.monotonic() - started < 0.75  # 2 x 0.4 s in sequence would take 0.8 s
+    assert await say(services, channel, "1", "meet twice") == "both done"
     assert log[:2] == ["start a", "start b"]
     sent = fake_openai.last_chat_request()["messages"]
-    assert [m.get("tool_call_id") for m in sent[-2:]] == ["call_a", "call_b"]
+    assert [(m.get("tool_call_id"), m["content"]) for m in sent[-2:]] == [("call_a", "met a"), ("call_b", "met b")]
 
 
 async def test_invalid_arguments_give_the_model_an_error_it_can_act_on(
