@@ -1,7 +1,7 @@
 """Memory V2's plain data: `MemoryItem` (one JSONL line), `MemoryQuery`, `MemoryPack`, `TurnMemoryEvent`.
 
-The item is stored exactly as CONTRACT describes (`memory/items/**.jsonl`, camelCase keys); fields
-beyond the contract's (`key`, `supersededBy`, `pinned`, ...) are documented on the class. Unknown keys
+The item is stored as docs/memory.md describes (`memory/items/**.jsonl`, camelCase keys); the optional
+fields (`key`, `supersededBy`, `pinned`, ...) are documented on the class. Unknown keys
 a person adds by hand are kept on rewrite.
 """
 
