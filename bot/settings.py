@@ -88,6 +88,9 @@ class MemoryConfig(ConfigSection):
     # `global`: one memory for the owner across chats; `chat`: each chat its own, strictly apart;
     # `user`: each person their own across the chats they share with the bot, each group its own.
     scope: Literal["global", "chat", "user"] = "global"
+    # `false`: the owner's memory (MEMORY.md, their items, notes and graph) reaches only the owner's own
+    # chats; `true`: every chat reads and writes it, as one memory (a bot no one but the owner talks to).
+    owner_memory_everywhere: bool = False
     recent_days: int = Field(7, ge=0, le=365)
     soft_prompt_budget_tokens: int = Field(1800, ge=0)
     max_prompt_budget_tokens: int = Field(3500, ge=0)

@@ -36,6 +36,8 @@ def install(
     tools: ToolRegistry,
     deferred: DeferredSync,
 ) -> InstalledMemory:
-    service = MemoryService(workspace, clock, llm, estimator, embedders, deferred)
+    service = MemoryService(
+        workspace, clock, llm, estimator, embedders, deferred, lambda: config_store.in_force().access.allowed_users
+    )
     tools.add_source(MemoryToolSource(service, config_store.in_force))
     return InstalledMemory(service, PreCompactionMemory(service, config_store))

@@ -23,6 +23,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TypeVar
 
+from bot.access.policy import sees_owner_memory
 from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
 from bot.domain.conversation import Incremental
@@ -32,6 +33,7 @@ from bot.heap import settle_after_load
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.llm.errors import LlmError
+from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
 from bot.memory.budget import TextBudget
 from bot.memory.daily_notes import USER_TEXT_LIMIT, DailyNotes, one_line
 from bot.memory.embeddings import (
@@ -73,6 +75,8 @@ T = TypeVar("T")
 MEMORY_HEADER = "# Memory"
 INLINE_WORK_MAX_ITEMS = 2000
 LONG_TERM_HEADER = "## Long-term Memory"
+# Leads the items the owner shared, where a chat that does not see the owner's memory is shown them.
+SHARED_ITEMS_LINE = "Shared by the owner:"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
 SHARE_MARGIN = 0.02
@@ -140,10 +144,14 @@ class MemoryService:
         estimator: TokenEstimator | None = None,
         embedders: Embedders | None = None,
         deferred: DeferredSync | None = None,
+        allowed_users: Callable[[], list[int]] | None = None,
     ) -> None:
         """`deferred`: where the appends the archive can stand in for (daily-note lines, new items) leave
-        their fsync; without one, every write is durable before it returns."""
+        their fsync; without one, every write is durable before it returns. `allowed_users`: the current
+        `access.allowedUsers`, whose first id is the owner (see `bot.memory.audience`); without it no
+        Telegram chat is the owner's."""
         self._workspace = workspace
+        self._allowed_users = allowed_users or list
         self._deferred = deferred
         self._clock = clock
         self._llm = llm
@@ -176,7 +184,34 @@ class MemoryService:
     # -- scopes -----------------------------------------------------------------------------------
 
     def paths_for(self, config: MemoryConfig, session_id: str) -> MemoryPaths:
-        return memory_paths_for(self._workspace, config.scope, session_id)
+        """The folders of the memory a chat (or a person, by `person_memory_key`) reads and writes."""
+        return memory_paths_for(
+            self._workspace, memory_scope_for(config, session_id, self._allowed_users()), session_id
+        )
+
+    def sees_owner_memory(self, config: MemoryConfig, session_id: str) -> bool:
+        """Whether a turn in this chat may be given the owner's private memory."""
+        return sees_owner_memory(session_id, self._allowed_users(), config.owner_memory_everywhere)
+
+    async def shared_by_owner(self, config: MemoryConfig, session_id: str) -> str:
+        """What the owner shared with everyone (the `## Shared` sections of their MEMORY.md and the items
+        they marked shared), for a chat that does not see the owner's memory itself; "" otherwise."""
+        key = owner_memory_key(config, self._allowed_users())
+        if key is None or self.sees_owner_memory(config, session_id):
+            return ""
+        owner = self._scope_at(self.paths_for(config, key))
+        if owner.paths == self.paths_for(config, session_id):
+            return ""
+        sections = shared_long_term(await self._read_long_term(owner))
+        try:
+            async with self.fresh(owner):
+                items = owner.store.shared()
+        except OSError as error:
+            log.warning("[Memory] Could not read the shared items of %s: %s", owner.paths.items_dir, error)
+            items = []
+        lines = [f"- {item.content}" for item in items]
+        shared_items = "\n".join([SHARED_ITEMS_LINE, *lines]) if lines else ""
+        return "\n\n".join(part for part in (sections, shared_items) if part)
 
     async def scope(self, config: MemoryConfig, session_id: str) -> MemoryScope:
         """The chat's memory scope (created on first use; `fresh` reads its files)."""
@@ -391,7 +426,9 @@ class MemoryService:
             limit = min(limit, share_tokens - overhead)
         budget = TextBudget(limit, self._estimator, model)
         stable = ""
-        long_term = await self._read_long_term(scope)
+        own = await self._read_long_term(scope)
+        shared = await self.shared_by_owner(config, session_id)
+        long_term = "\n\n".join(part for part in (own.strip("\n"), shared) if part) if shared else own
         if long_term:
             # MEMORY.md may not take the whole share: scored items keep the rest (it is cut visibly).
             cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
