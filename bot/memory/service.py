@@ -1,7 +1,8 @@
 """`MemoryService`: the memory facade the pipeline, the commands and the tools use.
 
-It keeps one `MemoryScope` per memory root (one in `global` scope, one per chat in `chat` scope),
-each with its item store, indexes and lock, built on first use. It builds the `# Memory` prompt
+It keeps one `MemoryScope` per memory root (the owner's, and one per chat or person that has its own:
+`bot.memory.audience` says which a chat uses), each with its item store, indexes and lock, built on
+first use. It builds the `# Memory` prompt
 section (MEMORY.md, then the structured pack, or the daily notes when the pack is empty) and records
 finished turns (daily note + structured items).
 """

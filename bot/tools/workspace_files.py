@@ -7,7 +7,9 @@ memory (`memory/chats/`; a chat's own is reached through the memory tools), the 
 (`rag/`), access and channel state, every chat's reminders (`reminders.json`; a chat's own are
 reached through the reminder tools), and other chats' evicted tool outputs under `tool_results/`.
 `preferences/` (runtime-config, persona, models) is the operator's: the tools read it, never change
-it, so no instruction the model is given can let a stranger in or reroute the bot.
+it, so no instruction the model is given can let a stranger in or reroute the bot. `memory/` is the
+owner's: a turn that may not see the owner's private memory (a group's, another person's; see
+`bot.memory.audience`) is told its files do not exist, and cannot write there.
 """
 
 from __future__ import annotations

@@ -180,6 +180,8 @@ async def test_an_item_the_owner_shares_reaches_the_group_and_unsharing_takes_it
     listing = await say(fake_telegram, OWNER, "/memory family dinner")
     item_id = next(word for word in listing.split() if word.startswith("m") and len(word) == 12)
 
+    assert await say(fake_telegram, OWNER, "/memory share") == "Which item? /memory share ID (the ids are in /memory)."
+    assert await say(fake_telegram, OWNER, "/memory share m0000000000x") == "No memory item m0000000000x."
     assert await say(fake_telegram, GROUP, f"/memory share {item_id}", ANN, "Ann") == (
         "Only the owner shares memory, from their own chat."
     )
