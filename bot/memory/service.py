@@ -2,9 +2,8 @@
 
 It keeps one `MemoryScope` per memory root (the owner's, and one per chat or person that has its own:
 `bot.memory.audience` says which a chat uses), each with its item store, indexes and lock, built on
-first use. It builds the `# Memory` prompt
-section (MEMORY.md, then the structured pack, or the daily notes when the pack is empty) and records
-finished turns (daily note + structured items).
+first use. It builds the `# Memory` prompt section (MEMORY.md, then the structured pack, or the daily
+notes when the pack is empty) and records finished turns (daily note + structured items).
 """
 
 from __future__ import annotations

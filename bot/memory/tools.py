@@ -32,7 +32,7 @@ SHARED_NOTE = "[Shared by the owner with every chat; not part of this MEMORY.md]
 
 def describe_item(item: MemoryItem, score: float | None = None) -> str:
     """One line per item, as the tools and `/memory` list them."""
-    pin = " 📌" if item.pinned else ""
+    pin = (" 📌" if item.pinned else "") + (" · shared" if item.shared else "")
     relevance = f" ({score:.2f})" if score else ""
     content = item.content.replace("\n", " ")
     return (

@@ -190,6 +190,7 @@ async def test_an_item_the_owner_shares_reaches_the_group_and_unsharing_takes_it
     semantic = (bot.workspace / "memory" / "items" / "semantic.jsonl").read_text().splitlines()
     marked = [json.loads(line) for line in semantic if item_id in line]
     assert marked[-1]["shared"] is True
+    assert " · shared" in await say(fake_telegram, OWNER, "/memory family dinner")
 
     await say(fake_telegram, GROUP, "@test_bot when is the family dinner?", ANN, "Ann")
     prompt = fake_openai.system_prompts()[-1] or ""
