@@ -68,7 +68,7 @@ def register_memory_commands(
             return f"Pinned: {changed.content}" if pinned else f"Unpinned: {changed.content}"
 
         query = request.args.strip()
-        found = await memory.search(config, session_id, query, LIST_LIMIT)
+        found = await memory.search(config, session_id, query, LIST_LIMIT, shared=True)
         if not found:
             return f"Nothing in memory matches “{query}”." if query else "The structured memory is empty so far."
         title = f"Memory matching “{query}”:" if query else f"Newest {len(found)} memory items:"

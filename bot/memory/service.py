@@ -47,7 +47,7 @@ from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
 from bot.memory.file_cache import TextFileCache
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_notes
-from bot.memory.lexical_index import Bm25Index
+from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
@@ -196,22 +196,30 @@ class MemoryService:
     async def shared_by_owner(self, config: MemoryConfig, session_id: str) -> str:
         """What the owner shared with everyone (the `## Shared` sections of their MEMORY.md and the items
         they marked shared), for a chat that does not see the owner's memory itself; "" otherwise."""
-        key = owner_memory_key(config, self._allowed_users())
-        if key is None or self.sees_owner_memory(config, session_id):
-            return ""
-        owner = self._scope_at(self.paths_for(config, key))
-        if owner.paths == self.paths_for(config, session_id):
+        owner = self._owner_scope_for(config, session_id)
+        if owner is None:
             return ""
         sections = shared_long_term(await self._read_long_term(owner))
-        try:
-            async with self.fresh(owner):
-                items = owner.store.shared()
-        except OSError as error:
-            log.warning("[Memory] Could not read the shared items of %s: %s", owner.paths.items_dir, error)
-            items = []
-        lines = [f"- {item.content}" for item in items]
+        lines = [f"- {item.content}" for item in await self._shared_items(owner)]
         shared_items = "\n".join([SHARED_ITEMS_LINE, *lines]) if lines else ""
         return "\n\n".join(part for part in (sections, shared_items) if part)
+
+    def _owner_scope_for(self, config: MemoryConfig, session_id: str) -> MemoryScope | None:
+        """The owner's memory, where a chat that does not see it takes what the owner shared; None for a
+        chat that sees the owner's memory itself (or when there is no owner to share)."""
+        key = owner_memory_key(config, self._allowed_users())
+        if key is None or self.sees_owner_memory(config, session_id):
+            return None
+        paths = self.paths_for(config, key)
+        return None if paths == self.paths_for(config, session_id) else self._scope_at(paths)
+
+    async def _shared_items(self, owner: MemoryScope) -> list[MemoryItem]:
+        try:
+            async with self.fresh(owner):
+                return owner.store.shared()
+        except OSError as error:
+            log.warning("[Memory] Could not read the shared items of %s: %s", owner.paths.items_dir, error)
+            return []
 
     async def scope(self, config: MemoryConfig, session_id: str) -> MemoryScope:
         """The chat's memory scope (created on first use; `fresh` reads its files)."""
@@ -662,14 +670,26 @@ class MemoryService:
     # -- reading for tools, commands and /status --------------------------------------------------
 
     async def search(
-        self, config: MemoryConfig, session_id: str, text: str, limit: int
+        self, config: MemoryConfig, session_id: str, text: str, limit: int, *, shared: bool = False
     ) -> list[tuple[MemoryItem, float]]:
+        """The chat's items matching `text` (the newest when it is empty), best first; with `shared`, then
+        the items the owner shared that have a word of `text` (all of them for an empty text), in a chat
+        that does not see the owner's memory itself."""
         scope = await self.scope(config, session_id)
         vector = await self.query_vector(scope, config, text)
         async with self.fresh(scope):
             if not text.strip():
-                return [(item, 0.0) for item in scope.store.recently_updated(limit)]
-            return await self.off_loop_if_large(scope, scope.retrieval.search, text, limit, vector)
+                found = [(item, 0.0) for item in scope.store.recently_updated(limit)]
+            else:
+                found = await self.off_loop_if_large(scope, scope.retrieval.search, text, limit, vector)
+        owner = self._owner_scope_for(config, session_id) if shared else None
+        if owner is None or len(found) >= limit:
+            return found
+        terms = set(tokenize(text))
+        matching = [
+            item for item in await self._shared_items(owner) if not terms or terms & set(tokenize(item.content))
+        ]
+        return found + [(item, 0.0) for item in matching[: limit - len(found)]]
 
     async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
         """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""

@@ -106,7 +106,7 @@ class MemoryTools:
         self._memory = memory
 
     async def memory_search(self, args: MemorySearchArgs, ctx: ToolContext) -> str:
-        found = await self._memory.search(ctx.config.memory, ctx.session_id, args.query, args.limit)
+        found = await self._memory.search(ctx.config.memory, ctx.session_id, args.query, args.limit, shared=True)
         if not found:
             return "No memory items match."
         return "\n".join(describe_item(item, score) for item, score in found)

@@ -192,9 +192,14 @@ async def test_an_item_the_owner_shares_reaches_the_group_and_unsharing_takes_it
     assert marked[-1]["shared"] is True
     assert " · shared" in await say(fake_telegram, OWNER, "/memory family dinner")
 
+    search = ToolCallSpec("memory_search", {"query": "family dinner PIN"}, id="shared")
+    fake_openai.script(Reply(tool_calls=[search]), "On Sunday at seven.")
     await say(fake_telegram, GROUP, "@test_bot when is the family dinner?", ANN, "Ann")
-    prompt = fake_openai.system_prompts()[-1] or ""
+    prompt = system_text(fake_openai.chat_requests()[-2])
     assert "family dinner is on Sunday at seven" in prompt and PIN_HINT not in prompt
+    await bot.app.router.dispatcher.drain()
+    found = tool_results(bot, GROUP)["shared"]
+    assert "the family dinner is on Sunday at seven" in found and "heron" not in found
 
     assert (await say(fake_telegram, OWNER, f"/memory unshare {item_id}")).startswith("Not shared:")
     await say(fake_telegram, GROUP, "@test_bot when is the family dinner?", ANN, "Ann")
