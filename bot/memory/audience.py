@@ -92,10 +92,9 @@ def memory_scope_for(config: MemoryConfig, session_id: str, allowed_users: list[
 
 
 def owner_memory_key(config: MemoryConfig, allowed_users: list[int]) -> str | None:
-    """The key of the owner's memory (what their private chat reads), where shared parts are taken from;
-    None when no owner is set and the scope keeps each chat apart."""
-    if config.scope == "global":
-        return "console:local"  # any chat of the owner's: under `global` they all read `memory/`
-    if not allowed_users:
+    """Under `chat` and `user`, the key of the owner's memory (what their private chat reads), where the
+    shared parts come from; None under `global` (the owner's memory is `memory/` itself) and when no
+    owner is set."""
+    if config.scope == "global" or not allowed_users:
         return None
     return person_memory_key("telegram", str(allowed_users[0]))

@@ -207,10 +207,15 @@ class MemoryService:
     def _owner_scope_for(self, config: MemoryConfig, session_id: str) -> MemoryScope | None:
         """The owner's memory, where a chat that does not see it takes what the owner shared; None for a
         chat that sees the owner's memory itself (or when there is no owner to share)."""
-        key = owner_memory_key(config, self._allowed_users())
-        if key is None or self.sees_owner_memory(config, session_id):
+        if self.sees_owner_memory(config, session_id):
             return None
-        paths = self.paths_for(config, key)
+        key = owner_memory_key(config, self._allowed_users())
+        if config.scope == "global":
+            paths = self._workspace.memory
+        elif key is not None:
+            paths = self.paths_for(config, key)
+        else:
+            return None
         return None if paths == self.paths_for(config, session_id) else self._scope_at(paths)
 
     async def _shared_items(self, owner: MemoryScope) -> list[MemoryItem]:

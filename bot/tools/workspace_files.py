@@ -178,6 +178,8 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
 
     async def list_dir(args: ListDirArgs, ctx: ToolContext) -> str:
         path = jail.resolve(args.path, ctx.session_id, owner=_sees_owner(ctx))
+        if not path.exists():
+            raise ToolError(f"{_shown(args.path)} does not exist")
         if not path.is_dir():
             raise ToolError(f"{_shown(args.path)} is not a folder")
         entries = await asyncio.to_thread(_describe_entries, path, jail, ctx.session_id, _sees_owner(ctx))

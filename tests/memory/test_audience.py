@@ -75,3 +75,4 @@ def test_under_global_scope_only_the_owners_chats_use_the_owners_memory() -> Non
         assert memory_scope_for(apart, group, allowed) == scope and memory_scope_for(apart, owner, allowed) == scope
     assert owner_memory_key(MemoryConfig(scope="user"), allowed) == owner
     assert owner_memory_key(MemoryConfig(scope="chat"), []) is None
+    assert owner_memory_key(config, allowed) is None  # under `global` the owner's memory is `memory/` itself

@@ -109,6 +109,8 @@ def every_tool_call(today: str) -> list[ToolCallSpec]:
         "list_root": ("list_dir", {"path": "."}),
         "history": ("search_history", {"query": "bank card"}),
         "overwrite": ("write_file", {"path": "memory/MEMORY.md", "content": "gone"}),
+        "list_nothing": ("list_dir", {"path": "nothing-here"}),
+        "read_nothing": ("read_file", {"path": "nothing-here.md"}),
     }
     return [ToolCallSpec(name, arguments, id=call_id) for call_id, (name, arguments) in calls.items()]
 
@@ -137,6 +139,9 @@ async def test_in_a_group_neither_the_prompt_nor_any_memory_tool_gives_the_owner
     assert leaked == {}
     for call in ("memory_md", "dotted", "items", "note", "archive", "list_memory"):
         assert "does not exist" in results[call], results[call]
+    # Refused exactly as a file that is not there.
+    assert results["list_memory"] == results["list_nothing"].replace("nothing-here", "memory")
+    assert results["archive"] == results["read_nothing"].replace("nothing-here.md", "memory/archive/2025-01.md")
     assert "memory/" not in results["list_root"].splitlines() and "preferences/" in results["list_root"]
     assert "cannot be written from this chat" in results["overwrite"]
     assert results["read_memory"].endswith(f"- The family {FAMILY_WIFI}")
