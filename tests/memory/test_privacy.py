@@ -94,6 +94,11 @@ def tool_results(bot: RunningBot, chat: int) -> dict[str, str]:
     return {m["toolCallId"]: m["content"] for m in session["messages"] if m["role"] == "tool"}
 
 
+def items_text(root: Path) -> str:
+    """The item files of one memory folder (not those of the folders under it)."""
+    return "".join(path.read_text() for path in sorted((root / "items").rglob("*.jsonl")))
+
+
 def every_tool_call(today: str) -> list[ToolCallSpec]:
     """What a model talked into reading the owner's memory would call."""
     calls = {
@@ -217,14 +222,20 @@ async def test_another_persons_private_chat_keeps_its_own_memory_apart_from_the_
     bot = await start()
     await say(fake_telegram, OWNER, f"Remember that my bank card PIN hint is the {PIN_HINT}.")
     await say(fake_telegram, ANN, "Remember that my cat is called Miso.", ANN, "Ann")
+    # What Ann says of herself in a group is hers too (in her own words), as well as the group's.
+    await say(fake_telegram, GROUP, "@test_bot I live in Lyon.", ANN, "Ann")
     await say(fake_telegram, ANN, "/new", ANN, "Ann")  # out of the live conversation: only memory has it
-    await say(fake_telegram, ANN, "what is the PIN hint? and my cat's name?", ANN, "Ann")
+    await say(fake_telegram, ANN, "what is the PIN hint? my cat's name? where do I live?", ANN, "Ann")
     prompt = fake_openai.system_prompts()[-1] or ""
-    assert "Miso" in prompt and FAMILY_WIFI in prompt
+    assert "Miso" in prompt and "I live in Lyon." in prompt and FAMILY_WIFI in prompt
     assert not any(secret in prompt for secret in SECRETS)
     await bot.app.router.dispatcher.drain()
-    assert "Miso" in (bot.workspace / "memory" / "users" / f"telegram:{ANN}" / "items" / "semantic.jsonl").read_text()
-    assert "Miso" not in (bot.workspace / "memory" / "items" / "semantic.jsonl").read_text()
+    memory = bot.workspace / "memory"
+    anns = items_text(memory / "users" / f"telegram:{ANN}")
+    assert "Miso" in anns and '"content":"I live in Lyon."' in anns
+    assert "Ann: I live in Lyon." in items_text(memory / "chats" / f"telegram:{GROUP}")
+    owners = items_text(memory)
+    assert "Miso" not in owners and "Lyon" not in owners
 
 
 async def test_owner_memory_everywhere_gives_every_chat_the_owners_memory(
