@@ -1,4 +1,5 @@
-"""The command line: `python -m bot run | chat | init | status | pairing` (also the `bot` console script)."""
+"""The command line: `python -m bot run | chat | init | status | pairing | doctor | onboard | memory edit` (also the
+`bot` console script)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,19 @@ import os
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from bot.access.pairing import PairingError, PairingStore, pairing_file
 from bot.app import Application, prepare_workspace, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
+from bot.environment import InvalidEnvironment, read_environment, workspace_line
 from bot.logging_setup import configure_logging, redact, secrets_in_environment
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
+from bot.setup.doctor import doctor
+from bot.setup.memory_edit import edit_memory
+from bot.setup.onboard import add_onboard_arguments, onboard
+from bot.workspace import Workspace
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     pairing_commands.add_parser("list", help="pending pairing requests")
     approve = pairing_commands.add_parser("approve", help="admit the sender of a pairing code")
     approve.add_argument("code")
+    commands.add_parser("doctor", help="check the setup: one line per check, and the fix for each failure")
+    add_onboard_arguments(commands.add_parser("onboard", help="first set-up: asks, checks each answer, writes .env"))
+    memory = commands.add_parser("memory", help="the long-term memory file")
+    memory_commands = memory.add_subparsers(dest="memory_command", required=True)
+    memory_commands.add_parser("edit", help="open MEMORY.md in $EDITOR; the edit is saved whole or not at all")
     return parser
 
 
@@ -53,13 +62,22 @@ async def _chat(env: EnvSettings) -> None:
     until = asyncio.Event()
     stop_on_signals(until)
     app = Application(env)
-    console = ConsoleChannel()
+    console = ConsoleChannel(history_file=app.workspace.chat_history_file, banner=chat_banner(app))
     app.add_channels([console])
     try:
         await app.start()
         await _until_input_ends(console, until, app)
     finally:
         await app.stop()
+
+
+def chat_banner(app: Application) -> str:
+    """The terminal chat's first line: what it talks to, where it keeps things, and how to get help or leave."""
+    workspace = app.workspace
+    return (
+        f"memory-bot · model {app.config_store.in_force().llm.model} · workspace {workspace.root.resolve()} · "
+        f"/help for commands · Ctrl-D to quit · log in {workspace.chat_log_file.relative_to(workspace.root)}"
+    )
 
 
 async def _until_input_ends(console: ConsoleChannel, until: asyncio.Event, app: Application) -> None:
@@ -130,14 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.umask(PRIVATE_UMASK)
     try:
-        env = EnvSettings()
-    except ValidationError as error:
-        print(f"Invalid environment: {error}", file=sys.stderr)
+        env = read_environment()
+    except InvalidEnvironment as error:
+        print(error, file=sys.stderr)
         return 2
-    explicit_level = "bot_log_level" in env.model_fields_set
-    # The terminal chat keeps the screen for the conversation unless a log level was asked for.
-    level = env.bot_log_level if explicit_level or args.command == "run" else "WARNING"
-    configure_logging(level, [*env.secrets(), *secrets_in_environment(os.environ)])
+    # The terminal chat keeps the screen for the conversation: its log goes to a file in the workspace.
+    log_file = Workspace(env.bot_workspace).chat_log_file if args.command == "chat" else None
+    try:
+        configure_logging(env.bot_log_level, [*env.secrets(), *secrets_in_environment(os.environ)], log_file=log_file)
+    except OSError as error:
+        print(workspace_line(env.bot_workspace, str(error)), file=sys.stderr)
+        return 2
     try:
         if args.command == "init":
             workspace = prepare_workspace(env)
@@ -152,6 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_status(env))
         elif args.command == "pairing":
             return _pairing(env, args.pairing_command, getattr(args, "code", None))
+        elif args.command == "doctor":
+            return asyncio.run(doctor(env))
+        elif args.command == "onboard":
+            return asyncio.run(onboard(env, args))
+        elif args.command == "memory":
+            return edit_memory(prepare_workspace(env))
+    except InvalidEnvironment as error:
+        print(error, file=sys.stderr)
+        return 2
     except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError) as error:
         print(f"Cannot start: {redact(str(error), env.secrets())}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
+from bot.environment import InvalidEnvironment, workspace_line
 from bot.heap import settle_after_load
 from bot.http.listener import HttpListener
 from bot.ledger.turns import TurnLedger
@@ -30,18 +32,21 @@ from bot.llm import install as llm_install
 from bot.media import install as media_install
 from bot.memory import install as memory_install
 from bot.metrics import BotMetrics
+from bot.notices import DeliverToOwner, OwnerNotices
 from bot.pipeline import install as pipeline_install
 from bot.pipeline.turn_storage import stored_question
 from bot.rag import install as rag_install
-from bot.runtime_config import RuntimeConfigStore
+from bot.runtime_config import SCHEMA_KEY, RuntimeConfigStore
 from bot.scheduler import install as scheduler_install
 from bot.scheduler.reminders import Deliver
 from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
+from bot.settings_docs import shipped_schema_path
+from bot.setup.checks import CONFIG_CHECK, local_checks
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
-from bot.storage.files import remove_stale_temp_files
+from bot.storage.files import remove_stale_temp_files, write_atomic_sync
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
 
@@ -69,21 +74,33 @@ async def _nothing() -> None:
     return None
 
 
-def load_runtime_config(env: EnvSettings, workspace: Workspace) -> RuntimeConfigStore:
-    """The runtime configuration: the shipped defaults, the workspace's file over them, `BOT_MODEL` over both."""
+def load_runtime_config(
+    env: EnvSettings, workspace: Workspace, notices: OwnerNotices | None = None
+) -> RuntimeConfigStore:
+    """The runtime configuration: the shipped defaults, the workspace's file over them, `BOT_MODEL` over both;
+    a key refused in the file is told to the owner through `notices`."""
     store = RuntimeConfigStore(
         shipped_path("config") / "runtime-config.json",
         workspace.runtime_config_file,
         {"llm": {"model": env.bot_model}} if env.bot_model else None,
+        notices,
     )
     store.load_now()
     return store
 
 
 def prepare_workspace(env: EnvSettings) -> Workspace:
-    """The workspace, with whatever was missing filled in from `workspace_template/`."""
+    """The workspace, with whatever was missing filled in from `workspace_template/`; `InvalidEnvironment`
+    (naming `BOT_WORKSPACE`) when it cannot be made."""
     workspace = Workspace(env.bot_workspace)
-    workspace.complete_from(shipped_path("workspace_template"))
+    try:
+        created = workspace.complete_from(shipped_path("workspace_template"))
+        if workspace.runtime_config_file in created:
+            # A new file names the schema, so an editor completes and checks its keys.
+            schema = {SCHEMA_KEY: shipped_schema_path().as_uri()}
+            write_atomic_sync(workspace.runtime_config_file, (json.dumps(schema, indent=2) + "\n").encode())
+    except OSError as error:
+        raise InvalidEnvironment([workspace_line(env.bot_workspace, str(error))]) from error
     removed = remove_stale_temp_files(workspace.root)
     if removed:
         log.info("[Workspace] Removed %d temp files left by an interrupted write", removed)
@@ -107,7 +124,9 @@ class Application:
         self.env = env
         self.workspace = workspace = prepare_workspace(env)
         self.clock = clock = Clock(resolve_timezone(env.bot_timezone))
-        self.config_store = config_store = load_runtime_config(env, workspace)
+        # What the owner must be told without asking, from any layer; delivered once the channels run.
+        self.notices = OwnerNotices(workspace.root / "state" / "owner-notices.json")
+        self.config_store = config_store = load_runtime_config(env, workspace, self.notices)
         model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
         model_switch.restore()  # before anything reads the model
 
@@ -129,6 +148,7 @@ class Application:
         self.models = models.models
         tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
+        config_store.on_change(tools.mcp.follow)  # servers start, restart or stop as soon as an edit is read
         estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
 
@@ -157,6 +177,9 @@ class Application:
             planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
             mcp=tools.mcp, skills=skills.library, answer_again=self._answer_again,
             forget_exchange=pipeline.forget_exchange,
+            setup_problems=lambda: [
+                check.line() for check in local_checks(env) if not check.ok and check.name != CONFIG_CHECK
+            ],
         )  # fmt: skip
         access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
         self.router = router = pipeline_install.install_router(
@@ -165,7 +188,7 @@ class Application:
         scheduled = scheduler_install.install(
             reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
-            rag=rag.service, mcp=tools.mcp, tools=tools.registry, commands=commands,
+            rag=rag.service, tools=tools.registry, commands=commands,
             chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
         )  # fmt: skip
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
@@ -197,6 +220,17 @@ class Application:
     def add_channels(self, channels: list[Channel]) -> None:
         """Channels to run (before `start`): the configured ones (`configured_channels`) or the terminal's."""
         self.channels.extend(channels)
+
+    def owner_chat(self) -> tuple[str, str] | None:
+        """The owner's own chat among the running channels: their private Telegram chat (a private chat's
+        id is its user's id), else the terminal; None while there is no owner to reach."""
+        channel_types = self._channel_types()
+        allowed_users = self.config_store.current_sync().access.allowed_users
+        if "telegram" in channel_types and allowed_users:
+            return "telegram", str(allowed_users[0])
+        if "console" in channel_types:
+            return "console", "local"
+        return None
 
     def configured_channels(self) -> list[Channel]:
         """The channels the environment configures (Telegram when `TELEGRAM_BOT_TOKEN` is set), not added."""
@@ -272,8 +306,10 @@ class Application:
         for channel in self.channels:
             await channel.start(_handler_for(self, channel))
             log.info("[App] Channel %s started", channel.channel_type)
+        self.notices.connect(_owner_delivery(self))
 
     async def _stop_channels(self) -> None:
+        await self.notices.close()
         for channel in self.channels:
             await channel.stop()
 
@@ -281,7 +317,7 @@ class Application:
         self.documents.resume({channel.channel_type: channel for channel in self.channels})
 
     async def _start_scheduler(self) -> None:
-        self.reminders.connect(_reminder_delivery(self), self._channel_types())
+        self.reminders.connect(_chat_delivery(self), self._channel_types())
         self.scheduler.start()
 
     async def _answer_backlog(self) -> None:
@@ -341,17 +377,31 @@ def resubmit(app: Application, channels: list[Channel], backlog: list[InboundMes
         app.router.resubmit(inbound, by_type[inbound.channel_type])
 
 
-def _reminder_delivery(app: Application) -> Deliver:
+def _chat_delivery(app: Application) -> Deliver:
+    """Sends a message of the bot's own (a reminder, a notice) to a chat, and keeps it in that chat's
+    conversation, so the model knows what the user was told."""
     by_type = {channel.channel_type: channel for channel in app.channels}
 
     async def deliver(channel_type: str, chat_id: str, text: str) -> None:
         await by_type[channel_type].send_text(chat_id, text)
-        # Kept in the conversation, so the model knows what it reminded the user of.
         session = await app.sessions.get_or_create(channel_type, chat_id)
         async with app.sessions.lock_for(session.id):
             await app.sessions.append_messages(session, [Message.assistant(text)])
 
     return deliver
+
+
+def _owner_delivery(app: Application) -> DeliverToOwner:
+    deliver = _chat_delivery(app)
+
+    async def deliver_to_owner(text: str) -> bool:
+        target = app.owner_chat()
+        if target is None:
+            return False
+        await deliver(*target, text)
+        return True
+
+    return deliver_to_owner
 
 
 def _handler_for(app: Application, channel: Channel) -> InboundHandler:

@@ -8,9 +8,11 @@ An uncaught exception is logged too, so its traceback is scrubbed like any other
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -29,6 +31,10 @@ _CHATTY_LIBRARIES = (
     "aiohttp.access",
 )
 
+
+# A log file (the terminal chat's) is rotated at this size, keeping this many older files.
+LOG_FILE_MAX_BYTES = 5 * 1024 * 1024
+LOG_FILE_BACKUPS = 2
 
 # Environment variables whose names say they hold a secret (`AWS_SECRET_ACCESS_KEY`, `GITHUB_TOKEN`, ...).
 _SECRET_NAME = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:$|_)", re.IGNORECASE)
@@ -91,15 +97,29 @@ def add_secrets(secrets: Iterable[str]) -> None:
         factory.secrets += [s for s in secrets if len(s) >= MIN_SECRET_CHARS and s not in known]
 
 
-def configure_logging(level: str, secrets: list[str], stream: TextIO | None = None) -> None:
-    """Log to `stream` (stderr) at `level`, with `secrets` scrubbed from every record and uncaught exception."""
+def configure_logging(
+    level: str, secrets: list[str], stream: TextIO | None = None, log_file: Path | None = None
+) -> None:
+    """Log to `stream` (stderr) at `level`, with `secrets` scrubbed from every record and uncaught exception.
+    With `log_file` (the terminal chat), lines go to that file instead, rotated, and only a fatal error to
+    `stream` as well: the screen is the conversation's. `OSError` when the file cannot be made."""
     factory = logging.getLogRecordFactory()
     base = factory.base if isinstance(factory, SecretScrubbingRecordFactory) else factory
     logging.setLogRecordFactory(SecretScrubbingRecordFactory(base, secrets))
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    handler: logging.Handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(formatter)
+    handlers = [handler]
+    if log_file is not None:
+        log_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        to_file = logging.handlers.RotatingFileHandler(
+            log_file, maxBytes=LOG_FILE_MAX_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8"
+        )
+        to_file.setFormatter(formatter)
+        handler.setLevel(logging.CRITICAL)
+        handlers = [to_file, handler]
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = handlers
     root.setLevel(level.upper())
     for name in _CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

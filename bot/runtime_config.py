@@ -2,24 +2,41 @@
 
 The workspace file is partial: it is merged key by key over the shipped defaults. It is re-read
 whenever it changes (checked on every use, a single `stat`), so an edit takes effect on the next
-message. A file that is not valid JSON, has a wrong type or an unknown key is refused with one log
-line naming the file and the key, and the last good configuration stays in force.
+message. A file that is not valid JSON is refused whole, and the last good configuration stays in
+force. A bad key or value (an unknown key, a wrong type, a value out of range) is refused alone: the
+file's other keys apply, the refused key keeps the value it had (the default, at start), one log line
+names the file, the key, what is wrong and the nearest valid key or value, and the owner is told once
+(`OwnerNotices`). The keys in error are listed by `RuntimeConfigStore.problems` until they are fixed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from bot.config_problems import ConfigProblem, problem_for
+from bot.notices import OwnerNotices
 from bot.settings import RuntimeConfig, read_at_start_keys
+from bot.shipped import shipped_path
 from bot.storage.files import FileSignature, file_signature
 
 log = logging.getLogger(__name__)
+
+# The key of a problem with the file as a whole (not JSON, not an object).
+WHOLE_FILE = "(file)"
+# Owner notices about runtime-config keys are kept under this prefix, then the key.
+NOTICE_PREFIX = "runtime-config:"
+
+
+SCHEMA_KEY = "$schema"
 
 
 class InvalidRuntimeConfig(ValueError):
@@ -45,10 +62,62 @@ def _describe_validation_error(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A file read over the defaults: the configuration it gives, and the keys refused on the way."""
+
+    config: RuntimeConfig
+    problems: list[ConfigProblem]
+
+
+def _refused_path(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[str, ...]:
+    """The key of the file that an error refuses: the deepest object key on the error's path that the file
+    holds (a list is refused whole); an entry of `mcpServers` stands or falls whole."""
+    path: list[str] = []
+    node: Any = data
+    for part in loc:
+        if not isinstance(node, dict) or not isinstance(part, str) or part not in node:
+            break
+        path.append(part)
+        node = node[part]
+    if len(path) > 2 and path[0] == "mcpServers":
+        del path[2:]
+    return tuple(path)
+
+
+def _pop_path(data: dict[str, Any], path: tuple[str, ...]) -> None:
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    del node[path[-1]]
+
+
+def _get_path(data: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
+    node: Any = data
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = data
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+
+
 def parse_runtime_config(
-    text: str, source: Path, base: dict[str, Any], overrides: dict[str, Any] | None = None
-) -> RuntimeConfig:
-    """Validate `text` merged over `base`, `overrides` over both; `InvalidRuntimeConfig` says what and where."""
+    text: str,
+    source: Path,
+    base: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+    in_force: RuntimeConfig | None = None,
+) -> LoadedConfig:
+    """`text` merged over `base`, `overrides` over both. A key that does not validate is left out (and keeps
+    its value in `in_force`, when it has one) and named in `problems`; `InvalidRuntimeConfig` when the
+    text is not a JSON object at all."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -57,10 +126,48 @@ def parse_runtime_config(
         ) from error
     if not isinstance(data, dict):
         raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
+    # `$schema` names the JSON Schema an editor checks the file against; it is no setting.
+    data.pop(SCHEMA_KEY, None)
+    kept: dict[str, Any] = copy.deepcopy(data)
+    restored: dict[str, Any] = {}
+    previous = in_force.model_dump(mode="json", by_alias=True) if in_force is not None else {}
+    problems: list[ConfigProblem] = []
+    while True:
+        try:
+            merged = deep_merge(deep_merge(deep_merge(base, kept), restored), overrides or {})
+            config = RuntimeConfig.model_validate(merged)
+        except ValidationError as error:
+            refused: dict[tuple[str, ...], ConfigProblem] = {}
+            for item in error.errors():
+                path = _refused_path(kept, item["loc"])
+                if not path:  # not from a key of the file: nothing to leave out
+                    raise InvalidRuntimeConfig(f"{source}: {_describe_validation_error(error)}") from error
+                refused.setdefault(path, problem_for(path, item))
+            for path, problem in refused.items():
+                if _get_path(kept, path)[0]:
+                    _pop_path(kept, path)
+                found, value = _get_path(previous, path)
+                if found:
+                    _set_path(restored, path, value)
+                problems.append(problem)
+            continue
+        return LoadedConfig(config, problems)
+
+
+def runtime_config_problems(path: Path, defaults_path: Path | None = None) -> list[ConfigProblem]:
+    """What is wrong in the runtime-config file at `path`, key by key (empty when nothing is, or there is no
+    file): what `/status` lists and what a check of the setup reports. Read over the shipped defaults."""
+    defaults = json.loads((defaults_path or shipped_path("config") / "runtime-config.json").read_text("utf-8"))
     try:
-        return RuntimeConfig.model_validate(deep_merge(deep_merge(base, data), overrides or {}))
-    except ValidationError as error:
-        raise InvalidRuntimeConfig(f"{source}: {_describe_validation_error(error)}") from error
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as error:
+        return [ConfigProblem(WHOLE_FILE, f"cannot be read: {error}")]
+    try:
+        return parse_runtime_config(text, path, defaults).problems
+    except InvalidRuntimeConfig as error:
+        return [ConfigProblem(WHOLE_FILE, str(error).removeprefix(f"{path}: "))]
 
 
 def _value_at(config: RuntimeConfig, path: tuple[str, ...]) -> object:
@@ -77,16 +184,27 @@ def changed_at_start_keys(before: RuntimeConfig, after: RuntimeConfig) -> list[s
 
 class RuntimeConfigStore:
     """The configuration in force: shipped defaults, the workspace file merged over them, and `overrides`
-    (what the environment sets, e.g. `BOT_MODEL` for `llm.model`) over both, whatever the file says."""
+    (what the environment sets, e.g. `BOT_MODEL` for `llm.model`) over both, whatever the file says.
+    A refused key is told to the owner once through `notices`, and settled there once it is fixed."""
 
-    def __init__(self, defaults_path: Path, workspace_path: Path, overrides: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        defaults_path: Path,
+        workspace_path: Path,
+        overrides: dict[str, Any] | None = None,
+        notices: OwnerNotices | None = None,
+    ) -> None:
         self._workspace_path = workspace_path
         self._defaults_path = defaults_path
         self._defaults: dict[str, Any] = json.loads(defaults_path.read_text(encoding="utf-8"))
         self._overrides = overrides or {}
-        self._config = parse_runtime_config(json.dumps(self._defaults), defaults_path, {}, self._overrides)
+        self._notices = notices
+        self._config = parse_runtime_config(json.dumps(self._defaults), defaults_path, {}, self._overrides).config
+        self._problems: list[ConfigProblem] = []
         self._signature: FileSignature | None = None
         self._lock = asyncio.Lock()
+        self._listeners: list[Callable[[RuntimeConfig], None]] = []
+        self._announced = self._config
 
     @property
     def path(self) -> Path:
@@ -96,6 +214,15 @@ class RuntimeConfigStore:
         """The configuration in force, without checking the file (see `current`); a getter, to hand to what
         reads the configuration when it needs it."""
         return self._config
+
+    def on_change(self, listener: Callable[[RuntimeConfig], None]) -> None:
+        """Call `listener` with each new configuration as soon as it is read (on the event loop's thread), so
+        that what must follow an edit (MCP servers starting or stopping) does not wait for its next use."""
+        self._listeners.append(listener)
+
+    def problems(self) -> list[ConfigProblem]:
+        """The keys of the file refused now (or the whole file, when it is not valid JSON), until fixed."""
+        return list(self._problems)
 
     async def current(self) -> RuntimeConfig:
         """The configuration in force, re-reading the workspace file first if it changed."""
@@ -107,6 +234,7 @@ class RuntimeConfigStore:
             async with self._lock:
                 if signature != self._signature:
                     await asyncio.to_thread(self._reload, signature)
+                    self._after_reload()
         return self._config
 
     def current_sync(self) -> RuntimeConfig:
@@ -116,17 +244,20 @@ class RuntimeConfigStore:
         signature = self._file_signature()
         if signature != self._signature:
             self._reload(signature)
+            self._after_reload()
         return self._config
 
     def set_overrides(self, overrides: dict[str, Any]) -> RuntimeConfig:
         """Merge `overrides` over the ones in force (e.g. `/model` setting `llm.model`) and apply them now."""
         self._overrides = deep_merge(self._overrides, overrides)
         self._reload(self._file_signature())
+        self._after_reload()
         return self._config
 
     def load_now(self) -> RuntimeConfig:
         """Read the file synchronously (start-up and the command line)."""
         self._reload(self._file_signature())
+        self._after_reload()
         return self._config
 
     def _file_signature(self) -> FileSignature | None:
@@ -135,15 +266,25 @@ class RuntimeConfigStore:
     def _reload(self, signature: FileSignature | None) -> None:
         # Remember the signature even when refused, so one bad edit is one log line, not one per message.
         self._signature = signature
-        if signature is None:
-            self._config = parse_runtime_config("{}", self._workspace_path, self._defaults, self._overrides)
-            return
+        text = "{}"
+        if signature is not None:
+            try:
+                text = self._workspace_path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError) as error:
+                self._refuse_whole(f"cannot be read: {error}")
+                return
         try:
-            text = self._workspace_path.read_text(encoding="utf-8")
-            config = parse_runtime_config(text, self._workspace_path, self._defaults, self._overrides)
-        except (InvalidRuntimeConfig, UnicodeDecodeError, OSError) as error:
-            log.error("[Config] Refused %s; keeping the last good configuration", error)
+            loaded = parse_runtime_config(text, self._workspace_path, self._defaults, self._overrides, self._config)
+        except InvalidRuntimeConfig as error:
+            self._refuse_whole(str(error).removeprefix(f"{self._workspace_path}: "))
             return
+        config = loaded.config
+        for problem in loaded.problems:
+            log.error(
+                "[Config] Refused %s in %s: %s (the file's other keys apply)",
+                problem.key, self._workspace_path, problem.describe().removeprefix(f"{problem.key}: "),
+            )  # fmt: skip
+        self._problems = loaded.problems
         if config != self._config:
             log.info("[Config] Loaded %s", self._workspace_path)
             for key in changed_at_start_keys(self._config, config):
@@ -153,3 +294,35 @@ class RuntimeConfigStore:
                     self._workspace_path,
                 )
         self._config = config
+
+    def _refuse_whole(self, reason: str) -> None:
+        log.error("[Config] Refused %s: %s; keeping the last good configuration", self._workspace_path, reason)
+        self._problems = [ConfigProblem(WHOLE_FILE, reason)]
+
+    def _after_reload(self) -> None:
+        """On the event loop's thread (the notices send from it, the listeners start tasks): tell the owner of
+        each refused key not told yet, settle those fixed, and hand a new configuration to the listeners."""
+        if self._config != self._announced:
+            self._announced = self._config
+            for listener in self._listeners:
+                listener(self._config)
+        if self._notices is None:
+            return
+        now = {NOTICE_PREFIX + problem.key for problem in self._problems}
+        for key in self._notices.keys(NOTICE_PREFIX) - now:
+            self._notices.settle(key)
+        for problem in self._problems:
+            self._notices.tell_once(NOTICE_PREFIX + problem.key, self._owner_text(problem))
+
+    def _owner_text(self, problem: ConfigProblem) -> str:
+        if problem.key == WHOLE_FILE:
+            return (
+                f"I could not read {self._workspace_path}: {problem.problem}. The last good configuration stays "
+                "in force until the file is fixed."
+            )
+        described = problem.describe()
+        return (
+            f"A setting in {self._workspace_path} was refused: {described}{'' if described.endswith('?') else '.'} "
+            "The file's other settings are in force; this one is left out until it is fixed (/status lists it "
+            "meanwhile)."
+        )

@@ -125,6 +125,16 @@ class Workspace:
     def reminders_file(self) -> Path:
         return self.root / "reminders.json"
 
+    @cached_property
+    def chat_log_file(self) -> Path:
+        """Where `python -m bot chat` logs, so that the terminal holds the conversation alone."""
+        return self.root / "logs" / "chat.log"
+
+    @cached_property
+    def chat_history_file(self) -> Path:
+        """The lines typed in `python -m bot chat`, for the arrow keys and Ctrl-R of the next chat."""
+        return self.root / "state" / "chat-history"
+
     def required_dirs(self) -> list[Path]:
         return [
             self.memory_dir,

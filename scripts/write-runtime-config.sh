@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Rewrite the shipped config/runtime-config.json from the settings model (bot/settings.py), after a
-# setting was added or its default changed there. tests/test_runtime_config.py holds the two equal.
+# Rewrite what is written out from the settings model (bot/settings.py) after a setting was added or its
+# default or description changed there: config/runtime-config.json, config/runtime-config.schema.json and
+# the key tables of docs/configuration.md. Tests hold all three equal to the model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -c 'from bot.settings import shipped_runtime_config_json as text; print(text(), end="")' \
-    > config/runtime-config.json
+.venv/bin/python -m bot.settings_docs

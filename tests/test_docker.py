@@ -6,6 +6,7 @@ the image installs is built from a clean copy and carries the shipped config and
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -14,12 +15,11 @@ from pathlib import Path
 
 import yaml
 
+from bot.settings import EnvSettings
+
 ROOT = Path(__file__).resolve().parent.parent
-CONTRACT_VARIABLES = [
-    "TELEGRAM_BOT_TOKEN", "TELEGRAM_API_BASE_URL", "TELEGRAM_BACKEND", "TELEGRAM_MODE", "TELEGRAM_WEBHOOK_URL",
-    "TELEGRAM_WEBHOOK_SECRET", "BOT_LISTEN_HOST", "BOT_LISTEN_PORT", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-    "BOT_MODEL", "BOT_TIMEZONE", "BOT_LOG_LEVEL",
-]  # fmt: skip
+# Every variable the settings model reads.
+VARIABLES = sorted(name.upper() for name in EnvSettings.model_fields)
 
 
 def test_the_dockerfile_passes_hadolint() -> None:
@@ -38,11 +38,14 @@ def test_the_image_runs_the_bot_as_a_non_root_user_with_the_workspace_as_a_volum
         assert (ROOT / copied).exists(), copied
 
 
-def test_compose_passes_the_contract_environment() -> None:
+def test_compose_and_the_env_example_list_every_variable() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     environment = compose["services"]["bot"]["environment"]
-    assert sorted(environment) == sorted(CONTRACT_VARIABLES)
+    assert sorted(environment) == VARIABLES
+    assert environment["BOT_WORKSPACE"] == "/data/workspace"
     assert compose["services"]["bot"]["volumes"] == ["bot-workspace:/data/workspace"]
+    example = (ROOT / ".env.example").read_text()
+    assert sorted(set(re.findall(r"^#? ?([A-Z_]+)=", example, re.MULTILINE))) == VARIABLES
 
 
 def test_the_wheel_the_image_installs_carries_the_shipped_files(tmp_path: Path) -> None:
@@ -57,5 +60,6 @@ def test_the_wheel_the_image_installs_carries_the_shipped_files(tmp_path: Path) 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "bot/_shipped/config/runtime-config.json" in names
     assert "bot/_shipped/config/models.json" in names
+    assert "bot/_shipped/config/runtime-config.schema.json" in names
     assert "bot/_shipped/workspace_template/memory/MEMORY.md" in names
     assert "bot/__main__.py" in names

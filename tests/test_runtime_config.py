@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.runtime_config import RuntimeConfigStore
+from bot.notices import OwnerNotices
+from bot.runtime_config import RuntimeConfigStore, deep_merge, runtime_config_problems
 from bot.settings import RuntimeConfig, settings_of, shipped_runtime_config_json
 from bot.shipped import shipped_path
+from tests.channels.telegram_harness import OWNER
+from tests.fakes.bot_fixtures import BotFactory
+from tests.fakes.telegram_server import FakeTelegram
 
 SHIPPED_DEFAULTS = shipped_path("config") / "runtime-config.json"
 
@@ -93,17 +97,11 @@ async def test_edit_takes_effect_on_next_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "named"),
     [
-        ('{"memory": {"recentDays": "seven"}}', "memory.recentDays"),
-        ('{"memory": {"recentDays": "7"}}', "memory.recentDays"),
-        ('{"memory": {"enabled": 1}}', "memory.enabled"),
-        ('{"compaction": {"keepLastMesages": 5}}', "compaction.keepLastMesages"),
-        ('{"surprise": {}}', "surprise"),
         ('{"memory": {"recentDays": 3,}}', "invalid JSON at line 1"),
         ("[1, 2]", "expected a JSON object"),
-        ('{"memory": {"recentDays": -1}}', "memory.recentDays"),
     ],
 )
-async def test_invalid_file_is_refused_with_one_line_and_last_good_config_stays(
+async def test_a_file_that_is_not_a_json_object_is_refused_whole_and_the_last_good_config_stays(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str, named: str
 ) -> None:
     store = store_at(tmp_path)
@@ -118,6 +116,114 @@ async def test_invalid_file_is_refused_with_one_line_and_last_good_config_stays(
     refusals = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
     assert len(refusals) == 1
     assert str(store.path) in refusals[0] and named in refusals[0]
+    [problem] = store.problems()
+    assert problem.key == "(file)" and named in problem.problem
+
+
+async def test_the_issues_typo_refuses_that_key_alone_and_names_the_nearest_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"compaction": {"keepLastMessages": 3}, "memory": {"recentDay": 2}}))
+    with caplog.at_level(logging.ERROR):
+        config = await store.current()
+    assert config.compaction.keep_last_messages == 3  # the good key applies
+    assert config.memory.recent_days == 7
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert str(store.path) in refusal and "memory.recentDay" in refusal
+    assert "did you mean `memory.recentDays`?" in refusal
+    assert [problem.key for problem in store.problems()] == ["memory.recentDay"]
+
+
+# Each bad key sits in a file with good keys beside it: `memory.workingTopK` in the same section and
+# `compaction.keepLastMessages` in another. The bad key is refused alone; the log line names the file,
+# the key, and the nearest valid key or the values accepted.
+@pytest.mark.parametrize(
+    ("bad", "key", "said"),
+    [
+        ({"memory": {"recentDay": 2}}, "memory.recentDay", "did you mean `memory.recentDays`?"),
+        ({"memory": {"keepLastMessages": 2}}, "memory.keepLastMessages", "did you mean `compaction.keepLastMessages`?"),
+        ({"rag": {"xyz": 1}}, "rag.xyz", "not a setting (`rag` has enabled, backend, postgresVectors, "),
+        ({"surprise": {}}, "surprise", "not a setting (the file has memory, compaction, access, "),
+        ({"toolloop": {}}, "toolloop", "did you mean `toolLoop`?"),
+        ({"memory": {"recentDays": "seven"}}, "memory.recentDays", "it takes a whole number from 0 to 365"),
+        ({"memory": {"recentDays": "3"}}, "memory.recentDays", "did you mean `3`?"),
+        ({"memory": {"recentDays": 400}}, "memory.recentDays", "from 0 to 365; did you mean `365`?"),
+        ({"memory": {"decayEnabled": 1}}, "memory.decayEnabled", "it takes true or false; did you mean `true`?"),
+        ({"rag": {"queryMode": "hybird"}}, "rag.queryMode", 'did you mean `"hybrid"`?'),
+        ({"access": {"allowedUsers": ["ann"]}}, "access.allowedUsers", "a list of whole numbers"),
+        ({"compaction": {"budgetShares": {"memory": 0.9}}}, "compaction.budgetShares", "at most 1"),
+        ({"memory": 5}, "memory", "an object of the section's keys"),
+    ],
+)
+async def test_a_bad_key_or_value_is_refused_alone_and_the_other_keys_apply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: dict[str, object], key: str, said: str
+) -> None:
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 2}, "compaction": {"keepLastMessages": 4}}))
+    assert (await store.current()).memory.recent_days == 2
+
+    good = {"memory": {"workingTopK": 3}, "compaction": {"keepLastMessages": 5}}
+    content = deep_merge(good, bad) if isinstance(bad.get("memory"), dict) or "memory" not in bad else {**good, **bad}
+    write(store.path, json.dumps(content))
+    with caplog.at_level(logging.ERROR):
+        config = await store.current()
+        await store.current()  # asking again does not log again
+    assert config.compaction.keep_last_messages == 5
+    if key != "memory":
+        assert config.memory.working_top_k == 3
+    if key.startswith("memory.recentDays"):
+        assert config.memory.recent_days == 2  # a refused value keeps the value in force
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert f"Refused {key} in {store.path}:" in refusal and said in refusal, refusal
+    assert [problem.key for problem in store.problems()] == [key]
+    assert runtime_config_problems(store.path) == store.problems()
+
+    write(store.path, json.dumps(good))  # fixed: nothing in error any more
+    assert (await store.current()).memory.working_top_k == 3
+    assert store.problems() == []
+
+
+async def test_a_refused_key_is_told_to_the_owner_once_and_settled_once_fixed(tmp_path: Path) -> None:
+    notices = OwnerNotices(tmp_path / "told.json")
+    told: list[str] = []
+
+    async def deliver(text: str) -> bool:
+        told.append(text)
+        return True
+
+    notices.connect(deliver)
+    store = RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json", notices=notices)
+    write(store.path, json.dumps({"memory": {"recentDay": 2}}))
+    await store.current()
+    write(store.path, json.dumps({"memory": {"recentDay": 2}, "llm": {"temperature": 0.5}}))
+    await store.current()
+    await notices.close()
+    [notice] = told
+    assert str(store.path) in notice and "memory.recentDay" in notice and "`memory.recentDays`" in notice
+
+    write(store.path, json.dumps({"memory": {"recentDays": 2}}))
+    await store.current()
+    assert notices.keys("runtime-config:") == set()
+    write(store.path, json.dumps({"memory": {"recentDay": 2}}))  # the same mistake again is told again
+    notices.connect(deliver)
+    await store.current()
+    await notices.close()
+    assert len(told) == 2
+
+
+def test_the_problems_of_a_file_are_listed_without_a_running_bot(tmp_path: Path) -> None:
+    path = tmp_path / "runtime-config.json"
+    assert runtime_config_problems(path) == []
+    path.write_text('{"compaction": {"keepLastMesages": 5}, "telegram": {"deliveryAttempts": 50}}')
+    described = [problem.describe() for problem in runtime_config_problems(path)]
+    assert described == [
+        "compaction.keepLastMesages: not a setting; did you mean `compaction.keepLastMessages`?",
+        "telegram.deliveryAttempts: 50 is refused: it takes a whole number from 1 to 20; did you mean `20`?",
+    ]
+    path.write_text("{oops")
+    [problem] = runtime_config_problems(path)
+    assert problem.key == "(file)" and "invalid JSON at line 1" in problem.problem
 
 
 async def test_a_fixed_file_is_taken_again(tmp_path: Path) -> None:
@@ -148,3 +254,31 @@ async def test_changing_a_setting_read_at_start_says_it_waits_for_a_restart(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "scheduler.maintenanceCron changed" in warnings[0] and "after a restart" in warnings[0]
+
+
+async def test_the_owner_hears_of_a_typo_once_on_telegram_and_status_lists_it_until_fixed(
+    start: BotFactory, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start({"compaction": {"keepLastMessages": 3}, "memory": {"recentDay": 2}})
+    assert bot.app.config_store.in_force().compaction.keep_last_messages == 3  # the good key applies
+
+    [notice] = await fake_telegram.await_messages(OWNER)
+    # Telegram shows the keys as code: the text arrives without the backticks.
+    assert "memory.recentDay" in notice.text and "did you mean memory.recentDays?" in notice.text
+    assert "runtime-config.json" in notice.text
+
+    fake_telegram.push_message(OWNER, "/status")
+    status = (await fake_telegram.await_messages(OWNER, 2))[-1].text
+    assert "Config: 1 refused in" in status
+    assert "memory.recentDay: not a setting; did you mean memory.recentDays?" in status
+
+    config_file = bot.workspace / "preferences" / "runtime-config.json"
+    fixed = json.loads(config_file.read_text())
+    fixed["memory"] = {"recentDays": 2}
+    write(config_file, json.dumps(fixed))
+    fake_telegram.push_message(OWNER, "/status")
+    status = (await fake_telegram.await_messages(OWNER, 3))[-1].text
+    assert "Config:" not in status
+    assert bot.app.config_store.in_force().memory.recent_days == 2
+    # Told once: the owner's chat holds the notice and the two /status replies, nothing more.
+    assert len(fake_telegram.sent_messages(OWNER)) == 3

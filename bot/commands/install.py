@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bot.clock import Clock
 from bot.commands.basic import register_basic_commands
 from bot.commands.compaction import register_compaction_commands
@@ -39,8 +41,9 @@ def install(
     skills: SkillLibrary,
     answer_again: AnswerAgain,
     forget_exchange: ForgetExchange,
+    setup_problems: Callable[[], list[str]] | None = None,
 ) -> StatusReporter:
-    status = StatusReporter(config_store, planner, memory, rag, mcp, skills)
+    status = StatusReporter(config_store, planner, memory, rag, mcp, skills, setup_problems)
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
+from bot.access.policy import GUARDED_CHANNELS
 from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
 from bot.memory.service import MemoryService
@@ -23,7 +27,11 @@ class StatusReporter:
         rag: RagService | None = None,
         mcp: McpManager | None = None,
         skills: SkillLibrary | None = None,
+        setup_problems: Callable[[], list[str]] | None = None,
     ) -> None:
+        """`setup_problems`: the failed checks of the setup that need no network, one line each (what
+        `python -m bot doctor` says of them), shown to the owner."""
+        self._setup_problems = setup_problems
         self._rag = rag
         self._mcp = mcp
         self._skills = skills
@@ -55,6 +63,7 @@ class StatusReporter:
             if skills
             else ""
         )
+        problems = await self._problems_for(session, config.access.allowed_users)
         return "\n".join(
             [
                 f"Session {session.id} ({session.state.value})",
@@ -75,9 +84,33 @@ class StatusReporter:
                 *([rag_line] if rag_line else []),
                 *([mcp_line] if mcp_line else []),
                 *([skills_line] if skills_line else []),
+                *self._config_lines(),
                 f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
+                *problems,
             ]
         )
+
+    async def _problems_for(self, session: AgentSession, allowed_users: list[int]) -> list[str]:
+        """The setup's failed checks, for the owner's own chat (the terminal, or the owner's private chat)."""
+        owner = session.channel_type not in GUARDED_CHANNELS or (
+            bool(allowed_users) and session.chat_id == str(allowed_users[0])
+        )
+        if self._setup_problems is None or not owner:
+            return []
+        problems = await asyncio.to_thread(self._setup_problems)
+        if not problems:
+            return []
+        count = f"{len(problems)} problem" + ("s" if len(problems) > 1 else "")
+        return [f"Setup: {count} (python -m bot doctor checks everything):", *problems]
+
+    def _config_lines(self) -> list[str]:
+        """The keys of runtime-config.json refused now, one line each, until they are fixed."""
+        problems = self._config_store.problems()
+        if not problems:
+            return []
+        return [f"Config: {len(problems)} refused in {self._config_store.path}:"] + [
+            f"  {problem.describe()}" for problem in problems
+        ]
 
     def _mcp_line(self) -> str:
         """`MCP servers: files (stdio) ready, 6 tools (4 offered); web (http) failed: ... (2 restarts)`."""

@@ -114,7 +114,7 @@ class IndexDatabase:
 
     def _take_ownership(self) -> bool:
         """Lock the database for this process; False when another one holds it."""
-        if fcntl is None:  # no flock (Windows): one process at a time, as the README says
+        if fcntl is None:  # no flock (Windows): one process at a time
             return True
         handle = open(self.path.with_name(self.path.name + ".lock"), "a+b")  # held while the index is open
         try:

@@ -1,14 +1,19 @@
 """`LongTermMemory`: `MEMORY.md`, free Markdown the owner and the model curate.
 
 Checked on every message (cached only while the file is unchanged), so a hand edit takes effect on
-the next message. Writes are atomic rewrites.
+the next message. Writes are atomic rewrites. Markdown comments (`<!-- ... -->`) are the owner's notes
+to themselves (a new MEMORY.md starts with a guide in one): the model is never shown them.
 """
 
 from __future__ import annotations
 
+import re
+
 from bot.memory.file_cache import TextFileCache
 from bot.storage.files import write_atomic
 from bot.workspace import MemoryPaths
+
+COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 
 class LongTermMemory:
@@ -17,9 +22,21 @@ class LongTermMemory:
     def __init__(self, paths: MemoryPaths, cache: TextFileCache | None = None) -> None:
         self._path = paths.long_term_file
         self._cache = cache or TextFileCache()
+        # The last text read and what the model is shown of it: asked on every message, changed rarely.
+        self._shown: tuple[str, str] = ("", "")
 
     async def read(self) -> str:
+        """The whole file, comments included: what an edit starts from."""
         return (await self._cache.read(self._path) or "").strip()
+
+    async def for_model(self) -> str:
+        """The file without its Markdown comments: what the model is shown."""
+        text = await self.read()
+        if text != self._shown[0]:
+            # Where a comment was, at most one blank line stays.
+            shown = re.sub(r"\n{3,}", "\n\n", COMMENT.sub("", text)).strip() if "<!--" in text else text
+            self._shown = (text, shown)
+        return self._shown[1]
 
     async def write(self, content: str) -> None:
         text = content.strip()

@@ -106,6 +106,8 @@ class MemoryScope:
     vector_cache: VectorCache | None = None
     # The background task embedding items that have no vector yet (see `MemoryService.index_vectors`).
     indexing: asyncio.Task[None] | None = None
+    # Held while the vectors stored by earlier runs are read, so `/status` counts them all or waits.
+    reading_stored_vectors: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass(frozen=True)
@@ -319,29 +321,41 @@ class MemoryService:
             self._index_vectors(scope, embedder), name=f"memory vectors {scope.paths.root}"
         )
 
+    async def _read_stored_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
+        """Take up `embedder`'s vectors that an earlier run stored in the scope's cache; embeds nothing."""
+        async with scope.reading_stored_vectors:
+            await self._read_stored_vectors_held(scope, embedder)
+
+    async def _read_stored_vectors_held(self, scope: MemoryScope, embedder: Embedder) -> None:
+        cache = scope.vector_cache
+        assert cache is not None
+        async with self.fresh(scope):
+            if scope.vectors.embedder_name == embedder.name:
+                return
+            scope.vectors.use_embedder(embedder.name)
+            wanted = scope.vectors.wanted_keys()
+        if not wanted:
+            return
+        batches = await asyncio.to_thread(cache.load_quantized, embedder.name, wanted)
+        del wanted
+        read = sum(len(keys) for keys, _, _ in batches)
+        async with scope.lock:
+            if batches:
+                scope.vectors.reserve(read, batches[0][1].shape[1])
+            while batches:
+                scope.vectors.put_quantized(*batches.pop(0))
+            # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
+            await asyncio.to_thread(scope.vectors.prepare_search)
+        log.info("[Memory] %d item vectors read from %s", read, cache.path)
+        settle_after_load()
+
     async def _index_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
         cache = scope.vector_cache
         assert cache is not None
         started = time.monotonic()
         embedded = 0
         try:
-            async with self.fresh(scope):
-                fresh_embedder = scope.vectors.embedder_name != embedder.name
-                scope.vectors.use_embedder(embedder.name)
-                wanted = scope.vectors.wanted_keys() if fresh_embedder else set()
-            if wanted:
-                batches = await asyncio.to_thread(cache.load_quantized, embedder.name, wanted)
-                del wanted
-                read = sum(len(keys) for keys, _, _ in batches)
-                async with scope.lock:
-                    if batches:
-                        scope.vectors.reserve(read, batches[0][1].shape[1])
-                    while batches:
-                        scope.vectors.put_quantized(*batches.pop(0))
-                    # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
-                    await asyncio.to_thread(scope.vectors.prepare_search)
-                log.info("[Memory] %d item vectors read from %s", read, cache.path)
-                settle_after_load()
+            await self._read_stored_vectors(scope, embedder)
             while not scope.vectors.paused():
                 async with scope.lock:
                     todo = scope.vectors.pending()
@@ -515,7 +529,7 @@ class MemoryService:
 
     async def _read_long_term(self, scope: MemoryScope) -> str:
         try:
-            return await scope.long_term.read()
+            return await scope.long_term.for_model()
         except OSError as error:
             log.warning("[Memory] Could not read %s: %s", scope.paths.long_term_file, error)
             return ""
@@ -727,6 +741,14 @@ class MemoryService:
     async def status(self, config: MemoryConfig, session_id: str) -> MemoryStatus:
         """What `/status` shows of the chat's memory."""
         scope = await self.scope(config, session_id)
+        embedder = self.embedder(config)
+        if embedder is not None:
+            # Stored vectors not taken up yet (`python -m bot status` never starts the bot), or being read:
+            # they count, whenever `/status` is asked.
+            try:
+                await self._read_stored_vectors(scope, embedder)
+            except (OSError, sqlite3.Error) as error:
+                log.warning("[Memory] Item vectors of %s could not be read: %s", scope.paths.root, error)
         async with self.fresh(scope):
             counts = scope.store.count_by_layer()
             vectors = scope.vectors.coverage

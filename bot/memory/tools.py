@@ -157,7 +157,7 @@ class MemoryTools:
         return text
 
     async def read_memory(self, args: NoArgs, ctx: ToolContext) -> str:
-        content = await (await self._memory.long_term(ctx.config.memory, ctx.session_id)).read()
+        content = await (await self._memory.long_term(ctx.config.memory, ctx.session_id)).for_model()
         shared = await self._memory.shared_by_owner(ctx.config.memory, ctx.session_id)
         if shared:
             content = f"{content.rstrip()}\n\n{SHARED_NOTE}\n{shared}".lstrip()

@@ -83,7 +83,7 @@ def install(
         memory_persist,
         rag_indexing,
     ]
-    runner = PipelineRunner(systems, sessions, config_store, metrics)
+    runner = PipelineRunner(systems, sessions, config_store, metrics, tools)
     outbound = Outbound(ledger, metrics)
     return InstalledPipeline(runner, ledger, outbound, memory_persist, rag_indexing, config_store)
 

@@ -36,6 +36,7 @@ from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import store_turn_messages, stored_answer, stored_question
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionPersistError, SessionService
+from bot.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,10 @@ class PipelineRunner:
         sessions: SessionService,
         config_store: RuntimeConfigStore,
         metrics: BotMetrics | None = None,
+        tools: ToolRegistry | None = None,
     ) -> None:
         self._metrics = metrics or BotMetrics()
+        self._tools = tools
         self._systems = sorted(systems, key=lambda system: system.order)
         self._sessions = sessions
         self._config_store = config_store
@@ -165,6 +168,9 @@ class PipelineRunner:
             else:
                 await store_turn_messages(self._sessions, ctx, [ctx.user_message])
             async with outbound.typing(), self._interruptible(ctx, outbound):
+                if self._tools is not None:
+                    # A server just added may still be starting: its tools belong to this message's plan too.
+                    await self._tools.wait_for_sources(config.mcp.ready_wait_seconds)
                 failure_reply = await self._run_systems(ctx, after_reply=False)
             if failure_reply is not None or self._sessions.has_unwritten(session):
                 # A failure ends the turn with its question written; a build without the tool loop stored

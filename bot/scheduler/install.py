@@ -12,20 +12,21 @@ from pathlib import Path
 from bot.clock import Clock
 from bot.commands.registry import CommandRegistry
 from bot.compaction.service import CompactionService
+from bot.cron import InvalidCron
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore
-from bot.scheduler.cron import InvalidCron
 from bot.scheduler.idle_compaction import IdleCompactor
 from bot.scheduler.reminder_tools import register_reminder_tools
 from bot.scheduler.reminders import ReminderService
 from bot.scheduler.service import BotScheduler
 from bot.sessions.service import SessionService
-from bot.tools.mcp import McpManager
 from bot.tools.registry import ToolRegistry
 
-CONFIG_CHECK_INTERVAL_SECONDS = 5.0
+# An edit of runtime-config.json is read within this even when no message comes; what follows an edit (MCP
+# servers starting or stopping) is done by the store's listeners as it is read.
+CONFIG_CHECK_INTERVAL_SECONDS = 1.0
 RAG_TICK_SECONDS = 1.0
 
 
@@ -46,7 +47,6 @@ def install(
     compaction: CompactionService,
     memory: MemoryService,
     rag: RagService,
-    mcp: McpManager,
     tools: ToolRegistry,
     commands: CommandRegistry,
     chat_is_active: Callable[[str], bool],
@@ -54,7 +54,7 @@ def install(
     scheduler = BotScheduler()
 
     async def check_config() -> None:
-        await mcp.sync(await config_store.current())  # MCP servers added or removed start or stop now
+        await config_store.current()
 
     scheduler.add_interval_job("runtime-config check", CONFIG_CHECK_INTERVAL_SECONDS, check_config)
 

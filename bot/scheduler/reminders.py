@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
+from bot.cron import InvalidCron, cron_trigger
 from bot.domain.model import CamelModel, utc_now
-from bot.scheduler.cron import InvalidCron, cron_trigger
 from bot.storage.files import read_text_sync, write_atomic
 
 log = logging.getLogger(__name__)

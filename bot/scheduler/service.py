@@ -15,7 +15,7 @@ from datetime import tzinfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.scheduler.cron import cron_trigger
+from bot.cron import cron_trigger
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,10 @@ it, lists its tools, pings it, and restarts it with a doubling backoff when it f
 crashes or stops answering: one log line each time, never a stuck turn. Its tools are offered as
 `{server}__{tool}`, filtered by the server's `allowTools` and `denyTools`; a call that fails, crashes
 or runs past `mcp.callTimeoutSeconds` is a tool error for the model. `McpManager.sync` applies the
-configuration as it is now: servers added, changed or removed start and stop while the bot runs.
+configuration as it is now: servers added, changed or removed start and stop while the bot runs, as soon
+as the edit is read (`follow`, a listener of the configuration store). A message that comes while a server
+just added or changed is still starting waits for it, at most `mcp.readyWaitSeconds`
+(`wait_until_started`), so that its tools are offered to that very message.
 """
 
 from __future__ import annotations
@@ -162,6 +165,8 @@ class McpServer:
         self._task: asyncio.Task[None] | None = None
         # When the running connection became ready; None while starting.
         self._ready_at: float | None = None
+        # Set once the first start ended, ready or failed: what a message waits for.
+        self.first_start_over = asyncio.Event()
 
     @property
     def transport(self) -> str:
@@ -182,6 +187,7 @@ class McpServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         self.state = McpState.STOPPED
+        self.first_start_over.set()
 
     def tools(self) -> list[ExternalTool]:
         """The tools offered now: the server's listing, less what its allow and deny lists keep out."""
@@ -209,6 +215,7 @@ class McpServer:
             finally:
                 self._client = None
             up_since = self._ready_at
+            self.first_start_over.set()
             if self._stopping.is_set():
                 break
             settings = self._settings()
@@ -242,6 +249,7 @@ class McpServer:
                 self.state = McpState.READY
                 self.last_error = None
                 self._ready_at = time.monotonic()
+                self.first_start_over.set()
                 log.info(
                     "[MCP] Server %s ready (%s): %d tools, %d offered",
                     self.name, self.transport, len(listing), len(self.tools()),
@@ -390,23 +398,44 @@ class McpManager:
                 log.info("[MCP] Server %s starting (%s)", name, server.transport)
 
     def tools(self) -> Sequence[AnyTool]:
-        config = self._config()
-        self._follow(config)
-        if not config.mcp.enabled:
+        if not self._config().mcp.enabled:
             return []
         return [tool for server in self._servers.values() for tool in server.tools()]
 
-    def _follow(self, config: RuntimeConfig) -> None:
-        """A configuration the servers were not synced to yet (an edit seen by a turn) is applied in the background."""
+    def follow(self, config: RuntimeConfig) -> None:
+        """Apply a configuration just read, in the background (the configuration store calls this on each edit)."""
         if config is self._synced or self._closed:
             return
         self._synced = config
         try:
-            task = asyncio.get_running_loop().create_task(self.sync(config))
+            task = asyncio.get_running_loop().create_task(self.sync(config), name="mcp sync")
         except RuntimeError:
-            return  # no loop (the command line): the next sync from a running bot applies it
+            return  # no loop (the command line): the start of a running bot syncs
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def wait_until_started(self, seconds: float) -> None:
+        """Wait, at most `seconds`, for an edit being applied and for the servers on their first start
+        (just added or changed) to be ready or to fail; servers already up, or restarting, are not waited for."""
+        if seconds <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        syncing = [task for task in self._background if not task.done()]
+        if syncing:
+            await asyncio.wait(syncing, timeout=seconds)
+        starting = [s.first_start_over for s in self._servers.values() if not s.first_start_over.is_set()]
+        remaining = deadline - loop.time()
+        if not starting or remaining <= 0:
+            return
+        waits = [asyncio.ensure_future(event.wait()) for event in starting]
+        started = loop.time()
+        try:
+            await asyncio.wait(waits, timeout=remaining)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        log.info("[MCP] Waited %.1f s for %d servers starting", loop.time() - started, len(waits))
 
     def statuses(self) -> list[McpServerStatus]:
         return [server.status() for server in self._servers.values()]

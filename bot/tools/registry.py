@@ -14,12 +14,13 @@ argument, JSON nested too deeply to read, a name that is no tool), the result is
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -107,6 +108,13 @@ class ToolSource(Protocol):
     def tools(self) -> Sequence[AnyTool]: ...
 
 
+@runtime_checkable
+class StartingToolSource(ToolSource, Protocol):
+    """A source whose tools take a while to appear (servers starting): a turn waits, bounded, for them."""
+
+    async def wait_until_started(self, seconds: float) -> None: ...
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     """What a call produced: the text the model sees, and whether it failed."""
@@ -140,6 +148,12 @@ class ToolRegistry:
     def add_source(self, source: ToolSource) -> None:
         """Offer `source`'s tools from now on (a name that a built-in tool has is left out)."""
         self._sources.append(source)
+
+    async def wait_for_sources(self, seconds: float) -> None:
+        """Wait, at most `seconds`, for the sources whose tools are still starting (before a turn)."""
+        starting = [source for source in self._sources if isinstance(source, StartingToolSource)]
+        if starting:
+            await asyncio.gather(*(source.wait_until_started(seconds) for source in starting))
 
     def names(self) -> list[str]:
         return list(self._tools) + [tool.name for tool in self._source_tools()]

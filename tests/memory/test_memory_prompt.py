@@ -173,3 +173,23 @@ async def test_each_request_begins_with_the_one_before(
         assert after[: len(before) - 2] == before[:-2]  # all but the previous turn prompt and message
         assert after[len(before) - 2] == before[-1] and after[len(before) - 1]["role"] == "assistant"
     assert requests[-1][-2]["role"] == "system" and requests[-1][-2]["content"].startswith("Current date and time")
+
+
+async def test_the_guide_of_a_new_memory_md_and_any_comment_never_reach_the_model(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    memory_md = services.workspace.memory.long_term_file
+    guide = memory_md.read_text()
+    assert guide.startswith("<!--") and "python -m bot memory edit" in guide  # a new workspace's MEMORY.md
+    await say(services, channel, "1", "hello")
+    assert "# Memory" not in (fake_openai.system_prompts()[-1] or ""), "the guide alone is no memory"
+
+    memory_md.write_text(guide + "\n## About me\n- Lives in Lisbon. <!-- moved in 2025 -->\n\n\n\n- Likes tea.\n")
+    await say(services, channel, "1", "and now?")
+    [first, *_] = fake_openai.chat_requests()[-1]["messages"]
+    assert first["content"] == persona_of(services) + (
+        "\n\n# Memory\n\n## Long-term Memory\n## About me\n- Lives in Lisbon. \n\n- Likes tea."
+    )
+    shown = "## About me\n- Lives in Lisbon. \n\n- Likes tea."
+    status = await services.status.report(await services.sessions.get_or_create(channel.channel_type, "1"))
+    assert f"MEMORY.md {len(shown)} chars" in status

@@ -18,6 +18,7 @@ from bot.memory.tools import (
     WriteMemoryArgs,
 )
 from bot.settings import RuntimeConfig
+from bot.shipped import shipped_path
 from bot.tools.registry import ToolContext, ToolError
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -70,7 +71,9 @@ async def test_memory_md_tools(services: Application, tools: MemoryTools, ctx: T
     await tools.write_memory(WriteMemoryArgs(content="- Works at ACME"), ctx)
     assert await tools.read_memory(NoArgs(), ctx) == "- Likes hiking\n- Works at ACME"
     await tools.update_memory(UpdateMemoryArgs(old_text="ACME", new_text="Initech"), ctx)
-    assert services.workspace.memory.long_term_file.read_text() == "- Likes hiking\n- Works at Initech\n"
+    written = services.workspace.memory.long_term_file.read_text()
+    # The guide a new MEMORY.md starts with stays.
+    assert written.startswith("<!--") and written.endswith("-->\n- Likes hiking\n- Works at Initech\n")
     with pytest.raises(ToolError, match=r"not in MEMORY\.md"):
         await tools.update_memory(UpdateMemoryArgs(old_text="ACME", new_text="x"), ctx)
 
@@ -83,7 +86,8 @@ async def test_the_tools_act_on_the_calling_chats_scope_only(services: Applicati
     await tools.write_memory(WriteMemoryArgs(content="Chat A's notes"), chat_a)
     assert await tools.memory_search(MemorySearchArgs(query="safe combination"), chat_b) == "No memory items match."
     assert await tools.read_memory(NoArgs(), chat_b) == "(MEMORY.md is empty)"
-    assert "MEMORY.md" not in [p.name for p in services.workspace.memory_dir.glob("*.md") if p.stat().st_size]
+    new_memory_md = (shipped_path("workspace_template") / "memory" / "MEMORY.md").read_text()
+    assert services.workspace.memory.long_term_file.read_text() == new_memory_md  # the global one is untouched
 
 
 async def test_forget_that_i_through_the_model(

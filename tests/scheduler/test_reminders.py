@@ -143,11 +143,20 @@ async def test_the_bot_registers_its_background_jobs(services: Application) -> N
     ]  # fmt: skip
 
 
-def test_a_bad_maintenance_schedule_is_refused_at_start(workspace_dir: Path, fake_openai: FakeOpenAI) -> None:
-    from bot.runtime_config import InvalidRuntimeConfig
+async def test_a_bad_maintenance_schedule_is_refused_alone_and_the_default_runs(
+    workspace_dir: Path, fake_openai: FakeOpenAI
+) -> None:
     from tests.conftest import env_for
 
     (workspace_dir / "preferences").mkdir(parents=True)
-    (workspace_dir / "preferences" / "runtime-config.json").write_text('{"scheduler": {"maintenanceCron": "nightly"}}')
-    with pytest.raises(InvalidRuntimeConfig, match=r"scheduler\.maintenanceCron"):
-        Application(env_for(workspace_dir, fake_openai))
+    (workspace_dir / "preferences" / "runtime-config.json").write_text(
+        '{"scheduler": {"maintenanceCron": "nightly", "idleCompactionMinutes": 5}}'
+    )
+    app = Application(env_for(workspace_dir, fake_openai))
+    try:
+        config = app.config_store.in_force().scheduler
+        assert (config.maintenance_cron, config.idle_compaction_minutes) == ("30 3 * * *", 5)
+        [problem] = app.config_store.problems()
+        assert problem.key == "scheduler.maintenanceCron" and "5-field cron expression" in problem.problem
+    finally:
+        await app.stop()

@@ -212,24 +212,53 @@ async def test_servers_added_and_removed_in_the_config_start_and_stop_live(
     assert await say(mcp_services, channel, "1", "hi") == "echo: hi"
     assert not any("__" in name for name in offered(fake_openai))
 
-    # An edit of the file is seen by the next message: the server starts in the background.
+    # A server added by an edit is offered to the very next message: the edit is read as the message comes,
+    # the server starts then, and the message waits for it (at most mcp.readyWaitSeconds).
     write_config(mcp_services, {"mcpServers": {"calc": stdio_server()}})
     await say(mcp_services, channel, "1", "anything new?")
-    await wait_until(ready(mcp_services, "calc"))
-    await say(mcp_services, channel, "1", "and now?")
     assert "calc__echo" in offered(fake_openai)
 
     write_config(mcp_services, {"mcpServers": {}})
     await say(mcp_services, channel, "1", "gone?")
-    await wait_until(lambda: not mcp_services.mcp.statuses())
-    await say(mcp_services, channel, "1", "really gone?")
     assert "calc__echo" not in offered(fake_openai)
+    assert not mcp_services.mcp.statuses()
 
     # The whole MCP client can be switched off.
     write_config(mcp_services, {"mcpServers": {"calc": stdio_server()}, "mcp": {"enabled": False}})
     await say(mcp_services, channel, "1", "off?")
     await asyncio.sleep(0.5)
     assert mcp_services.mcp.statuses() == []
+
+
+async def test_a_server_added_while_the_bot_runs_starts_when_the_edit_is_seen_with_no_message(
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    mcp_services.add_channels([channel])
+    await mcp_services.start()
+    write_config(mcp_services, {"mcpServers": {"calc": stdio_server()}})
+    # The scheduler reads the file every second; the server starts then, before anyone writes.
+    await wait_until(ready(mcp_services, "calc"), timeout=10)
+    assert fake_openai.chat_requests() == []
+
+    write_config(mcp_services, {"mcpServers": {"calc": stdio_server(denyTools=["crash"])}})
+    await wait_until(lambda: mcp_services.config_store.in_force().mcp_servers["calc"].deny_tools == ["crash"], 5)
+    assert await say(mcp_services, channel, "1", "hi") == "echo: hi"
+    assert "calc__echo" in offered(fake_openai) and "calc__crash" not in offered(fake_openai)
+
+
+async def test_a_message_waits_for_a_starting_server_no_longer_than_the_bound(
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    silent = {"command": sys.executable, "args": ["-c", "import time; time.sleep(120)"]}
+    write_config(mcp_services, {"mcpServers": {"silent": silent}, "mcp": {"readyWaitSeconds": 1.0}})
+    started = time.monotonic()
+    assert await say(mcp_services, channel, "1", "hi") == "echo: hi"
+    assert 1.0 <= time.monotonic() - started < 10  # far under the server's 120 s: the wait is bounded
+    assert not any(name.startswith("silent__") for name in offered(fake_openai))
+    # A message that comes while the server is still on its first start waits the bound again, never longer.
+    started = time.monotonic()
+    assert await say(mcp_services, channel, "1", "again") == "echo: again"
+    assert time.monotonic() - started < 10
 
 
 async def test_secrets_from_the_environment_never_reach_the_model(
@@ -329,7 +358,7 @@ async def test_what_a_server_config_takes_from_the_environment_is_scrubbed_from_
     assert SECRET not in stream.getvalue()
 
 
-async def test_a_bad_server_entry_is_refused_naming_the_key_and_the_last_good_config_stays(
+async def test_a_bad_server_entry_is_refused_alone_naming_the_key_and_the_good_entries_stay(
     mcp_services: Application, caplog: pytest.LogCaptureFixture
 ) -> None:
     await apply(mcp_services, {"mcpServers": {"calc": stdio_server()}})
@@ -344,9 +373,9 @@ async def test_a_bad_server_entry_is_refused_naming_the_key_and_the_last_good_co
     ]
     for entry, named in bad_entries:
         caplog.clear()
-        write_config(mcp_services, {"mcpServers": entry})
+        write_config(mcp_services, {"mcpServers": {"calc": stdio_server(), **entry}})
         config = await mcp_services.config_store.current()
-        assert "calc" in config.mcp_servers  # the last good configuration stays in force
+        assert list(config.mcp_servers) == ["calc"]  # the bad entry alone is left out
         [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
         assert named in refusal, refusal
     assert [status.name for status in mcp_services.mcp.statuses()] == ["calc"]

@@ -1,0 +1,72 @@
+"""`python -m bot memory edit`: change MEMORY.md by hand, saved whole or not at all.
+
+In a terminal it opens `$VISUAL` or `$EDITOR` (else the first of `EDITORS` found) on a copy, and writes the
+copy back atomically when the editor exits successfully and something changed: a running bot reads either
+the old file or the new one, never half of it. With input from a pipe (`docker compose exec -T bot bot
+memory edit < MEMORY.md`, where the image has no editor) the input becomes the new MEMORY.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bot.storage.files import write_atomic_sync
+from bot.workspace import Workspace
+
+# Tried in order when neither VISUAL nor EDITOR is set.
+EDITORS = ("sensible-editor", "nano", "vim", "vi")
+
+
+def _editor() -> list[str] | None:
+    for variable in ("VISUAL", "EDITOR"):
+        chosen = os.environ.get(variable, "").strip()
+        if chosen:
+            return shlex.split(chosen)
+    for name in EDITORS:
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return None
+
+
+def edit_memory(workspace: Workspace) -> int:
+    target = workspace.memory.long_term_file
+    before = target.read_text(encoding="utf-8") if target.is_file() else ""
+    if not sys.stdin.isatty():
+        after = sys.stdin.read()
+        if not after.strip():
+            # A pipe that brought nothing (a shell without input) must not empty the memory.
+            print(f"No text came in: {target} is unchanged.", file=sys.stderr)
+            return 1
+        return _save(target, before, after)
+    editor = _editor()
+    if editor is None:
+        print(
+            "No editor found: set EDITOR (e.g. EDITOR=nano), or pipe the new text in: "
+            "python -m bot memory edit < MEMORY.md",
+            file=sys.stderr,
+        )
+        return 1
+    with tempfile.TemporaryDirectory(prefix="memory-edit-") as folder:
+        copy = Path(folder) / "MEMORY.md"
+        copy.write_text(before, encoding="utf-8")
+        finished = subprocess.run([*editor, str(copy)], check=False)
+        if finished.returncode != 0:
+            print(f"The editor exited with status {finished.returncode}: {target} is unchanged.", file=sys.stderr)
+            return 1
+        return _save(target, before, copy.read_text(encoding="utf-8"))
+
+
+def _save(target: Path, before: str, after: str) -> int:
+    if after == before:
+        print(f"{target} is unchanged.")
+        return 0
+    write_atomic_sync(target, after.encode("utf-8"))
+    print(f"Saved {target} ({len(after)} characters); the bot reads it on the next message.")
+    return 0
