@@ -50,7 +50,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 
 # Bump when `exchange` or the indexing changes, so an old cached graph is not measured.
-GRAPH_VERSION = 2
+GRAPH_VERSION = 3
 WARM_UP = 5
 # Documents indexed at a time while the graph is built (bigger than the bot's batches: faster).
 INDEX_BATCH = 100

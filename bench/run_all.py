@@ -21,6 +21,8 @@ print, and prints one Markdown table, headed by the machine it ran on:
 - RAG indexing throughput and hybrid query latency at 100 / 1,000 documents (`rag_throughput`);
 - what the knowledge graph adds to a reply: p50 with the graph empty and with 1,000 indexed
   exchanges, through the real pipeline with an instant model (`rag_reply_latency`);
+- what indexing the graph costs beside the replies over a 50-exchange conversation, batched as
+  shipped and one document per exchange (`graph_indexing_cost`);
 - the share of each request that is the request before it, over 50 turns (`prompt_prefix`);
 - resident memory of the session cache after 10,000 chats (`session_cache`);
 - memory recall@5 / @10 (`memory_quality`).
@@ -29,7 +31,7 @@ print, and prints one Markdown table, headed by the machine it ran on:
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
 Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram minimal
-growth retrieval compaction rag locomo holdout prefix sessions quality.
+growth retrieval compaction rag graphcost locomo holdout prefix sessions quality.
 """
 
 from __future__ import annotations
@@ -183,6 +185,19 @@ def rag_reply_cell(output: str) -> str:
     )
 
 
+def graph_cost_cell(output: str) -> str:
+    cells = []
+    for row in json_lines(output):
+        replies, indexing = row["replies"], row["indexing"]
+        cells.append(
+            f"batchTokens {row['batch_tokens']}: indexing {indexing['prompt']:,} prompt / {indexing['completion']:,} "
+            f"completion tokens in {indexing['calls']} calls, {row['indexing_share_of_reply_prompt']:.1%} of the "
+            f"replies' {replies['prompt']:,} prompt tokens; {row['answered_from_graph']} of {row['questions']} "
+            f"questions answered from the graph"
+        )
+    return "; ".join(cells)
+
+
 def quality_cell(output: str) -> str:
     return "; ".join(f"{row['label']}: R@5 {row['r5']:.2f}, R@10 {row['r10']:.2f}" for row in json_lines(output))
 
@@ -323,6 +338,15 @@ def plan(quick: bool) -> list[Part]:
             f"graph empty vs {graph_documents:,} indexed exchanges",
             f"bench.rag_reply_latency --documents {graph_documents} --messages {graph_messages}",
             rag_reply_cell,
+        )
+    )
+    parts.append(
+        Part(
+            "graphcost",
+            "knowledge graph indexing tokens beside the replies' (fake model, real pipeline)",
+            "50 exchanges in 5 sittings",
+            "bench.graph_indexing_cost --json",
+            graph_cost_cell,
         )
     )
     parts.append(

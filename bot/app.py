@@ -140,23 +140,25 @@ class Application:
         self.commands = commands = CommandRegistry()
 
         # What every layer uses: the model client, and the tool registry each package adds its tools to.
+        estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         models = llm_install.install(
             env.openai_api_key, env.openai_base_url, shipped_path("config") / "models.json", workspace.models_file,
-            metrics,
+            metrics, workspace.root / "state" / "token-spending.json", lambda: clock.now().date(), estimator.ratio_for,
         )  # fmt: skip
         self.llm = llm = models.client
         self.models = models.models
         tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
         config_store.on_change(tools.mcp.follow)  # servers start, restart or stop as soon as an edit is read
-        estimator = TokenEstimator()  # the one estimator: the planner, memory, RAG and compaction count alike
         planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
             workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred
         )
-        rag = rag_install.install(env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry)
+        rag = rag_install.install(
+            env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models
+        )
         memory.service.on_forget(rag.forget_messages)
         compaction = compaction_install.install(
             sessions, llm, models.models, estimator, planner, config_store, memory.pre_compaction, tools.registry
@@ -176,7 +178,7 @@ class Application:
             commands, sessions=sessions, clock=clock, config_store=config_store, model_switch=model_switch,
             planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
             mcp=tools.mcp, skills=skills.library, answer_again=self._answer_again,
-            forget_exchange=pipeline.forget_exchange,
+            forget_exchange=pipeline.forget_exchange, spending=llm.spending,
             setup_problems=lambda: [
                 check.line() for check in local_checks(env) if not check.ok and check.name != CONFIG_CHECK
             ],

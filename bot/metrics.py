@@ -6,7 +6,8 @@ several bots in one process never mix their figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -23,6 +24,33 @@ class _QueueDepthCollector(Collector):
         family = GaugeMetricFamily("bot_chat_queue_depth", "Messages waiting per chat", labels=["chat"])
         for chat, depth in self._read_depths().items():
             family.add_metric([chat], depth)
+        yield family
+
+
+class TokenFigures(Protocol):
+    """Token counts of some calls (`bot.llm.spending.TokenCount`)."""
+
+    prompt: int
+    completion: int
+    cached: int
+
+
+class _TokenSpendingCollector(Collector):
+    """Tokens spent by purpose (replies, indexing, compaction ...), today and in total, read when scraped:
+    the totals outlive a restart, which a counter of this process would not."""
+
+    def __init__(self, read: Callable[[], Mapping[str, Mapping[str, TokenFigures]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "bot_tokens_spent", "Model tokens spent by purpose", labels=["purpose", "direction", "period"]
+        )
+        for period, by_purpose in self._read().items():
+            for purpose, figures in by_purpose.items():
+                family.add_metric([purpose, "prompt", period], figures.prompt)
+                family.add_metric([purpose, "completion", period], figures.completion)
+                family.add_metric([purpose, "cached", period], figures.cached)
         yield family
 
 
@@ -48,6 +76,10 @@ class BotMetrics:
 
     def watch_queues(self, read_depths: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_QueueDepthCollector(read_depths))
+
+    def watch_spending(self, read: Callable[[], Mapping[str, Mapping[str, TokenFigures]]]) -> None:
+        """Serve the token spending `read()` gives: by period (`today`, `total`), then by purpose."""
+        self.registry.register(_TokenSpendingCollector(read))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -434,7 +434,9 @@ class RagConfig(ConfigSection):
     server_timeout_seconds: float = Field(30.0, gt=0)
     """Timeout of calls to the server."""
     extraction_model: str | None = None
-    """The model that extracts entities when indexing; `null` means `llm.balancedModel`, then the chat model."""
+    """The model that extracts entities when indexing; `null` means the first `fast` model (`models.json`) of
+    `llm.models`, then `llm.balancedModel`, then the chat model.
+    """
     embedding_model: str = "local"
     """`"local"`: the bundled offline embedder (384 dimensions, no endpoint or key needed); or the endpoint's embedding
     model. Pinned in `rag/embedder.json` when a graph is made: a change applies to a new graph (delete `rag/` to
@@ -448,15 +450,19 @@ class RagConfig(ConfigSection):
     min_exchange_chars: int = Field(80, ge=0)
     """Exchanges shorter than this many characters are not indexed."""
     skip_greetings: bool = True
-    """Greetings are not indexed."""
-    idle_flush_seconds: float = Field(5.0, ge=0)
-    """Queued exchanges are indexed once the chat has been quiet this long after the last one (and at least every
-    `flushIntervalSeconds`).
+    """Greetings and acknowledgements ("ok, got it, thanks!") are not indexed."""
+    idle_flush_seconds: float = Field(600.0, ge=0)
+    """A chat's queued exchanges are indexed once it has been quiet this long after the last one (the end of a
+    quiet stretch), or as soon as they fill a batch (`batchTokens`), and at least every `flushIntervalSeconds`.
     """
-    flush_interval_seconds: float = Field(30.0, ge=1)
+    flush_interval_seconds: float = Field(3600.0, ge=1)
     """Queued exchanges are indexed at least this often."""
     batch_size: int = Field(16, ge=1, le=500)
-    """At most this many documents are indexed in one batch."""
+    """At most this many documents (batches of exchanges) are indexed in one flush."""
+    batch_tokens: int = Field(1100, ge=0, le=100_000)
+    """A chat's queued exchanges are indexed together, as documents of at most this many tokens (one extraction call
+    each; LightRAG's chunk is 1,200, the margin is for a server's own tokenizer); `0`: one document per exchange.
+    """
     retry_backoff_seconds: float = Field(30.0, ge=0)
     """A failed batch waits this long before the next try, doubling per failure up to `maxRetryBackoffSeconds`."""
     max_retry_backoff_seconds: float = Field(3600.0, ge=0)

@@ -17,6 +17,7 @@ from bot.commands.skills import register_skill_command
 from bot.commands.status import StatusReporter
 from bot.compaction.service import CompactionService
 from bot.context.planner import ContextPlanner
+from bot.llm.spending import TokenSpending
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.rag.uploads import DocumentReader
@@ -42,8 +43,9 @@ def install(
     answer_again: AnswerAgain,
     forget_exchange: ForgetExchange,
     setup_problems: Callable[[], list[str]] | None = None,
+    spending: TokenSpending | None = None,
 ) -> StatusReporter:
-    status = StatusReporter(config_store, planner, memory, rag, mcp, skills, setup_problems)
+    status = StatusReporter(config_store, planner, memory, rag, mcp, skills, setup_problems, spending)
     register_basic_commands(commands, sessions, status)
     register_compaction_commands(commands, sessions, compaction, config_store)
     register_memory_commands(commands, memory, config_store)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from bot.access.policy import GUARDED_CHANNELS
 from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
+from bot.llm.spending import TokenSpending
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
@@ -28,11 +29,13 @@ class StatusReporter:
         mcp: McpManager | None = None,
         skills: SkillLibrary | None = None,
         setup_problems: Callable[[], list[str]] | None = None,
+        spending: TokenSpending | None = None,
     ) -> None:
         """`setup_problems`: the failed checks of the setup that need no network, one line each (what
         `python -m bot doctor` says of them), shown to the owner."""
         self._setup_problems = setup_problems
         self._rag = rag
+        self._spending = spending
         self._mcp = mcp
         self._skills = skills
         self._config_store = config_store
@@ -85,6 +88,7 @@ class StatusReporter:
                 *([mcp_line] if mcp_line else []),
                 *([skills_line] if skills_line else []),
                 *self._config_lines(),
+                *([self._spending.describe()] if self._spending is not None else []),
                 f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
                 *problems,
             ]

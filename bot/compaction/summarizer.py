@@ -253,6 +253,7 @@ class Summarizer:
             max_tokens=min(config.summary_max_tokens, plan.budget.model.max_output_tokens),
             timeout_seconds=config.summary_timeout_seconds,
             max_retries=0,
+            purpose="compaction",
         )
         try:
             # The client's own timeout covers the HTTP call; this one also bounds connection set-up.

@@ -24,6 +24,7 @@ from openai.types.chat import ChatCompletion
 from bot.domain.message import ToolCall
 from bot.domain.turn import Usage
 from bot.llm.errors import LlmError, LlmFailure
+from bot.llm.spending import Purpose, TokenSpending
 from bot.llm.wire import wire_bytes
 from bot.logging_setup import redact
 from bot.metrics import BotMetrics
@@ -48,6 +49,8 @@ class ChatRequest:
     max_tokens: int | None = None
     timeout_seconds: float = 60.0
     max_retries: int = 2
+    # What the call is for, as `/status` and `/metrics` split the tokens spent.
+    purpose: Purpose = "other"
 
 
 @dataclass
@@ -101,9 +104,16 @@ class LlmClient:
     """The one way the bot talks to a model."""
 
     def __init__(
-        self, api_key: str | None, base_url: str | None, metrics: BotMetrics | None = None, max_connections: int = 32
+        self,
+        api_key: str | None,
+        base_url: str | None,
+        metrics: BotMetrics | None = None,
+        max_connections: int = 32,
+        spending: TokenSpending | None = None,
     ) -> None:
         self._metrics = metrics or BotMetrics()
+        # Tokens by purpose, today and in total (None: not counted, as in tools that make a client of their own).
+        self.spending = spending
         # An endpoint may echo the key in an error ("Incorrect API key provided: ..."); it is cut from
         # the error's text, which is logged, shown in /status and stored with a failed RAG document.
         self._secrets = [api_key] if api_key else []
@@ -124,6 +134,8 @@ class LlmClient:
 
     async def close(self) -> None:
         await self._client.close()
+        if self.spending is not None:
+            await self.spending.close()
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         """A whole answer in one response."""
@@ -141,6 +153,7 @@ class LlmClient:
             if call.type == "function"
         ]
         usage = self._record_usage(request.model, response.usage.model_dump() if response.usage else None)
+        self._spend(request, usage, choice.message.content or "", calls)
         log.info(
             "[LLM] %s answered in %.2fs (%s prompt tokens, %s cached)",
             request.model,
@@ -186,6 +199,7 @@ class LlmClient:
                         slot["name"] += function.get("name") or ""
                         slot["arguments"] += function.get("arguments") or ""
         tool_calls = [ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}") for c in calls.values()]
+        self._spend(request, usage, "".join(text_parts), tool_calls)
         yield ChatResult("".join(text_parts), tool_calls, usage, finish_reason)
 
     async def embed(self, texts: list[str], model: str, timeout_seconds: float = 30.0) -> list[list[float]]:
@@ -287,6 +301,11 @@ class LlmClient:
                 self._with_limits.clear()  # the limits were edited many times: start over
             self._with_limits[limits] = client
         return client
+
+    def _spend(self, request: ChatRequest, usage: Usage | None, text: str, calls: list[ToolCall]) -> None:
+        if self.spending is not None:
+            answer = text + "".join(call.name + call.arguments for call in calls)
+            self.spending.count_call(request.purpose, request.model, usage, request.messages, answer)
 
     def _record_usage(self, model: str, reported: object) -> Usage | None:
         """The provider's `usage` object (parsed JSON) as a `Usage`, counted in the metrics."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -10,6 +12,7 @@ from pydantic import SecretStr
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
+from bot.llm.spending import TokenSpending
 from bot.metrics import BotMetrics
 
 
@@ -23,8 +26,18 @@ class ModelAccess:
 
 
 def install(
-    api_key: SecretStr | None, base_url: str | None, shipped_models: Path, workspace_models: Path, metrics: BotMetrics
+    api_key: SecretStr | None,
+    base_url: str | None,
+    shipped_models: Path,
+    workspace_models: Path,
+    metrics: BotMetrics,
+    spending_file: Path,
+    today: Callable[[], date],
+    chars_per_token: Callable[[str], float],
 ) -> ModelAccess:
-    client = LlmClient(api_key.get_secret_value() if api_key else None, base_url, metrics)
+    spending = TokenSpending(spending_file, today, chars_per_token)
+    metrics.watch_spending(spending.by_period)
+    key = api_key.get_secret_value() if api_key else None
+    client = LlmClient(key, base_url, metrics, spending=spending)
     # One offline embedding model serves memory and the knowledge graph alike.
     return ModelAccess(client, ModelRegistry.load(shipped_models, workspace_models), Embedders(client))

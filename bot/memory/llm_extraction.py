@@ -70,6 +70,7 @@ class LlmMemoryExtractor:
             max_tokens=EXTRACTION_MAX_TOKENS,
             timeout_seconds=EXTRACTION_TIMEOUT_SECONDS,
             max_retries=0,
+            purpose="memory",
         )
         try:
             result = await self._llm.complete(request)

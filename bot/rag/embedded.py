@@ -122,6 +122,11 @@ class EmbeddedLightRag:
         self._closed = False
         self._opened = False
 
+    def extraction_model(self) -> str:
+        """The model LightRAG's calls go to: `rag.extractionModel`, else the default the bot was given
+        (a `fast` model of `llm.models`, `llm.balancedModel`, the chat model), read live."""
+        return self._config().extraction_model or self._default_model()
+
     async def insert(self, workspace: str, documents: list[RagDocument]) -> dict[str, str]:
         rag = await self._instance(workspace)
         ids = [doc.id for doc in documents]
@@ -258,7 +263,7 @@ class EmbeddedLightRag:
             workspace=workspace,
             **storages,
             llm_model_func=complete,
-            llm_model_name=config.extraction_model or self._default_model(),
+            llm_model_name=self.extraction_model(),
             embedding_func=utils.EmbeddingFunc(embedding_dim=dimensions, func=embed, max_token_size=8192, **asymmetric),
             tokenizer=utils.Tokenizer("offline", OfflineTokenizer()),
             chunk_token_size=CHUNK_TOKENS,
@@ -289,8 +294,7 @@ class EmbeddedLightRag:
             messages.append({"role": "system", "content": system_prompt})
         messages.extend(history_messages or [])
         messages.append({"role": "user", "content": prompt})
-        config = self._config()
-        request = ChatRequest(model=config.extraction_model or self._default_model(), messages=messages, temperature=0)
+        request = ChatRequest(model=self.extraction_model(), messages=messages, temperature=0, purpose="indexing")
         return (await self._llm.complete(request)).text
 
     async def _embed(self, texts: list[str], query: bool = False) -> np.ndarray:

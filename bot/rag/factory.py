@@ -7,6 +7,7 @@ import logging
 from bot.context.estimator import TokenEstimator
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
+from bot.llm.models import ModelRegistry, Tier
 from bot.rag.backend import RagBackend
 from bot.rag.embedded import EmbeddedLightRag, StorageKind
 from bot.rag.server import LightRagServerBackend
@@ -26,11 +27,18 @@ def build_rag_service(
     config_store: RuntimeConfigStore,
     estimator: TokenEstimator,
     embedders: Embedders | None = None,
+    models: ModelRegistry | None = None,
 ) -> RagService:
     config = config_store.in_force()
 
-    def chat_model() -> str:
+    def default_extraction_model() -> str:
+        """Without `rag.extractionModel`: the first `fast` model (models.json's tier) of `llm.models`, the
+        models the owner set up on the endpoint; else `llm.balancedModel`; else the chat model."""
         current = config_store.in_force().llm
+        if models is not None:
+            for name in current.models:
+                if models.lookup(name).tier is Tier.FAST:
+                    return name
         return current.balanced_model or current.model
 
     backend: RagBackend
@@ -40,8 +48,10 @@ def build_rag_service(
     else:
         storage: StorageKind = "postgres" if config.rag.backend == "postgres" else "files"
         backend = EmbeddedLightRag(
-            workspace.rag_dir, llm, lambda: config_store.in_force().rag, chat_model, storage, embedders
+            workspace.rag_dir, llm, lambda: config_store.in_force().rag, default_extraction_model, storage, embedders
         )
     log.info("[RAG] Backend: %s%s", config.rag.backend, "" if config.rag.enabled else " (disabled)")
     store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
-    return RagService(store, backend, config_store.in_force, estimator)
+    # A LightRAG server extracts with a model of its own configuration: the bot does not know which.
+    extraction_model = backend.extraction_model if isinstance(backend, EmbeddedLightRag) else None
+    return RagService(store, backend, config_store.in_force, estimator, extraction_model)

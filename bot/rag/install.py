@@ -9,6 +9,7 @@ from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
+from bot.llm.models import ModelRegistry
 from bot.rag.factory import build_rag_service
 from bot.rag.service import RagService
 from bot.rag.tool import rag_query_tool
@@ -40,7 +41,8 @@ def install(
     embedders: Embedders,
     config_store: RuntimeConfigStore,
     tools: ToolRegistry,
+    models: ModelRegistry | None = None,
 ) -> InstalledRag:
-    service = build_rag_service(workspace, env, llm, config_store, estimator, embedders)
+    service = build_rag_service(workspace, env, llm, config_store, estimator, embedders, models)
     tools.register(rag_query_tool(service))
     return InstalledRag(service, DocumentReader(service, workspace.rag_dir, config_store.in_force, clock))

@@ -1,9 +1,12 @@
 """`RagService`: the fourth memory layer: queue exchanges, index them in batches, retrieve, forget.
 
 Writing never touches the reply path: `enqueue` only appends to the durable queue, and the scheduler's
-tick (`flush_if_due`) indexes due documents in batches, per LightRAG workspace, retrying failures with
-backoff: `idleFlushSeconds` after the last exchange (a quiet moment, so a fact told a minute ago is in
-the graph), and every `flushIntervalSeconds` in any case; both are read live.
+tick (`flush_if_due`) indexes due documents, retrying failures with backoff. A chat's exchanges are
+indexed together, packed into documents that fill LightRAG's chunk (`batchTokens`), since each
+document chunk costs one extraction call whose fixed instructions outweigh a single exchange: once a
+chat's queue fills such a document, `idleFlushSeconds` after the last exchange (the end of a quiet
+stretch; until then the facts are in the conversation and today's notes), and every
+`flushIntervalSeconds` in any case; all read live. Nothing waits in memory only: the queue is on disk.
 Reading (`retrieve`) is bounded by `queryTimeoutSeconds` and never fails the turn: on timeout or error
 the reply goes on without `# Relevant Memory`, and the log says why.
 """
@@ -22,9 +25,21 @@ from datetime import datetime
 
 from bot.context.estimator import TokenEstimator
 from bot.rag.backend import QueryMode, RagBackend, RagQuery, RagSnippet
-from bot.rag.documents import RagDocument, document_id, document_text, rag_workspace_for, worth_indexing
+from bot.rag.documents import (
+    RagDocument,
+    batch_document,
+    batches,
+    document_id,
+    document_text,
+    exchanges_in,
+    is_exchange,
+    rag_workspace_for,
+    worth_indexing,
+)
+from bot.rag.keywords import content_words
 from bot.rag.store import RagDocumentStore
-from bot.settings import RuntimeConfig
+from bot.rag.tokenizer import OfflineTokenizer
+from bot.settings import RagConfig, RuntimeConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +52,8 @@ MIN_DEDUP_SEGMENT_CHARS = 12
 MIN_EXCERPT_TOKENS = 16
 # The memory pack cuts user text to 200 characters; a shown segment matches on this prefix.
 DEDUP_PREFIX_CHARS = 150
+# Queued documents one flush packs into batches, at most (a backlog drains over several flushes).
+MAX_DOCUMENTS_PACKED = 2000
 
 
 @dataclass(frozen=True)
@@ -49,13 +66,16 @@ class RagStatus:
     queued: int
     failed: int
     last_error: str | None
+    # The model that extracts the graph (None: a LightRAG server's own).
+    extraction_model: str | None = None
 
     def describe(self) -> str:
         if not self.enabled:
             return "RAG: disabled"
         error = f"; last error: {self.last_error}" if self.last_error else ""
         failed = f", {self.failed} given up" if self.failed else ""
-        return f"RAG ({self.backend}): {self.indexed} documents indexed, {self.queued} queued{failed}{error}"
+        model = f"; extraction model {self.extraction_model}" if self.extraction_model else ""
+        return f"RAG ({self.backend}): {self.indexed} documents indexed, {self.queued} queued{failed}{model}{error}"
 
 
 @dataclass(frozen=True)
@@ -77,8 +97,10 @@ class RagService:
         backend: RagBackend,
         config: Callable[[], RuntimeConfig],
         estimator: TokenEstimator,
+        extraction_model: Callable[[], str] | None = None,
     ) -> None:
         self._store = store
+        self._extraction_model = extraction_model
         self._backend = backend
         self._config = config
         self._estimator = estimator
@@ -87,6 +109,10 @@ class RagService:
         self._last_flush = time.monotonic()
         # When the chat has been quiet long enough after the last queued exchange (None: nothing waits).
         self._idle_due_at: float | None = None
+        # Tokens of each chat's exchanges queued since its last flush: a full batch is indexed at once.
+        self._queued_tokens: dict[str, int] = defaultdict(int)
+        self._full_batch_waiting = False
+        self._tokenizer = OfflineTokenizer()
         self._warming: asyncio.Task[None] | None = None
 
     @property
@@ -122,8 +148,11 @@ class RagService:
         )
         doc = await self._store.add(doc)
         log.info("[RAG] Queued %s (%d chars)", doc.id, len(doc.text))
-        # Debounced: each new exchange pushes the moment back, so a burst is indexed as one batch.
+        # Debounced: each new exchange pushes the moment back, so a quiet stretch is indexed together.
         self._idle_due_at = time.monotonic() + config.rag.idle_flush_seconds
+        self._queued_tokens[session_id] += self._tokenizer.count(doc.text)
+        if 0 < config.rag.batch_tokens <= self._queued_tokens[session_id]:
+            self._full_batch_waiting = True
         return doc
 
     async def enqueue_part(
@@ -133,6 +162,8 @@ class RagService:
         restart in the middle of reading) is not queued twice."""
         existing = await self._store.get(doc_id)
         if existing is not None and existing.status != "forgotten":
+            if existing.status == "queued":
+                self._idle_due_at = time.monotonic()  # still waited for, after a restart
             return existing
         doc = RagDocument(
             id=doc_id,
@@ -147,39 +178,60 @@ class RagService:
 
     async def flush_if_due(self) -> int:
         """The scheduler's tick: index once the chat was quiet `idleFlushSeconds` after an exchange, or
-        `flushIntervalSeconds` after the last flush, whichever comes first."""
+        `flushIntervalSeconds` after the last flush, whichever comes first; and a chat's full batches
+        as soon as they are full."""
         config = self._config().rag
         now = time.monotonic()
         idle = self._idle_due_at is not None and now >= self._idle_due_at
         if not idle and now - self._last_flush < config.flush_interval_seconds:
-            return 0
+            if not self._full_batch_waiting:
+                return 0
+            self._full_batch_waiting = False
+            return await self.flush_all(max_seconds=config.flush_interval_seconds, full_only=True)
         self._idle_due_at = None
+        self._full_batch_waiting = False
         self._last_flush = now
         return await self.flush_all(max_seconds=config.flush_interval_seconds)
 
-    async def flush(self) -> int:
-        """Index one batch of due documents; returns how many were indexed. Failures are retried later."""
+    async def flush(self, full_only: bool = False) -> int:
+        """Index due documents, `batchSize` LightRAG documents at most (each a batch of a chat's
+        exchanges, or a part of a document sent in a chat); returns how many queued documents were
+        indexed. With `full_only`, a chat's last batch is left queued while it could still grow.
+        Failures are retried later."""
         config = self._config().rag
         if not config.enabled:
             return 0
         async with self._mutation_lock:
-            due = await self._store.due(time.time(), config.batch_size)
-            if not due:
-                return 0
-            by_workspace: dict[str, list[RagDocument]] = defaultdict(list)
-            for doc in due:
-                by_workspace[doc.rag_workspace].append(doc)
-            indexed = 0
-            for workspace, docs in by_workspace.items():
-                indexed += await self._index(workspace, docs)
-            return indexed
+            return await self._index_packed(await self._store.due(time.time(), MAX_DOCUMENTS_PACKED), full_only)
 
-    async def _index(self, workspace: str, docs: list[RagDocument]) -> int:
+    async def _index_packed(self, due: list[RagDocument], full_only: bool) -> int:
+        config = self._config().rag
+        packed = [
+            members
+            for members, full in batches(due, config.batch_tokens, self._tokenizer.count)
+            if full or not full_only
+        ][: config.batch_size]
+        by_workspace: dict[str, list[list[RagDocument]]] = defaultdict(list)
+        for members in packed:
+            by_workspace[members[0].rag_workspace].append(members)
+        indexed = 0
+        for workspace, workspace_batches in by_workspace.items():
+            indexed += await self._index(workspace, workspace_batches)
+        for members in packed:
+            for doc in members:
+                if doc.status != "queued" and is_exchange(doc):
+                    left = self._queued_tokens[doc.session_id] - self._tokenizer.count(doc.text)
+                    self._queued_tokens[doc.session_id] = max(0, left)
+        return indexed
+
+    async def _index(self, workspace: str, packed: list[list[RagDocument]]) -> int:
         config = self._config().rag
         started = time.monotonic()
+        documents = [batch_document(members) for members in packed]
+        docs = [doc for members in packed for doc in members]
         try:
             backend_ids = await asyncio.wait_for(
-                self._backend.insert(workspace, docs), timeout=config.insert_timeout_seconds
+                self._backend.insert(workspace, documents), timeout=config.insert_timeout_seconds
             )
         except asyncio.CancelledError:
             raise
@@ -195,21 +247,22 @@ class RagService:
                 f"; gave up on {', '.join(given_up)}" if given_up else "; will retry with backoff",
             )  # fmt: skip
             return 0
-        for doc in docs:
-            doc.backend_id = backend_ids.get(doc.id, doc.id)
+        for document, members in zip(documents, packed, strict=True):
+            for doc in members:
+                doc.backend_id = backend_ids.get(document.id, document.id)
         await self._store.mark_indexed(docs)
         self.last_error = None
         elapsed = time.monotonic() - started
-        log.info("[RAG] Indexed %d documents into %s in %.2fs", len(docs), workspace, elapsed)
+        log.info("[RAG] Indexed %d documents into %s as %d in %.2fs", len(docs), workspace, len(documents), elapsed)
         return len(docs)
 
-    async def flush_all(self, max_seconds: float | None = None) -> int:
+    async def flush_all(self, max_seconds: float | None = None, full_only: bool = False) -> int:
         """Flush batch after batch until nothing is due, or `max_seconds` have passed (the scheduler's
         job gives itself one interval, so a backlog drains without one run holding the queue for long)."""
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         total = 0
         while deadline is None or time.monotonic() < deadline:
-            count = await self.flush()
+            count = await self.flush(full_only)
             if count == 0:
                 break
             total += count
@@ -222,18 +275,30 @@ class RagService:
 
         The memory tools call this when the user forgets something: `documents_for_messages` finds the
         ids. A document still queued is simply dropped; an indexed one is deleted from the graph, with
-        the entities and relations only it supported, and its cached extraction.
+        the entities and relations only it supported, and its cached extraction. An exchange indexed
+        in a batch takes the batch's document with it: the other exchanges of that batch are indexed
+        again at once, without it (whatever fails or does not fit this flush stays queued for the next).
         """
         removed: list[str] = []
+        deleted: set[str] = set()
         async with self._mutation_lock:
             for doc_id in doc_ids:
                 doc = await self._store.get(doc_id)
                 if doc is None or doc.status == "forgotten":
                     continue
-                if doc.status == "indexed":
-                    await self._backend.delete(doc.rag_workspace, [doc.backend_id or doc.id])
+                backend_id = doc.backend_id or doc.id
+                if doc.status == "indexed" and backend_id not in deleted:
+                    await self._backend.delete(doc.rag_workspace, [backend_id])
+                    deleted.add(backend_id)
                 removed.append(doc_id)
+            # The rest of each deleted batch first, so the forget's rewrite of the journal keeps their text.
+            requeued = [doc for doc in await self._store.requeue_indexed_in(deleted) if doc.id not in removed]
             await self._store.forget(removed)
+            if requeued:
+                log.info("[RAG] Indexing again %d exchanges indexed with a forgotten one", len(requeued))
+                await self._index_packed(requeued, full_only=False)
+                if any(doc.status == "queued" for doc in requeued):
+                    self._idle_due_at = time.monotonic()
         if removed:
             log.info("[RAG] Forgot %d documents: %s", len(removed), ", ".join(removed))
         return removed
@@ -265,7 +330,9 @@ class RagService:
             return RetrievedContext("", 0, 0, "skipped")
         if not await self._store.has_indexed(workspace):
             return RetrievedContext("", 0, 0, "empty")
-        query = RagQuery(query_text, rag.query_mode, rag.top_k, rag.chunk_top_k, max_tokens)
+        query = RagQuery(
+            query_text, rag.query_mode, rag.top_k, chunks_to_read(rag, rag.chunk_top_k, max_tokens), max_tokens
+        )
         started = time.monotonic()
         try:
             snippets = await asyncio.wait_for(self._backend.query(workspace, query), timeout=rag.query_timeout_seconds)
@@ -280,6 +347,7 @@ class RagService:
         except Exception as error:
             log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
             return RetrievedContext("", 0, 0, "error")
+        snippets = per_exchange(snippets, query_text)
         fresh = snippets
         if snippets:
             # Once, not once per snippet (a few ms with a full memory part and a long conversation).
@@ -301,7 +369,8 @@ class RagService:
         if not await self._store.has_indexed(workspace):
             return ""
         chosen = mode or rag.query_mode
-        query = RagQuery(query_text, chosen, rag.top_k * 2, rag.chunk_top_k * 2, rag.tool_max_tokens)
+        chunks = chunks_to_read(rag, rag.chunk_top_k * 2, rag.tool_max_tokens)
+        query = RagQuery(query_text, chosen, rag.top_k * 2, chunks, rag.tool_max_tokens)
         snippets = await self._backend.query(workspace, query)
         return self.render(snippets, rag.tool_max_tokens, "")
 
@@ -337,9 +406,11 @@ class RagService:
     async def status(self) -> RagStatus:
         config = self._config().rag
         counts = await self._store.counts()
+        model = self._extraction_model() if self._extraction_model is not None else None
         return RagStatus(
-            config.enabled, self._backend.name, counts["indexed"], counts["queued"], counts["failed"], self.last_error
-        )
+            config.enabled, self._backend.name, counts["indexed"], counts["queued"], counts["failed"], self.last_error,
+            model,
+        )  # fmt: skip
 
     def warm_up(self) -> asyncio.Task[None] | None:
         """At start, in the background: open every graph that holds documents, so the first message
@@ -353,6 +424,8 @@ class RagService:
     async def _open_graphs(self) -> None:
         started = time.monotonic()
         try:
+            if (await self._store.counts())["queued"] and self._idle_due_at is None:
+                self._idle_due_at = started  # what a stop left in the queue: indexed at the first tick
             workspaces = await self._store.indexed_workspaces()
             for workspace in workspaces:
                 await self._backend.open(workspace)
@@ -368,6 +441,32 @@ class RagService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warming
         await self._backend.close()
+
+
+def chunks_to_read(rag: RagConfig, wanted: int, max_tokens: int) -> int:
+    """How many chunks to ask LightRAG for: `wanted`, or fewer when chunks hold batches of exchanges (up
+    to `batchTokens` each): a few of those fill `max_tokens`, and LightRAG counts the tokens of every
+    chunk it reads, which is most of a query's time when they are big."""
+    if rag.batch_tokens <= 0:
+        return wanted
+    return max(1, min(wanted, max_tokens // rag.batch_tokens + 2))
+
+
+def per_exchange(snippets: list[RagSnippet], query_text: str) -> list[RagSnippet]:
+    """Excerpts of batch documents as their exchanges: of each, the exchanges that share a word with the
+    query, most shared first (all of them, in order, when none does), so the budget goes to the
+    exchange that answers, and one already shown is left out alone."""
+    words = {word for word in normalized(" ".join(content_words(query_text))).split() if len(word) > 2}
+    expanded: list[RagSnippet] = []
+    for snippet in snippets:
+        parts = exchanges_in(snippet.text) if snippet.kind == "chunk" else [snippet.text]
+        if len(parts) == 1:
+            expanded.append(snippet)
+            continue
+        shared = [len(words.intersection(normalized(part).split())) for part in parts]
+        ranked = sorted((index for index in range(len(parts)) if shared[index]), key=lambda index: -shared[index])
+        expanded.extend(RagSnippet("chunk", parts[index].strip()) for index in ranked or range(len(parts)))
+    return expanded
 
 
 def normalized(text: str) -> str:

@@ -4,9 +4,10 @@ One append-only JSONL journal, `workspace/rag/documents.jsonl`: each line is the
 document at one moment, and the last line for an id wins. An exchange is appended (fsynced) before
 anything else happens to it, so a crash at any moment loses nothing: on start the journal is replayed
 and whatever was still `queued` is indexed by the next flush. Indexed documents keep their origin
-(session, message ids) so forgetting a memory can find them. The journal is rewritten atomically
-when it has grown well past the live records, and at once after a forget, so forgotten text does not
-linger on disk.
+(session, message ids) so forgetting a memory can find them; an exchange indexed in a batch with
+others keeps its text too, so that forgetting one of them can index the rest again. The journal is
+rewritten atomically when it has grown well past the live records, and at once after a forget, so
+forgotten text does not linger on disk.
 """
 
 from __future__ import annotations
@@ -125,6 +126,20 @@ class RagDocumentStore:
                 await self._compact()
             return forgotten
 
+    async def requeue_indexed_in(self, backend_ids: Iterable[str]) -> list[RagDocument]:
+        """Queue again the indexed documents that went into any of these backend documents (the rest
+        of a batch whose document was deleted); returns them."""
+        wanted = set(backend_ids)
+        if not wanted:
+            return []
+        async with self._lock:
+            docs = await self._loaded()
+            requeued = [doc for doc in docs.values() if doc.status == "indexed" and doc.backend_id in wanted]
+            for doc in requeued:
+                doc.status, doc.backend_id, doc.attempts, doc.next_attempt_at = "queued", None, 0, 0.0
+            await self._append(requeued, with_text=True)
+            return requeued
+
     async def get(self, doc_id: str) -> RagDocument | None:
         return (await self._loaded()).get(doc_id)
 
@@ -161,10 +176,15 @@ class RagDocumentStore:
             await self._compact()
 
     async def _compact(self) -> None:
-        # Indexed documents need no text here any more (the backend has it); queued ones keep theirs.
+        # Indexed documents need no text here any more (the backend has it), unless indexed in a batch;
+        # queued ones keep theirs.
         docs = await self._loaded()
         live = [doc for doc in docs.values() if doc.status != "forgotten"]
-        lines = [dumps_line(doc.to_json(with_text=doc.status != "indexed")) + "\n" for doc in live]
+        shared = Counter(doc.backend_id or doc.id for doc in live if doc.status == "indexed")
+        lines = [
+            dumps_line(doc.to_json(with_text=doc.status != "indexed" or shared[doc.backend_id or doc.id] > 1)) + "\n"
+            for doc in live
+        ]
         await write_atomic(self._path, "".join(lines).encode("utf-8", "backslashreplace"))
         for doc in list(docs.values()):
             if doc.status == "forgotten":

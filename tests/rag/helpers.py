@@ -27,6 +27,7 @@ FAST_RAG = {
     "retryBackoffSeconds": 0.0,
 }
 _PROPER_NOUN = re.compile(r"\b[A-Z][a-z]{2,}\b")
+_ENTITY_LIMIT = re.compile(r"at most (\d+) entity rows")
 _STOP = {"User", "Assistant", "Conversation", "The", "What", "Who", "Where", "When", "How", "Please", "Yes"}
 
 
@@ -37,7 +38,8 @@ def names_in(text: str) -> list[str]:
 def lightrag_responder(request: dict[str, Any]) -> Reply:
     """Answers LightRAG's extraction and keyword prompts as a real model would; the echo otherwise.
 
-    Entities are the capitalised words of the input text, each related to the next one.
+    Entities are the capitalised words of the input text, each related to the next one, as many as the
+    prompt allows ("at most N entity rows").
     """
     messages = request.get("messages", [])
     prompt = message_text(messages[-1].get("content")) if messages else ""
@@ -47,7 +49,8 @@ def lightrag_responder(request: dict[str, Any]) -> Reply:
         return Reply(text=json.dumps({"high_level_keywords": ["conversation"], "low_level_keywords": names_in(query)}))
     if "Knowledge Graph Specialist" in system or "---Input Text---" in prompt:
         text = prompt.rsplit("---Input Text---", 1)[-1]
-        names = names_in(text)[:6]
+        limit = _ENTITY_LIMIT.search(prompt)
+        names = names_in(text)[: int(limit.group(1)) if limit else 6]
         rows = [
             f"entity<|#|>{name}<|#|>concept<|#|>{name} was mentioned: {sentence_with(text, name)}" for name in names
         ]

@@ -128,6 +128,7 @@ class ToolLoopExecutionSystem(PipelineSystem):
                 temperature=config.llm.temperature,
                 timeout_seconds=config.llm.request_timeout_seconds,
                 max_retries=config.llm.max_retries,
+                purpose="reply",
             )
             if ctx.reply_stream is not None and config.tool_loop.streaming:
                 result = await self._stream(ctx, request)
