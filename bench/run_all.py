@@ -25,13 +25,16 @@ print, and prints one Markdown table, headed by the machine it ran on:
   shipped and one document per exchange (`graph_indexing_cost`);
 - the share of each request that is the request before it, over 50 turns (`prompt_prefix`);
 - resident memory of the session cache after 10,000 chats (`session_cache`);
-- memory recall@5 / @10 (`memory_quality`).
+- memory recall@5 / @10 (`memory_quality`);
+- a model whose real window (6,000 tokens) is smaller than the registry's, behind an endpoint that
+  refuses and one that cuts silently: turns answered, refusals and cuts, early facts in the prompt
+  (`small_window`).
 
 `--quick` uses smaller sizes (a few minutes in all); `--only` picks benchmarks by name. A part
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
 Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram minimal
-growth retrieval compaction rag graphcost locomo holdout prefix sessions quality.
+growth retrieval compaction rag graphcost locomo holdout prefix sessions quality window.
 """
 
 from __future__ import annotations
@@ -228,6 +231,15 @@ def prompt_prefix_cell(output: str) -> str:
     )
 
 
+def small_window_cell(output: str) -> str:
+    [row] = json_lines(output)
+    return (
+        f"{row['answered']}/{row['turns']} turns answered; {row['refusals']} refused, {row['cuts']} cut "
+        f"({row['refused_or_cut_after_learning']} after the window was learned: {row['learned_window']}); early "
+        f"facts in the prompt when asked {row['facts_in_prompt']}/{row['facts_asked']}"
+    )
+
+
 def session_cache_cell(output: str) -> str:
     [row] = json_lines(output)
     bounded, unbounded = row["bounded"], row["unbounded"]
@@ -397,6 +409,17 @@ def plan(quick: bool) -> list[Part]:
             quality_cell,
         )
     )
+    window_turns = 100 if quick else 500
+    parts += [
+        Part(
+            "window",
+            "a 6,000-token model the registry gives 128,000 (lexical memory)",
+            f"endpoint that {'refuses' if behaviour == 'refuse' else 'cuts silently'}, {window_turns} turns",
+            f"bench.small_window --turns {window_turns} --behaviours {behaviour} --json",
+            small_window_cell,
+        )
+        for behaviour in ("refuse", "cut")
+    ]
     return parts
 
 

@@ -144,6 +144,7 @@ class Application:
         models = llm_install.install(
             env.openai_api_key, env.openai_base_url, shipped_path("config") / "models.json", workspace.models_file,
             metrics, workspace.root / "state" / "token-spending.json", lambda: clock.now().date(), estimator.ratio_for,
+            workspace.root / "state" / "model-windows.json", self.notices.tell_once,
         )  # fmt: skip
         self.llm = llm = models.client
         self.models = models.models
@@ -154,7 +155,7 @@ class Application:
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
-            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred
+            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred, self.notices
         )
         rag = rag_install.install(
             env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models

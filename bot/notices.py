@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.storage.files import read_text_sync, write_atomic_sync
+from bot.storage.files import read_state_sync, write_atomic_sync
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +107,5 @@ class OwnerNotices:
 
 
 def _read_told(path: Path) -> dict[str, str]:
-    try:
-        text = read_text_sync(path)
-    except OSError as error:
-        log.warning("[Notice] Could not read %s (notices may be told again): %s", path, error)
-        return {}
-    if not text:
-        return {}
-    try:
-        told = json.loads(text)
-    except json.JSONDecodeError:
-        log.warning("[Notice] %s is not valid JSON: notices may be told again; it is rewritten at the next", path)
-        return {}
-    if not isinstance(told, dict):
-        return {}
+    told = read_state_sync(path, "Notice", "notices may be told again")
     return {str(key): str(value) for key, value in told.items()}

@@ -169,9 +169,12 @@ class MemoryConfig(ConfigSection):
     past this (nor past the memory share of the context, `compaction.budgetShares.memory`)
     """
     long_term_max_share: float = Field(0.6, ge=0, le=1)
-    """MEMORY.md takes at most this share of the memory budget (the rest is cut with a visible marker), so scored items
-    always keep room.
+    """MEMORY.md takes at most this share of the memory budget, so scored items always keep room; beyond it, its
+    beginning leads and the pieces further down that a message is about come with it.
     """
+    long_term_relevant_share: float = Field(0.4, ge=0, le=1)
+    """When MEMORY.md outgrows its share, this part of the share goes to its pieces further down that are relevant to
+    the message (the rest shows the file's beginning)."""
     working_top_k: int = Field(6, ge=0)
     """The newest exchanges of the last `recentDays` days outside the live conversation, always offered first."""
     episodic_top_k: int = Field(8, ge=0)
@@ -272,6 +275,9 @@ class CompactionConfig(ConfigSection):
     """Each message is cut to this before it is summarized."""
     recovery_attempts: int = Field(2, ge=0, le=5)
     """After a payload-too-large refusal, compact harder and retry at most this many times."""
+    silent_cut_ratio: float = Field(0.85, gt=0, lt=1)
+    """A provider that reports fewer prompt tokens than this share of the (calibrated) estimate of what was sent cut
+    the prompt silently (Ollama past num_ctx): the window it kept is learned as the model's."""
     history_search_max_results: int = Field(8, ge=1, le=50)
     """`search_history` returns at most this many results."""
     history_search_context_messages: int = Field(1, ge=0, le=10)

@@ -9,6 +9,9 @@ from bot.context.plan import BUILT_PARTS, ContextPlan, PromptPart
 from bot.domain.conversation import split_summary
 from bot.domain.message import Role
 from bot.domain.session import AgentSession
+from bot.llm.models import window_note
+from bot.memory.long_term_pieces import LongTermUse
+from bot.memory.service import MemoryService
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionService
 
@@ -30,15 +33,17 @@ def usage_bar(used: int, total: int, width: int = BAR_WIDTH) -> str:
     return "█" * filled + "░" * (width - filled) + f" {round(100 * used / max(total, 1))}%"
 
 
-def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> str:
-    """The `/context` text: a usage bar, tokens against the threshold, compactions, each part's real use."""
+def describe_context(session: AgentSession, plan: ContextPlan, model: str, long_term: LongTermUse | None = None) -> str:
+    """The `/context` text: a usage bar, tokens against the threshold, compactions, each part's real use, and
+    how much of MEMORY.md the last prompt held (`long_term`)."""
     budget = plan.budget
     prefix, body = split_summary(session.messages)
     lines = [
         "Context usage",
         usage_bar(plan.total_tokens, budget.trigger_tokens),
         f"Tokens: ~{plan.total_tokens:,} of {budget.trigger_tokens:,} (compaction threshold; {model}: "
-        f"input {budget.model.max_input_tokens:,}, output {budget.model.max_output_tokens:,})",
+        f"input {budget.model.max_input_tokens:,}, output {budget.model.max_output_tokens:,})"
+        + (f"; {window_note(budget.model)}" if budget.model.learned else ""),
         f"Conversation: ~{plan.message_tokens:,} tokens in {len(session.messages)} messages; "
         f"compacted when over ~{plan.room_for_messages:,}",
         f"Compactions: {session.metadata.compaction_count}" + _last_compaction(session),
@@ -52,6 +57,8 @@ def describe_context(session: AgentSession, plan: ContextPlan, model: str) -> st
         lines.append(f"  {part.label}: ~{plan.used(part):,} / {plan.given(part.share):,}{_share_note(plan, part)}")
     if not plan.prompt_measured:
         lines.append("  persona, instructions, memory and RAG: measured when the next message is answered")
+    if long_term is not None:
+        lines.append(long_term.describe())
     lines.append(f"Reply reserve: {plan.reply_reserve_tokens:,} tokens (the model's output, outside the threshold)")
     largest = sorted(body, key=lambda m: len(m.content), reverse=True)[:LARGEST_MESSAGES_SHOWN]
     if largest:
@@ -86,7 +93,11 @@ def _last_compaction(session: AgentSession) -> str:
 
 
 def register_compaction_commands(
-    registry: CommandRegistry, sessions: SessionService, compaction: CompactionService, config_store: RuntimeConfigStore
+    registry: CommandRegistry,
+    sessions: SessionService,
+    compaction: CompactionService,
+    config_store: RuntimeConfigStore,
+    memory: MemoryService | None = None,
 ) -> None:
     async def compact(request: CommandRequest) -> str:
         config = await config_store.current()
@@ -115,7 +126,10 @@ def register_compaction_commands(
         inbound = request.inbound
         session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
         model = config.llm.model
-        return describe_context(session, compaction.planner.plan(session, model, config), model)
+        long_term = None
+        if memory is not None and config.memory.enabled:
+            long_term = (await memory.status(config.memory, session.id)).long_term_use
+        return describe_context(session, compaction.planner.plan(session, model, config), model, long_term)
 
     registry.register(
         Command("compact", "summarize all but the last N messages (optional focus)", compact, "[N] [focus]")

@@ -47,7 +47,7 @@ def install(
 ) -> StatusReporter:
     status = StatusReporter(config_store, planner, memory, rag, mcp, skills, setup_problems, spending)
     register_basic_commands(commands, sessions, status)
-    register_compaction_commands(commands, sessions, compaction, config_store)
+    register_compaction_commands(commands, sessions, compaction, config_store, memory)
     register_memory_commands(commands, memory, config_store)
     register_skill_command(commands, skills, sessions, config_store.in_force)
     register_conversation_commands(commands, sessions, answer_again, forget_exchange, clock)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from bot.access.policy import GUARDED_CHANNELS
 from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
+from bot.llm.models import window_note
 from bot.llm.spending import TokenSpending
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryService, MemoryStatus
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
 from bot.skills.library import SkillLibrary
@@ -74,7 +75,7 @@ class StatusReporter:
                 f"Context: ~{plan.total_tokens} tokens of {plan.budget.trigger_tokens} ({plan.used_percent}%)"
                 f"{'' if plan.prompt_measured else ', system prompt not measured yet'}{last_prompt}",
                 f"Compactions: {session.metadata.compaction_count}",
-                f"Memory: MEMORY.md {memory.long_term_chars} chars; items: {items}; "
+                f"Memory: {_long_term_words(memory)}; items: {items}; "
                 f"today's notes: {memory.today_note_lines} entries; scope {config.memory.scope}; "
                 f"vectors {memory.vectors[0]}/{memory.vectors[1]} ({memory.embedder or 'lexical only'})"
                 + (
@@ -89,7 +90,8 @@ class StatusReporter:
                 *([skills_line] if skills_line else []),
                 *self._config_lines(),
                 *([self._spending.describe()] if self._spending is not None else []),
-                f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens",
+                f"Model: {model.name}{known}, input {model.max_input_tokens} / output {model.max_output_tokens} tokens"
+                + (f"; {window_note(model)}" if model.learned else ""),
                 *problems,
             ]
         )
@@ -132,3 +134,11 @@ class StatusReporter:
                 text += f" ({status.restarts} restarts)"
             described.append(text)
         return "MCP servers: " + "; ".join(described)
+
+
+def _long_term_words(memory: MemoryStatus) -> str:
+    """MEMORY.md's size, and how much of it the last prompt held once it outgrew its share."""
+    use = memory.long_term_use
+    if use is None or use.whole or use.total_chars != memory.long_term_chars:
+        return f"MEMORY.md {memory.long_term_chars} chars"
+    return use.describe()

@@ -143,6 +143,11 @@ class CompactionService:
                 summary_cap_tokens=plan.summary_cap_tokens,
             )
 
+    async def fit_to_window(self, session: AgentSession, model: str) -> CompactionEvent | None:
+        """After the model's window was learned smaller: compact the conversation when it no longer fits
+        the plan for that window (the caller holds the session's lock, as for `shrink_for_retry`)."""
+        return await self.compact_if_needed(session, model, await self._config_store.current())
+
     async def compact(
         self,
         session: AgentSession,

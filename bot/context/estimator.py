@@ -192,6 +192,12 @@ class TokenEstimator:
         self._calibrated[model] = CALIBRATION_SMOOTHING * observed + (1 - CALIBRATION_SMOOTHING) * current
         self._samples[model] = self._samples.get(model, 0) + 1
 
+    def request(self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None) -> int:
+        """Tokens of a sent request (what its messages held: `WireSize.of` them, and the tool schemas),
+        its images left out."""
+        chars = sent.chars + (len(self._schemas_json(tools)) if tools else 0)
+        return MESSAGE_OVERHEAD_TOKENS * sent.messages + math.ceil(chars / self.ratio_for(model))
+
     def observe_request(
         self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None, prompt_tokens: int
     ) -> None:

@@ -8,27 +8,39 @@ kept in the session's metadata (`lastPromptTokens`), so `/status`, `/context` an
 status`, which ask `plan` too, show the same real figures: the parts of the last request and the
 conversation as it stands now. Before a chat's first answered message, the prompt parts are not
 measured.
+
+The budget is planned for the window the model really has: the registry's, or the smaller one learned
+from the endpoint (a refusal that stated it, or a silent cut seen in the reported usage: `observe_usage`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot.context.budget import ContextBudget, fit_prompt_parts
+from bot.context.budget import TOOLS, ContextBudget, fit_prompt_parts
 from bot.context.estimator import TokenEstimator
 from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part_for_prompt_key
 from bot.domain.conversation import split_summary
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import PromptTokens
-from bot.llm.models import ModelRegistry
+from bot.llm.models import ModelRegistry, ModelSpec
+from bot.llm.windows import REFUSAL, SILENT_CUT
+from bot.llm.wire import WireSize
 from bot.settings import RuntimeConfig
 
 log = logging.getLogger(__name__)
 
 # In the session's `lastPromptTokens` (`{part value: tokens}`): the parts that were cut to their share.
 CUT_KEY = "cut"
+# A silent cut is looked for only in requests at least this large: a small one's estimate is mostly framing.
+MIN_SILENT_CUT_TOKENS = 1000
+# Until the estimate of a model is calibrated by this many reports, only a report under `UNCALIBRATED_CUT_RATIO`
+# of it is a cut: the first estimates may be off by a tokenizer's difference from the starting ratio.
+CALIBRATED_SAMPLES = 3
+UNCALIBRATED_CUT_RATIO = 0.5
 
 
 class ContextPlanner:
@@ -43,6 +55,9 @@ class ContextPlanner:
         self._estimator = estimator
         self._models = models
         self._tool_schemas = tool_schemas
+        # The tools last offered when not all fitted: (the registry's list, the names kept, the list handed out),
+        # so the same list goes out while the choice stays the same (the client keeps its JSON by identity).
+        self._fitted_tools: tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]] | None = None
 
     @property
     def estimator(self) -> TokenEstimator:
@@ -50,6 +65,56 @@ class ContextPlanner:
 
     def budget(self, model: str, config: RuntimeConfig) -> ContextBudget:
         return ContextBudget.for_model(self._models.lookup(model), config.compaction)
+
+    def offered_tools(self, model: str, config: RuntimeConfig) -> list[dict[str, Any]]:
+        """The tool schemas the model is offered: every tool while they fit the tools share of the plan, else the
+        tools that fit, in the registry's order (a model with a small window is offered fewer)."""
+        schemas = self._tool_schemas()
+        cap = self.budget(model, config).cap(TOOLS)
+        if self._estimator.tool_schemas(schemas, model) <= cap:
+            return schemas
+        kept: list[dict[str, Any]] = []
+        used = 0
+        for schema in schemas:
+            cost = self._estimator.text(json.dumps(schema, ensure_ascii=False), model)
+            if used + cost <= cap:
+                kept.append(schema)
+                used += cost
+        names = [_tool_name(schema) for schema in kept]
+        last = self._fitted_tools
+        if last is not None and last[0] is schemas and last[1] == names:
+            return last[2]
+        log.warning(
+            "[Context] %d of %d tools offered to %s: the tool definitions would take ~%d tokens, their share is %d",
+            len(kept), len(schemas), model, self._estimator.tool_schemas(schemas, model), cap,
+        )  # fmt: skip
+        self._fitted_tools = (schemas, names, kept)
+        return kept
+
+    def model(self, model: str) -> ModelSpec:
+        """The limits `model` is planned with (a window learned from the endpoint included)."""
+        return self._models.lookup(model)
+
+    def learn_refusal(self, model: str, window_tokens: int | None) -> bool:
+        """The endpoint refused a prompt as too long, stating `window_tokens`; True when the window is news
+        (every part is then planned for it)."""
+        return window_tokens is not None and self._models.learn_window(model, window_tokens, REFUSAL)
+
+    def observe_usage(
+        self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None, prompt_tokens: int, cut_ratio: float
+    ) -> bool:
+        """The provider's `prompt_tokens` for a request of `sent`: calibrates the estimate, or, when it is well
+        under what was sent (the endpoint dropped part of the prompt without a word), learns the window it
+        kept. True when a window was learned."""
+        estimator = self._estimator
+        sent_tokens = estimator.request(model, sent, tools)
+        calibrated = estimator.exact_counter(model) is not None or estimator.samples_for(model) >= CALIBRATED_SAMPLES
+        ratio = cut_ratio if calibrated else min(cut_ratio, UNCALIBRATED_CUT_RATIO)
+        if not sent.image_parts and sent_tokens >= MIN_SILENT_CUT_TOKENS and prompt_tokens < ratio * sent_tokens:
+            evidence = f"it reported {prompt_tokens} prompt tokens for a request of ~{sent_tokens}"
+            return self._models.learn_window(model, prompt_tokens, SILENT_CUT, evidence)
+        estimator.observe_request(model, sent, tools, prompt_tokens)
+        return False
 
     def plan(self, session: AgentSession, model: str, config: RuntimeConfig) -> ContextPlan:
         """The session's request as it stands: the conversation and the tool schemas measured now, the
@@ -59,7 +124,7 @@ class ContextPlanner:
         uses = [
             PartUse(PromptPart.SUMMARY, self._estimator.messages(summary, model, images)),
             PartUse(PromptPart.HISTORY, self._estimator.messages(history, model, images)),
-            PartUse(PromptPart.TOOL_SCHEMAS, self._estimator.tool_schemas(self._tool_schemas(), model)),
+            PartUse(PromptPart.TOOL_SCHEMAS, self._estimator.tool_schemas(self.offered_tools(model, config), model)),
         ]
         plan = ContextPlan(
             self.budget(model, config), tuple(uses), len(session.messages), config.memory.enabled, config.rag.enabled
@@ -95,6 +160,11 @@ class ContextPlanner:
             kept[CUT_KEY] = sorted(part.value for part in cut)
         session.metadata.last_prompt_tokens = kept
         return fitted, plan.with_prompt(PartUse(part, count, part in cut) for part, count in tokens.items())
+
+
+def _tool_name(schema: dict[str, Any]) -> str:
+    function = schema.get("function")
+    return str(function.get("name", "")) if isinstance(function, dict) else ""
 
 
 def _tokens(value: int | list[str] | None) -> int:

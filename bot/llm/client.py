@@ -25,6 +25,7 @@ from bot.domain.message import ToolCall
 from bot.domain.turn import Usage
 from bot.llm.errors import LlmError, LlmFailure
 from bot.llm.spending import Purpose, TokenSpending
+from bot.llm.windows import window_from_refusal
 from bot.llm.wire import wire_bytes
 from bot.logging_setup import redact
 from bot.metrics import BotMetrics
@@ -374,7 +375,8 @@ def _translated_errors(model: str, secrets: list[str]) -> Iterator[None]:
             raise
         detail = _short(error, secrets)
         log.warning("[LLM] %s call failed (%s): %s", model, failure.value, detail)
-        raise LlmError(failure, detail) from error
+        window = window_from_refusal(str(error)) if failure is LlmFailure.CONTEXT_LENGTH else None
+        raise LlmError(failure, detail, window) from error
 
 
 def _classify(error: Exception) -> LlmFailure | None:
@@ -386,23 +388,32 @@ def _classify(error: Exception) -> LlmFailure | None:
         return LlmFailure.RATE_LIMITED
     if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError):
         return LlmFailure.AUTH
+    # Before the 5xx: llama.cpp's server has sent its context-size refusal with status 500.
+    if isinstance(error, openai.APIStatusError) and (error.status_code == 413 or _is_context_length(error)):
+        return LlmFailure.CONTEXT_LENGTH
     if isinstance(error, openai.InternalServerError):
         return LlmFailure.SERVER_ERROR
     if isinstance(error, openai.APIStatusError):
         if error.status_code >= 500:
             return LlmFailure.SERVER_ERROR
-        if error.status_code == 413 or _is_context_length(error):
-            return LlmFailure.CONTEXT_LENGTH
         return LlmFailure.BAD_REQUEST
     if isinstance(error, openai.APIError | json.JSONDecodeError):
         return LlmFailure.BAD_RESPONSE
     return None
 
 
+# What the refusals of a too long prompt say, by provider (OpenAI, vLLM, OpenRouter; llama.cpp server;
+# Anthropic; vLLM's prompt check; Mistral).
+_CONTEXT_LENGTH_WORDS = (
+    "context length", "context_length", "context size", "exceed_context_size", "prompt is too long",
+    "maximum model length", "too large for model",
+)  # fmt: skip
+
+
 def _is_context_length(error: openai.APIStatusError) -> bool:
     code = getattr(error, "code", None)
     text = str(error).lower()
-    return code == "context_length_exceeded" or "context length" in text or "context_length" in text
+    return code == "context_length_exceeded" or any(words in text for words in _CONTEXT_LENGTH_WORDS)
 
 
 def _short(error: Exception, secrets: list[str]) -> str:

@@ -34,10 +34,12 @@ _USER_MESSAGES = {
 class LlmError(Exception):
     """A model call failed after the client's retries; `failure` says how."""
 
-    def __init__(self, failure: LlmFailure, detail: str) -> None:
+    def __init__(self, failure: LlmFailure, detail: str, window_tokens: int | None = None) -> None:
         super().__init__(f"{failure.value}: {detail}")
         self.failure = failure
         self.detail = detail
+        # The model's window as a context-length refusal stated it (None: it stated none).
+        self.window_tokens = window_tokens
 
     @property
     def user_message(self) -> str:

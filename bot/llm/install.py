@@ -13,6 +13,7 @@ from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
 from bot.llm.spending import TokenSpending
+from bot.llm.windows import LearnedWindows, TellOnce
 from bot.metrics import BotMetrics
 
 
@@ -34,10 +35,14 @@ def install(
     spending_file: Path,
     today: Callable[[], date],
     chars_per_token: Callable[[str], float],
+    windows_file: Path,
+    tell_once: TellOnce,
 ) -> ModelAccess:
     spending = TokenSpending(spending_file, today, chars_per_token)
     metrics.watch_spending(spending.by_period)
     key = api_key.get_secret_value() if api_key else None
     client = LlmClient(key, base_url, metrics, spending=spending)
+    # The windows learned from this endpoint (a refusal, a silent cut) override the registry's.
+    models = ModelRegistry.load(shipped_models, workspace_models, LearnedWindows(windows_file, base_url, tell_once))
     # One offline embedding model serves memory and the knowledge graph alike.
-    return ModelAccess(client, ModelRegistry.load(shipped_models, workspace_models), Embedders(client))
+    return ModelAccess(client, models, Embedders(client))

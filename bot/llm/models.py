@@ -4,17 +4,22 @@ A workspace may add or override models in `preferences/models.json` (same format
 touching the package. Names are matched exactly first, then by the longest known prefix (so
 `gpt-4o-2024-08-06` finds `gpt-4o`, `qwen2.5:7b` finds `qwen2.5`), then without an OpenRouter-style
 `provider/` prefix; anything else gets the `default` entry.
+
+A window learned from the endpoint (`LearnedWindows`) overrides the entry's when it is smaller: the
+spec then plans for the window the endpoint really has.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+
+from bot.llm.windows import LearnedWindow, LearnedWindows
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +56,38 @@ class ModelSpec:
     max_output_tokens: int
     tier: Tier
     known: bool
+    # The window learned from the endpoint, when it is smaller than the registry's (`max_input_tokens` is it).
+    learned: LearnedWindow | None = None
+    # The registry's own window, when a learned one overrides it.
+    listed_input_tokens: int | None = None
+
+
+def window_note(spec: ModelSpec) -> str:
+    """What `/status` and `/context` say of a window learned from the endpoint; empty when there is none."""
+    if spec.learned is None:
+        return ""
+    listed = f"; the registry says {spec.listed_input_tokens:,}" if spec.listed_input_tokens else ""
+    return f"window {spec.max_input_tokens:,} tokens (learned from a {spec.learned.how}{listed})"
+
+
+# Of a learned window, the reply may take at most this share: the rest is the prompt's.
+LEARNED_OUTPUT_SHARE = 0.25
 
 
 class ModelRegistry:
     """Looks up a model's limits by name."""
 
-    def __init__(self, default: _ModelEntry, models: dict[str, _ModelEntry]) -> None:
+    def __init__(
+        self, default: _ModelEntry, models: dict[str, _ModelEntry], windows: LearnedWindows | None = None
+    ) -> None:
         self._default = default
         self._models = models
+        self.windows = windows
 
     @classmethod
-    def load(cls, shipped: Path, workspace_override: Path | None = None) -> ModelRegistry:
+    def load(
+        cls, shipped: Path, workspace_override: Path | None = None, windows: LearnedWindows | None = None
+    ) -> ModelRegistry:
         base = _ModelsFile.model_validate_json(shipped.read_text(encoding="utf-8"))
         if base.default is None:
             raise ValueError(f"{shipped}: a 'default' entry is required")
@@ -74,12 +100,27 @@ class ModelRegistry:
             else:
                 default = extra.default or default
                 models.update(extra.models)
-        return cls(default, models)
+        return cls(default, models, windows)
 
     def lookup(self, name: str) -> ModelSpec:
         entry_name = self._match(name)
         entry = self._models[entry_name] if entry_name else self._default
-        return ModelSpec(name, entry.max_input_tokens, entry.max_output_tokens, entry.tier, entry_name is not None)
+        spec = ModelSpec(name, entry.max_input_tokens, entry.max_output_tokens, entry.tier, entry_name is not None)
+        learned = self.windows.get(name) if self.windows is not None else None
+        if learned is None or learned.tokens >= spec.max_input_tokens:
+            return spec
+        # The refusals state the whole window (prompt and reply): the reply's room comes out of it.
+        output = min(spec.max_output_tokens, int(learned.tokens * LEARNED_OUTPUT_SHARE))
+        return replace(
+            spec, max_input_tokens=learned.tokens, max_output_tokens=max(output, 1), learned=learned,
+            listed_input_tokens=spec.max_input_tokens,
+        )  # fmt: skip
+
+    def learn_window(self, name: str, tokens: int, how: str, evidence: str = "") -> bool:
+        """`name`'s window is `tokens` (learned `how`); True when that is news (smaller than planned for)."""
+        if self.windows is None:
+            return False
+        return self.windows.learn(name, tokens, how, self.lookup(name).max_input_tokens, evidence)
 
     def _match(self, name: str) -> str | None:
         for candidate in (name, name.split("/", 1)[-1]):

@@ -12,6 +12,7 @@ from bot.llm.embedders import Embedders
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.service import MemoryService
 from bot.memory.tools import MemoryToolSource
+from bot.notices import OwnerNotices
 from bot.runtime_config import RuntimeConfigStore
 from bot.storage.durability import DeferredSync
 from bot.tools.registry import ToolRegistry
@@ -35,9 +36,17 @@ def install(
     config_store: RuntimeConfigStore,
     tools: ToolRegistry,
     deferred: DeferredSync,
+    notices: OwnerNotices | None = None,
 ) -> InstalledMemory:
     service = MemoryService(
-        workspace, clock, llm, estimator, embedders, deferred, lambda: config_store.in_force().access.allowed_users
+        workspace,
+        clock,
+        llm,
+        estimator,
+        embedders,
+        deferred,
+        notices,
+        lambda: config_store.in_force().access.allowed_users,
     )
     tools.add_source(MemoryToolSource(service, config_store.in_force))
     return InstalledMemory(service, PreCompactionMemory(service, config_store))

@@ -50,6 +50,13 @@ from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_
 from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
+from bot.memory.long_term_pieces import (
+    LongTermIndex,
+    LongTermPrompt,
+    LongTermUse,
+    long_term_prompt,
+    whole_long_term,
+)
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
 from bot.memory.retrieval import (
@@ -61,6 +68,7 @@ from bot.memory.retrieval import (
     names_in,
 )
 from bot.memory.write_service import MemoryWriteService, WriteReport
+from bot.notices import OwnerNotices
 from bot.settings import MemoryConfig
 from bot.storage.durability import DeferredSync
 from bot.storage.folder_changes import FolderChanges
@@ -80,6 +88,10 @@ SHARED_ITEMS_LINE = "Shared by the owner:"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
 SHARE_MARGIN = 0.02
+# Below this share of the prompt for MEMORY.md, none of it is reached by relevance: its head is cut visibly.
+LONG_TERM_RELEVANCE_MIN_TOKENS = 128
+# A MEMORY.md longer than this is split and indexed in memory's thread, not on the event loop.
+LONG_TERM_INLINE_CHARS = 20_000
 
 
 @dataclass
@@ -106,6 +118,10 @@ class MemoryScope:
     vector_cache: VectorCache | None = None
     # The background task embedding items that have no vector yet (see `MemoryService.index_vectors`).
     indexing: asyncio.Task[None] | None = None
+    # MEMORY.md's pieces, indexed once it outgrows its share (made again when it changes), and how much of it
+    # the last prompt held.
+    long_term_index: LongTermIndex | None = None
+    long_term_use: LongTermUse | None = None
     # Held while the vectors stored by earlier runs are read, so `/status` counts them all or waits.
     reading_stored_vectors: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -122,6 +138,8 @@ class MemoryPrompt:
     stable: str
     turn: str
     pack: MemoryPack | None
+    # How much of MEMORY.md the prompt holds (None: there is no MEMORY.md).
+    long_term: LongTermUse | None = None
 
     @property
     def shows_pack(self) -> bool:
@@ -146,13 +164,16 @@ class MemoryService:
         estimator: TokenEstimator | None = None,
         embedders: Embedders | None = None,
         deferred: DeferredSync | None = None,
+        notices: OwnerNotices | None = None,
         allowed_users: Callable[[], list[int]] | None = None,
     ) -> None:
         """`deferred`: where the appends the archive can stand in for (daily-note lines, new items) leave
-        their fsync; without one, every write is durable before it returns. `allowed_users`: the current
+        their fsync; without one, every write is durable before it returns. `notices`: the owner is told
+        there when MEMORY.md first outgrows its share of the prompt. `allowed_users`: the current
         `access.allowedUsers`, whose first id is the owner (see `bot.memory.audience`); without it no
         Telegram chat is the owner's."""
         self._workspace = workspace
+        self._notices = notices
         self._allowed_users = allowed_users or list
         self._deferred = deferred
         self._clock = clock
@@ -452,16 +473,36 @@ class MemoryService:
             overhead = self._estimator.text(MEMORY_HEADER + "\n\n", model) + math.ceil(SHARE_MARGIN * share_tokens)
             limit = min(limit, share_tokens - overhead)
         budget = TextBudget(limit, self._estimator, model)
-        stable = ""
+        stable = relevant = ""
+        # Outside the owner's own chats, the chat's own MEMORY.md and what the owner shared (see `shared_by_owner`).
         own = await self._read_long_term(scope)
         shared = await self.shared_by_owner(config, session_id)
         long_term = "\n\n".join(part for part in (own.strip("\n"), shared) if part) if shared else own
+        use: LongTermUse | None = None
         if long_term:
-            # MEMORY.md may not take the whole share: scored items keep the rest (it is cut visibly).
+            # MEMORY.md may not take the whole share: scored items keep the rest. Beyond its share, its beginning
+            # leads and the pieces relevant to the message come from the rest.
             cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
-            kept, _ = TextBudget(cap, self._estimator, model).take(long_term)
-            budget.remaining = max(budget.remaining - budget.cost(kept), 0)
-            stable = f"{MEMORY_HEADER}\n\n{LONG_TERM_HEADER}\n{kept}"
+            if budget.cost(long_term) <= cap:
+                fitted = whole_long_term(long_term)
+            elif cap < LONG_TERM_RELEVANCE_MIN_TOKENS:
+                # Too little room to reach anything by relevance: its head, cut visibly.
+                kept, _ = TextBudget(cap, self._estimator, model).take(long_term)
+                fitted = LongTermPrompt(kept, "", LongTermUse(len(long_term), len(kept)))
+            else:
+                fitted = long_term_prompt(
+                    await self._long_term_index(scope, long_term), text, cap, config.long_term_relevant_share,
+                    self._estimator, model,
+                )  # fmt: skip
+            # Charged with its header, and the relevant parts with the blank line that joins them to the pack.
+            shown = f"{LONG_TERM_HEADER}\n{fitted.head}"
+            relevant_cost = budget.cost(f"\n\n{fitted.relevant}") if fitted.relevant else 0
+            budget.remaining = max(budget.remaining - budget.cost(shown) - relevant_cost, 0)
+            stable = f"{MEMORY_HEADER}\n\n{shown}"
+            relevant, use = fitted.relevant, fitted.use
+            if self.sees_owner_memory(config, session_id):  # the owner's MEMORY.md, not a group's
+                self._tell_about_long_term(scope, use)
+        scope.long_term_use = use
         try:
             pack = await self._build_pack(
                 scope, config, session_id, text, now, live_conversation, budget.remaining, model, active_skill
@@ -470,7 +511,7 @@ class MemoryService:
             # One broken piece of the structured memory must not cost the rest: the notes stand in.
             log.exception("[Memory] The memory pack could not be built; the daily notes stand in")
             pack = None
-        sections: list[str] = []
+        sections: list[str] = [relevant] if relevant else []
         if pack is not None and not pack.empty:
             sections.append(pack.rendered)
         elif config.legacy_daily_notes_enabled and budget.remaining > 0:
@@ -478,7 +519,34 @@ class MemoryService:
             live_texts = self._live_user_texts.over(live or [])
             sections += render_daily_notes(notes.without(live_texts, scope.note_lines), budget)
         turn = "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
-        return MemoryPrompt(stable, turn, pack)
+        return MemoryPrompt(stable, turn, pack, use)
+
+    async def _long_term_index(self, scope: MemoryScope, text: str) -> LongTermIndex:
+        """MEMORY.md's pieces and their index, made again only when the file changed (in a thread when large)."""
+        index = scope.long_term_index
+        if index is None or index.text != text:
+            if len(text) > LONG_TERM_INLINE_CHARS:
+                index = await asyncio.get_running_loop().run_in_executor(self._executor, LongTermIndex, text)
+            else:
+                index = LongTermIndex(text)
+            scope.long_term_index = index
+        return index
+
+    def _tell_about_long_term(self, scope: MemoryScope, use: LongTermUse) -> None:
+        """The owner is told once when MEMORY.md outgrows its share; again only after it fitted meanwhile."""
+        if self._notices is None:
+            return
+        key = f"memory-md-over-share:{scope.paths.long_term_file}"
+        if use.whole:
+            self._notices.settle(key)
+            return
+        self._notices.tell_once(
+            key,
+            f"MEMORY.md ({use.total_chars:,} characters) has outgrown its share of the prompt. Nothing in it is "
+            f"lost: its first {use.head_chars:,} characters go with every message, and the parts further down "
+            "that a message is about are brought in with it. Keep what must always be in view near the top; "
+            "/status shows how much of it is in the prompt.",
+        )
 
     @staticmethod
     async def _dense_ahead(scope: MemoryScope, vector_task: asyncio.Future[Vector | None]) -> None:
@@ -758,6 +826,7 @@ class MemoryService:
         return MemoryStatus(
             root=scope.paths.root,
             long_term_chars=len(long_term),
+            long_term_use=scope.long_term_use,
             items_per_layer={layer.value: count for layer, count in counts.items()},
             today_note_lines=len(today.splitlines()) if today else 0,
             last_pack=scope.last_pack,
@@ -779,6 +848,8 @@ class MemoryStatus:
     items_per_layer: dict[str, int]
     today_note_lines: int
     last_pack: MemoryPack | None
+    # How much of MEMORY.md the last prompt held (None before the first message since the start).
+    long_term_use: LongTermUse | None = None
     # (items with a vector, active items) and the embedder that made them (None: lexical only).
     vectors: tuple[int, int] = (0, 0)
     embedder: str | None = None

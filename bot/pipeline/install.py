@@ -76,10 +76,13 @@ def install(
 ) -> InstalledPipeline:
     memory_persist = MemoryPersistSystem(memory, clock)
     rag_indexing = RagIndexingSystem(rag, clock)
+    context_building = ContextBuildingSystem(workspace, clock, planner, memory, rag, skills)
     systems = [
         AutoCompactionSystem(compaction),
-        ContextBuildingSystem(workspace, clock, planner, memory, rag, skills),
-        ToolLoopExecutionSystem(llm, sessions, tools, workspace.root, compaction, media_store, vision),
+        context_building,
+        ToolLoopExecutionSystem(
+            llm, sessions, tools, workspace.root, compaction, media_store, vision, context_building.rebuild
+        ),
         memory_persist,
         rag_indexing,
     ]

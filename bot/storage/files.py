@@ -10,11 +10,16 @@ user (folders 0700, files 0600), whatever the process umask.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bot.storage.durability import DeferredSync
+
+log = logging.getLogger(__name__)
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -229,3 +234,23 @@ def read_text_sync(path: Path) -> str | None:
 
 async def read_text(path: Path) -> str | None:
     return await asyncio.to_thread(read_text_sync, path)
+
+
+def read_state_sync(path: Path, stage: str, otherwise: str) -> dict[str, Any]:
+    """A small state file's JSON object; empty when the file is missing, and when it cannot be read or is not
+    a JSON object, with one log line under `stage` saying what follows (`otherwise`)."""
+    try:
+        text = read_text_sync(path)
+    except OSError as error:
+        log.warning("[%s] Could not read %s (%s): %s", stage, path, otherwise, error)
+        return {}
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        log.warning("[%s] %s is not a JSON object (%s); it is rewritten at the next change", stage, path, otherwise)
+        return {}
+    return data

@@ -43,7 +43,7 @@ async def test_300_turns_on_a_small_model_never_overflow_and_keep_early_facts(
         assert summary["role"] == "system" and summary["content"].startswith("[Conversation summary]\n")
         for fact in FACTS:  # stated in the first turns, compacted away long ago, still in the summary
             assert fact in summary["content"]
-        assert stored["metadata"]["compactionCount"] >= 10
+        assert stored["metadata"]["compactionCount"] >= 5
         assert stored["metadata"]["summary"] in summary["content"]
         events = stored["metadata"]["compactionEvents"]
         assert all(event["status"] == "completed" and event["method"] == "summary" for event in events)

@@ -11,6 +11,10 @@ Chat replies come from a queue filled with ``script()`` (one item per chat reque
 ``Reply`` or a ``Fault``); when the queue is empty the responder answers (``"echo: <last user message>"``
 unless replaced with ``set_responder()``). Every request is recorded in ``fake.requests``.
 ``serves_embeddings = False`` makes ``/v1/embeddings`` answer 404, as an endpoint without embeddings does.
+``window_tokens`` gives the model a real window smaller than the bot may believe: with ``window_behaviour``
+``"refuse"`` a longer prompt gets OpenAI's ``context_length_exceeded`` refusal stating the window (counted
+in ``refusals``); with ``"cut"`` its oldest messages are dropped until it fits, as Ollama does past
+``num_ctx``, and the usage reports the smaller count (counted in ``cuts``): the responder sees what is kept.
 
 Run standalone with ``python -m tests.fakes.openai_server --port 0``: prints ``PORT=<n>`` and serves
 with the echo responder until killed.
@@ -300,6 +304,29 @@ def _message_chars(messages: Sequence[JSONDict]) -> int:
     return chars + sum(len(json.dumps(call)) for m in messages for call in m.get("tool_calls") or [])
 
 
+def _prompt_tokens(request: JSONDict) -> int:
+    """The prompt tokens of a chat request as the usage counts them (4 characters a token)."""
+    messages = [m for m in request.get("messages", []) if isinstance(m, dict)]
+    tools_chars = len(json.dumps(request["tools"])) if request.get("tools") else 0
+    return max(1, (_message_chars(messages) + tools_chars) // 4)
+
+
+def _cut_to_window(request: JSONDict, window_tokens: int) -> JSONDict:
+    """`request` with its oldest messages after the first system message dropped until it fits the window,
+    the newest message always kept (what Ollama does with a prompt past `num_ctx`)."""
+    messages = [m for m in request.get("messages", []) if isinstance(m, dict)]
+    head = messages[:1] if messages and messages[0].get("role") == "system" else []
+    rest = messages[len(head) :]
+    cut = dict(request)
+    while len(rest) > 1:
+        cut["messages"] = head + rest
+        if _prompt_tokens(cut) <= window_tokens:
+            break
+        rest = rest[1:]
+    cut["messages"] = head + rest
+    return cut
+
+
 def _estimate_usage(
     request: JSONDict, reply: Reply, calls: Sequence[tuple[str, str, str]], previous: JSONDict | None = None
 ) -> Usage:
@@ -426,6 +453,12 @@ class FakeOpenAI:
         self.transcript_duration = 2.0
         self.transcript_segments: list[TranscriptSegment] | None = None
         self._transcriptions: list[JSONDict] = []
+        # The model's real window in prompt tokens (4 characters a token, as the usage counts), and what a
+        # longer prompt gets: "refuse" (a context_length_exceeded refusal) or "cut" (its oldest messages dropped).
+        self.window_tokens: int | None = None
+        self.window_behaviour: Literal["refuse", "cut"] = "refuse"
+        self.refusals = 0
+        self.cuts = 0
         self._requested_port = port
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
@@ -655,6 +688,15 @@ class FakeOpenAI:
         body = request[_JSON_BODY]
         if not isinstance(body, dict):
             return _error_response(400, "We could not parse the JSON body of your request.", "invalid_request_error")
+        if self.window_tokens is not None and _prompt_tokens(body) > self.window_tokens:
+            if self.window_behaviour == "refuse":
+                with self._lock:
+                    self.refusals += 1
+                fault = Fault.context_length_exceeded(self.window_tokens, _prompt_tokens(body))
+                return _error_response(400, fault.message, fault.error_type, fault.error_code)
+            body = _cut_to_window(body, self.window_tokens)
+            with self._lock:
+                self.cuts += 1
         try:
             reply = self._next_reply(body)
             if isinstance(reply, Fault) and reply.kind == "hang":

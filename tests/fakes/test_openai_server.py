@@ -416,3 +416,44 @@ def test_transcriptions_refuse_verbose_json_like_a_model_without_it(fake_openai:
         model="gpt-4o-transcribe", file=("voice.ogg", b"OggS voice", "audio/ogg")
     )
     assert plain.text == fake_openai.transcript
+
+
+# -- a model's real window ------------------------------------------------------------------------
+
+
+def _long_conversation() -> list[ChatCompletionMessageParam]:
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": "You are terse."}]
+    for number in range(10):
+        messages.append({"role": "user", "content": f"question {number} " + "q" * 400})
+        messages.append({"role": "assistant", "content": f"answer {number} " + "a" * 400})
+    messages.append({"role": "user", "content": "the newest question"})
+    return messages
+
+
+def test_a_window_that_refuses_answers_a_longer_prompt_with_openais_refusal(fake_openai: FakeOpenAI) -> None:
+    fake_openai.window_tokens = 1000
+    with pytest.raises(openai.BadRequestError) as refused:
+        sync_client(fake_openai).chat.completions.create(model="fake-model", messages=_long_conversation())
+    assert refused.value.code == "context_length_exceeded"
+    assert "maximum context length is 1000 tokens" in str(refused.value)
+    assert fake_openai.refusals == 1
+    short = sync_client(fake_openai).chat.completions.create(model="fake-model", messages=USER_HI)
+    assert short.choices[0].message.content == "echo: hi" and fake_openai.refusals == 1
+
+
+def test_a_window_that_cuts_drops_the_oldest_messages_and_reports_the_smaller_usage(fake_openai: FakeOpenAI) -> None:
+    fake_openai.window_tokens = 1000
+    fake_openai.window_behaviour = "cut"
+    received: list[list[str]] = []
+
+    def responder(request: dict[str, Any]) -> str:
+        received.append([message["content"] for message in request["messages"]])
+        return "ok"
+
+    fake_openai.set_responder(responder)
+    answer = sync_client(fake_openai).chat.completions.create(model="fake-model", messages=_long_conversation())
+    assert answer.usage is not None and answer.usage.prompt_tokens <= 1000
+    (kept,) = received
+    assert kept[0] == "You are terse." and kept[-1] == "the newest question"  # the oldest in between are gone
+    assert not any(text.startswith("question 0 ") for text in kept) and fake_openai.cuts == 1
+    assert len(fake_openai.chat_requests()[-1]["messages"]) == 22  # what was sent is recorded whole

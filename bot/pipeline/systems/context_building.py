@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 
 from bot.clock import Clock
-from bot.context.budget import MEMORY, RAG
+from bot.context.budget import MEMORY, RAG, SYSTEM
 from bot.context.planner import ContextPlanner
 from bot.memory.file_cache import TextFileCache
 from bot.memory.service import MemoryPrompt, MemoryService
@@ -35,6 +35,8 @@ from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
+# The skills catalog takes at most this part of the system share: the persona and the active skill need the rest.
+SKILLS_OF_SYSTEM_SHARE = 0.5
 DEFAULT_PERSONA = (
     "You are a helpful personal assistant talking with your owner in a chat. "
     "Answer concisely and in the language you are addressed in. "
@@ -77,7 +79,7 @@ class ContextBuildingSystem(PipelineSystem):
         # The turn's plan: the conversation as compaction (18) left it, and each part's share (the one 18
         # checked, when it compacted nothing).
         plan = ctx.plan or self._planner.plan(ctx.session, ctx.model, ctx.config)
-        skill = await self._skills_part(ctx)
+        skill = await self._skills_part(ctx, plan.given(SYSTEM))
         memory = await self._memory_part(ctx, skill, plan.given(MEMORY))
         if memory is not None and memory.stable:
             ctx.system_prompt_parts["memory"] = memory.stable
@@ -106,8 +108,16 @@ class ContextBuildingSystem(PipelineSystem):
             plan.budget.trigger_tokens,
         )
 
-    async def _skills_part(self, ctx: TurnContext) -> str | None:
-        """Adds `# Skills` and the active skill's instructions; returns the active skill's name."""
+    async def rebuild(self, ctx: TurnContext) -> None:
+        """Build the turn's prompt parts again, for the plan as it stands now (a smaller window was learned)."""
+        ctx.system_prompt_parts = {}
+        ctx.plan = None
+        await self.process(ctx)
+
+    async def _skills_part(self, ctx: TurnContext, system_share: int) -> str | None:
+        """Adds `# Skills` and the active skill's instructions; returns the active skill's name. The catalog
+        takes at most `SKILLS_OF_SYSTEM_SHARE` of the system share (`system_share` tokens), so a model with a
+        small window gets fewer skills listed rather than a catalog cut off."""
         config = ctx.config.skills
         if self._skills is None or not config.enabled:
             return None
@@ -116,7 +126,8 @@ class ContextBuildingSystem(PipelineSystem):
         except OSError as error:
             log.warning("[Context] Skills could not be read: %s", error)
             return None
-        catalog = render_catalog(skills, config.prompt_budget_chars, config.max_description_chars)
+        share_chars = int(system_share * SKILLS_OF_SYSTEM_SHARE * self._planner.estimator.ratio_for(ctx.model))
+        catalog = render_catalog(skills, min(config.prompt_budget_chars, share_chars), config.max_description_chars)
         if catalog:
             ctx.system_prompt_parts["skills"] = catalog
         name = active_skill(ctx.session)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bot.compaction.recovery import with_payload_recovery
 from bot.compaction.service import CompactionService
@@ -59,8 +62,11 @@ class ToolLoopExecutionSystem(PipelineSystem):
         compaction: CompactionService | None = None,
         media: MediaStore | None = None,
         vision: VisionSupport | None = None,
+        rebuild_context: Callable[[TurnContext], Awaitable[None]] | None = None,
     ) -> None:
         self._media = media
+        # Builds the turn's prompt parts again (ContextBuilding's): after a refusal taught a smaller window.
+        self._rebuild_context = rebuild_context
         self._vision = vision or VisionSupport()
         self._llm = llm
         self._sessions = sessions
@@ -96,9 +102,10 @@ class ToolLoopExecutionSystem(PipelineSystem):
 
     async def _ask_model(self, ctx: TurnContext) -> ChatResult:
         config = ctx.config
-        tools = self._tools.schemas() or None
 
         group = is_group_chat(ctx)
+        # The estimate of the request last sent, for the payload-too-large recovery.
+        sent_tokens = [0]
 
         async def call() -> ChatResult:
             try:
@@ -120,6 +127,10 @@ class ToolLoopExecutionSystem(PipelineSystem):
             if self._shapes.over(messages).tool_results:
                 messages = prune_tool_results(messages, config.tool_loop)
             wire = self._wire.messages(ctx.system_prompt, messages, images, group=group, turn_prompt=ctx.turn_prompt)
+            # The tools the plan has room for (after a window was learned, perhaps fewer than before).
+            tools = self._offered_tools(ctx) or None
+            if self._compaction is not None:
+                sent_tokens[0] = self._compaction.planner.estimator.request(ctx.model, wire.size, tools)
             request = ChatRequest(
                 model=ctx.model,
                 messages=wire.messages,
@@ -135,8 +146,10 @@ class ToolLoopExecutionSystem(PipelineSystem):
             else:
                 result = await self._llm.complete(request)
             if result.usage is not None and self._compaction is not None:
-                self._compaction.planner.estimator.observe_request(
-                    ctx.model, wire.size, tools, result.usage.prompt_tokens
+                # Calibrates the estimate; a prompt the endpoint cut silently teaches its window instead,
+                # which the next message is planned for.
+                self._compaction.planner.observe_usage(
+                    ctx.model, wire.size, tools, result.usage.prompt_tokens, config.compaction.silent_cut_ratio
                 )
             return result
 
@@ -144,11 +157,19 @@ class ToolLoopExecutionSystem(PipelineSystem):
             result = await call()
         else:
             attempts = config.compaction.recovery_attempts
-            result = await with_payload_recovery(self._compaction, ctx.session, ctx.model, attempts, call)
+            refit = functools.partial(self._rebuild_context, ctx) if self._rebuild_context is not None else None
+            result = await with_payload_recovery(
+                self._compaction, ctx.session, ctx.model, attempts, call, refit, lambda: sent_tokens[0]
+            )
         if result.usage is not None:
             ctx.usages.append(result.usage)
             ctx.session.metadata.last_usage = result.usage.to_json_dict()
         return result
+
+    def _offered_tools(self, ctx: TurnContext) -> list[dict[str, Any]]:
+        if self._compaction is None:
+            return self._tools.schemas()
+        return self._compaction.planner.offered_tools(ctx.model, ctx.config)
 
     async def _images(self, ctx: TurnContext) -> dict[str, list[str]]:
         """The data URLs of the images this call carries (the image budget), none when the model is blind."""
