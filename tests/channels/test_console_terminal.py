@@ -26,6 +26,7 @@ from bot.channels import console
 from bot.channels.console import ConsoleChannel
 from bot.domain.inbound import InboundMessage
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import WAIT_SECONDS
 from tests.test_cli import bot_env
 
 UP = b"\x1b[A"
@@ -146,7 +147,7 @@ def test_a_terminal_chat_edits_lines_takes_a_long_paste_whole_and_keeps_logs_off
     assert "\x1b" not in "".join(user_messages(fake_openai))
 
     terminal.type(CTRL_D)
-    assert terminal.process.wait(timeout=15) == 0
+    assert terminal.process.wait(timeout=WAIT_SECONDS) == 0
     on_screen = terminal.rest().decode(errors="replace")
     assert "INFO" not in on_screen and "WARNING" not in on_screen and "[App]" not in on_screen
     log_text = (workspace / "logs" / "chat.log").read_text()
@@ -164,7 +165,7 @@ def test_the_history_is_there_in_the_next_chat_and_ctrl_c_leaves(tmp_path: Path,
         first.type(b"remember this line\r")
         first.read_until(lambda s: b"echo: remember this line" in s)
         first.type(CTRL_D)
-        assert first.process.wait(timeout=15) == 0
+        assert first.process.wait(timeout=WAIT_SECONDS) == 0
     finally:
         first.close()
     second = Terminal(workspace, fake_openai)
@@ -177,7 +178,7 @@ def test_the_history_is_there_in_the_next_chat_and_ctrl_c_leaves(tmp_path: Path,
         second.type(b"half a line")
         second.read_until(lambda s: s.endswith(b"half a line"))
         second.type(CTRL_C)
-        assert second.process.wait(timeout=15) == 0
+        assert second.process.wait(timeout=WAIT_SECONDS) == 0
         assert termios.tcgetattr(second.slave)[3] == second.canonical[3]
     finally:
         second.close()
