@@ -195,8 +195,15 @@ class TokenEstimator:
     def request(self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None) -> int:
         """Tokens of a sent request (what its messages held: `WireSize.of` them, and the tool schemas),
         its images left out."""
-        chars = sent.chars + (len(self._schemas_json(tools)) if tools else 0)
-        return MESSAGE_OVERHEAD_TOKENS * sent.messages + math.ceil(chars / self.ratio_for(model))
+        return self.sized(model, self.with_tools(sent, tools))
+
+    def with_tools(self, sent: WireSize, tools: list[dict[str, Any]] | None) -> WireSize:
+        """`sent` with the characters of the tool schemas offered with it."""
+        return WireSize(sent.messages, sent.chars + (len(self._schemas_json(tools)) if tools else 0), sent.image_parts)
+
+    def sized(self, model: str, size: WireSize) -> int:
+        """Tokens of a request of `size` (tool schemas included) at `model`'s ratio, its images left out."""
+        return MESSAGE_OVERHEAD_TOKENS * size.messages + math.ceil(size.chars / self.ratio_for(model))
 
     def observe_request(
         self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None, prompt_tokens: int
@@ -209,8 +216,7 @@ class TokenEstimator:
         if self.exact_counter(model) is not None or sent.image_parts:
             return  # exact counts need no calibration
         # Counted, not joined into one text, with the tool schemas' JSON made once: this runs every turn.
-        chars = sent.chars + (len(self._schemas_json(tools)) if tools else 0)
-        self.calibrate(model, chars, prompt_tokens, sent.messages)
+        self.calibrate(model, self.with_tools(sent, tools).chars, prompt_tokens, sent.messages)
 
 
 @dataclass
