@@ -76,6 +76,8 @@ class SmallWindowRun:
     notices: list[str]
     # What the silent-cut judgement relied on at the end: the residuals' spread, the shortfalls and the slack.
     spread: ResidualSpread
+    # The estimator's characters a token for the model at the end (the fake counts 4, besides the framing).
+    chars_per_token: float
 
 
 class _Model:
@@ -173,6 +175,7 @@ async def run_small_window(workspace: Path, fake: FakeOpenAI, behaviour: Behavio
             learned_window=learned.tokens if learned is not None else None,
             notices=list(services.notices.pending().values()),
             spread=services.planner.silent_cuts.spread(MODEL),
+            chars_per_token=services.planner.estimator.ratio_for(MODEL),
         )
     finally:
         await services.stop()
