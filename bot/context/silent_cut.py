@@ -10,7 +10,8 @@ knows of the model on this endpoint, from the prompts it answered whole:
   residuals (reported / estimated) put at or under it was not cut, whatever the reading;
 - a conversation's prompt grows turn by turn: a request that holds more characters than the previous
   one of its conversation costs at least that one's reported tokens, plus the added characters at the
-  most characters a token any text takes (`MAX_CHARS_PER_TOKEN`). A cut drops whole messages and
+  most characters a token any text takes (`MAX_CHARS_PER_TOKEN`), the repeats of a run of one character
+  (indentation, a rule of dashes: `WireSize.repeated`) not counted. A cut drops whole messages and
   reports less than that bound by about a message; a whole prompt falls short of it only by what the
   rebuilt parts (memory, the time line) changed, which the slack covers: `MIN_SLACK_TOKENS`, or twice
   the largest shortfall a prompt not judged a cut showed;
@@ -125,8 +126,9 @@ class SilentCuts:
         judgement = Judgement(Verdict.WHOLE)
         if size.image_parts or estimated < MIN_SILENT_CUT_TOKENS or typical * estimated <= readings.largest_whole:
             pass  # a request with images is counted by the provider's own rule; a smaller one fitted before
-        elif previous is not None and size.chars >= previous.size.chars:
-            least = previous.reported + (size.chars - previous.size.chars) / MAX_CHARS_PER_TOKEN
+        elif previous is not None and size.dense_chars >= previous.size.dense_chars:
+            added = size.dense_chars - previous.size.dense_chars
+            least = previous.reported + added / MAX_CHARS_PER_TOKEN
             shortfall = round(least - reported)
             slack = readings.slack()
             if shortfall > slack:
@@ -134,7 +136,7 @@ class SilentCuts:
                     Verdict.CUT,
                     f"it reported {reported} prompt tokens for a request of ~{estimated}, {shortfall} fewer than the "
                     f"least it could be ({previous.reported} for the conversation's previous request, and "
-                    f"{size.chars - previous.size.chars} characters more)",
+                    f"{added} characters more)",
                 )
             elif 2 * shortfall > slack:
                 judgement = Judgement(Verdict.DOUBTFUL)

@@ -57,6 +57,8 @@ CODE = """def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 """
 RUSSIAN = "Вчера мы ездили на дачу, собирали яблоки и варили варенье до позднего вечера. "
 CHINESE = "今天下午我们去公园散步，看到很多人在湖边钓鱼，天气非常好。"
+# A paste laid out with runs of one character: rules and deep indentation (a tokenizer's cheapest text).
+LAYOUT = "=" * 72 + "\n" + "".join(f"{' ' * 24}- step {number}: {'.' * 40} done\n" for number in range(12))
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def padded(text: str) -> str:
 
 def varied(number: int) -> str:
     """Message `number` of a chat whose messages differ in kind and size: short, long prose, code, Russian,
-    Chinese, a mix; each kind from one to four times its base length."""
+    Chinese, a layout of rules and indentation, a mix; each kind from one to four times its base length."""
     times = 1 + number % 4
     kinds = (
         "ok, thanks!",
@@ -111,6 +113,7 @@ def varied(number: int) -> str:
         "Can you review this?\n```python\n" + CODE * times + "```",
         RUSSIAN * 2 * times,
         CHINESE * 3 * times,
+        LAYOUT * 2 * times,
         f"{CHINESE} {PROSE} {RUSSIAN} {CODE}" * times,
     )
     return f"Turn {number}. {kinds[number % len(kinds)]}"

@@ -16,8 +16,9 @@ unless replaced with ``set_responder()``). Every request is recorded in ``fake.r
 in ``refusals``); with ``"cut"`` its oldest messages are dropped until it fits, as Ollama does past
 ``num_ctx``, and the usage reports the smaller count (counted in ``cuts``): the responder sees what is kept.
 The usage counts 4 characters a token; ``token_count = "mixed"`` counts as a real tokenizer varies instead
-(ASCII words 4 characters a token, ASCII punctuation 2, any other character 0.7 tokens), for tests that
-need code and non-Latin text to cost more tokens per character than prose.
+(ASCII words 4 characters a token, ASCII punctuation 2, any other character 0.7 tokens, a run of one
+character 16), for tests that need code and non-Latin text to cost more tokens a character than prose,
+and indentation far fewer.
 
 Run standalone with ``python -m tests.fakes.openai_server --port 0``: prints ``PORT=<n>`` and serves
 with the echo responder until killed.
@@ -305,14 +306,18 @@ def _fragments(text: str, size: int = 8) -> list[str]:
 # How the usage counts a text's tokens: "flat" 4 characters a token; "mixed" as a real tokenizer varies.
 TokenCount = Literal["flat", "mixed"]
 _ASCII_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
+# A run of one character (indentation, a rule of dashes): one token for up to 16 of it.
+_RUN = re.compile(r"(.)\1{2,}", re.DOTALL)
 
 
 def _text_tokens(text: str, count: TokenCount) -> float:
     if count == "flat":
         return len(text) / 4
+    runs = [len(run.group()) for run in _RUN.finditer(text)]
+    text = _RUN.sub("", text)
     other = len(text) - len(text.encode("ascii", "ignore"))
     punctuation = len(_ASCII_PUNCTUATION.findall(text))
-    return (len(text) - other - punctuation) / 4 + punctuation / 2 + other * 0.7
+    return (len(text) - other - punctuation) / 4 + punctuation / 2 + other * 0.7 + sum(-(-run // 16) for run in runs)
 
 
 def _message_tokens(messages: Sequence[JSONDict], count: TokenCount) -> float:
