@@ -68,7 +68,8 @@ class Judgement:
 @dataclass(frozen=True)
 class ResidualSpread:
     """The spread of a model's recent whole readings: reported / estimated (lowest, median, highest), the
-    largest shortfall a whole prompt showed against its conversation's growth bound, and the slack used."""
+    largest shortfall a prompt not judged cut showed against its conversation's growth bound (negative: every
+    one came above the bound by at least that many tokens), the slack used, and the largest prompt answered whole."""
 
     readings: int
     lowest: float
@@ -149,7 +150,7 @@ class SilentCuts:
                     f"{typical:.2f} it reports of an estimate",
                 )
         if shortfall is not None and judgement.verdict is not Verdict.CUT:
-            readings.shortfalls.append(max(0, shortfall))  # a doubtful one too: the slack widens with the noise
+            readings.shortfalls.append(shortfall)  # a doubtful one too: the slack widens with the noise
         if judgement.verdict is Verdict.WHOLE:
             readings.residuals.append(residual)
             readings.largest_whole = max(readings.largest_whole, reported)
@@ -168,7 +169,7 @@ class SilentCuts:
             lowest=min(residuals),
             median=statistics.median(residuals),
             highest=max(residuals),
-            largest_shortfall=max(readings.shortfalls, default=0),
+            largest_shortfall=max(readings.shortfalls, default=0),  # 0: no growth compared yet
             slack=readings.slack(),
             largest_whole=readings.largest_whole,
         )
