@@ -151,7 +151,7 @@ class Application:
         tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
         config_store.on_change(tools.mcp.follow)  # servers start, restart or stop as soon as an edit is read
-        planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
+        self.planner = planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
