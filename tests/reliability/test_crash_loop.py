@@ -61,9 +61,8 @@ import pytest
 
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
-from bot.ledger.turns import OpenTurn, TurnLedger
+from bot.ledger.turns import OpenTurn, TurnLedger, stored_answer, stored_question
 from bot.memory.item_files import parse_items
-from bot.pipeline.turn_storage import stored_answer, stored_question
 from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService
 from bot.storage.jsonl import parse_jsonl
