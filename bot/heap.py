@@ -12,15 +12,14 @@ def settle_after_load() -> None:
     """Hand the load's freed temporaries back to the system and keep what it left out of garbage collection.
 
     glibc keeps freed blocks for reuse and, once large temporary arrays were freed, raises its mmap
-    threshold, so the temporaries of a 100,000-item load stay resident (60 MB measured) until asked to
-    trim; where there is no glibc the trim is skipped.
+    threshold, so the temporaries of a large load stay resident until asked to trim; where there is no
+    glibc the trim is skipped.
 
     What is alive after the load (modules, the loaded index, caches) stays alive, but every full
-    collection of the cyclic garbage collector would walk it again: one such walk was 94 ms in a
-    benchmark of 300 messages (0.3 ms a message; the minimal assistant beside it had none). Frozen, it
-    is never walked again; objects freed by their reference count are still freed. Garbage is collected
-    first, so that none is frozen: that walks only what is not frozen yet, all of it once at start-up,
-    and after that what came since the last load.
+    collection of the cyclic garbage collector would walk it again, on the reply path of whichever
+    message set it off. Frozen, it is never walked again; objects freed by their reference count are
+    still freed. Garbage is collected first, so that none is frozen: that walks only what is not frozen
+    yet, all of it once at start-up, and after that what came since the last load.
     """
     gc.collect()
     gc.freeze()

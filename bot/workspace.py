@@ -28,7 +28,7 @@ def _of_day(made: dict[date, Path], day: date, folder: Path, suffix: str) -> Pat
 
 @dataclass(frozen=True)
 class MemoryPaths:
-    """The files of one memory scope (CONTRACT's `memory/` layout, rooted at `root`).
+    """The files of one memory scope (the `memory/` layout of docs/memory.md, rooted at `root`).
 
     Each path is made once and kept (`cached_property`): they are asked for many times a message."""
 
@@ -76,7 +76,8 @@ class MemoryPaths:
 
 @dataclass(frozen=True)
 class Workspace:
-    """The paths of CONTRACT's workspace layout, rooted at `BOT_WORKSPACE` (each made once, as in `MemoryPaths`)."""
+    """The paths of the workspace layout (docs/memory.md), rooted at `BOT_WORKSPACE` (each made once, as in
+    `MemoryPaths`)."""
 
     root: Path
 

@@ -32,7 +32,7 @@ def write(path: Path, content: str) -> None:
 
 
 def test_shipped_defaults_are_the_contract_defaults() -> None:
-    """CONTRACT's keys keep CONTRACT's defaults; the sections may have more keys (README documents them)."""
+    """The documented keys keep their documented defaults; the sections may have more keys (docs/configuration.md)."""
     shipped = json.loads(SHIPPED_DEFAULTS.read_text())
     contract: dict[str, dict[str, object]] = {
         "memory": {

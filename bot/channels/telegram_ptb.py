@@ -121,7 +121,7 @@ class PtbBackend:
         """A Bot API call through `do_api_request`, answered with the API's JSON as it came (`seconds` to send
         the request and to read its answer): the channel reads updates and sent messages as JSON, and
         building PTB's objects only to turn them back (an `Update` into a dict, a sent `Message` for its id)
-        cost more than the call's own work (0.14 ms an update). PTB warns that it has a method of its own
+        costs more than the call's own work. PTB warns that it has a method of its own
         for each: known, and ignored."""
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_HAS_A_METHOD_OF_ITS_OWN)

@@ -95,7 +95,7 @@ _STARTED_WORDING = {
 
 
 def log_event(event: CompactionEvent) -> None:
-    """One `[AutoCompact]` line per lifecycle step, in the wording CONTRACT shows."""
+    """One `[AutoCompact]` line per lifecycle step, in the wording the docs show (docs/memory.md, "Log lines")."""
     if event.status is CompactionStatus.STARTED:
         why = _STARTED_WORDING[event.reason]
         log.info(

@@ -50,7 +50,7 @@ _TRUNCATION_NOTE = re.compile(r"^\(Note: \d+ earlier messages were removed witho
 
 class PreCompactionSink(Protocol):
     """Where the messages about to be compacted go first, so their durable facts, decisions and
-    procedures land in structured memory (seed 001's pre-compaction event). Awaited before the
+    procedures land in structured memory (the pre-compaction flush). Awaited before the
     messages leave the live session; a failure is logged and the compaction goes on (the archive
     still has every message)."""
 
@@ -97,8 +97,8 @@ class CompactionService:
     def trigger_reason(self, session: AgentSession, plan: ContextPlan) -> CompactionReason | None:
         """Why the session must be compacted before the next call, or None.
 
-        Either the estimate does not fit, or the provider reported the last prompt over the threshold
-        (seed 000 §14) and no compaction has happened since that report.
+        Either the estimate does not fit, or the provider reported the last prompt over the threshold (its
+        count is the truth where the estimate is off) and no compaction has happened since that report.
         """
         if plan.over:
             return CompactionReason.ESTIMATE

@@ -1,6 +1,6 @@
 """`Summarizer`: turns the old part of a conversation into a structured checkpoint summary.
 
-The summary follows seed 001's checkpoint (Goal, Constraints & Preferences, Progress, Key Decisions,
+The summary is a checkpoint in fixed sections (Goal, Constraints & Preferences, Progress, Key Decisions,
 Conversation Dynamics, Next Steps, Critical Context). With a previous summary the model is asked to
 UPDATE it, merging the new messages in, so facts from the first compaction survive the tenth. The
 summary model is configurable (a cheaper one is fine), called with a low temperature, a bounded output

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CHARS_PER_TOKEN = 3.5
 # Role, separators and framing the provider adds around every message.
 MESSAGE_OVERHEAD_TOKENS = 4
-# Weight of one observation in the moving average (seed 001: 0.1 smooths out odd requests).
+# Weight of one observation in the moving average: small, so one odd request moves the ratio little.
 CALIBRATION_SMOOTHING = 0.1
 # Requests smaller than this are mostly framing; their ratio says little about the tokenizer.
 MIN_CALIBRATION_TOKENS = 200

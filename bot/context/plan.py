@@ -16,8 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import assert_never
 
 from bot.context.budget import MEMORY, RAG, RECENT, SUMMARY, SYSTEM, TOOLS, ContextBudget
+from bot.context.estimator import TokenEstimator
+from bot.domain.turn import PromptSection
+
+CUT_MARKER = "[… {part} cut here: it exceeded its share of the context ({total} tokens, share {cap})]"
 
 
 class PromptPart(StrEnum):
@@ -70,18 +75,81 @@ BUILT_PARTS = (
     PromptPart.DAILY_NOTES,
     PromptPart.RELEVANT_MEMORY,
 )
-# `TurnContext.system_prompt_parts` keys that are not instructions (the persona, time, people, skills are).
-_PART_OF_PROMPT_KEY = {
-    "memory": PromptPart.LONG_TERM,
-    "memory.pack": PromptPart.MEMORY_PACK,
-    "memory.notes": PromptPart.DAILY_NOTES,
-    "rag": PromptPart.RELEVANT_MEMORY,
-}
 
 
-def part_for_prompt_key(key: str) -> PromptPart:
-    """Which part a key of `TurnContext.system_prompt_parts` belongs to."""
-    return _PART_OF_PROMPT_KEY.get(key, PromptPart.INSTRUCTIONS)
+def part_of(section: PromptSection) -> PromptPart:
+    """The part of the request a system-prompt section counts in (and so the share it draws on)."""
+    match section:
+        case PromptSection.LONG_TERM:
+            return PromptPart.LONG_TERM
+        case PromptSection.MEMORY_PACK:
+            return PromptPart.MEMORY_PACK
+        case PromptSection.DAILY_NOTES:
+            return PromptPart.DAILY_NOTES
+        case PromptSection.RELEVANT_MEMORY:
+            return PromptPart.RELEVANT_MEMORY
+        case (
+            PromptSection.PERSONA
+            | PromptSection.TIME
+            | PromptSection.PEOPLE
+            | PromptSection.SKILLS
+            | PromptSection.SKILL
+        ):
+            return PromptPart.INSTRUCTIONS
+        case _:
+            assert_never(section)
+
+
+@dataclass(frozen=True)
+class FittedPart:
+    """One section fitted to its share: the tokens it had, the tokens it keeps, and its share's cap."""
+
+    section: PromptSection
+    share: str
+    tokens: int
+    kept_tokens: int
+    cap: int
+
+    @property
+    def part(self) -> PromptPart:
+        return part_of(self.section)
+
+    @property
+    def cut(self) -> bool:
+        return self.kept_tokens < self.tokens
+
+
+def fit_prompt_parts(
+    parts: dict[PromptSection, str], budget: ContextBudget, estimator: TokenEstimator, model: str | None = None
+) -> tuple[dict[PromptSection, str], list[FittedPart]]:
+    """`parts` with each share's sections cut to the share's cap, and what each section had and keeps.
+
+    Sections keep their order; within a share the earlier ones are kept whole first. A cut section ends
+    with a marker saying what was cut, so neither the model nor a reader is misled by a silent gap.
+    """
+    fitted: dict[PromptSection, str] = {}
+    report: list[FittedPart] = []
+    used: dict[str, int] = {}
+    for section, text in parts.items():
+        share = part_of(section).share
+        cap = budget.cap(share)
+        tokens = estimator.text(text, model)
+        room = cap - used.get(share, 0)
+        if tokens <= room:
+            fitted[section] = text
+            used[share] = used.get(share, 0) + tokens
+            report.append(FittedPart(section, share, tokens, tokens, cap))
+            continue
+        marker = CUT_MARKER.format(part=section.value, total=tokens, cap=cap)
+        keep_chars = max(0, int((room - estimator.text(marker, model)) * estimator.ratio_for(model)))
+        head = text[:keep_chars]
+        if "\n" in head:
+            head = head[: head.rfind("\n")]
+        fitted[section] = f"{head}\n{marker}" if head else marker
+        kept = estimator.text(fitted[section], model)
+        used[share] = used.get(share, 0) + kept
+        report.append(FittedPart(section, share, tokens, kept, cap))
+    return fitted, report
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot.context.budget import TOOLS, ContextBudget, fit_prompt_parts
+from bot.context.budget import TOOLS, ContextBudget
 from bot.context.estimator import TokenEstimator
-from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part_for_prompt_key
+from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, fit_prompt_parts
 from bot.domain.conversation import split_summary
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import PromptTokens
+from bot.domain.turn import PromptSection
 from bot.llm.models import ModelRegistry, ModelSpec
 from bot.llm.windows import REFUSAL, SILENT_CUT
 from bot.llm.wire import WireSize
@@ -139,21 +140,21 @@ class ContextPlanner:
         )
 
     def fit_prompt(
-        self, session: AgentSession, plan: ContextPlan, parts: dict[str, str], model: str
-    ) -> tuple[dict[str, str], ContextPlan]:
+        self, session: AgentSession, plan: ContextPlan, parts: dict[PromptSection, str], model: str
+    ) -> tuple[dict[PromptSection, str], ContextPlan]:
         """`parts` (`TurnContext.system_prompt_parts`) each within its share, and the turn's plan
         completed with what they take; the session keeps the figures for `/status` and `/context`."""
         fitted, report = fit_prompt_parts(parts, plan.budget, self._estimator, model)
         tokens = {part: 0 for part in BUILT_PARTS}
         cut: set[PromptPart] = set()
         for fitted_part in report:
-            part = part_for_prompt_key(fitted_part.name)
+            part = fitted_part.part
             tokens[part] += fitted_part.kept_tokens
             if fitted_part.cut:
                 cut.add(part)
                 log.warning(
                     "[Context] %s cut to its share: %d of %d tokens kept",
-                    fitted_part.name, fitted_part.kept_tokens, fitted_part.tokens,
+                    fitted_part.section.value, fitted_part.kept_tokens, fitted_part.tokens,
                 )  # fmt: skip
         kept: PromptTokens = {part.value: count for part, count in tokens.items()}
         if cut:

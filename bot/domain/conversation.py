@@ -11,7 +11,7 @@ from bot.domain.message import Message, Role
 
 T = TypeVar("T")
 
-# The first line of the summary message (CONTRACT: the session's first message after a compaction).
+# The first line of the summary message, the session's first message after a compaction (docs/memory.md).
 SUMMARY_HEADER = "[Conversation summary]"
 
 

@@ -62,7 +62,7 @@ def new_message_id() -> str:
 
 
 class Message(CamelModel):
-    """A conversation message as stored in the session and the archive (CONTRACT format).
+    """A conversation message as stored in the session and the archive (the format of docs/memory.md).
 
     Frozen: a message is made whole and never edited in place (a change to a conversation appends a
     message or puts a new list in place), so what was derived from it once (its JSON in the session

@@ -29,3 +29,12 @@ def normalized_words(text: str) -> str:
 def fingerprint_of(content: str) -> str:
     """The same text up to case, punctuation and spacing gives the same fingerprint."""
     return hashlib.sha256(normalized_words(content).encode("utf-8")).hexdigest()[:20]
+
+
+# Words too common to tell what a text is about: left out of the lexical index and of the graph's keywords.
+STOPWORDS = frozenset(
+    """a an and are as at be but by can could did do does for from had has have he her him his how i if in
+    into is it its me my no not of on or our she so than that the their them then there these they this to
+    up us was we were what when where which who why will with would you your yes ok okay just also about
+    assistant user""".split()
+)

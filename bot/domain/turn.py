@@ -1,18 +1,40 @@
-"""What a turn reports and shows: the provider's `Usage`, the live `ReplyStream`, and which system-prompt
-parts are made anew each turn (`TURN_PROMPT_PARTS`). The turn's own state, `TurnContext`, is the
-pipeline's (`bot.pipeline.turn`)."""
+"""What a turn reports and shows: the provider's `Usage`, the live `ReplyStream`, and the sections of the
+system prompt (`PromptSection`). The turn's own state, `TurnContext`, is the pipeline's
+(`bot.pipeline.turn`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from bot.domain.session_metadata import ProviderUsage
 
-# Parts of the system prompt made anew for every message (`TurnContext.system_prompt_parts` keys): they
-# go after the history, so the rest (persona, MEMORY.md, the history itself) is a prefix the provider
-# can cache from one request to the next.
-TURN_PROMPT_PARTS = frozenset({"time", "memory.pack", "memory.notes", "rag"})
+
+class PromptSection(StrEnum):
+    """A section of the system prompt: its one name, from context building (20) to the budget, the plan
+    and a cut marker. `TurnContext.system_prompt_parts` holds the sections in the order they are sent."""
+
+    PERSONA = "base"
+    TIME = "time"
+    PEOPLE = "people"
+    SKILLS = "skills"
+    SKILL = "skill"
+    LONG_TERM = "memory"
+    MEMORY_PACK = "memory.pack"
+    DAILY_NOTES = "memory.notes"
+    RELEVANT_MEMORY = "rag"
+
+    @property
+    def made_each_turn(self) -> bool:
+        """Made anew for every message: sent after the history, so that the rest (persona, MEMORY.md, the
+        history itself) is a prefix the provider can cache from one request to the next."""
+        return self in _MADE_EACH_TURN
+
+
+_MADE_EACH_TURN = frozenset(
+    {PromptSection.TIME, PromptSection.MEMORY_PACK, PromptSection.DAILY_NOTES, PromptSection.RELEVANT_MEMORY}
+)
 
 
 @dataclass

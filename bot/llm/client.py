@@ -268,8 +268,8 @@ class LlmClient:
 
     def _body(self, request: ChatRequest, stream: bool = False) -> bytes:
         """The request's JSON body, made here rather than by `chat.completions.create`: the messages and
-        tool schemas are already in wire form, and the library's transform of them walked every nested
-        value (about 4 ms of CPU a call); and a conversation's messages come encoded already when the
+        tool schemas are already in wire form, and the library's transform of them walks every nested
+        value again; and a conversation's messages come encoded already when the
         caller keeps them so (`ChatRequest.messages_json`), leaving only the new ones to encode."""
         head: dict[str, Any] = {"model": request.model}
         if stream:

@@ -1,4 +1,4 @@
-"""Daily notes: one line per finished exchange in `memory/YYYY-MM-DD.md` (CONTRACT's format).
+"""Daily notes: one line per finished exchange in `memory/YYYY-MM-DD.md` (the format of docs/memory.md).
 
 `[HH:mm] User: {text} | Assistant: {text}`, the user's text cut to 200 characters, the assistant's to
 300, newlines replaced by spaces; the time and the day are the bot's time zone's (`Clock`).

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bot.domain.memory import MemoryItem
+from bot.domain.text import STOPWORDS
 
 K1 = 1.2
 B = 0.75
@@ -30,13 +31,6 @@ SMALL_BATCH_TERMS = 256
 # Dead slots are compacted away once there are more of them than live ones, and at least this many.
 COMPACT_MIN_DEAD = 1024
 _WORD = re.compile(r"\w+")
-# Words that carry no topic; dropping them keeps postings short and scores meaningful.
-STOPWORDS = frozenset(
-    """a an and are as at be but by can could did do does for from had has have he her him his how i if in
-    into is it its me my no not of on or our she so than that the their them then there these they this to
-    up us was we were what when where which who why will with would you your yes ok okay just also about
-    assistant user""".split()
-)
 _SUFFIXES = ("ing", "ed", "es", "s")
 
 

@@ -9,7 +9,7 @@ from bot.context.plan import ContextPlan
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
-from bot.domain.turn import TURN_PROMPT_PARTS, ReplyStream, Usage
+from bot.domain.turn import PromptSection, ReplyStream, Usage
 from bot.settings import RuntimeConfig
 
 
@@ -25,8 +25,8 @@ class TurnContext:
     config: RuntimeConfig
     user_message: Message
     model: str
-    # Sections of the system prompt in order, by name ("base", "memory", "rag", ...), built at 20.
-    system_prompt_parts: dict[str, str] = field(default_factory=dict)
+    # Sections of the system prompt in the order they are sent, built at 20.
+    system_prompt_parts: dict[PromptSection, str] = field(default_factory=dict)
     # The final answer text for the user, set by the tool loop (30).
     reply_text: str | None = None
     # A note shown before the reply (not stored with it), e.g. that the model could not see an image.
@@ -50,13 +50,13 @@ class TurnContext:
     @property
     def system_prompt(self) -> str:
         """The parts that stay the same from message to message: the first system message."""
-        return self._joined(name not in TURN_PROMPT_PARTS for name in self.system_prompt_parts)
+        return self._joined(not section.made_each_turn for section in self.system_prompt_parts)
 
     @property
     def turn_prompt(self) -> str:
         """The parts made for this message (time, retrieved memory, Relevant Memory): the system
         message placed just before the newest user message, after the history."""
-        return self._joined(name in TURN_PROMPT_PARTS for name in self.system_prompt_parts)
+        return self._joined(section.made_each_turn for section in self.system_prompt_parts)
 
     def _joined(self, chosen: Iterable[bool]) -> str:
         parts = zip(chosen, self.system_prompt_parts.values(), strict=True)

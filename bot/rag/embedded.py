@@ -70,7 +70,7 @@ WORKER_SHUTDOWN_SECONDS = 5.0
 # Adapters in this process that have opened a LightRAG instance and not closed yet.
 _open_adapters = 0
 EMBEDDER_FILE = "embedder.json"
-# The endpoint model graphs were built with before the embedder was pinned (the old default).
+# The endpoint model a graph without `embedder.json` was built with: such a graph keeps it.
 LEGACY_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
@@ -274,7 +274,7 @@ class EmbeddedLightRag:
             entity_extract_max_gleaning=0,
             enable_llm_cache=False,
             # Chunks of the matched entities picked by how often they are cited, not by a second vector
-            # comparison per chunk (pure-Python cosine loops: 10 ms a query at 100 documents).
+            # comparison per chunk (LightRAG's cosine loops are pure Python, on the reply path).
             kg_chunk_pick_method="WEIGHT",
             enable_llm_cache_for_entity_extract=True,
             vector_db_storage_cls_kwargs={"cosine_better_than_threshold": config.cosine_threshold},
@@ -347,7 +347,7 @@ class EmbeddedLightRag:
 
 def _build_global_config_once(rag: Any) -> None:
     """LightRAG rebuilds its configuration dict for every query and insert (`dataclasses.asdict`, a deep
-    copy of every field: about 1.5 ms a query); nothing in it changes after the instance is made
+    copy of every field, on the reply path); nothing in it changes after the instance is made
     (settings that apply live are passed with each call), so it is built once, and each caller gets
     its own top-level copy as before."""
     build = getattr(rag, "_build_global_config", None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from bot.memory.lexical_index import STOPWORDS
+from bot.domain.text import STOPWORDS
 
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 _QUESTION_WORDS = frozenset("what when where which who whom whose why how does did do tell remember know".split())

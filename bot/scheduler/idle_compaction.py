@@ -1,4 +1,4 @@
-"""Idle-session compaction (seed 001): a chat quiet for `scheduler.idleCompactionMinutes` whose
+"""Idle-session compaction: a chat quiet for `scheduler.idleCompactionMinutes` whose
 conversation fills much of its room is compacted in the background, so its next message does not
 wait for a compaction. Never while the chat has a run in progress or messages waiting."""
 

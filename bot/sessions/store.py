@@ -112,7 +112,7 @@ class SessionFileStore:
         return session, len(text.encode())
 
     def document(self, session: AgentSession) -> bytes:
-        """The file's content: the whole session as compact JSON (indentation added about 12% to its bytes)."""
+        """The file's content: the whole session as compact JSON (no indentation: it is rewritten every turn)."""
         return self._json.document(session)
 
     async def write(self, session_id: str, document: bytes, deferred: DeferredSync | None = None) -> None:

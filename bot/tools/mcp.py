@@ -37,7 +37,7 @@ from bot.logging_setup import add_secrets
 from bot.settings import McpConfig, McpServerConfig, RuntimeConfig
 from bot.tools.registry import AnyTool, ExternalTool, ToolContext, ToolError, clip
 
-if TYPE_CHECKING:  # the SDK (about 30 MB in memory) is imported only when a server is configured
+if TYPE_CHECKING:  # the SDK (large in memory) is imported only when a server is configured
     from mcp import Client
     from mcp_types import CallToolResult
     from mcp_types import Tool as McpTool

@@ -24,7 +24,7 @@ SUMMARY_PROMPTS = ("You are a conversation summarizer", "You are updating a conv
 
 
 def small_model_workspace(workspace: Path, **compaction: Any) -> None:
-    """A workspace whose chat model has a 4,000-token window (CONTRACT: models.json in preferences)."""
+    """A workspace whose chat model has a 4,000-token window (models.json in preferences)."""
     preferences = workspace / "preferences"
     preferences.mkdir(parents=True, exist_ok=True)
     models = {

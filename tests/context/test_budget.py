@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bot.context.budget import ContextBudget, fit_prompt_parts, share_for_part
+from bot.context.budget import ContextBudget
 from bot.context.estimator import TokenEstimator
+from bot.context.plan import fit_prompt_parts
+from bot.domain.turn import PromptSection
 from bot.llm.models import ModelSpec, Tier
 from bot.settings import BudgetShares, CompactionConfig
 
@@ -41,21 +43,16 @@ def test_a_part_over_its_share_is_cut_with_a_visible_marker_and_others_are_untou
     budget = ContextBudget.for_model(spec(4000, 500), CompactionConfig())  # memory cap 480 tokens
     estimator = TokenEstimator()
     long_memory = "\n".join(f"- remembered fact number {n}" for n in range(300))
-    parts = {"base": "You are helpful.", "memory": long_memory, "rag": "# Relevant Memory\nsomething"}
+    persona, memory, rag = PromptSection.PERSONA, PromptSection.LONG_TERM, PromptSection.RELEVANT_MEMORY
+    parts = {persona: "You are helpful.", memory: long_memory, rag: "# Relevant Memory\nsomething"}
 
     fitted, report = fit_prompt_parts(parts, budget, estimator)
 
-    assert fitted["base"] == parts["base"] and fitted["rag"] == parts["rag"]
-    assert fitted["memory"].startswith("- remembered fact number 0\n")
-    assert fitted["memory"].endswith("]") and "memory cut here: it exceeded its share" in fitted["memory"]
-    assert estimator.text(fitted["memory"]) <= budget.cap("memory")
-    usage = {part.name: part for part in report}
-    assert usage["memory"].cut and not usage["base"].cut and not usage["rag"].cut
-    assert usage["memory"].tokens == estimator.text(long_memory)
-    assert usage["memory"].kept_tokens == estimator.text(fitted["memory"]) <= usage["memory"].cap
-
-
-def test_prompt_parts_draw_on_the_share_their_name_says() -> None:
-    assert [share_for_part(n) for n in ("base", "time", "memory", "memory_pack", "rag")] == [
-        "system", "system", "memory", "memory", "rag",
-    ]  # fmt: skip
+    assert fitted[persona] == parts[persona] and fitted[rag] == parts[rag]
+    assert fitted[memory].startswith("- remembered fact number 0\n")
+    assert fitted[memory].endswith("]") and "memory cut here: it exceeded its share" in fitted[memory]
+    assert estimator.text(fitted[memory]) <= budget.cap("memory")
+    usage = {part.section: part for part in report}
+    assert usage[memory].cut and not usage[persona].cut and not usage[rag].cut
+    assert usage[memory].tokens == estimator.text(long_memory)
+    assert usage[memory].kept_tokens == estimator.text(fitted[memory]) <= usage[memory].cap

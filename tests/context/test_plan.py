@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.context.budget import ContextBudget, share_for_part
+from bot.context.budget import ContextBudget
 from bot.context.estimator import TokenEstimator
-from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part_for_prompt_key
+from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, part_of
 from bot.context.planner import ContextPlanner
 from bot.domain.conversation import SUMMARY_HEADER
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
+from bot.domain.turn import PromptSection
 from bot.llm.models import ModelRegistry, ModelSpec, Tier
 from bot.settings import CompactionConfig, MemoryConfig, RagConfig, RuntimeConfig
 
@@ -38,9 +39,21 @@ def test_a_plan_adds_up_real_use_not_shares() -> None:
     assert plan.message_tokens == 40 and not plan.over
 
 
-def test_every_prompt_key_draws_on_the_share_of_its_part() -> None:
-    for key in ("base", "time", "people", "skills", "skill", "memory", "memory.pack", "memory.notes", "rag"):
-        assert part_for_prompt_key(key).share == share_for_part(key), key
+def test_each_section_of_the_system_prompt_counts_in_its_part_and_draws_on_that_share() -> None:
+    shares = {section: part_of(section).share for section in PromptSection}
+    assert shares == {
+        PromptSection.PERSONA: "system", PromptSection.TIME: "system", PromptSection.PEOPLE: "system",
+        PromptSection.SKILLS: "system", PromptSection.SKILL: "system", PromptSection.LONG_TERM: "memory",
+        PromptSection.MEMORY_PACK: "memory", PromptSection.DAILY_NOTES: "memory",
+        PromptSection.RELEVANT_MEMORY: "rag",
+    }  # fmt: skip
+    made_each_turn = {section for section in PromptSection if section.made_each_turn}
+    assert made_each_turn == {
+        PromptSection.TIME,
+        PromptSection.MEMORY_PACK,
+        PromptSection.DAILY_NOTES,
+        PromptSection.RELEVANT_MEMORY,
+    }
 
 
 def test_the_planner_measures_the_conversation_then_the_prompt_parts_and_keeps_them(tmp_path: Path) -> None:
@@ -56,12 +69,16 @@ def test_the_planner_measures_the_conversation_then_the_prompt_parts_and_keeps_t
     assert before.summary_tokens > 0 and before.recent_tokens > 0
     assert all(before.used(part) == 0 for part in BUILT_PARTS)
 
-    parts = {"base": "You are helpful.", "memory": "# Memory\n\n## Long-term Memory\nlikes tea", "rag": ""}
+    parts = {
+        PromptSection.PERSONA: "You are helpful.",
+        PromptSection.LONG_TERM: "# Memory\n\n## Long-term Memory\nlikes tea",
+        PromptSection.RELEVANT_MEMORY: "",
+    }
     fitted, after = planner.fit_prompt(session, before, parts, "m")
     assert fitted == parts
     estimator = planner.estimator
-    assert after.used(PromptPart.INSTRUCTIONS) == estimator.text(parts["base"], "m")
-    assert after.used(PromptPart.LONG_TERM) == estimator.text(parts["memory"], "m")
+    assert after.used(PromptPart.INSTRUCTIONS) == estimator.text(parts[PromptSection.PERSONA], "m")
+    assert after.used(PromptPart.LONG_TERM) == estimator.text(parts[PromptSection.LONG_TERM], "m")
     assert (session.metadata.last_prompt_tokens or {})["instructions"] == after.used(PromptPart.INSTRUCTIONS)
 
     # Asked again (as /status and /context do): the same figures, from the session's metadata.

@@ -1,4 +1,4 @@
-"""Daily notes: CONTRACT's line format, written after each finished exchange."""
+"""Daily notes: the documented line format, written after each finished exchange."""
 
 from __future__ import annotations
 

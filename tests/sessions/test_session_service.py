@@ -1,4 +1,4 @@
-"""SessionService: the CONTRACT session file, the append-only archive, caching and recovery."""
+"""SessionService: the session file, the append-only archive, caching and recovery."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ stays the same from message to message: the persona from the workspace's `prefer
 (hand-editable; a built-in default when absent), `# Skills` (the skills in the workspace, names and
 descriptions within `skills.promptBudgetChars`) and the active skill's instructions (read from
 SKILL.md each time), and `# Memory` with MEMORY.md. The second, placed after the history just before
-the newest user message (`TURN_PROMPT_PARTS`), holds what is made for this message: the current date
+the newest user message (`PromptSection.made_each_turn`), holds what is made for this message: the current date
 and time in the bot's time zone, `# Memory` with the structured pack or the daily notes, and
 `# Relevant Memory` from the LightRAG knowledge graph (bounded in time, never failing the turn). So
 each request starts with the whole of the one before, which providers cache. The active skill is
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from bot.clock import Clock
 from bot.context.budget import MEMORY, RAG, SYSTEM
 from bot.context.planner import ContextPlanner
+from bot.domain.turn import PromptSection
 from bot.memory.file_cache import TextFileCache
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
@@ -68,23 +69,24 @@ class ContextBuildingSystem(PipelineSystem):
 
     async def process(self, ctx: TurnContext) -> None:
         persona = await self._persona.read(self._workspace.system_prompt_file)
-        ctx.system_prompt_parts["base"] = (persona or "").strip() or DEFAULT_PERSONA
+        ctx.system_prompt_parts[PromptSection.PERSONA] = (persona or "").strip() or DEFAULT_PERSONA
         now = self._clock.now()
-        ctx.system_prompt_parts["time"] = (
+        ctx.system_prompt_parts[PromptSection.TIME] = (
             f"Current date and time: {now.strftime('%A, %Y-%m-%d %H:%M')} ({now.tzname()})."
         )
         people = _people_line(ctx)
         if people:  # the same for every message of the chat: with the persona, not with the time
-            ctx.system_prompt_parts["people"] = people
+            ctx.system_prompt_parts[PromptSection.PEOPLE] = people
         # The turn's plan: the conversation as compaction (18) left it, and each part's share (the one 18
         # checked, when it compacted nothing).
         plan = ctx.plan or self._planner.plan(ctx.session, ctx.model, ctx.config)
         skill = await self._skills_part(ctx, plan.given(SYSTEM))
         memory = await self._memory_part(ctx, skill, plan.given(MEMORY))
         if memory is not None and memory.stable:
-            ctx.system_prompt_parts["memory"] = memory.stable
+            ctx.system_prompt_parts[PromptSection.LONG_TERM] = memory.stable
         if memory is not None and memory.turn:
-            ctx.system_prompt_parts["memory.pack" if memory.shows_pack else "memory.notes"] = memory.turn
+            section = PromptSection.MEMORY_PACK if memory.shows_pack else PromptSection.DAILY_NOTES
+            ctx.system_prompt_parts[section] = memory.turn
 
         # What the prompt shows anyway (the memory section and the live conversation) is not repeated.
         def shown() -> str:
@@ -93,7 +95,7 @@ class ContextBuildingSystem(PipelineSystem):
 
         relevant = await self._rag_part(ctx, shown, plan.given(RAG))
         if relevant:
-            ctx.system_prompt_parts["rag"] = relevant
+            ctx.system_prompt_parts[PromptSection.RELEVANT_MEMORY] = relevant
         # Each part within its share; an overflowing one is cut with a visible marker, so it never
         # silently pushes the conversation out of the model's window. The completed plan is the turn's.
         ctx.system_prompt_parts, ctx.plan = self._planner.fit_prompt(
@@ -129,12 +131,12 @@ class ContextBuildingSystem(PipelineSystem):
         share_chars = int(system_share * SKILLS_OF_SYSTEM_SHARE * self._planner.estimator.ratio_for(ctx.model))
         catalog = render_catalog(skills, min(config.prompt_budget_chars, share_chars), config.max_description_chars)
         if catalog:
-            ctx.system_prompt_parts["skills"] = catalog
+            ctx.system_prompt_parts[PromptSection.SKILLS] = catalog
         name = active_skill(ctx.session)
         skill = next((skill for skill in skills if name is not None and skill.name.lower() == name.lower()), None)
         if skill is None:
             return None  # switched off, or its folder is gone: nothing to follow, nothing to favour
-        ctx.system_prompt_parts["skill"] = render_instructions(skill, config.max_instructions_chars)
+        ctx.system_prompt_parts[PromptSection.SKILL] = render_instructions(skill, config.max_instructions_chars)
         return skill.name
 
     async def _memory_part(self, ctx: TurnContext, skill: str | None, share: int) -> MemoryPrompt | None:
