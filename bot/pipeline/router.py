@@ -70,8 +70,9 @@ class InboundRouter:
             waiting = self._ledger.waiting(inbound.session_id, inbound.message_id)
             if waiting is not None:
                 await waiting.edited(inbound.text)
-                log.info("[Router] A queued message of %s was edited before its turn; the new text replaces it",
-                         inbound.session_id)  # fmt: skip
+                log.info(
+                    "[Router] A queued message of %s was edited before its turn: answered as edited", inbound.session_id
+                )
                 return
         if self._commands.is_immediate(inbound.text):
             turn = Turn.unrecorded(inbound)
