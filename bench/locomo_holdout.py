@@ -48,7 +48,8 @@ async def recall_of(conversation: dict[str, Any], root: Path) -> float:
     if not workspace.exists():
         write_items(conversation, workspace / "memory")
     config = MemoryConfig()
-    service = MemoryService(Workspace(workspace), Clock(UTC), cast(LlmClient, None))
+    # The owner asks, in their private chat: the workspace's memory is theirs.
+    service = MemoryService(Workspace(workspace), Clock(UTC), cast(LlmClient, None), allowed_users=lambda: [4242])
     service.warm_up(config)
     await asyncio.sleep(0)
     await service.settle()

@@ -200,7 +200,8 @@ def prepare(count: int, folder: Path) -> None:
 async def start(root: Path, config: MemoryConfig) -> tuple[MemoryService, float, float]:
     """A new `MemoryService` as the bot makes it at start: (service, first answer ms, memory ready s)."""
     started = time.perf_counter()
-    service = MemoryService(Workspace(root), Clock(UTC), cast(LlmClient, None))
+    # The owner (user 1) asks: the workspace's memory is theirs.
+    service = MemoryService(Workspace(root), Clock(UTC), cast(LlmClient, None), allowed_users=lambda: [1])
     service.warm_up(config)
     await asyncio.sleep(0)  # as in the bot: the warm-up has begun before the first message comes
     await service.build_prompt(config, "telegram:1", "what did we plan for the garden?")

@@ -154,6 +154,12 @@ class MemoryConfig(ConfigSection):
     graph, strictly apart; `user`: each person their own (`memory/users/`), across the chats they share with the
     bot, and each group its own.
     """
+    owner_memory_everywhere: bool = False
+    """`false`: the owner's memory (MEMORY.md, their items, notes, archive and knowledge graph) reaches only the owner's
+    own chats (their private chat, the terminal), and groups and other people keep their own (`docs/privacy.md`);
+    `true`: every chat reads and writes the owner's memory, as one memory: only for a bot no one but the owner talks
+    to, as anyone else can have the model read it back.
+    """
     recent_days: int = Field(7, ge=0, le=365)
     """Days of daily notes shown under `## Recent Context`"""
     soft_prompt_budget_tokens: int = Field(1800, ge=0)

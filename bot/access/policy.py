@@ -87,9 +87,27 @@ class AccessPolicy:
 
 def is_owner(inbound: InboundMessage, allowed_users: list[int]) -> bool:
     """The owner: the first id of `access.allowedUsers` on a guarded channel; the terminal is the owner's own."""
-    if inbound.channel_type not in GUARDED_CHANNELS:
+    return is_owner_id(inbound.channel_type, inbound.user_id, allowed_users)
+
+
+def is_owner_id(channel_type: str, user_id: str, allowed_users: list[int]) -> bool:
+    """`is_owner` for a sender known by channel and id."""
+    if channel_type not in GUARDED_CHANNELS:
         return True
-    return bool(allowed_users) and _as_int(inbound.user_id) == allowed_users[0]
+    return bool(allowed_users) and _as_int(user_id) == allowed_users[0]
+
+
+def is_owner_chat(session_id: str, allowed_users: list[int]) -> bool:
+    """Whether a chat is the owner's own: the terminal, or the owner's private chat (on Telegram a private
+    chat's id is its user's id; a group's is negative, and a group is never the owner's alone)."""
+    channel_type, _, chat_id = session_id.partition(":")
+    return not chat_id.startswith("-") and is_owner_id(channel_type, chat_id, allowed_users)
+
+
+def sees_owner_memory(session_id: str, allowed_users: list[int], owner_memory_everywhere: bool) -> bool:
+    """Whether a turn in this chat may be given the owner's private memory: in the owner's own chats, or
+    everywhere when the deployment says so (`memory.ownerMemoryEverywhere`)."""
+    return owner_memory_everywhere or is_owner_chat(session_id, allowed_users)
 
 
 def _as_int(value: str) -> int | None:

@@ -2,8 +2,9 @@
 
 `/memory [text]` lists the items matching `text` (the newest without it) with their ids;
 `/memory forget ID` removes one from its file and every index; `/memory pin ID` puts one into every
-prompt (`/memory unpin ID` undoes it). Under `memory.scope: user` it acts on the sender's own memory,
-in a group too: each person sees and steers only what is theirs.
+prompt (`/memory unpin ID` undoes it); `/memory share ID`, in the owner's own chat, lets one item of
+the owner's memory reach every chat (`/memory unshare ID` undoes it). Under `memory.scope: user` it
+acts on the sender's own memory, in a group too: each person sees and steers only what is theirs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from bot.memory.write_service import MemoryWriteService, UnknownMemoryItem
 from bot.runtime_config import RuntimeConfigStore
 
 LIST_LIMIT = 10
-USAGE = "[text] | forget ID | pin ID | unpin ID"
+USAGE = "[text] | forget ID | pin ID | unpin ID | share ID | unshare ID"
 
 
 def register_memory_commands(
@@ -43,7 +44,7 @@ def register_memory_commands(
             except UnknownMemoryItem:
                 return None
 
-        if action.lower() in ("forget", "pin", "unpin"):
+        if action.lower() in ("forget", "pin", "unpin", "share", "unshare"):
             if not item_id:
                 return f"Which item? /memory {action.lower()} ID (the ids are in /memory)."
             if action.lower() == "forget":
@@ -52,6 +53,14 @@ def register_memory_commands(
                 except UnknownMemoryItem:
                     return f"No memory item {item_id}."
                 return f"Forgotten: {forgotten.content}"
+            if action.lower() in ("share", "unshare"):
+                if not memory.sees_owner_memory(config, session_id):
+                    return "Only the owner shares memory, from their own chat."
+                share = action.lower() == "share"
+                changed = await edit(lambda writer: writer.share(item_id, now, share))
+                if changed is None:
+                    return f"No memory item {item_id}."
+                return f"Shared with every chat: {changed.content}" if share else f"Not shared: {changed.content}"
             pinned = action.lower() == "pin"
             changed = await edit(lambda writer: writer.pin(item_id, now, pinned))
             if changed is None:
@@ -59,7 +68,7 @@ def register_memory_commands(
             return f"Pinned: {changed.content}" if pinned else f"Unpinned: {changed.content}"
 
         query = request.args.strip()
-        found = await memory.search(config, session_id, query, LIST_LIMIT)
+        found = await memory.search(config, session_id, query, LIST_LIMIT, shared=True)
         if not found:
             return f"Nothing in memory matches “{query}”." if query else "The structured memory is empty so far."
         title = f"Memory matching “{query}”:" if query else f"Newest {len(found)} memory items:"

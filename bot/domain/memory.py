@@ -49,7 +49,8 @@ class MemoryItem(CamelModel):
 
     `key` names the slot a fact fills ("my name", "lives in"): a newer fact with the same key and
     different content supersedes the older one, which stays in the file with `supersededBy` set and is
-    no longer retrieved. `pinned` items go into every prompt. `lastAccessedAt` and `decayedAt` drive the
+    no longer retrieved. `pinned` items go into every prompt; `shared` ones, of the owner's memory, into
+    every chat's (see `bot.memory.audience`). `lastAccessedAt` and `decayedAt` drive the
     salience decay after `decayDays` without use.
     """
 
@@ -68,6 +69,9 @@ class MemoryItem(CamelModel):
     key: str | None = None
     superseded_by: str | None = None
     pinned: bool = False
+    # The owner shared it with every chat (`/memory share ID`); an item without it is its memory's own
+    # (written only when true, so the lines of unshared items stay as they were).
+    shared: bool = Field(False, exclude_if=lambda shared: not shared)
     last_accessed_at: datetime | None = None
     decayed_at: datetime | None = None
 

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 INDEX_FILE_NAME = "items.sqlite3"
 # Bumped when the database's layout changes: a database of another version is rebuilt from the files.
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 # The version and time zone of the database: read first, before the rest of `SCHEMA` is made.
 META_TABLE = "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS items (
     layer TEXT NOT NULL,
     active INTEGER NOT NULL,
     pinned INTEGER NOT NULL,
+    shared INTEGER NOT NULL,
     core INTEGER NOT NULL,
     day_file INTEGER NOT NULL,
     fingerprint TEXT NOT NULL,
@@ -65,6 +66,7 @@ CREATE INDEX IF NOT EXISTS items_by_fingerprint ON items (fingerprint) WHERE act
 CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
 CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
+CREATE INDEX IF NOT EXISTS items_shared ON items (id) WHERE active AND shared;
 CREATE INDEX IF NOT EXISTS items_by_speaker ON items (speaker) WHERE active AND speaker IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
 CREATE TABLE IF NOT EXISTS kept (file TEXT NOT NULL, pos INTEGER NOT NULL, line BLOB NOT NULL,
@@ -74,9 +76,9 @@ CREATE INDEX IF NOT EXISTS refs_by_id ON refs (id);
 """
 
 INSERT_ITEM = (
-    "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, core, day_file, fingerprint, slot,"
+    "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, shared, core, day_file, fingerprint, slot,"
     " created, day, updated, salience, confidence, speaker, line)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 

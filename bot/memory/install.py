@@ -38,6 +38,15 @@ def install(
     deferred: DeferredSync,
     notices: OwnerNotices | None = None,
 ) -> InstalledMemory:
-    service = MemoryService(workspace, clock, llm, estimator, embedders, deferred, notices)
+    service = MemoryService(
+        workspace,
+        clock,
+        llm,
+        estimator,
+        embedders,
+        deferred,
+        notices,
+        lambda: config_store.in_force().access.allowed_users,
+    )
     tools.add_source(MemoryToolSource(service, config_store.in_force))
     return InstalledMemory(service, PreCompactionMemory(service, config_store))

@@ -119,6 +119,10 @@ def _is_pinned(item: MemoryItem) -> bool:
     return item.active and item.pinned
 
 
+def _is_shared(item: MemoryItem) -> bool:
+    return item.active and item.shared
+
+
 def _is_core(item: MemoryItem) -> bool:
     return item.active and item.layer is MemoryLayer.SEMANTIC and item.salience >= CORE_SALIENCE
 
@@ -176,6 +180,7 @@ class MemoryItemStore:
         self._chosen_version = 0
         self._core_cache: tuple[tuple[int, int], list[MemoryItem]] | None = None
         self._pinned_cache: tuple[int, list[MemoryItem]] | None = None
+        self._shared_cache: tuple[int, list[MemoryItem]] | None = None
         # The ids added by the pure appends (new items, nothing else changed) since `_append_log_start`, with the
         # version each made: what a result derived at an older version may be brought up to date with.
         self._append_log: list[tuple[int, str]] = []
@@ -213,7 +218,7 @@ class MemoryItemStore:
     def _bump(self, appended: list[MemoryItem] | None = None) -> None:
         """A new version, after a change; `appended`: the change was only these new items."""
         self._version += 1
-        if appended is None or any(_is_pinned(item) or _is_core(item) for item in appended):
+        if appended is None or any(_is_pinned(item) or _is_shared(item) or _is_core(item) for item in appended):
             self._chosen_version = self._version
         if appended is None or len(self._append_log) >= APPEND_LOG_SIZE:
             self._append_log.clear()
@@ -295,6 +300,7 @@ class MemoryItemStore:
             item.layer.value,
             item.active,
             _is_pinned(item),
+            _is_shared(item),
             _is_core(item),
             # Day files are named YYYY-MM-DD.jsonl, the only item files whose names start with a digit.
             name.rsplit("/", 1)[-1][:1].isdigit(),
@@ -701,6 +707,16 @@ class MemoryItemStore:
             return cached[1]
         found = self._items_from(self._rows("SELECT id, line FROM items WHERE active AND pinned ORDER BY id"))
         self._pinned_cache = (self._chosen_version, found)
+        return found
+
+    def shared(self) -> list[MemoryItem]:
+        """The active items the owner shared with every chat (`/memory share ID`), oldest first."""
+        cached = self._shared_cache
+        if cached is not None and cached[0] == self._chosen_version:
+            return cached[1]
+        found = self._items_from(self._rows("SELECT id, line FROM items WHERE active AND shared ORDER BY id"))
+        found.sort(key=lambda item: item.created_at)
+        self._shared_cache = (self._chosen_version, found)
         return found
 
     def find_by_key(self, key: str, layer: MemoryLayer) -> list[MemoryItem]:

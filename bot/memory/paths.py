@@ -1,7 +1,8 @@
 """`MemoryPaths`: where one memory scope keeps its files, and which scope a chat uses.
 
-With `memory.scope = "global"` every chat shares `workspace/memory/`; with `"chat"` each chat has the
-same layout under `workspace/memory/chats/{sessionId}/`, so nothing of one chat can reach another's.
+With `memory.scope = "global"` the owner's chats share `workspace/memory/` (which folders the other
+chats use is `bot.memory.audience`'s rule); with `"chat"` each chat has the same layout under
+`workspace/memory/chats/{sessionId}/`, so nothing of one chat can reach another's.
 With `"user"` each person has their own under `workspace/memory/users/{sessionId}/`, where the
 session id is their private chat's (on Telegram a private chat's id is the person's id), while a
 group keeps its own under `memory/chats/` (group facts stay with the group; see `person_memory_key`).

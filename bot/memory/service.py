@@ -1,9 +1,9 @@
 """`MemoryService`: the memory facade the pipeline, the commands and the tools use.
 
-It keeps one `MemoryScope` per memory root (one in `global` scope, one per chat in `chat` scope),
-each with its item store, indexes and lock, built on first use. It builds the `# Memory` prompt
-section (MEMORY.md, then the structured pack, or the daily notes when the pack is empty) and records
-finished turns (daily note + structured items).
+It keeps one `MemoryScope` per memory root (the owner's, and one per chat or person that has its own:
+`bot.memory.audience` says which a chat uses), each with its item store, indexes and lock, built on
+first use. It builds the `# Memory` prompt section (MEMORY.md, then the structured pack, or the daily
+notes when the pack is empty) and records finished turns (daily note + structured items).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TypeVar
 
+from bot.access.policy import sees_owner_memory
 from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
 from bot.domain.conversation import Incremental
@@ -32,6 +33,7 @@ from bot.heap import settle_after_load
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.llm.errors import LlmError
+from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
 from bot.memory.budget import TextBudget
 from bot.memory.daily_notes import USER_TEXT_LIMIT, DailyNotes, one_line
 from bot.memory.embeddings import (
@@ -45,7 +47,7 @@ from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
 from bot.memory.file_cache import TextFileCache
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_notes
-from bot.memory.lexical_index import Bm25Index
+from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.long_term_pieces import (
@@ -81,6 +83,8 @@ T = TypeVar("T")
 MEMORY_HEADER = "# Memory"
 INLINE_WORK_MAX_ITEMS = 2000
 LONG_TERM_HEADER = "## Long-term Memory"
+# Leads the items the owner shared, where a chat that does not see the owner's memory is shown them.
+SHARED_ITEMS_LINE = "Shared by the owner:"
 # However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
 LONG_TERM_MIN_TOKENS = 64
 SHARE_MARGIN = 0.02
@@ -161,12 +165,16 @@ class MemoryService:
         embedders: Embedders | None = None,
         deferred: DeferredSync | None = None,
         notices: OwnerNotices | None = None,
+        allowed_users: Callable[[], list[int]] | None = None,
     ) -> None:
         """`deferred`: where the appends the archive can stand in for (daily-note lines, new items) leave
         their fsync; without one, every write is durable before it returns. `notices`: the owner is told
-        there when MEMORY.md first outgrows its share of the prompt."""
+        there when MEMORY.md first outgrows its share of the prompt. `allowed_users`: the current
+        `access.allowedUsers`, whose first id is the owner (see `bot.memory.audience`); without it no
+        Telegram chat is the owner's."""
         self._workspace = workspace
         self._notices = notices
+        self._allowed_users = allowed_users or list
         self._deferred = deferred
         self._clock = clock
         self._llm = llm
@@ -199,7 +207,47 @@ class MemoryService:
     # -- scopes -----------------------------------------------------------------------------------
 
     def paths_for(self, config: MemoryConfig, session_id: str) -> MemoryPaths:
-        return memory_paths_for(self._workspace, config.scope, session_id)
+        """The folders of the memory a chat (or a person, by `person_memory_key`) reads and writes."""
+        return memory_paths_for(
+            self._workspace, memory_scope_for(config, session_id, self._allowed_users()), session_id
+        )
+
+    def sees_owner_memory(self, config: MemoryConfig, session_id: str) -> bool:
+        """Whether a turn in this chat may be given the owner's private memory."""
+        return sees_owner_memory(session_id, self._allowed_users(), config.owner_memory_everywhere)
+
+    async def shared_by_owner(self, config: MemoryConfig, session_id: str) -> str:
+        """What the owner shared with everyone (the `## Shared` sections of their MEMORY.md and the items
+        they marked shared), for a chat that does not see the owner's memory itself; "" otherwise."""
+        owner = self._owner_scope_for(config, session_id)
+        if owner is None:
+            return ""
+        sections = shared_long_term(await self._read_long_term(owner))
+        lines = [f"- {item.content}" for item in await self._shared_items(owner)]
+        shared_items = "\n".join([SHARED_ITEMS_LINE, *lines]) if lines else ""
+        return "\n\n".join(part for part in (sections, shared_items) if part)
+
+    def _owner_scope_for(self, config: MemoryConfig, session_id: str) -> MemoryScope | None:
+        """The owner's memory, where a chat that does not see it takes what the owner shared; None for a
+        chat that sees the owner's memory itself (or when there is no owner to share)."""
+        if self.sees_owner_memory(config, session_id):
+            return None
+        key = owner_memory_key(config, self._allowed_users())
+        if config.scope == "global":
+            paths = self._workspace.memory
+        elif key is not None:
+            paths = self.paths_for(config, key)
+        else:
+            return None
+        return None if paths == self.paths_for(config, session_id) else self._scope_at(paths)
+
+    async def _shared_items(self, owner: MemoryScope) -> list[MemoryItem]:
+        try:
+            async with self.fresh(owner):
+                return owner.store.shared()
+        except OSError as error:
+            log.warning("[Memory] Could not read the shared items of %s: %s", owner.paths.items_dir, error)
+            return []
 
     async def scope(self, config: MemoryConfig, session_id: str) -> MemoryScope:
         """The chat's memory scope (created on first use; `fresh` reads its files)."""
@@ -426,7 +474,10 @@ class MemoryService:
             limit = min(limit, share_tokens - overhead)
         budget = TextBudget(limit, self._estimator, model)
         stable = relevant = ""
-        long_term = await self._read_long_term(scope)
+        # Outside the owner's own chats, the chat's own MEMORY.md and what the owner shared (see `shared_by_owner`).
+        own = await self._read_long_term(scope)
+        shared = await self.shared_by_owner(config, session_id)
+        long_term = "\n\n".join(part for part in (own.strip("\n"), shared) if part) if shared else own
         use: LongTermUse | None = None
         if long_term:
             # MEMORY.md may not take the whole share: scored items keep the rest. Beyond its share, its beginning
@@ -449,7 +500,8 @@ class MemoryService:
             budget.remaining = max(budget.remaining - budget.cost(shown) - relevant_cost, 0)
             stable = f"{MEMORY_HEADER}\n\n{shown}"
             relevant, use = fitted.relevant, fitted.use
-            self._tell_about_long_term(scope, use)
+            if self.sees_owner_memory(config, session_id):  # the owner's MEMORY.md, not a group's
+                self._tell_about_long_term(scope, use)
         scope.long_term_use = use
         try:
             pack = await self._build_pack(
@@ -705,14 +757,26 @@ class MemoryService:
     # -- reading for tools, commands and /status --------------------------------------------------
 
     async def search(
-        self, config: MemoryConfig, session_id: str, text: str, limit: int
+        self, config: MemoryConfig, session_id: str, text: str, limit: int, *, shared: bool = False
     ) -> list[tuple[MemoryItem, float]]:
+        """The chat's items matching `text` (the newest when it is empty), best first; with `shared`, then
+        the items the owner shared that have a word of `text` (all of them for an empty text), in a chat
+        that does not see the owner's memory itself."""
         scope = await self.scope(config, session_id)
         vector = await self.query_vector(scope, config, text)
         async with self.fresh(scope):
             if not text.strip():
-                return [(item, 0.0) for item in scope.store.recently_updated(limit)]
-            return await self.off_loop_if_large(scope, scope.retrieval.search, text, limit, vector)
+                found = [(item, 0.0) for item in scope.store.recently_updated(limit)]
+            else:
+                found = await self.off_loop_if_large(scope, scope.retrieval.search, text, limit, vector)
+        owner = self._owner_scope_for(config, session_id) if shared else None
+        if owner is None or len(found) >= limit:
+            return found
+        terms = set(tokenize(text))
+        matching = [
+            item for item in await self._shared_items(owner) if not terms or terms & set(tokenize(item.content))
+        ]
+        return found + [(item, 0.0) for item in matching[: limit - len(found)]]
 
     async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
         """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""

@@ -2,7 +2,8 @@
 
 `memory_search`, `memory_add`, `memory_update`, `memory_promote`, `memory_forget` work on the
 structured items; `read_memory`, `write_memory` (append) and `update_memory` (find and replace) on
-MEMORY.md. Every tool acts on the memory scope of the chat it was called from and on nothing else.
+MEMORY.md. Every tool acts on the memory of the chat it was called from and on nothing else: in a
+chat that does not see the owner's memory, `read_memory` adds only what the owner shared.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ MEMORY_MD_LIMIT_CHARS = 20_000
 # Bounds on what the model sends: a query is a sentence, an id a dozen characters.
 QUERY_MAX_CHARS = 2000
 ID_MAX_CHARS = 64
+# Heads what the owner shared, after the chat's own MEMORY.md, in what `read_memory` returns.
+SHARED_NOTE = "[Shared by the owner with every chat; not part of this MEMORY.md]"
 
 
 def describe_item(item: MemoryItem, score: float | None = None) -> str:
     """One line per item, as the tools and `/memory` list them."""
-    pin = " 📌" if item.pinned else ""
+    pin = (" 📌" if item.pinned else "") + (" · shared" if item.shared else "")
     relevance = f" ({score:.2f})" if score else ""
     content = item.content.replace("\n", " ")
     return (
@@ -103,7 +106,7 @@ class MemoryTools:
         self._memory = memory
 
     async def memory_search(self, args: MemorySearchArgs, ctx: ToolContext) -> str:
-        found = await self._memory.search(ctx.config.memory, ctx.session_id, args.query, args.limit)
+        found = await self._memory.search(ctx.config.memory, ctx.session_id, args.query, args.limit, shared=True)
         if not found:
             return "No memory items match."
         return "\n".join(describe_item(item, score) for item, score in found)
@@ -155,6 +158,9 @@ class MemoryTools:
 
     async def read_memory(self, args: NoArgs, ctx: ToolContext) -> str:
         content = await (await self._memory.long_term(ctx.config.memory, ctx.session_id)).for_model()
+        shared = await self._memory.shared_by_owner(ctx.config.memory, ctx.session_id)
+        if shared:
+            content = f"{content.rstrip()}\n\n{SHARED_NOTE}\n{shared}".lstrip()
         return content or "(MEMORY.md is empty)"
 
     async def write_memory(self, args: WriteMemoryArgs, ctx: ToolContext) -> str:

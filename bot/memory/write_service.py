@@ -232,6 +232,7 @@ class MemoryWriteService:
             source=old.source,
             key=old.key,
             pinned=old.pinned,
+            shared=old.shared,
         )
         self._store.replace([old.model_copy(update={"superseded_by": newer.id, "updated_at": now})])
         self._store.append([newer])
@@ -291,6 +292,13 @@ class MemoryWriteService:
     def pin(self, item_id: str, now: datetime, pinned: bool = True) -> MemoryItem:
         item = self._active(item_id)
         changed = item.model_copy(update={"pinned": pinned, "updated_at": now})
+        self._store.replace([changed])
+        return changed
+
+    def share(self, item_id: str, now: datetime, shared: bool = True) -> MemoryItem:
+        """Mark an item shared with every chat (or take the mark back): see `bot.memory.audience`."""
+        item = self._active(item_id)
+        changed = item.model_copy(update={"shared": shared, "updated_at": now})
         self._store.replace([changed])
         return changed
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bot.settings import RagConfig
+from bot.access.policy import sees_owner_memory
+from bot.settings import RagConfig, RuntimeConfig
 
 GREETINGS = frozenset(
     """hi hello hey hiya yo howdy greetings morning evening night thanks thank thx ty ok okay k sure yes no
@@ -136,9 +137,14 @@ def exchanges_in(text: str) -> list[str]:
     return [first, *(EXCHANGE_HEADER + part for part in rest)]
 
 
-def rag_workspace_for(session_id: str, scope: str) -> str:
-    """The LightRAG workspace a session's documents live in: one for all, or one per chat (`chat`, `user`)."""
-    if scope in ("chat", "user"):
+def rag_workspace_for(session_id: str, config: RuntimeConfig) -> str:
+    """The LightRAG workspace a session's documents live in, and the one graph its turns read: one per
+    chat (`chat`, `user`), or under `global` the owner's for the owner's own chats and one per chat for
+    every other (a group's graph is the group's; see `bot.memory.audience`)."""
+    memory = config.memory
+    if memory.scope in ("chat", "user") or not sees_owner_memory(
+        session_id, config.access.allowed_users, memory.owner_memory_everywhere
+    ):
         return "chat_" + _UNSAFE_ID.sub("_", session_id).replace(".", "_")
     return GLOBAL_RAG_WORKSPACE
 

@@ -141,7 +141,7 @@ class RagService:
         doc = RagDocument(
             id=document_id(session_id, at),
             session_id=session_id,
-            rag_workspace=rag_workspace_for(session_id, config.memory.scope),
+            rag_workspace=rag_workspace_for(session_id, config),
             text=document_text(session_id, at, user_text, assistant_text),
             created_at=at.isoformat(),
             message_ids=message_ids,
@@ -168,7 +168,7 @@ class RagService:
         doc = RagDocument(
             id=doc_id,
             session_id=session_id,
-            rag_workspace=rag_workspace_for(session_id, config.memory.scope),
+            rag_workspace=rag_workspace_for(session_id, config),
             text=text,
             created_at=at.isoformat(),
         )
@@ -324,7 +324,7 @@ class RagService:
         live conversation: made only when there are snippets to check against it), within
         `rag.maxContextTokens` and `share_tokens` (what the turn's context plan gives RAG)."""
         rag = config.rag
-        workspace = rag_workspace_for(session_id, config.memory.scope)
+        workspace = rag_workspace_for(session_id, config)
         max_tokens = rag.max_context_tokens if share_tokens is None else min(rag.max_context_tokens, share_tokens)
         if not rag.enabled or max_tokens <= 0 or not query_text.strip():
             return RetrievedContext("", 0, 0, "skipped")
@@ -365,7 +365,7 @@ class RagService:
     ) -> str:
         """Deeper retrieval for the `rag_query` tool: a bigger budget, the tool's timeout; errors raise."""
         rag = config.rag
-        workspace = rag_workspace_for(session_id, config.memory.scope)
+        workspace = rag_workspace_for(session_id, config)
         if not await self._store.has_indexed(workspace):
             return ""
         chosen = mode or rag.query_mode

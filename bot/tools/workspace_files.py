@@ -7,7 +7,9 @@ memory (`memory/chats/`; a chat's own is reached through the memory tools), the 
 (`rag/`), access and channel state, every chat's reminders (`reminders.json`; a chat's own are
 reached through the reminder tools), and other chats' evicted tool outputs under `tool_results/`.
 `preferences/` (runtime-config, persona, models) is the operator's: the tools read it, never change
-it, so no instruction the model is given can let a stranger in or reroute the bot.
+it, so no instruction the model is given can let a stranger in or reroute the bot. `memory/` is the
+owner's: a turn that may not see the owner's private memory (a group's, another person's; see
+`bot.memory.audience`) is told its files do not exist, and cannot write there.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
+from bot.access.policy import sees_owner_memory
 from bot.storage.files import append_text, read_text_sync, write_atomic
 from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 # What the tools never touch: other chats' data, and the bot's own bookkeeping.
 PRIVATE_PATHS = ("sessions/", "memory/chats/", "memory/users/", "rag/", "access/", "state/", "media/", "reminders.json")
+# The owner's memory: only a turn that may see the owner's private memory reaches it (the folders of
+# other chats and people in it are private to the bot whoever asks).
+OWNERS_PATH = "memory/"
 # What the tools may read but never change.
 READ_ONLY_PATHS = ("preferences/",)
 TOOL_RESULTS = "tool_results"
@@ -39,6 +45,7 @@ def _parts(path: str) -> tuple[str, ...]:
 
 _PRIVATE = [(path, _parts(path)) for path in PRIVATE_PATHS]
 _READ_ONLY = [(path, _parts(path)) for path in READ_ONLY_PATHS]
+_OWNERS = _parts(OWNERS_PATH)
 
 
 def _shown(raw: str) -> str:
@@ -51,8 +58,11 @@ class WorkspaceJail:
     def __init__(self, root: Path) -> None:
         self._root = root.resolve()
 
-    def resolve(self, raw: str, session_id: str, *, for_writing: bool = False) -> Path:
-        """The real path for `raw` as the chat `session_id` may use it; `ToolError` when it may not."""
+    def resolve(self, raw: str, session_id: str, *, for_writing: bool = False, owner: bool = True) -> Path:
+        """The real path for `raw` as the chat `session_id` may use it; `ToolError` when it may not.
+
+        `owner`: the turn may see the owner's private memory; when it may not, the owner's memory files
+        (`memory/`) are refused as if they did not exist."""
         text = raw.strip()
         if not text or text == ".":
             return self._root
@@ -65,7 +75,7 @@ class WorkspaceJail:
             raise ToolError(f"{_shown(raw)} is absolute; paths are relative to the workspace")
         if ".." in relative.parts:
             raise ToolError(f"{_shown(raw)} leads outside the workspace")
-        self._check_allowed(relative.parts, session_id, for_writing)
+        self._check_allowed(raw, relative.parts, session_id, for_writing, owner)
         try:
             candidate = (self._root / relative).resolve()  # follows symlinks, so one pointing out is caught here
         except RuntimeError as error:  # how `Path.resolve` reports a symlink loop
@@ -74,7 +84,7 @@ class WorkspaceJail:
             raise ToolError(f"{_shown(raw)} cannot be opened: {error.strerror or type(error).__name__}") from error
         if not candidate.is_relative_to(self._root):
             raise ToolError(f"{_shown(raw)} leads outside the workspace")
-        self._check_allowed(candidate.relative_to(self._root).parts, session_id, for_writing)
+        self._check_allowed(raw, candidate.relative_to(self._root).parts, session_id, for_writing, owner)
         return candidate
 
     @staticmethod
@@ -89,7 +99,11 @@ class WorkspaceJail:
             raise ToolError(f"a file or folder name in the path is longer than {MAX_NAME_BYTES} bytes")
 
     @staticmethod
-    def _check_allowed(parts: tuple[str, ...], session_id: str, for_writing: bool) -> None:
+    def _check_allowed(raw: str, parts: tuple[str, ...], session_id: str, for_writing: bool, owner: bool) -> None:
+        if not owner and parts[: len(_OWNERS)] == _OWNERS:
+            if for_writing:
+                raise ToolError(f"{_shown(raw)} cannot be written from this chat; the memory tools keep its memory")
+            raise ToolError(f"{_shown(raw)} does not exist")
         for shown, private in _PRIVATE:
             if parts[: len(private)] == private:
                 raise ToolError(f"{shown} is private to the bot")
@@ -128,7 +142,7 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
     jail = WorkspaceJail(workspace_root)
 
     async def read_file(args: ReadFileArgs, ctx: ToolContext) -> str:
-        path = jail.resolve(args.path, ctx.session_id)
+        path = jail.resolve(args.path, ctx.session_id, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder; use list_dir")
         text = await asyncio.to_thread(read_text_sync, path)
@@ -148,7 +162,7 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
 
     async def write_file(args: WriteFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
-        path = jail.resolve(args.path, ctx.session_id, for_writing=True)
+        path = jail.resolve(args.path, ctx.session_id, for_writing=True, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder")
         await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
@@ -156,17 +170,19 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
 
     async def append_file(args: AppendFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
-        path = jail.resolve(args.path, ctx.session_id, for_writing=True)
+        path = jail.resolve(args.path, ctx.session_id, for_writing=True, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder")
         await append_text(path, args.content)
         return f"Appended {len(args.content)} characters to {jail.display(path)}."
 
     async def list_dir(args: ListDirArgs, ctx: ToolContext) -> str:
-        path = jail.resolve(args.path, ctx.session_id)
+        path = jail.resolve(args.path, ctx.session_id, owner=_sees_owner(ctx))
+        if not path.exists():
+            raise ToolError(f"{_shown(args.path)} does not exist")
         if not path.is_dir():
             raise ToolError(f"{_shown(args.path)} is not a folder")
-        entries = await asyncio.to_thread(_describe_entries, path, jail, ctx.session_id)
+        entries = await asyncio.to_thread(_describe_entries, path, jail, ctx.session_id, _sees_owner(ctx))
         return "\n".join(entries) if entries else f"{jail.display(path)} is empty."
 
     registry.register(Tool("read_file", "Read lines of a text file in the workspace.", ReadFileArgs, read_file))
@@ -177,17 +193,21 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
     registry.register(Tool("list_dir", "List a folder of the workspace.", ListDirArgs, list_dir))
 
 
+def _sees_owner(ctx: ToolContext) -> bool:
+    return sees_owner_memory(ctx.session_id, ctx.config.access.allowed_users, ctx.config.memory.owner_memory_everywhere)
+
+
 def _check_size(content: str, ctx: ToolContext) -> None:
     limit = ctx.config.tool_loop.max_write_chars
     if len(content) > limit:
         raise ToolError(f"the content is {len(content)} characters; at most {limit} can be written at once")
 
 
-def _describe_entries(folder: Path, jail: WorkspaceJail, session_id: str) -> list[str]:
+def _describe_entries(folder: Path, jail: WorkspaceJail, session_id: str, owner: bool) -> list[str]:
     entries = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         try:
-            jail.resolve(jail.display(Path(entry.path)), session_id)
+            jail.resolve(jail.display(Path(entry.path)), session_id, owner=owner)
         except ToolError:
             continue  # not listed: the tools could not open it anyway
         if entry.is_dir(follow_symlinks=False):

@@ -68,7 +68,7 @@ async def test_a_naive_time_is_read_in_the_bots_zone_and_decay_runs_over_it(
     await say(services, channel, "1", "which bicycle do I have?")
     assert "green Brompton" in (memory_section(fake_openai.system_prompts()[-1]) or "")
 
-    scope = await services.memory.scope(MemoryConfig(), "telegram:1")
+    scope = await services.memory.scope(MemoryConfig(), "test:1")
     async with services.memory.fresh(scope):
         loaded = scope.store.get("mnaive000010")
     assert loaded is not None

@@ -6,9 +6,9 @@ write is fail-safe on its own: a full disk or a permission error is one warning,
 already sent, is unaffected.
 
 In a group, what a person said is recorded as "Name: text" (note line, turn and facts), so the
-group's memory never mixes people and "I" in a fact means its sender. Under `memory.scope: user` the
-turn is also written, in the person's own words, to that person's memory, which follows them into
-their private chat with the bot and no one else's.
+group's memory never mixes people and "I" in a fact means its sender. Under `memory.scope: user` and
+`global` the turn is also written, in the person's own words, to that person's memory (the owner's is
+the owner's memory), which follows them into their private chat with the bot and no one else's.
 
 `retract` takes back what it wrote for an exchange that /retry or /undo dropped from the session:
 the note lines and the items, found from the same events, so memory never keeps a discarded answer.
@@ -60,7 +60,8 @@ def turn_events(
     config: MemoryConfig,
 ) -> list[TurnMemoryEvent]:
     """What memory records of a finished turn, one event per memory it goes to: the chat's and, in a
-    group under `memory.scope: user`, the sender's own (in their own words)."""
+    group, the sender's own (in their own words), unless every chat shares one memory (`chat` keeps
+    each chat apart and nothing else; `memory.ownerMemoryEverywhere` makes the group's memory everyone's)."""
     answers = [message for message in turn_messages if message.role is Role.ASSISTANT and message.content]
     sender = user_message.sender if in_group else None
     said = user_message.content
@@ -75,7 +76,7 @@ def turn_events(
         tool_names=tuple(sorted({m.name for m in turn_messages if m.role is Role.TOOL and m.name})),
         skill=active_skill(session),
     )
-    if sender is None or config.scope != "user":
+    if sender is None or config.scope == "chat" or (config.scope == "global" and config.owner_memory_everywhere):
         return [event]
     own_key = person_memory_key(session.channel_type, sender.id)
     return [event, dataclasses.replace(event, user_text=said, speaker=None, memory_key=own_key)]
