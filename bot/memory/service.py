@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import math
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -29,25 +28,18 @@ from bot.context.estimator import TokenEstimator
 from bot.domain.conversation import Incremental
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message, Role
-from bot.heap import settle_after_load
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
-from bot.llm.errors import LlmError
 from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
 from bot.memory.budget import TextBudget
-from bot.memory.daily_notes import USER_TEXT_LIMIT, DailyNotes, one_line
+from bot.memory.daily_notes import USER_TEXT_LIMIT, one_line
 from bot.memory.embeddings import (
-    EMBED_BATCH_SIZE,
     Vector,
-    VectorCache,
-    VectorIndex,
-    as_float16,
 )
 from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
-from bot.memory.file_cache import TextFileCache
-from bot.memory.items_store import MemoryItemStore
-from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_notes
-from bot.memory.lexical_index import Bm25Index, tokenize
+from bot.memory.indexing import VectorIndexing
+from bot.memory.legacy_context import read_daily_notes, render_daily_notes
+from bot.memory.lexical_index import tokenize
 from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.long_term_pieces import (
@@ -57,21 +49,20 @@ from bot.memory.long_term_pieces import (
     long_term_prompt,
     whole_long_term,
 )
-from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
+from bot.memory.paths import memory_paths_for
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
 from bot.memory.retrieval import (
     LEXICAL_CANDIDATES,
     VECTOR_CANDIDATES,
-    MemoryRetrievalService,
     RetrievalResult,
     dense_query_text,
     names_in,
 )
+from bot.memory.scopes import INLINE_WORK_MAX_ITEMS, MemoryScope, MemoryScopes
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.notices import OwnerNotices
 from bot.settings import MemoryConfig
 from bot.storage.durability import DeferredSync
-from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
@@ -81,7 +72,6 @@ ForgetListener = Callable[[list[str]], Awaitable[object]]
 T = TypeVar("T")
 
 MEMORY_HEADER = "# Memory"
-INLINE_WORK_MAX_ITEMS = 2000
 LONG_TERM_HEADER = "## Long-term Memory"
 # Leads the items the owner shared, where a chat that does not see the owner's memory is shown them.
 SHARED_ITEMS_LINE = "Shared by the owner:"
@@ -92,38 +82,6 @@ SHARE_MARGIN = 0.02
 LONG_TERM_RELEVANCE_MIN_TOKENS = 128
 # A MEMORY.md longer than this is split and indexed in memory's thread, not on the event loop.
 LONG_TERM_INLINE_CHARS = 20_000
-
-
-@dataclass
-class MemoryScope:
-    """Everything one memory root needs at run time; `lock` serialises its reads and writes."""
-
-    paths: MemoryPaths
-    store: MemoryItemStore
-    lexical: Bm25Index
-    vectors: VectorIndex
-    retrieval: MemoryRetrievalService
-    writer: MemoryWriteService
-    notes: DailyNotes
-    long_term: LongTermMemory
-    note_lines: NoteLines = field(default_factory=NoteLines)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    loaded: bool = False
-    # When the last refresh from disk started (time.monotonic()).
-    refreshed_at: float = -1.0
-    # Items put in a prompt since the last decay pass, and when (persisted by `decay`).
-    accessed: dict[str, datetime] = field(default_factory=dict)
-    last_decay: date | None = None
-    last_pack: MemoryPack | None = None
-    vector_cache: VectorCache | None = None
-    # The background task embedding items that have no vector yet (see `MemoryService.index_vectors`).
-    indexing: asyncio.Task[None] | None = None
-    # MEMORY.md's pieces, indexed once it outgrows its share (made again when it changes), and how much of it
-    # the last prompt held.
-    long_term_index: LongTermIndex | None = None
-    long_term_use: LongTermUse | None = None
-    # Held while the vectors stored by earlier runs are read, so `/status` counts them all or waits.
-    reading_stored_vectors: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass(frozen=True)
@@ -179,30 +137,19 @@ class MemoryService:
         self._clock = clock
         self._llm = llm
         self._estimator = estimator or TokenEstimator()
-        self._scopes: dict[MemoryPaths, MemoryScope] = {}
+        self._scopes = MemoryScopes(workspace, clock.zone, deferred)
+        self._indexing = VectorIndexing(self._scopes)
         self._rules = RuleBasedExtractor()
         self._embedders = embedders or Embedders(llm)
         self._pack = MemoryPromptPackService(self._estimator, clock.zone)
-        # Memory's own worker thread for the reads done under a scope's lock, so they never queue
-        # behind the fsyncs of session writes in the shared default pool.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
-        # One inotify instance for every scope's folders, items and notes (the kernel allows a user few instances).
-        self._folder_changes = FolderChanges()
         self._forget_listeners: list[ForgetListener] = []
         # What memory leaves out because the live conversation shows it anyway, kept as a chat grows.
         self._live: Incremental[_LiveIds] = Incremental(_LiveIds, _with_id)
         self._live_user_texts: Incremental[set[str]] = Incremental(set, _with_note_user_text)
 
     async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
-        """Run a read of the scope in memory's thread, or inline while the scope is small.
-
-        Below `INLINE_WORK_MAX_ITEMS` the work (a few `stat`s, scoring a few hundred items) takes less
-        than handing it to a thread does, and under load a hand-off waits for the GIL while the scope's
-        lock is held, which serialises every chat behind it.
-        """
-        if len(scope.store) <= INLINE_WORK_MAX_ITEMS:
-            return function(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args))
+        """Run a read of the scope in memory's thread, or inline while the scope is small."""
+        return await self._scopes.off_loop_if_large(scope, function, *args)
 
     # -- scopes -----------------------------------------------------------------------------------
 
@@ -255,61 +202,14 @@ class MemoryService:
 
     def scopes_on_disk(self) -> list[MemoryScope]:
         """Every memory root in the workspace: the global one, each chat's and each person's (whatever the scope)."""
-        roots = [self._workspace.memory_dir]
-        for folder in (CHAT_SCOPES_DIR, USER_SCOPES_DIR):
-            parent = self._workspace.memory_dir / folder
-            roots += sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
-        return [self._scope_at(MemoryPaths(root)) for root in roots]
+        return self._scopes.on_disk()
 
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
-        scope = self._scopes.get(paths)
-        if scope is None:
-            store = MemoryItemStore(paths, self._clock.zone, self._deferred, self._folder_changes)
-            lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
-            store.subscribe(lexical)
-            store.subscribe(vectors)
-            # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
-            texts = TextFileCache(self._folder_changes)
-            scope = MemoryScope(
-                paths=paths,
-                store=store,
-                lexical=lexical,
-                vectors=vectors,
-                retrieval=MemoryRetrievalService(store, lexical, vectors, self._clock.zone),
-                writer=MemoryWriteService(store),
-                notes=DailyNotes(paths, texts, self._deferred),
-                long_term=LongTermMemory(paths, texts),
-                vector_cache=VectorCache(paths.index_dir),
-            )
-            self._scopes[paths] = scope
-        return scope
+        return self._scopes.at(paths)
 
-    @contextlib.asynccontextmanager
-    async def fresh(self, scope: MemoryScope, requested: float | None = None) -> AsyncIterator[MemoryScope]:
-        """Hold the scope's lock with its items re-read from any file that changed on disk.
-
-        Waiters share refreshes: a refresh that started after this call was made (or after `requested`,
-        when a message's work takes the lock twice) has seen the files as they are now, so it is not
-        repeated. Hand edits and deletions are picked up on the next use.
-        """
-        requested = time.monotonic() if requested is None else requested
-        async with scope.lock:
-            if scope.refreshed_at < requested:
-                started = scope.refreshed_at = time.monotonic()
-                if scope.loaded:
-                    await self.off_loop_if_large(scope, scope.store.refresh_sync)
-                else:  # the first load reads every file: never on the event loop
-                    await asyncio.get_running_loop().run_in_executor(self._executor, scope.store.refresh_sync)
-                if not scope.loaded:
-                    scope.loaded = True
-                    settle_after_load()
-                    log.info(
-                        "[Memory] Loaded %d items from %s in %.0f ms",
-                        len(scope.store),
-                        scope.paths.items_dir,
-                        (time.monotonic() - started) * 1000,
-                    )
-            yield scope
+    def fresh(self, scope: MemoryScope, requested: float | None = None) -> AbstractAsyncContextManager[MemoryScope]:
+        """Hold the scope's lock with its items re-read from any file that changed on disk (`MemoryScopes.fresh`)."""
+        return self._scopes.fresh(scope, requested)
 
     def embedder(self, config: MemoryConfig) -> Embedder | None:
         """The bundled offline model (`"local"`), the endpoint's embedding model, or None: lexical only."""
@@ -324,83 +224,19 @@ class MemoryService:
         speakers = (
             await self.off_loop_if_large(scope, scope.store.speakers_among, names) if names and scope.loaded else set()
         )
-        return await scope.vectors.embed_query(embedder, dense_query_text(text, speakers))
+        return await self._indexing.state(scope).embed_query(embedder, dense_query_text(text, speakers))
 
     def index_vectors(self, scope: MemoryScope, config: MemoryConfig) -> None:
-        """Make sure every active item of the scope gets a vector, in the background.
-
-        Vectors stored by an earlier run are read from the cache first; only texts never embedded are
-        embedded, a batch at a time, each batch stored before the next. Retrieval meanwhile uses
-        whatever vectors there are (and BM25 for the rest).
-        """
+        """Make sure every active item of the scope gets a vector, in the background, when the bot is idle
+        (`bot.memory.indexing`). Retrieval meanwhile uses whatever vectors there are, and BM25 for the rest."""
         embedder = self.embedder(config)
-        if embedder is None or (scope.indexing is not None and not scope.indexing.done()):
-            return
-        if scope.vectors.embedder_name == embedder.name and not scope.vectors.has_pending:
-            return
-        scope.indexing = asyncio.get_running_loop().create_task(
-            self._index_vectors(scope, embedder), name=f"memory vectors {scope.paths.root}"
-        )
+        if embedder is not None:
+            self._indexing.start(scope, embedder)
 
-    async def _read_stored_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
-        """Take up `embedder`'s vectors that an earlier run stored in the scope's cache; embeds nothing."""
-        async with scope.reading_stored_vectors:
-            await self._read_stored_vectors_held(scope, embedder)
-
-    async def _read_stored_vectors_held(self, scope: MemoryScope, embedder: Embedder) -> None:
-        cache = scope.vector_cache
-        assert cache is not None
-        async with self.fresh(scope):
-            if scope.vectors.embedder_name == embedder.name:
-                return
-            scope.vectors.use_embedder(embedder.name)
-            wanted = scope.vectors.wanted_keys()
-        if not wanted:
-            return
-        batches = await asyncio.to_thread(cache.load_quantized, embedder.name, wanted)
-        del wanted
-        read = sum(len(keys) for keys, _, _ in batches)
-        async with scope.lock:
-            if batches:
-                scope.vectors.reserve(read, batches[0][1].shape[1])
-            while batches:
-                scope.vectors.put_quantized(*batches.pop(0))
-            # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
-            await asyncio.to_thread(scope.vectors.prepare_search)
-        log.info("[Memory] %d item vectors read from %s", read, cache.path)
-        settle_after_load()
-
-    async def _index_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
-        cache = scope.vector_cache
-        assert cache is not None
-        started = time.monotonic()
-        embedded = 0
-        try:
-            await self._read_stored_vectors(scope, embedder)
-            while not scope.vectors.paused():
-                async with scope.lock:
-                    todo = scope.vectors.pending()
-                if not todo:
-                    break
-                for start in range(0, len(todo), EMBED_BATCH_SIZE):
-                    batch = todo[start : start + EMBED_BATCH_SIZE]
-                    try:
-                        vectors = await embedder.embed([text for _, text in batch])
-                    except (LlmError, ValueError, OSError) as error:
-                        scope.vectors.pause_after_failure(embedder.name, error)
-                        return
-                    made = dict(zip((key for key, _ in batch), as_float16(vectors), strict=True))
-                    await asyncio.to_thread(cache.store, embedder.name, made)
-                    async with scope.lock:
-                        scope.vectors.put(made)
-                    embedded += len(made)
-        except (OSError, sqlite3.Error) as error:
-            log.warning("[Memory] Item vectors of %s could not be kept: %s", scope.paths.root, error)
-        finally:
-            if embedded:
-                log.info(
-                    "[Memory] Embedded %d items with %s in %.1f s", embedded, embedder.name, time.monotonic() - started
-                )
+    def follow_replies(self, replies_waiting: Callable[[], bool]) -> None:
+        """`replies_waiting`: whether any message is waiting for its reply or being answered; the items'
+        vectors are made only once it has been False for a moment."""
+        self._indexing.follow_replies(replies_waiting)
 
     def warm_up(self, config: MemoryConfig) -> None:
         """At start, in the background: read every memory scope's items and bring their vectors up to date,
@@ -408,40 +244,16 @@ class MemoryService:
         if not config.enabled:
             return
         for scope in self.scopes_on_disk():
-            if scope.indexing is None:
-                scope.indexing = asyncio.get_running_loop().create_task(
-                    self._warm(scope, config), name=f"memory warm-up {scope.paths.root}"
-                )
-
-    async def _warm(self, scope: MemoryScope, config: MemoryConfig) -> None:
-        try:
-            async with self.fresh(scope):
-                pass
-        except OSError as error:
-            log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
-            return
-        scope.indexing = None
-        self.index_vectors(scope, config)
+            self._indexing.warm_up(scope, self.embedder(config))
 
     async def settle(self) -> None:
-        """Wait until no scope is embedding in the background (tests, benchmarks, a quiet shutdown)."""
-        while pending := [
-            s.indexing for s in self._scopes.values() if s.indexing is not None and not s.indexing.done()
-        ]:
-            await asyncio.wait(pending)
+        """Make every pending vector now and wait until no scope is embedding (tests, benchmarks)."""
+        await self._indexing.settle()
 
     async def close(self) -> None:
-        """Stop background embedding and close the vector caches."""
-        for scope in self._scopes.values():
-            if scope.indexing is not None:
-                scope.indexing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await scope.indexing
-            if scope.vector_cache is not None:
-                await asyncio.to_thread(scope.vector_cache.close)
-            await asyncio.to_thread(scope.store.close)
-        self._executor.shutdown(wait=False)
-        self._folder_changes.close()
+        """Stop background embedding and close the scopes' files."""
+        await self._indexing.close()
+        await self._scopes.close()
 
     # -- the prompt -------------------------------------------------------------------------------
 
@@ -526,7 +338,7 @@ class MemoryService:
         index = scope.long_term_index
         if index is None or index.text != text:
             if len(text) > LONG_TERM_INLINE_CHARS:
-                index = await asyncio.get_running_loop().run_in_executor(self._executor, LongTermIndex, text)
+                index = await self._scopes.in_thread(LongTermIndex, text)
             else:
                 index = LongTermIndex(text)
             scope.long_term_index = index
@@ -634,6 +446,7 @@ class MemoryService:
             # daily notes rather than keep the first messages after a start waiting for it.
             log.info("[Context] Memory items of %s still loading; the daily notes stand in", scope.paths.root)
             return None
+        self._indexing.reply_started()
         self.index_vectors(scope, config)
         # The message's vector is made in a worker thread (the engine runs in C without the GIL) while the
         # files are checked and the facts of the lexical candidates and their neighbours are read; if the
@@ -814,7 +627,7 @@ class MemoryService:
             # Stored vectors not taken up yet (`python -m bot status` never starts the bot), or being read:
             # they count, whenever `/status` is asked.
             try:
-                await self._read_stored_vectors(scope, embedder)
+                await self._indexing.read_stored(scope, embedder)
             except (OSError, sqlite3.Error) as error:
                 log.warning("[Memory] Item vectors of %s could not be read: %s", scope.paths.root, error)
         async with self.fresh(scope):
