@@ -140,6 +140,9 @@ def _nothing_to_run(env: EnvSettings) -> int:
     return 2
 
 
+# Commands whose output is their own lines (one per check or question), not a log.
+_OWN_LINES_COMMANDS = frozenset({"doctor", "onboard"})
+
 # What the bot writes is its owner's private life: folders 0700 and files 0600, whoever creates them.
 PRIVATE_UMASK = 0o077
 
@@ -154,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # The terminal chat keeps the screen for the conversation: its log goes to a file in the workspace.
     log_file = Workspace(env.bot_workspace).chat_log_file if args.command == "chat" else None
+    # `doctor` and `onboard` say what failed in lines of their own: a log line between them is noise,
+    # unless the owner asked for the details (`BOT_LOG_LEVEL=DEBUG`).
+    level = "ERROR" if args.command in _OWN_LINES_COMMANDS and env.bot_log_level != "DEBUG" else env.bot_log_level
     try:
-        configure_logging(env.bot_log_level, [*env.secrets(), *secrets_in_environment(os.environ)], log_file=log_file)
+        configure_logging(level, [*env.secrets(), *secrets_in_environment(os.environ)], log_file=log_file)
     except OSError as error:
         print(workspace_line(env.bot_workspace, str(error)), file=sys.stderr)
         return 2

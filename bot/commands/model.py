@@ -15,7 +15,7 @@ from bot.access.policy import is_owner
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.runtime_config import RuntimeConfigStore
 from bot.settings import RuntimeConfig
-from bot.storage.files import write_atomic
+from bot.storage.files import read_state_sync, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,8 @@ class ModelSwitch:
 
     def restore(self) -> None:
         """Apply a switch saved before the last stop (start-up)."""
-        try:
-            saved = json.loads(self._state_file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as error:
-            log.warning("[Config] Ignored %s: %s", self._state_file, error)
-            return
-        model = saved.get("model") if isinstance(saved, dict) else None
+        saved = read_state_sync(self._state_file, "Config", "the configured model applies")
+        model = saved.get("model")
         if isinstance(model, str) and model:
             self._config_store.set_overrides({"llm": {"model": model}})
             log.info("[Config] Chat model %s (switched with /model)", model)

@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 
 from bot.domain.turn import Usage
 from bot.llm.wire import wire_chars
-from bot.storage.files import write_atomic
+from bot.storage.files import read_state_sync, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -120,15 +120,7 @@ class TokenSpending:
         self._load()
 
     def _load(self) -> None:
-        try:
-            data = json.loads(self._path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as error:
-            log.warning("[LLM] %s is unreadable (%s); token spending counts from zero", self._path, error)
-            return
-        if not isinstance(data, dict):
-            return
+        data = read_state_sync(self._path, "LLM", "token spending counts from zero")
         self.total = SpendingPeriod.from_json(data.get("total"))
         if data.get("day") == self._day.isoformat():
             self.today = SpendingPeriod.from_json(data.get("today"))

@@ -8,6 +8,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.app import Application
 from bot.domain.turn import Usage as ProviderUsage
 from bot.llm.spending import TokenSpending
@@ -84,3 +86,16 @@ async def test_a_call_without_reported_usage_is_estimated_and_said_so(tmp_path: 
     day = date(2026, 3, 2)  # the next day: today starts over, the total goes on
     reread = TokenSpending(tmp_path / "token-spending.json", lambda: day, lambda model: 4.0)
     assert reread.describe().startswith("Tokens today: none\nTokens in total: replies 500 in / 25 out; indexing 200")
+
+
+async def test_a_damaged_spending_file_is_logged_counts_start_from_zero_and_it_is_written_whole_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "token-spending.json"
+    path.write_text('{"total": {"reply": ')  # a hand edit cut short
+    spending = TokenSpending(path, lambda: date(2026, 3, 1), lambda model: 4.0)
+    assert "token-spending.json is not a JSON object (token spending counts from zero)" in caplog.text
+    assert spending.describe() == "Tokens today: none\nTokens in total: none (as the provider reported)"
+    spending.count_call("reply", "some-model", ProviderUsage(500, 25, "some-model"), [], "")
+    await spending.close()
+    assert json.loads(path.read_text())["total"]

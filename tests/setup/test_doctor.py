@@ -96,6 +96,8 @@ def test_an_unreachable_endpoint_and_an_mcp_server_that_does_not_start(
     mcp = _line(result.stdout, "✗ MCP server broken")
     assert "no-such-server" in mcp and "Fix: correct mcpServers.broken" in mcp
     assert _line(result.stdout, "✓ Embeddings: offline embedder loaded (rag.embeddingModel)")
+    # The failures are said once, in the check lines: no log line of the failed calls between them.
+    assert "WARNING" not in result.stderr and "[LLM]" not in result.stderr + result.stdout
 
 
 def test_the_owner_sees_in_status_the_failures_doctor_reports(
