@@ -321,8 +321,8 @@ class VectorIndex:
 
     def prepare_search(self) -> None:
         """Build what a search needs that writes have not kept up (the rows' sum, their sign codes): after a
-        restart's cache read or a compaction, a pass over the rows (about 0.2 s at 100,000: run it in a
-        thread, under the scope's lock)."""
+        restart's cache read or a compaction, a pass over every row (long at scale: run it in a thread,
+        under the scope's lock)."""
         if self._matrix is None:
             return
         used = len(self._row_keys)
