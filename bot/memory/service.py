@@ -8,7 +8,6 @@ own) and hands the work to the module of each concern: the scopes and their file
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -26,11 +25,9 @@ from bot.domain.message import Message
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
-from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
 from bot.memory.indexing import VectorIndexing
 from bot.memory.legacy_context import read_daily_notes
 from bot.memory.lexical_index import tokenize
-from bot.memory.llm_extraction import LlmMemoryExtractor
 from bot.memory.long_term import LongTermMemory
 from bot.memory.long_term_pieces import (
     LongTermUse,
@@ -38,6 +35,7 @@ from bot.memory.long_term_pieces import (
 from bot.memory.paths import memory_paths_for
 from bot.memory.prompt_building import MemoryPrompt as MemoryPrompt
 from bot.memory.prompt_building import MemoryPromptBuilder, PromptAudience, read_long_term
+from bot.memory.recording import TurnRecorder
 from bot.memory.scopes import MemoryScope, MemoryScopes
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.notices import OwnerNotices
@@ -83,11 +81,11 @@ class MemoryService:
         self._estimator = estimator or TokenEstimator()
         self._scopes = MemoryScopes(workspace, clock.zone, deferred)
         self._indexing = VectorIndexing(self._scopes)
-        self._rules = RuleBasedExtractor()
         self._embedders = embedders or Embedders(llm)
         self._prompts = MemoryPromptBuilder(
             clock, self._estimator, self._scopes, self._indexing, self._embedders, notices
         )
+        self._recorder = TurnRecorder(clock, llm, self._scopes, self._indexing, self._embedders)
         self._forget_listeners: list[ForgetListener] = []
 
     async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
@@ -209,84 +207,29 @@ class MemoryService:
     # -- writing ----------------------------------------------------------------------------------
 
     async def append_daily_note(self, config: MemoryConfig, event: TurnMemoryEvent) -> str:
-        scope = await self.scope(config, event.memory_key or event.session_id)
-        return await scope.notes.append(event.timestamp, event.user_text, event.assistant_text)
+        return await self._recorder.append_daily_note(await self._scope_of(config, event), event)
 
     async def record_turn(
         self, config: MemoryConfig, event: TurnMemoryEvent, previous_assistant_text: str = "", model: str = ""
     ) -> WriteReport:
         """The structured write of a finished turn: the episodic item and what extraction found."""
-        candidates = await self._extract(config, event, previous_assistant_text, model)
-        if event.speaker:
-            candidates = [attributed(candidate, event.speaker) for candidate in candidates]
-        scope = await self.scope(config, event.memory_key or event.session_id)
-        async with self.fresh(scope):
-            report = scope.writer.record_turn(event, candidates, config)
-        await scope.store.flush(durable=False)
-        self.index_vectors(scope, config)
-        return report
+        scope = await self._scope_of(config, event)
+        return await self._recorder.record_turn(scope, config, event, previous_assistant_text, model)
 
     async def retract_turn(self, config: MemoryConfig, event: TurnMemoryEvent, days: list[date]) -> WriteReport:
-        """Take back what `append_daily_note` and `record_turn` wrote for `event`, an exchange /retry or
-        /undo dropped: its daily-note line (looked for in `days`) and the items made or reinforced by it."""
-        scope = await self.scope(config, event.memory_key or event.session_id)
-        references = [ref for ref in (event.user_message_id, event.assistant_message_id) if ref]
-        note_removed = await scope.notes.remove_exchange(days, event.user_text, event.assistant_text)
-        async with self.fresh(scope):
-            report = scope.writer.retract(references)
-        await scope.store.flush()
-        log.info(
-            "[Memory] Took back a dropped exchange of %s: note line %s, %d items removed, %d weakened",
-            event.session_id,
-            "removed" if note_removed else "not found",
-            len(report.added),
-            len(report.reinforced),
-        )
-        return report
+        """Take back what `append_daily_note` and `record_turn` wrote for `event` (`TurnRecorder.retract_turn`)."""
+        return await self._recorder.retract_turn(await self._scope_of(config, event), event, days)
 
     async def record_missing_turns(
         self, config: MemoryConfig, session_id: str, turns: list[tuple[Message, Message]]
     ) -> int:
-        """Record the (user, assistant) turns no item refers to yet; returns how many were recorded.
+        """Record the (user, assistant) turns no item refers to yet (`TurnRecorder.record_missing_turns`)."""
+        return await self._recorder.record_missing_turns(
+            await self.scope(config, session_id), config, session_id, turns
+        )
 
-        Before a compaction takes messages out of the live session, this makes sure each of them
-        reached structured memory (a turn may have been missed while memory was off or a write failed).
-        """
-        scope = await self.scope(config, session_id)
-        recorded = 0
-        async with self.fresh(scope):
-            missing = [(user, answer) for user, answer in turns if not scope.store.is_referenced(user.id)]
-            for user, answer in missing:
-                event = TurnMemoryEvent(
-                    session_id,
-                    user.content,
-                    answer.content,
-                    user.timestamp.astimezone(self._clock.zone),
-                    user.id,
-                    answer.id,
-                )
-                extracted = self._rules.extract(event, code_aware=config.code_aware_extraction_enabled)
-                scope.writer.record_turn(event, extracted, config)
-                recorded += 1
-        await scope.store.flush()
-        if recorded:
-            log.info("[Memory] Recorded %d turns of %s before compaction", recorded, session_id)
-        return recorded
-
-    async def _extract(
-        self, config: MemoryConfig, event: TurnMemoryEvent, previous_assistant_text: str, model: str
-    ) -> list[MemoryCandidate]:
-        code_aware = config.code_aware_extraction_enabled
-        if config.llm_extraction_enabled and model:
-            extracted = await LlmMemoryExtractor(self._llm, model).extract(event)
-            if extracted is not None:
-                procedures = self._rules.extract(
-                    dataclasses.replace(event, user_text=""),
-                    code_aware=code_aware,
-                    previous_assistant_text=previous_assistant_text,
-                )
-                return extracted + procedures
-        return self._rules.extract(event, code_aware=code_aware, previous_assistant_text=previous_assistant_text)
+    async def _scope_of(self, config: MemoryConfig, event: TurnMemoryEvent) -> MemoryScope:
+        return await self.scope(config, event.memory_key or event.session_id)
 
     # -- reading for tools, commands and /status --------------------------------------------------
 
@@ -390,11 +333,3 @@ class MemoryStatus:
     embedder: str | None = None
     # Lines of the item files that are not valid items (kept in the files, left out of memory).
     skipped_lines: int = 0
-
-
-def attributed(candidate: MemoryCandidate, speaker: str) -> MemoryCandidate:
-    """`candidate` as said by `speaker`: "Name: content", and its slot the speaker's own ("Name: lives in")."""
-    prefix = f"{speaker}: "
-    content = candidate.content if candidate.content.startswith(prefix) else prefix + candidate.content
-    key = None if candidate.key is None else prefix + candidate.key
-    return dataclasses.replace(candidate, content=content, key=key)

@@ -101,7 +101,8 @@ async def test_items_left_without_a_vector_by_a_stop_get_it_after_the_next_start
     again = Application(env_for(workspace_dir, fake_openai))
     try:
         await again.start()
-        await wait_until_embedded(fake_openai, SEEDED)
+        await wait_until_embedded(fake_openai, SEEDED)  # asked for by nothing but the start
+        await again.memory.settle()  # its answer stored
         status = await say(again, channel, "1", "/status")
         assert re.search(r"vectors (\d+)/\1 \(fake-embedding\)", status), status
     finally:
