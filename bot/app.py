@@ -186,6 +186,8 @@ class Application:
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
+        # Stored items' vectors are made while no message waits for its reply or is being answered.
+        memory.service.follow_replies(lambda: bool(router.dispatcher.queue_depths()))
         scheduled = scheduler_install.install(
             reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
