@@ -34,6 +34,7 @@ from bot.llm.embedders import Embedder
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import VectorIndex, as_float16
 from bot.memory.extraction import RuleBasedExtractor
+from bot.memory.indexing import EmbedderState
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.retrieval import MemoryRetrievalService
@@ -311,11 +312,12 @@ async def build(root: Path, embedder: Embedder | None) -> tuple[MemoryRetrievalS
 async def recall(embedder: Embedder | None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        retrieval, vectors, evidence = await build(Path(folder), embedder)
+        retrieval, _, evidence = await build(Path(folder), embedder)
         built = time.perf_counter() - started
         hits = {5: [0, 0], 10: [0, 0]}  # k -> [same words, paraphrased]
+        queries = EmbedderState()
         for case in CASES:
-            vector = await vectors.embed_query(embedder, case.question) if embedder else None
+            vector = await queries.embed_query(embedder, case.question) if embedder else None
             found = retrieval.search(case.question, 10, vector)
             ranks = [rank for rank, (item, _) in enumerate(found) if evidence[case.said] in item.references]
             for k in hits:

@@ -50,7 +50,8 @@ from bot.domain.text import fingerprint_of
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import VectorCache, text_key
-from bot.memory.service import MemoryScope, MemoryService
+from bot.memory.scopes import MemoryScope
+from bot.memory.service import MemoryService
 from bot.settings import MemoryConfig
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths, Workspace

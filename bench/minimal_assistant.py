@@ -20,10 +20,11 @@ Figures, medians over interleaved rounds (bot, minimal, bot, ...) so that the ma
   messages per second until every reply arrived; the median of `--bursts` bursts, interleaved too
   (one burst is a second or two, and the machine's load swings more than that).
 
-Two settings of the bot: as shipped (`memory.embeddingsModel: local`, the bundled offline embedder
-vectors every message for memory retrieval) and lexical only (`memory.embeddingsModel: null`). The
-difference between the two is what the memory's embedding costs; what the lexical bot costs over the
-minimal one is the pipeline's own work. The messages are short, as in a chat, so RAG indexing skips
+Two settings of the bot: as shipped (`memory.embeddingsModel: local`: the bundled offline embedder makes
+each message's vector for memory retrieval on the reply path, and the stored items' vectors once the bot
+is idle, so the rounds and bursts measure the first) and lexical only (`memory.embeddingsModel: null`).
+The difference between the two is what the memory's embedding costs a reply; what the lexical bot costs
+over the minimal one is the pipeline's own work. The messages are short, as in a chat, so RAG indexing skips
 them (`rag.minExchangeChars`). Not run by CI:
 
     .venv/bin/python -m bench.minimal_assistant [--rounds 15] [--per-round 40] [--chats 20] [--per-chat 5]

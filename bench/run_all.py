@@ -235,8 +235,8 @@ def small_window_cell(output: str) -> str:
     [row] = json_lines(output)
     return (
         f"{row['answered']}/{row['turns']} turns answered; {row['refusals']} refused, {row['cuts']} cut "
-        f"({row['refused_or_cut_after_learning']} after the window was learned: {row['learned_window']}); early "
-        f"facts in the prompt when asked {row['facts_in_prompt']}/{row['facts_asked']}"
+        f"({row['refused_or_cut_after_learning']} after the window was learned: {row['learned_window'] or 'none'}, "
+        f"{row['notices']} notices); early facts in the prompt when asked {row['facts_in_prompt']}/{row['facts_asked']}"
     )
 
 
@@ -414,11 +414,15 @@ def plan(quick: bool) -> list[Part]:
         Part(
             "window",
             "a 6,000-token model the registry gives 128,000 (lexical memory)",
-            f"endpoint that {'refuses' if behaviour == 'refuse' else 'cuts silently'}, {window_turns} turns",
+            f"endpoint that {endpoint}, {window_turns} turns",
             f"bench.small_window --turns {window_turns} --behaviours {behaviour} --json",
             small_window_cell,
         )
-        for behaviour in ("refuse", "cut")
+        for behaviour, endpoint in (
+            ("refuse", "refuses"),
+            ("cut", "cuts silently"),
+            ("unlimited", "has no window (messages of every kind)"),
+        )
     ]
     return parts
 

@@ -77,6 +77,7 @@ def run_channel_echo(backend: str, root: str, token: str, workspace: Path) -> No
     from bot.app import Application
     from bot.channels.base import Channel
     from bot.domain.inbound import InboundMessage
+    from bot.ledger.turns import Turn
     from bot.pipeline.dispatcher import ChatDispatcher
     from bot.settings import EnvSettings
 
@@ -90,13 +91,13 @@ def run_channel_echo(backend: str, root: str, token: str, workspace: Path) -> No
         )
         [channel] = Application(env).configured_channels()
 
-        async def echo(inbound: InboundMessage, channel: Channel) -> None:
-            await channel.send_text(inbound.chat_id, f"echo: {inbound.text}")
+        async def echo(turn: Turn, channel: Channel) -> None:
+            await channel.send_text(turn.inbound.chat_id, f"echo: {turn.inbound.text}")
 
         dispatcher = ChatDispatcher(echo)
 
         async def accept(inbound: InboundMessage) -> None:
-            dispatcher.submit(inbound, channel)
+            dispatcher.submit(Turn.unrecorded(inbound), channel)
 
         await channel.start(accept)
         await asyncio.Event().wait()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import signal
@@ -27,14 +26,13 @@ from bot.domain.message import Message
 from bot.environment import InvalidEnvironment, workspace_line
 from bot.heap import settle_after_load
 from bot.http.listener import HttpListener
-from bot.ledger.turns import TurnLedger
+from bot.ledger.turns import Turn, TurnLedger
 from bot.llm import install as llm_install
 from bot.media import install as media_install
 from bot.memory import install as memory_install
 from bot.metrics import BotMetrics
 from bot.notices import DeliverToOwner, OwnerNotices
 from bot.pipeline import install as pipeline_install
-from bot.pipeline.turn_storage import stored_question
 from bot.rag import install as rag_install
 from bot.runtime_config import SCHEMA_KEY, RuntimeConfigStore
 from bot.scheduler import install as scheduler_install
@@ -151,7 +149,7 @@ class Application:
         tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
         config_store.on_change(tools.mcp.follow)  # servers start, restart or stop as soon as an edit is read
-        planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
+        self.planner = planner = ContextPlanner(estimator, models.models, tools.registry.schemas)
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
@@ -188,6 +186,8 @@ class Application:
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
+        # Stored items' vectors are made while no message waits for its reply or is being answered.
+        memory.service.follow_replies(lambda: bool(router.dispatcher.queue_depths()))
         scheduled = scheduler_install.install(
             reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
@@ -197,7 +197,7 @@ class Application:
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         self.channels: list[Channel] = []
         self.listener = self._listener()
-        self._backlog: list[InboundMessage] = []
+        self._backlog: list[Turn] = []
         self._stopped = False
         self._syncing: asyncio.Task[None] | None = None
         self.stages = [
@@ -216,9 +216,9 @@ class Application:
             Stage("pipeline", self._answer_backlog, self._stop_taking_messages),
         ]
 
-    async def _answer_again(self, inbound: InboundMessage, channel: Channel) -> None:
-        # /retry goes through the router (made after the commands): its new turn is in the ledger too.
-        await self.router.answer_again(inbound, channel)
+    async def _answer_again(self, inbound: InboundMessage, question_id: str, channel: Channel) -> None:
+        # /retry goes through the router (made after the commands), which asks the ledger for a new turn.
+        await self.router.answer_again(inbound, question_id, channel)
 
     def add_channels(self, channels: list[Channel]) -> None:
         """Channels to run (before `start`): the configured ones (`configured_channels`) or the terminal's."""
@@ -285,7 +285,7 @@ class Application:
 
     async def _read_backlog(self) -> None:
         # Read before anything can arrive, so a message taken now is never mistaken for an old one.
-        self._backlog = await unfinished_messages(self, self._channel_types())
+        self._backlog = await self.ledger.reopen(self.sessions.get, self._channel_types())
 
     async def _warm_up_memory(self) -> None:
         self.memory.warm_up((await self.config_store.current()).memory)
@@ -324,7 +324,7 @@ class Application:
         self.scheduler.start()
 
     async def _answer_backlog(self) -> None:
-        resubmit(self, self.channels, self._backlog)
+        self.router.resume(self._backlog, self.channels)
         self._backlog = []
 
     async def _stop_taking_messages(self) -> None:
@@ -353,31 +353,6 @@ def health_report(app: Application) -> tuple[bool, dict[str, object]]:
         "lastModelCall": {"at": last[0].isoformat(), "outcome": last[1]} if last else None,
     }
     return all(receiving.values()) and app.scheduler.running, details
-
-
-async def unfinished_messages(app: Application, channel_types: set[str]) -> list[InboundMessage]:
-    """The turns the last run left open in the ledger, in arrival order: never begun, cut short, or
-    answered without the delivery of the answer being recorded. One whose question the session holds
-    already, or whose reply the ledger holds, comes back `resumed`: it is not stored twice, and an
-    answer found is sent as it is."""
-    backlog: list[InboundMessage] = []
-    for turn in await app.ledger.load(legacy_state=app.ledger.path.parent):
-        inbound = turn.inbound
-        if inbound.channel_type not in channel_types:
-            continue  # its channel is not running now: it waits for a start that has it
-        session = await app.sessions.get(inbound.session_id)
-        if turn.reply is not None or (session is not None and stored_question(session, turn.turn_id) is not None):
-            inbound = dataclasses.replace(inbound, resumed=True)
-        backlog.append(inbound)
-    if backlog:
-        log.info("[App] %d messages were left unanswered by the last stop; answering them", len(backlog))
-    return backlog
-
-
-def resubmit(app: Application, channels: list[Channel], backlog: list[InboundMessage]) -> None:
-    by_type = {channel.channel_type: channel for channel in channels}
-    for inbound in backlog:
-        app.router.resubmit(inbound, by_type[inbound.channel_type])
 
 
 def _chat_delivery(app: Application) -> Deliver:

@@ -276,8 +276,10 @@ class CompactionConfig(ConfigSection):
     recovery_attempts: int = Field(2, ge=0, le=5)
     """After a payload-too-large refusal, compact harder and retry at most this many times."""
     silent_cut_ratio: float = Field(0.85, gt=0, lt=1)
-    """A provider that reports fewer prompt tokens than this share of the (calibrated) estimate of what was sent cut
-    the prompt silently (Ollama past num_ctx): the window it kept is learned as the model's."""
+    """For a request with no earlier one of its chat to compare with (a chat's first, one after compaction): a provider
+    that reports fewer prompt tokens than this share of what it usually reports of the estimate cut the prompt silently
+    (Ollama past num_ctx), and the window it kept is learned as the model's. A request that grew from the chat's
+    previous one is judged by that growth instead."""
     history_search_max_results: int = Field(8, ge=1, le=50)
     """`search_history` returns at most this many results."""
     history_search_context_messages: int = Field(1, ge=0, le=10)

@@ -15,26 +15,6 @@ from bot.domain.turn import ReplyStream
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
 
-# `InboundMessage.extra` key: a reply the channel already decided on (e.g. "I can't see images yet" for
-# a photo without a caption). The message then runs no pipeline: once the sender passed the access
-# check, this text is sent in the chat's order, and nothing is stored.
-CHANNEL_NOTICE = "channelNotice"
-# `InboundMessage.extra` keys of a file sent in the chat (a document): the channel's reference to fetch
-# it with `Channel.download`, its name, size in bytes and MIME type as the sender's app gave them.
-FILE_ID, FILE_NAME, FILE_SIZE, FILE_MIME = "fileId", "fileName", "fileSize", "fileMime"
-# `InboundMessage.extra` keys of an image for the model (a photo, or an image sent as a file): the
-# reference to fetch it with `Channel.download`, its size in bytes and MIME type, and its pixel size
-# ("WIDTHxHEIGHT") when the channel knows it.
-IMAGE_ID, IMAGE_SIZE, IMAGE_MIME, IMAGE_PIXELS = "imageId", "imageSize", "imageMime", "imagePixels"
-# ... of a voice note or audio file to transcribe: reference, size in bytes, MIME type, file name, and
-# its length in seconds as the sender's app gave it (to judge whether the transcript is unclear).
-AUDIO_ID, AUDIO_SIZE, AUDIO_MIME, AUDIO_NAME = "audioId", "audioSize", "audioMime", "audioName"
-AUDIO_SECONDS = "audioSeconds"
-# ... of the message this one replies to: its author's display name and its text (or caption).
-QUOTE_AUTHOR, QUOTE_TEXT = "quoteAuthor", "quoteText"
-# ... set ("1") on a new version of a message the person edited; `message_id` is the edited message's.
-EDITED = "edited"
-
 
 class FileUnavailable(Exception):
     """A file sent in the chat could not be fetched; the message says why, for the user."""
@@ -79,7 +59,7 @@ class Channel(ABC):
         return False
 
     async def download(self, file_id: str) -> bytes:
-        """The bytes of a file sent in a chat (`FILE_ID`); raises `FileUnavailable` with the reason."""
+        """The bytes of a file sent in a chat (`Attachment.file_id`); raises `FileUnavailable` with the reason."""
         raise FileUnavailable("this channel cannot receive files")
 
     @abstractmethod

@@ -5,16 +5,17 @@ Works on the raw Bot API JSON (an Update as a dict), so both backends and the we
 What becomes a message, and what does not:
 
 - text, and the caption of a photo, document, video or voice note (captions count as text);
-- a photo carries the largest size within the pixel budget (`IMAGE_ID` ...), and so does an image
-  sent as a file (a JPEG, PNG, WebP or GIF document): both go to the model as images;
-- a voice note or audio file carries its file (`AUDIO_ID` ...): the pipeline has it transcribed;
-- another document (a file) carries its file id, name, size and type (`FILE_ID` ...): the pipeline
-  reads it into the knowledge graph, and its caption, if any, is answered as text;
-- a reply carries the quoted text and its author (`QUOTE_TEXT`, `QUOTE_AUTHOR`), Telegram's partial
-  quote when the person picked one;
-- an edit of an earlier text or caption comes back as a message marked `EDITED` with the edited
+- a photo carries the largest size within the pixel budget as an image `Attachment` (with its pixel
+  size), and so does an image sent as a file (a JPEG, PNG, WebP or GIF document): both go to the model
+  as images;
+- a voice note or audio file carries its file as an audio `Attachment`: the pipeline has it transcribed;
+- another document (a file) carries its file id, name, size and type as a document `Attachment`: the
+  pipeline reads it into the knowledge graph, and its caption, if any, is answered as text;
+- a reply carries the quoted text and its author (`quote`), Telegram's partial quote when the person
+  picked one;
+- an edit of an earlier text or caption comes back as a message marked `edited` with the edited
   message's id: the pipeline replaces the queued text or handles it as a correction;
-- other media without a caption get a short notice that only text is understood (`CHANNEL_NOTICE`),
+- other media without a caption get a short notice that only text is understood (`notice`),
   sent after the access check and in the chat's order, without a model call;
 - stickers, service messages (members joining, pins ...) and anything else are ignored by design:
   answering them would be noise;
@@ -29,26 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bot.channels.base import (
-    AUDIO_ID,
-    AUDIO_MIME,
-    AUDIO_NAME,
-    AUDIO_SECONDS,
-    AUDIO_SIZE,
-    CHANNEL_NOTICE,
-    EDITED,
-    FILE_ID,
-    FILE_MIME,
-    FILE_NAME,
-    FILE_SIZE,
-    IMAGE_ID,
-    IMAGE_MIME,
-    IMAGE_PIXELS,
-    IMAGE_SIZE,
-    QUOTE_AUTHOR,
-    QUOTE_TEXT,
-)
-from bot.domain.inbound import InboundMessage
+from bot.domain.inbound import Attachment, InboundMessage
+from bot.domain.message import Quote
 from bot.settings import TelegramGroupsConfig
 
 log = logging.getLogger(__name__)
@@ -119,10 +102,8 @@ def inbound_from_update(
         addressed, text = _addressed_in_group(message, text, entities, bot, groups)
         if not addressed:
             return None
-    extra: dict[str, str] = {EDITED: "1"} if edited else _attachment(message, kind, text, max_image_pixels)
-    if text and kind != "text":
-        extra["attachment"] = kind
-    extra.update(_quoted(message, bot))
+    attachment = None if edited else _attachment(message, kind, max_image_pixels)
+    notice = None if edited or attachment is not None or text else _NOTICES.get(kind, _NOTICES["location"])
     return InboundMessage(
         channel_type=CHANNEL_TYPE,
         chat_id=str(chat["id"]),
@@ -133,7 +114,10 @@ def inbound_from_update(
         sender_name=display_name(sender),
         is_group=is_group,
         dedup_key=str(update.get("update_id")),
-        extra=extra,
+        edited=edited,
+        quote=_quoted(message, bot),
+        attachment=attachment,
+        notice=notice,
     )
 
 
@@ -143,38 +127,42 @@ def display_name(user: dict[str, Any]) -> str | None:
     return name or None
 
 
-def _attachment(message: dict[str, Any], kind: str, text: str, max_image_pixels: int) -> dict[str, str]:
-    """The `extra` keys of what came with the message: an image, audio, a document, or a notice."""
+def _attachment(message: dict[str, Any], kind: str, max_image_pixels: int) -> Attachment | None:
+    """The file that came with the message: an image, audio or a document; None for anything else."""
     if kind == "photo":
         sizes = [size for size in message.get("photo") or [] if isinstance(size, dict) and size.get("file_id")]
         if sizes:
             chosen = _photo_size(sizes, max_image_pixels)
-            size = str(int(chosen.get("file_size") or 0))
-            pixels = f"{int(chosen.get('width') or 0)}x{int(chosen.get('height') or 0)}"
-            return {IMAGE_ID: str(chosen["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: "image/jpeg", IMAGE_PIXELS: pixels}
+            return Attachment(
+                "image",
+                str(chosen["file_id"]),
+                "image/jpeg",
+                int(chosen.get("file_size") or 0),
+                width=int(chosen.get("width") or 0) or None,
+                height=int(chosen.get("height") or 0) or None,
+            )
     document = message.get("document")
     if kind == "document" and isinstance(document, dict) and document.get("file_id"):
         name = str(document.get("file_name") or "document")
         mime = str(document.get("mime_type") or "")
-        size = str(int(document.get("file_size") or 0))
+        size = int(document.get("file_size") or 0)
         image_mime = _image_mime(name, mime)
         if image_mime is not None:
-            return {IMAGE_ID: str(document["file_id"]), IMAGE_SIZE: size, IMAGE_MIME: image_mime}
+            return Attachment("image", str(document["file_id"]), image_mime, size, name)
         # A file to read: the pipeline fetches it (`Channel.download`) and files it in the knowledge graph.
-        return {FILE_ID: str(document["file_id"]), FILE_NAME: name, FILE_SIZE: size, FILE_MIME: mime}
+        return Attachment("document", str(document["file_id"]), mime, size, name)
     audio = message.get(kind)
     if kind in ("voice", "audio") and isinstance(audio, dict) and audio.get("file_id"):
         default_name = "voice.ogg" if kind == "voice" else "audio.mp3"
-        return {
-            AUDIO_ID: str(audio["file_id"]),
-            AUDIO_SIZE: str(int(audio.get("file_size") or 0)),
-            AUDIO_MIME: str(audio.get("mime_type") or ""),
-            AUDIO_NAME: str(audio.get("file_name") or default_name),
-            AUDIO_SECONDS: str(int(audio.get("duration") or 0)),
-        }
-    if not text:
-        return {CHANNEL_NOTICE: _NOTICES.get(kind, _NOTICES["location"])}
-    return {}
+        return Attachment(
+            "audio",
+            str(audio["file_id"]),
+            str(audio.get("mime_type") or ""),
+            int(audio.get("file_size") or 0),
+            str(audio.get("file_name") or default_name),
+            seconds=int(audio.get("duration") or 0) or None,
+        )
+    return None
 
 
 def _photo_size(sizes: list[dict[str, Any]], max_pixels: int) -> dict[str, Any]:
@@ -194,17 +182,17 @@ def _image_mime(file_name: str, mime: str) -> str | None:
     return IMAGE_FILE_TYPES.get(suffix)
 
 
-def _quoted(message: dict[str, Any], bot: BotIdentity) -> dict[str, str]:
+def _quoted(message: dict[str, Any], bot: BotIdentity) -> Quote | None:
     """The reply's quoted text and author, when the message replies to one with text."""
     replied = message.get("reply_to_message")
     if not isinstance(replied, dict):
-        return {}
+        return None
     quote = message.get("quote")
     text = quote.get("text") if isinstance(quote, dict) else None
     if not isinstance(text, str) or not text.strip():
         text = replied.get("text") if isinstance(replied.get("text"), str) else replied.get("caption")
     if not isinstance(text, str) or not text.strip():
-        return {}
+        return None
     author = replied.get("from") or {}
     if author.get("id") == bot.id:
         name = "you (the assistant)"
@@ -212,7 +200,7 @@ def _quoted(message: dict[str, Any], bot: BotIdentity) -> dict[str, str]:
         name = display_name(author) or (f"@{author['username']}" if author.get("username") else "someone")
     if len(text) > QUOTE_MAX_CHARS:
         text = text[: QUOTE_MAX_CHARS - 1] + "…"
-    return {QUOTE_AUTHOR: name, QUOTE_TEXT: text}
+    return Quote(author=name, text=text)
 
 
 def _content(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:

@@ -1,7 +1,7 @@
 """`/retry`, `/undo` and `/export`: what people expect to do with the conversation itself.
 
 - `/retry` answers the last message again: the answer (and its tool calls) leave the session and the
-  pipeline runs once more for the same message, which is not stored twice.
+  pipeline runs once more, as a new turn of the ledger, for the same message, which is not stored twice.
 - `/undo` drops the last exchange (the last message and everything after it) from the session; the
   archive keeps every message, as it always does.
 - In a group both act on the sender's own last exchange only, when it is the chat's last one.
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -26,7 +25,8 @@ from bot.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
 
-AnswerAgain = Callable[[InboundMessage, Channel], Awaitable[object]]
+# Answers a question the session holds (its text as `InboundMessage`, its message id) again, as a new turn.
+AnswerAgain = Callable[[InboundMessage, str, Channel], Awaitable[object]]
 # Takes back from memory what was recorded of an exchange dropped from the session (its messages).
 ForgetExchange = Callable[[AgentSession, list[Message]], Awaitable[None]]
 # A tool result is cut to this many characters in an export.
@@ -87,10 +87,11 @@ def register_conversation_commands(
             "[Session] /retry in %s: %d messages of the last answer dropped", inbound.session_id, len(exchange) - 1
         )
         last = exchange[0]
-        again = dataclasses.replace(
-            inbound, text=last.content, resumed=True, journal_id=last.id, dedup_key=None, extra={}
-        )
-        await answer_again(again, request.channel)
+        again = InboundMessage(
+            inbound.channel_type, inbound.chat_id, inbound.user_id, last.content, username=inbound.username,
+            sender_name=inbound.sender_name, is_group=inbound.is_group,
+        )  # fmt: skip
+        await answer_again(again, last.id, request.channel)
         return ""  # the answer itself is the reply
 
     async def undo(request: CommandRequest) -> str:

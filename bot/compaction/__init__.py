@@ -31,7 +31,8 @@ The `compaction` section of runtime-config (defaults in `config/runtime-config.j
   longer is cut at a line, with a marker. `summaryMinChars` (150): a shorter answer is not a summary.
 - `summaryInputMessageChars` (2000): each message is cut to this many characters for the summarizer.
 - `recoveryAttempts` (2): payload-too-large recovery: harder compactions before giving up.
-- `silentCutRatio` (0.85): reported prompt tokens under this share of what was sent mean a silent cut.
+- `silentCutRatio` (0.85): for a request with no earlier one of its chat to compare with, reported prompt tokens
+  under this share of what the provider usually reports of the estimate mean a silent cut.
 - `historySearchMaxResults` (8), `historySearchContextMessages` (1), `historySearchMaxChars` (4000):
   `search_history`'s matches at most, messages shown around each, and its output bound.
 - `keptEvents` (20): CompactionEvents kept in the session's metadata (`compactionEvents`).

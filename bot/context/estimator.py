@@ -28,7 +28,7 @@ from typing import Any
 from bot.context.tokenizer import Counter, OfflineTokenizers
 from bot.domain.conversation import Incremental
 from bot.domain.message import MediaRef, Message, Role
-from bot.llm.wire import WireSize, image_parts, wire_chars
+from bot.llm.wire import WireSize, image_parts, repeated_chars, wire_chars
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class TokenEstimator:
         # JSON is made once per list, as the client's body does, not per turn.
         self._schemas_seen: list[dict[str, Any]] | None = None
         self._schemas_text = ""
+        self._schemas_size = WireSize.NONE
 
     def exact_counter(self, model: str | None) -> Counter | None:
         """The model's offline tokenizer, when there is one (see `OfflineTokenizers`)."""
@@ -175,6 +176,7 @@ class TokenEstimator:
     def _schemas_json(self, schemas: list[dict[str, Any]]) -> str:
         if self._schemas_seen is not schemas:
             self._schemas_seen, self._schemas_text = schemas, json.dumps(schemas, ensure_ascii=False)
+            self._schemas_size = WireSize(0, len(self._schemas_text), 0, repeated_chars(self._schemas_text))
         return self._schemas_text
 
     def calibrate(self, model: str, sent_chars: int, prompt_tokens: int, messages: int = 0) -> None:
@@ -195,8 +197,18 @@ class TokenEstimator:
     def request(self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None) -> int:
         """Tokens of a sent request (what its messages held: `WireSize.of` them, and the tool schemas),
         its images left out."""
-        chars = sent.chars + (len(self._schemas_json(tools)) if tools else 0)
-        return MESSAGE_OVERHEAD_TOKENS * sent.messages + math.ceil(chars / self.ratio_for(model))
+        return self.sized(model, self.with_tools(sent, tools))
+
+    def with_tools(self, sent: WireSize, tools: list[dict[str, Any]] | None) -> WireSize:
+        """`sent` with the characters of the tool schemas offered with it."""
+        if not tools:
+            return sent
+        self._schemas_json(tools)
+        return sent + self._schemas_size
+
+    def sized(self, model: str, size: WireSize) -> int:
+        """Tokens of a request of `size` (tool schemas included) at `model`'s ratio, its images left out."""
+        return MESSAGE_OVERHEAD_TOKENS * size.messages + math.ceil(size.chars / self.ratio_for(model))
 
     def observe_request(
         self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None, prompt_tokens: int
@@ -209,8 +221,7 @@ class TokenEstimator:
         if self.exact_counter(model) is not None or sent.image_parts:
             return  # exact counts need no calibration
         # Counted, not joined into one text, with the tool schemas' JSON made once: this runs every turn.
-        chars = sent.chars + (len(self._schemas_json(tools)) if tools else 0)
-        self.calibrate(model, chars, prompt_tokens, sent.messages)
+        self.calibrate(model, self.with_tools(sent, tools).chars, prompt_tokens, sent.messages)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any
 from bot.context.budget import TOOLS, ContextBudget
 from bot.context.estimator import TokenEstimator
 from bot.context.plan import BUILT_PARTS, ContextPlan, PartUse, PromptPart, fit_prompt_parts
+from bot.context.silent_cut import CALIBRATED_SAMPLES, SilentCuts, Verdict
 from bot.domain.conversation import split_summary
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import PromptTokens
@@ -36,12 +37,6 @@ log = logging.getLogger(__name__)
 
 # In the session's `lastPromptTokens` (`{part value: tokens}`): the parts that were cut to their share.
 CUT_KEY = "cut"
-# A silent cut is looked for only in requests at least this large: a small one's estimate is mostly framing.
-MIN_SILENT_CUT_TOKENS = 1000
-# Until the estimate of a model is calibrated by this many reports, only a report under `UNCALIBRATED_CUT_RATIO`
-# of it is a cut: the first estimates may be off by a tokenizer's difference from the starting ratio.
-CALIBRATED_SAMPLES = 3
-UNCALIBRATED_CUT_RATIO = 0.5
 
 
 class ContextPlanner:
@@ -56,6 +51,7 @@ class ContextPlanner:
         self._estimator = estimator
         self._models = models
         self._tool_schemas = tool_schemas
+        self._silent_cuts = SilentCuts()
         # The tools last offered when not all fitted: (the registry's list, the names kept, the list handed out),
         # so the same list goes out while the choice stays the same (the client keeps its JSON by identity).
         self._fitted_tools: tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]] | None = None
@@ -63,6 +59,10 @@ class ContextPlanner:
     @property
     def estimator(self) -> TokenEstimator:
         return self._estimator
+
+    @property
+    def silent_cuts(self) -> SilentCuts:
+        return self._silent_cuts
 
     def budget(self, model: str, config: RuntimeConfig) -> ContextBudget:
         return ContextBudget.for_model(self._models.lookup(model), config.compaction)
@@ -102,19 +102,27 @@ class ContextPlanner:
         return window_tokens is not None and self._models.learn_window(model, window_tokens, REFUSAL)
 
     def observe_usage(
-        self, model: str, sent: WireSize, tools: list[dict[str, Any]] | None, prompt_tokens: int, cut_ratio: float
+        self,
+        model: str,
+        conversation: str,
+        sent: WireSize,
+        tools: list[dict[str, Any]] | None,
+        prompt_tokens: int,
+        cut_ratio: float,
     ) -> bool:
-        """The provider's `prompt_tokens` for a request of `sent`: calibrates the estimate, or, when it is well
-        under what was sent (the endpoint dropped part of the prompt without a word), learns the window it
-        kept. True when a window was learned."""
+        """The provider's `prompt_tokens` for a request of `sent` in `conversation`: calibrates the estimate
+        when the prompt arrived whole; learns the window it kept when the endpoint dropped part of it without
+        a word (`SilentCuts` tells which). True when a window was learned."""
         estimator = self._estimator
-        sent_tokens = estimator.request(model, sent, tools)
         calibrated = estimator.exact_counter(model) is not None or estimator.samples_for(model) >= CALIBRATED_SAMPLES
-        ratio = cut_ratio if calibrated else min(cut_ratio, UNCALIBRATED_CUT_RATIO)
-        if not sent.image_parts and sent_tokens >= MIN_SILENT_CUT_TOKENS and prompt_tokens < ratio * sent_tokens:
-            evidence = f"it reported {prompt_tokens} prompt tokens for a request of ~{sent_tokens}"
-            return self._models.learn_window(model, prompt_tokens, SILENT_CUT, evidence)
-        estimator.observe_request(model, sent, tools, prompt_tokens)
+        size = estimator.with_tools(sent, tools)
+        judgement = self._silent_cuts.judge(
+            model, conversation, size, prompt_tokens, lambda of: estimator.sized(model, of), cut_ratio, calibrated
+        )
+        if judgement.verdict is Verdict.CUT:
+            return self._models.learn_window(model, prompt_tokens, SILENT_CUT, judgement.evidence)
+        if judgement.verdict is Verdict.WHOLE:
+            estimator.observe_request(model, sent, tools, prompt_tokens)
         return False
 
     def plan(self, session: AgentSession, model: str, config: RuntimeConfig) -> ContextPlan:

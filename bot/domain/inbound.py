@@ -1,8 +1,41 @@
-"""`InboundMessage`: what a person sent, as the pipeline sees it, whatever the channel."""
+"""`InboundMessage`: what a person sent, as the pipeline sees it, whatever the channel.
+
+Every part of it is a typed field, from the channel that made it to the user message the model reads:
+the text, the sender, the message it replies to (`quote`), whether it is an edit, a file that came with
+it (`attachment`: an image, a recording or a document, with its size and type), a notice the channel
+decided on, and, once the media intake has run, the stored image (`image`) or whether the text is a
+transcript (`transcribed`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.domain.message import MediaRef, Quote
+
+AttachmentKind = Literal["image", "audio", "document"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file sent with a message, as the channel describes it, to fetch with `Channel.download(file_id)`.
+
+    `image`: a photo, or an image sent as a file, shown to the model; `audio`: a voice note or audio file,
+    transcribed; `document`: any other file, read into the knowledge graph. Sizes are as the sender's app
+    declared them (0 when it did not say).
+    """
+
+    kind: AttachmentKind
+    file_id: str
+    mime: str = ""
+    size_bytes: int = 0
+    name: str | None = None
+    # An image's pixel size, when the channel gave it (a Telegram photo size).
+    width: int | None = None
+    height: int | None = None
+    # A recording's length as the sender's app gave it, to judge whether its transcript is unclear.
+    seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +53,19 @@ class InboundMessage:
     is_group: bool = False
     # A key that is the same when the transport delivers the same message twice (Telegram's update_id).
     dedup_key: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
-    # Already in the session, left unanswered when the bot stopped: answer it without storing it again.
-    resumed: bool = False
-    # Its turn id in the turn ledger (`bot.ledger`), and the id its user message gets in the session.
-    journal_id: str | None = None
+    # A new version of a message the person edited; `message_id` is the edited message's.
+    edited: bool = False
+    # The message this one replies to: its author and its text (or caption), cut.
+    quote: Quote | None = None
+    # The file that came with the message, still at the channel.
+    attachment: Attachment | None = None
+    # A reply the channel already decided on (e.g. "I can't watch videos yet"): once the sender passed
+    # the access check, it is sent in the chat's order, and nothing runs or is stored.
+    notice: str | None = None
+    # Set by the media intake: the image kept under the workspace, for the model.
+    image: MediaRef | None = None
+    # Set by the media intake: the text is (or ends with) the transcript of a recording.
+    transcribed: bool = False
 
     @property
     def display_name(self) -> str:

@@ -1,13 +1,20 @@
-"""`TurnLedger`: whether each turn was received, answered and delivered, in `state/turns.jsonl`.
+"""`TurnLedger` and the `Turn` it hands out: exactly-once delivery, recorded in `state/turns.jsonl`.
 
-Records, one compact JSON object per line:
+A message someone may send us becomes a `Turn` when it is received (`TurnLedger.receive`), when the
+last stop left it open (`TurnLedger.reopen`), or when `/retry` asks for its question to be answered
+again (`TurnLedger.retry`). The channel, the router and the runner pass the turn along; the turn
+decides: whether an edit still replaces its text (`edited`, before it is begun), what a restart sends
+without asking the model (`resume`), and it records its reply `answered` before the send and itself
+`delivered` after it (or when it ends without one). Nobody else keeps a marker of a turn's progress.
+
+Records, one compact JSON object per line (`records` reads and writes a message):
 
 - `{"seen": [[channelType, key], ...]}`: transport keys handed over (Telegram's update ids), so a
   redelivery after a crash is recognised. Those of a received message go with its record; those of
   updates that made no turn (a refused sender, a command answered at once, a stale button) are
   written in one line by `flush`, which the channel awaits before it acknowledges the updates.
-- `{"received": {...}}`: the message (`InboundMessage` fields), with its turn id (`journal_id`, also
-  the id of its user message in the session).
+- `{"received": {...}}`: the message, with its turn id (`journal_id`, also the id of its user message
+  in the session).
 - `{"edited": turnId, "text": ...}`: a message edited before its turn began is answered as edited.
 - `{"answered": turnId, "reply": ...}`: the reply, written before it is sent, so a restart sends the
   same text without asking the model again. Only when the session on disk does not hold that text as
@@ -32,20 +39,24 @@ arrived, and a repeated answer is better than a lost one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
-import json
 import logging
 import uuid
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bot.domain.inbound import InboundMessage
+from bot.domain.message import Message, Role
+from bot.domain.session import AgentSession
+from bot.ledger.records import legacy_records, received_message, received_record
 from bot.storage.durability import DeferredSync
-from bot.storage.files import append_lines, read_text_sync, write_atomic
-from bot.storage.jsonl import dumps_line, parse_jsonl, read_jsonl
+from bot.storage.files import append_lines, write_atomic
+from bot.storage.jsonl import dumps_line, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +66,8 @@ REMEMBERED_KEYS = 2000
 COMPACT_AFTER_LINES = 1000
 
 TransportKey = tuple[str, str]
+# A chat's session by id, as stored (None: the chat has none): where a reopened turn's question is looked for.
+SessionLookup = Callable[[str], Awaitable[AgentSession | None]]
 
 
 class TurnState(enum.Enum):
@@ -65,18 +78,148 @@ class TurnState(enum.Enum):
 
 @dataclass(frozen=True)
 class OpenTurn:
-    """A turn not yet delivered: its message (with its newest text) and, once answered, the reply."""
+    """A turn not yet delivered, as the records say: its id, its message (newest text), its reply if answered."""
 
+    turn_id: str
     inbound: InboundMessage
     reply: str | None = None
 
+
+class Turn:
+    """One message's way from received to delivered; handed out by the `TurnLedger`, passed along by the rest.
+
+    A turn the ledger does not hold (`Turn.unrecorded`, a refused sender's, one the disk refused) is
+    handled the same way and records nothing: a restart does not answer it again.
+    """
+
+    def __init__(
+        self,
+        ledger: TurnLedger | None,
+        turn_id: str | None,
+        inbound: InboundMessage,
+        reply: str | None = None,
+        *,
+        reopened: bool = False,
+        recorded: bool = True,
+    ) -> None:
+        self.id = turn_id
+        self._ledger = ledger
+        # Where its records go: None when the ledger does not hold it.
+        self._records = ledger if turn_id is not None and recorded else None
+        self._inbound = inbound
+        self._reply = reply
+        # From a restart or /retry: its question may be in the session already, its answer too.
+        self.reopened = reopened
+        # Its question is in the session (found by `TurnLedger.reopen`, or a /retry's): it is not stored again.
+        self.question_stored = False
+        self._delivered = False
+
+    @classmethod
+    def unrecorded(cls, inbound: InboundMessage) -> Turn:
+        """A turn no ledger holds (a command answered at once): answered once, never again after a restart."""
+        return cls(None, None, inbound)
+
     @property
-    def turn_id(self) -> str:
-        return self.inbound.journal_id or ""
+    def inbound(self) -> InboundMessage:
+        """The message, with its newest text (an edit made before the turn began replaces it)."""
+        return self._inbound
+
+    @property
+    def session_id(self) -> str:
+        return self._inbound.session_id
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the ledger holds the turn (a restart before its delivery answers it)."""
+        return self._records is not None
+
+    @property
+    def begun_before(self) -> bool:
+        """Begun by the last run (or /retry): its question is in the session, or its reply recorded. It goes
+        straight to the answer; the access check, a notice, the media intake were its first run's."""
+        return self.question_stored or self._reply is not None
+
+    @property
+    def settled(self) -> bool:
+        """Delivered: by this handle, or already (a /retry answered the question again meanwhile)."""
+        if self._delivered:
+            return True
+        return self._records is not None and self.id is not None and self._records.state(self.id) is TurnState.DELIVERED
+
+    def begin(self) -> InboundMessage:
+        """The turn is taken from its chat's queue: its message as it is now; a later edit is a message of its own."""
+        if self._ledger is not None:
+            self._ledger._not_waiting(self)
+        return self._inbound
+
+    async def edited(self, text: str) -> None:
+        """Its message was edited before the turn began: it is answered with `text` (recorded, so a crash
+        before its turn does not bring back the first text)."""
+        self._inbound = dataclasses.replace(self._inbound, text=text)
+        if self._records is None or self.id is None:
+            return
+        try:
+            await self._records._append([{"edited": self.id, "text": text}])
+        except OSError as error:
+            log.error("[Ledger] Could not record an edit (%s); a crash before its turn would lose it", error)
+
+    def stored_question(self, session: AgentSession) -> Message | None:
+        """The turn's user message, when the session holds it (a reopened turn's; a new one's is not there yet)."""
+        if not self.reopened or self.id is None:
+            return None
+        return stored_question(session, self.id)
+
+    def resume(self, session: AgentSession) -> str | None:
+        """The reply to send as it is, without asking the model: a reopened turn answered before the stop,
+        its delivery unknown (the reply the ledger recorded, else the answer the session holds to its
+        question). None: the turn is to be answered (from its stored question, if there is one)."""
+        if not self.reopened:
+            return None
+        if self._reply is not None:
+            return self._reply
+        question = self.stored_question(session)
+        answer = stored_answer(session, question.id) if question is not None else None
+        return answer.content if answer is not None else None
+
+    async def answered(self, reply: str) -> None:
+        """The reply is about to be sent: recorded, so a crash before the send sends this very text."""
+        if self._records is None or self.id is None or self.settled:
+            return
+        try:
+            await self._records._append([{"answered": self.id, "reply": reply}])
+        except OSError as error:
+            log.error(
+                "[Ledger] Could not record %s's reply (%s); a crash before it is sent loses it", self.session_id, error
+            )
+
+    async def delivered(self) -> None:
+        """The reply went out, or the turn ends without one: recorded once; a restart does not answer it again."""
+        if self._delivered:
+            return
+        self._delivered = True
+        if self._ledger is not None:
+            self._ledger._not_waiting(self)
+        if self._records is None or self.id is None:
+            return
+        try:
+            await self._records._append([{"delivered": self.id}], durable=False)
+        except OSError as error:
+            log.error("[Ledger] Could not record %s's reply delivered (%s); it may go again", self.session_id, error)
+
+    @contextlib.asynccontextmanager
+    async def handled(self) -> AsyncIterator[None]:
+        """Deliver the turn when the body ends, or fails for good (replaying it would fail again); a cancel
+        (a shutdown cut it short) leaves it open, so the next start answers it."""
+        try:
+            yield
+        except Exception:
+            await self.delivered()
+            raise
+        await self.delivered()
 
 
 class TurnLedger:
-    """Received, answered, delivered: per turn, durable, asked instead of any marker of one's own."""
+    """Received, answered, delivered: per turn, durable; hands out the `Turn` that records each step."""
 
     def __init__(
         self, path: Path, compact_after: int = COMPACT_AFTER_LINES, deferred: DeferredSync | None = None
@@ -88,6 +231,8 @@ class TurnLedger:
         self._delivered: OrderedDict[str, None] = OrderedDict()  # the newest delivered turn ids
         self._keys: OrderedDict[TransportKey, None] = OrderedDict()  # seen, oldest first
         self._unflushed: dict[TransportKey, None] = {}  # seen, not yet on disk
+        # Turns queued and not yet begun, by (session, the channel's message id): an edit replaces their text.
+        self._waiting: dict[tuple[str, str], Turn] = {}
         # Each append: its records, whether they must be durable before it returns, and its caller's future.
         self._queue: list[tuple[list[dict[str, Any]], bool, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -101,13 +246,13 @@ class TurnLedger:
     async def load(self, legacy_state: Path | None = None) -> list[OpenTurn]:
         """Read the ledger (before anything is received), rewrite it compacted, return the open turns.
 
-        `legacy_state`: the folder of the files an older version kept instead (`inbox.jsonl`,
+        `legacy_state`: the folder of the files kept before the ledger (`inbox.jsonl`,
         `telegram-updates.json`), taken over once when there is no ledger yet, then removed.
         """
         records = await read_jsonl(self._path)
         legacy: list[Path] = []
         if not records and not self._path.exists() and legacy_state is not None:
-            records, legacy = await asyncio.to_thread(_legacy_records, legacy_state)
+            records, legacy = await asyncio.to_thread(legacy_records, legacy_state)
         self._open.clear()
         for record in records:
             self._apply(record)
@@ -119,6 +264,24 @@ class TurnLedger:
             log.info("[Ledger] %d turns were received but not delivered before the last stop", len(self._open))
         return self.open_turns()
 
+    async def reopen(self, session_of: SessionLookup, channel_types: set[str]) -> list[Turn]:
+        """Load the ledger and hand out the turns the last stop left open on these channels, in arrival order:
+        never begun, cut short, or answered without the delivery of the answer being recorded. A turn of a
+        channel not running now waits for a start that has it."""
+        turns: list[Turn] = []
+        for record in await self.load(legacy_state=self._path.parent):
+            if record.inbound.channel_type not in channel_types:
+                continue
+            turn = Turn(self, record.turn_id, record.inbound, record.reply, reopened=True)
+            session = await session_of(record.inbound.session_id)
+            turn.question_stored = session is not None and stored_question(session, record.turn_id) is not None
+            if not turn.begun_before:
+                self._wait(turn)  # still to be begun: an edit arriving before its turn replaces its text
+            turns.append(turn)
+        if turns:
+            log.info("[Ledger] %d messages were left unanswered by the last stop; answering them", len(turns))
+        return turns
+
     def open_turns(self) -> list[OpenTurn]:
         """The turns received and not delivered, in arrival order."""
         return list(self._open.values())
@@ -129,11 +292,6 @@ class TurnLedger:
         if turn is not None:
             return TurnState.RECEIVED if turn.reply is None else TurnState.ANSWERED
         return TurnState.DELIVERED if turn_id in self._delivered else None
-
-    def reply(self, turn_id: str) -> str | None:
-        """The reply recorded for a turn answered and not yet delivered."""
-        turn = self._open.get(turn_id)
-        return None if turn is None else turn.reply
 
     # The transport's side.
 
@@ -161,25 +319,52 @@ class TurnLedger:
                 "[Ledger] Could not record %d update ids (%s); a redelivery could be answered twice", len(keys), error
             )
 
-    # The pipeline's side.
+    # The router's side: a turn for each message, handed out as it is received.
 
-    async def received(self, inbound: InboundMessage) -> InboundMessage:
-        """Record a message durably; returns it with its turn id (kept when it has one: `/retry`)."""
-        recorded = inbound if inbound.journal_id is not None else dataclasses.replace(inbound, journal_id=_new_id())
-        await self._append([{"received": _fields_of(recorded)}])
-        return recorded
+    async def receive(self, inbound: InboundMessage, *, record: bool = True) -> Turn:
+        """The turn of a message just received, recorded durably (`record` False: a refused sender's,
+        kept for its place in the chat's queue only). On a full or read-only disk the turn is answered
+        anyway, unrecorded (the reply says memory was not saved)."""
+        turn_id = _new_id()
+        if record:
+            try:
+                await self._append([{"received": received_record(turn_id, inbound)}])
+            except OSError as error:
+                log.error("[Ledger] Could not record a message (%s); a crash before its answer would lose it", error)
+                record = False
+        turn = Turn(self, turn_id, inbound, recorded=record)
+        if not inbound.edited:
+            self._wait(turn)
+        return turn
 
-    async def edited(self, turn_id: str, text: str) -> None:
-        """A message received and not yet begun has a new text; it is answered as edited."""
-        await self._append([{"edited": turn_id, "text": text}])
+    async def retry(self, inbound: InboundMessage, question_id: str) -> Turn:
+        """A new turn for a question the session holds (`/retry`, whose answer was taken back): recorded under
+        the question's id, so a crash before its new answer went out answers it after the restart."""
+        turn: Turn
+        try:
+            await self._append([{"received": received_record(question_id, inbound)}])
+            turn = Turn(self, question_id, inbound, reopened=True)
+        except OSError as error:
+            log.error("[Ledger] Could not record /retry's turn (%s); a crash before it is answered loses it", error)
+            turn = Turn(self, question_id, inbound, reopened=True, recorded=False)
+        turn.question_stored = True
+        return turn
 
-    async def answered(self, turn_id: str, reply: str) -> None:
-        """The reply is stored with the conversation and about to be sent."""
-        await self._append([{"answered": turn_id, "reply": reply}])
+    def waiting(self, session_id: str, message_id: str | None) -> Turn | None:
+        """The turn of a channel message still waiting in its chat's queue (an edit of it replaces its text)."""
+        if message_id is None:
+            return None
+        return self._waiting.get((session_id, message_id))
 
-    async def delivered(self, turn_id: str) -> None:
-        """The reply went out, or the turn ended without one: it is not to be answered again."""
-        await self._append([{"delivered": turn_id}], durable=False)
+    def _wait(self, turn: Turn) -> None:
+        if turn.inbound.message_id is not None:
+            self._waiting[(turn.session_id, turn.inbound.message_id)] = turn
+
+    def _not_waiting(self, turn: Turn) -> None:
+        """The turn was begun (or ended): an edit of its message is a message of its own from now on."""
+        key = (turn.session_id, turn.inbound.message_id or "")
+        if self._waiting.get(key) is turn:
+            del self._waiting[key]
 
     async def close(self) -> None:
         """Write what is seen and queued; called at stop."""
@@ -227,7 +412,7 @@ class TurnLedger:
         if self._keys:
             lines.append(dumps_line({"seen": [list(key) for key in self._keys]}))
         for turn in self._open.values():
-            lines.append(dumps_line({"received": _fields_of(turn.inbound)}))
+            lines.append(dumps_line({"received": received_record(turn.turn_id, turn.inbound)}))
             if turn.reply is not None:
                 lines.append(dumps_line({"answered": turn.turn_id, "reply": turn.reply}))
         self._appended = 0
@@ -246,21 +431,24 @@ class TurnLedger:
                 if isinstance(key, list) and len(key) == 2:
                     self._remember_written((str(key[0]), str(key[1])))
         elif "received" in record:
-            inbound = _inbound_from(record["received"])
-            if inbound is None or inbound.journal_id is None:
+            received = received_message(record["received"])
+            if received is None:
                 return
-            self._open[inbound.journal_id] = OpenTurn(inbound)
-            self._delivered.pop(inbound.journal_id, None)
+            turn_id, inbound = received
+            self._open[turn_id] = OpenTurn(turn_id, inbound)
+            self._delivered.pop(turn_id, None)
             if inbound.dedup_key is not None:
                 self._remember_written((inbound.channel_type, inbound.dedup_key))
         elif "edited" in record:
             turn = self._open.get(str(record["edited"]))
             if turn is not None and isinstance(record.get("text"), str):
-                self._open[turn.turn_id] = OpenTurn(dataclasses.replace(turn.inbound, text=record["text"]), turn.reply)
+                self._open[turn.turn_id] = dataclasses.replace(
+                    turn, inbound=dataclasses.replace(turn.inbound, text=record["text"])
+                )
         elif "answered" in record:
             turn = self._open.get(str(record["answered"]))
             if turn is not None and isinstance(record.get("reply"), str):
-                self._open[turn.turn_id] = OpenTurn(turn.inbound, record["reply"])
+                self._open[turn.turn_id] = dataclasses.replace(turn, reply=record["reply"])
         elif "delivered" in record:
             turn_id = str(record["delivered"])
             self._open.pop(turn_id, None)
@@ -280,53 +468,26 @@ class TurnLedger:
             self._keys.popitem(last=False)
 
 
-_INBOUND_FIELDS = tuple(field.name for field in dataclasses.fields(InboundMessage))
-
-
-def _fields_of(inbound: InboundMessage) -> dict[str, Any]:
-    """The message's fields by name: `dataclasses.asdict` without its deep copy (written out at once)."""
-    return {name: getattr(inbound, name) for name in _INBOUND_FIELDS}
-
-
 def _new_id() -> str:
     return uuid.uuid4().hex
 
 
-def _inbound_from(raw: Any) -> InboundMessage | None:
-    if not isinstance(raw, dict):
-        return None
-    try:
-        return InboundMessage(**{key: value for key, value in raw.items() if key in _INBOUND_FIELDS})
-    except TypeError:
-        log.warning("[Ledger] Skipped an unreadable record")
-        return None
+def stored_question(session: AgentSession, turn_id: str) -> Message | None:
+    """The user message of a turn, if the session holds it (its id is the turn's id in the ledger)."""
+    return next((m for m in reversed(session.messages) if m.role is Role.USER and m.id == turn_id), None)
 
 
-def _legacy_records(state: Path) -> tuple[list[dict[str, Any]], list[Path]]:
-    """The records of an older version's inbox journal and Telegram update ids, as ledger records."""
-    records: list[dict[str, Any]] = []
-    found: list[Path] = []
-    updates = state / "telegram-updates.json"
-    text = read_text_sync(updates)
-    if text is not None:
-        found.append(updates)
-        try:
-            records.append({"seen": [["telegram", str(int(value))] for value in json.loads(text)["seenUpdateIds"]]})
-        except (ValueError, KeyError, TypeError) as error:
-            log.warning("[Ledger] Ignoring unreadable %s (%s)", updates, error)
-    inbox = state / "inbox.jsonl"
-    text = read_text_sync(inbox)
-    if text is not None:
-        found.append(inbox)
-        for record in parse_jsonl(text, inbox):
-            if "message" in record:
-                records.append({"received": record["message"]})
-            elif "edit" in record:
-                records.append({"edited": record["edit"], "text": record.get("text")})
-            elif "done" in record:
-                records.append({"delivered": record["done"]})
-            elif isinstance(record.get("journaledKeys"), list):
-                records.append({"seen": record["journaledKeys"]})
-    if found:
-        log.info("[Ledger] Took over %s from an earlier version", ", ".join(path.name for path in found))
-    return records, found
+def stored_answer(session: AgentSession, user_message_id: str) -> Message | None:
+    """The final answer stored for a user message: its last assistant text before the next user message."""
+    messages = session.messages
+    # Looked for from the end: the turn asked about is nearly always the newest one.
+    start = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].id == user_message_id), None)
+    if start is None:
+        return None
+    answer = None
+    for message in messages[start + 1 :]:
+        if message.role is Role.USER:
+            break
+        if message.role is Role.ASSISTANT and message.content and not message.tool_calls:
+            answer = message
+    return answer

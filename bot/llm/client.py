@@ -138,6 +138,12 @@ class LlmClient:
         if self.spending is not None:
             await self.spending.close()
 
+    async def model_ids(self, timeout_seconds: float) -> list[str]:
+        """The models the endpoint serves (`GET /models`), in its order; `LlmError` when it cannot say."""
+        with _translated_errors("(models)", self._secrets):
+            page = await self._client.with_options(timeout=timeout_seconds, max_retries=0).models.list()
+            return [model.id async for model in page]
+
     async def complete(self, request: ChatRequest) -> ChatResult:
         """A whole answer in one response."""
         started = time.monotonic()

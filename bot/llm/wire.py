@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
@@ -22,23 +23,44 @@ from bot.domain.message import Message, Role
 STAND_IN_CHARS = 160
 
 
+# A run of one character repeated at least this many times (indentation, a rule of dashes): a tokenizer
+# takes it in a few tokens, far more characters a token than any other text.
+REPEAT_RUN = 3
+_RUN = re.compile(rf"(.)\1{{{REPEAT_RUN - 1},}}", re.DOTALL)
+
+
 @dataclass(frozen=True)
 class WireSize:
     """What calibration reads of a request's wire messages: how many, the characters the model reads in
-    them (`wire_chars`), and their image parts."""
+    them (`wire_chars`), their image parts, and how many of the characters repeat the one before in a run
+    (`repeated_chars`)."""
 
     messages: int
     chars: int
     image_parts: int
+    repeated: int = 0
 
     NONE: ClassVar[WireSize]
 
     @classmethod
     def of(cls, wire_messages: list[dict[str, Any]]) -> WireSize:
-        return cls(len(wire_messages), wire_chars(wire_messages), image_parts(wire_messages))
+        texts = list(_texts(wire_messages))
+        return cls(
+            len(wire_messages), sum(map(len, texts)), image_parts(wire_messages), sum(map(repeated_chars, texts))
+        )
+
+    @property
+    def dense_chars(self) -> int:
+        """The characters outside the repeats of runs: each costs a tokenizer a share of a token at least."""
+        return self.chars - self.repeated
 
     def __add__(self, other: WireSize) -> WireSize:
-        return WireSize(self.messages + other.messages, self.chars + other.chars, self.image_parts + other.image_parts)
+        return WireSize(
+            self.messages + other.messages,
+            self.chars + other.chars,
+            self.image_parts + other.image_parts,
+            self.repeated + other.repeated,
+        )
 
 
 WireSize.NONE = WireSize(0, 0, 0)
@@ -57,17 +79,26 @@ def image_parts(wire_messages: list[dict[str, Any]]) -> int:
 
 def wire_chars(wire_messages: list[dict[str, Any]]) -> int:
     """Characters of `payload_text` that come from the messages (contents and tool calls)."""
-    chars = 0
+    return sum(map(len, _texts(wire_messages)))
+
+
+def repeated_chars(text: str) -> int:
+    """The characters of `text` that repeat the one before in a run of `REPEAT_RUN` or more (all but the first)."""
+    return sum(len(run.group()) - 1 for run in _RUN.finditer(text))
+
+
+def _texts(wire_messages: list[dict[str, Any]]) -> Iterator[str]:
+    """The texts of the messages the model reads: contents, and tool calls' names and arguments."""
     for wire in wire_messages:
         content = wire.get("content")
         if isinstance(content, str):
-            chars += len(content)
+            yield content
         elif isinstance(content, list):
-            chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+            yield from (str(part.get("text", "")) for part in content if isinstance(part, dict))
         for call in wire.get("tool_calls") or []:
             function = call.get("function", {})
-            chars += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
-    return chars
+            yield str(function.get("name", ""))
+            yield str(function.get("arguments", ""))
 
 
 def to_openai_message(

@@ -1,7 +1,7 @@
 """`MediaIntake`: before a message's turn runs, its image is fetched and kept, its audio transcribed.
 
 Called in the chat's order after the access check. Each outcome is either the message to answer
-(its text the caption or the transcript, a stored image's reference in `extra`) plus notes to send
+(its text the caption or the transcript, the stored image in `image`) plus notes to send
 first, or a clear reply and nothing else: an image or audio over its size limit, a file Telegram
 would not give, an endpoint without transcription, audio it could not decode, a model without vision
 and no caption to answer. The file URL (which holds the bot token) never leaves the channel.
@@ -14,20 +14,9 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from bot.channels.base import (
-    AUDIO_ID,
-    AUDIO_MIME,
-    AUDIO_NAME,
-    AUDIO_SECONDS,
-    AUDIO_SIZE,
-    IMAGE_ID,
-    IMAGE_MIME,
-    IMAGE_PIXELS,
-    IMAGE_SIZE,
-    Channel,
-    FileUnavailable,
-)
-from bot.domain.inbound import InboundMessage
+from bot.channels.base import Channel, FileUnavailable
+from bot.domain.inbound import Attachment, InboundMessage
+from bot.domain.message import MediaRef
 from bot.llm.client import LlmClient
 from bot.llm.errors import LlmError, LlmFailure
 from bot.media.clarity import judge_clarity
@@ -36,10 +25,6 @@ from bot.media.store import MediaStore
 from bot.settings import MediaConfig
 
 log = logging.getLogger(__name__)
-
-# `InboundMessage.extra` keys set here: the stored image (path under the workspace, MIME type, pixel
-# size "WIDTHxHEIGHT" when known), and "1" on a message whose text is a transcript.
-MEDIA_PATH, MEDIA_MIME, MEDIA_PIXELS, TRANSCRIBED = "mediaPath", "mediaMime", "mediaPixels", "transcribed"
 
 NO_VISION_REPLY = (
     "The model I use ({model}) can't see images, so I can't look at your photo. "
@@ -107,52 +92,50 @@ class MediaIntake:
 
     @staticmethod
     def has_media(inbound: InboundMessage) -> bool:
-        return IMAGE_ID in inbound.extra or AUDIO_ID in inbound.extra
+        return inbound.attachment is not None and inbound.attachment.kind in ("image", "audio")
 
     async def prepare(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:
-        if IMAGE_ID in inbound.extra:
-            return await self._image(inbound, channel, config, model)
-        if AUDIO_ID in inbound.extra:
-            return await self._audio(inbound, channel, config, model)
+        attachment = inbound.attachment
+        if attachment is not None and attachment.kind == "image":
+            return await self._image(inbound, attachment, channel, config, model)
+        if attachment is not None and attachment.kind == "audio":
+            return await self._audio(inbound, attachment, channel, config, model)
         return Prepared(inbound)
 
-    async def _image(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:
-        extra = dict(inbound.extra)
-        file_id, mime = extra.pop(IMAGE_ID), extra.pop(IMAGE_MIME, "image/jpeg")
-        declared = _as_int(extra.pop(IMAGE_SIZE, "0"))
-        pixels = extra.pop(IMAGE_PIXELS, "")
-        without_image = dataclasses.replace(inbound, extra=extra)
+    async def _image(
+        self, inbound: InboundMessage, image: Attachment, channel: Channel, config: MediaConfig, model: str
+    ) -> Prepared:
+        mime = image.mime or "image/jpeg"
+        without_image = dataclasses.replace(inbound, attachment=None)
         if not self._vision.sees(model, config):
             if not inbound.text.strip():
                 return Prepared(None, [NO_VISION_REPLY.format(model=model)])
             first = self._vision.first_telling(inbound.session_id, model)
             return Prepared(without_image, [NO_VISION_NOTE.format(model=model)] if first else [])
         too_big = f"That image is {{size}}; I take images up to {megabytes(config.max_image_bytes)}."
-        data = await _download_within(channel, inbound, file_id, declared, config.max_image_bytes, "image", too_big)
+        data = await _download_within(channel, inbound, image, config.max_image_bytes, "image", too_big)
         if isinstance(data, Prepared):
             return data
-        if not pixels and (size := pixel_size(data)) is not None:
-            pixels = f"{size[0]}x{size[1]}"  # an image sent as a file: Telegram gives no size for it
+        width, height = image.width, image.height
+        if (width is None or height is None) and (size := pixel_size(data)) is not None:
+            width, height = size  # an image sent as a file: Telegram gives no size for it
         path = await self._store.save(inbound.session_id, data, mime)
         log.info("[Media] Kept an image of %s (%d bytes) as %s", inbound.session_id, len(data), path)
-        extra.update({MEDIA_PATH: path, MEDIA_MIME: mime})
-        if pixels:
-            extra[MEDIA_PIXELS] = pixels
-        return Prepared(dataclasses.replace(inbound, extra=extra))
+        stored = MediaRef(kind="image", path=path, mime=mime, width=width, height=height)
+        return Prepared(dataclasses.replace(without_image, image=stored))
 
-    async def _audio(self, inbound: InboundMessage, channel: Channel, config: MediaConfig, model: str) -> Prepared:
-        extra = dict(inbound.extra)
-        file_id, mime = extra.pop(AUDIO_ID), extra.pop(AUDIO_MIME, "")
-        name, declared = extra.pop(AUDIO_NAME, "voice.ogg"), _as_int(extra.pop(AUDIO_SIZE, "0"))
-        clip_seconds = _as_int(extra.pop(AUDIO_SECONDS, "0")) or None
+    async def _audio(
+        self, inbound: InboundMessage, audio: Attachment, channel: Channel, config: MediaConfig, model: str
+    ) -> Prepared:
         too_big = f"That recording is {{size}}; I can transcribe up to {megabytes(config.max_audio_bytes)}."
-        data = await _download_within(channel, inbound, file_id, declared, config.max_audio_bytes, "recording", too_big)
+        data = await _download_within(channel, inbound, audio, config.max_audio_bytes, "recording", too_big)
         if isinstance(data, Prepared):
             return data
         try:
             transcript = await self._llm.transcribe(
-                data, name, mime, config.transcription_model, config.transcription_timeout_seconds
-            )
+                data, audio.name or "voice.ogg", audio.mime, config.transcription_model,
+                config.transcription_timeout_seconds,
+            )  # fmt: skip
         except LlmError as error:
             if error.failure is LlmFailure.UNSUPPORTED:
                 return Prepared(None, [NO_TRANSCRIPTION_REPLY])
@@ -162,7 +145,7 @@ class MediaIntake:
         text_heard = transcript.text
         if not text_heard:
             return Prepared(None, [NO_WORDS_REPLY])
-        clarity = judge_clarity(transcript, clip_seconds, config)
+        clarity = judge_clarity(transcript, audio.seconds, config)
         log.info(
             "[Media] Transcribed %d bytes of %s: %d chars, %s (%s)",
             len(data),
@@ -173,7 +156,6 @@ class MediaIntake:
         )
         caption = inbound.text.strip()
         text = f"{caption}\n\n{text_heard}" if caption else text_heard
-        extra[TRANSCRIBED] = "1"
         notes = []
         if clarity.unclear:
             # Shown whatever its length (cut only past the echo limit), so the person can tell what went wrong.
@@ -182,31 +164,24 @@ class MediaIntake:
             notes.append(UNCLEAR_TRANSCRIPT_ECHO.format(text=shown))
         elif config.transcript_echo_chars and len(text_heard) > config.transcript_echo_chars:
             notes.append(TRANSCRIPT_ECHO.format(text=_cut_at_word(text_heard, config.transcript_echo_chars)))
-        return Prepared(dataclasses.replace(inbound, text=text, extra=extra), notes)
+        return Prepared(dataclasses.replace(inbound, text=text, attachment=None, transcribed=True), notes)
 
 
 async def _download_within(
-    channel: Channel, inbound: InboundMessage, file_id: str, declared: int, limit: int, what: str, too_big: str
+    channel: Channel, inbound: InboundMessage, attachment: Attachment, limit: int, what: str, too_big: str
 ) -> bytes | Prepared:
     """The file's bytes, or the refusal the person gets: over `limit` as Telegram declared it (nothing is
     fetched) or as downloaded (`too_big`, with `{size}`), or not fetchable. `what` names it in the reply."""
-    if declared > limit:
-        return Prepared(None, [too_big.format(size=megabytes(declared))])
+    if attachment.size_bytes > limit:
+        return Prepared(None, [too_big.format(size=megabytes(attachment.size_bytes))])
     try:
-        data = await channel.download(file_id)
+        data = await channel.download(attachment.file_id)
     except FileUnavailable as error:
         log.info("[Media] The %s sent in %s could not be fetched: %s", what, inbound.session_id, error)
         return Prepared(None, [f"I couldn't get your {what}: {error}."])
     if len(data) > limit:
         return Prepared(None, [too_big.format(size=megabytes(len(data)))])
     return data
-
-
-def _as_int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return 0
 
 
 def _cut_at_word(text: str, limit: int) -> str:

@@ -1,4 +1,4 @@
-"""Vector similarity for hybrid retrieval: the `Embedder`, the on-disk `VectorCache` and the `VectorIndex`.
+"""Vector similarity for hybrid retrieval: the on-disk `VectorCache` and the in-memory `VectorIndex`.
 
 By default the embedder is the bundled offline model (`bot.llm.local_embeddings`);
 `memory.embeddingsModel` may name the endpoint's `/embeddings` model instead, or be null for lexical
@@ -6,9 +6,8 @@ retrieval only.
 
 Vectors are derived data. Each is keyed by the embedder and a hash of the text it was made from, and
 kept in `index/vectors.sqlite3` beside the item files (as float16), so a restart embeds nothing it
-embedded before and a hand edit re-embeds only the lines it changed. Embedding runs in the background
-(`MemoryService`), never on the reply path except for the message's own vector; an embedder failure
-costs one warning and a pause, never the reply.
+embedded before and a hand edit re-embeds only the lines it changed. Who makes the vectors, and when,
+is `bot.memory.indexing`.
 """
 
 from __future__ import annotations
@@ -25,24 +24,21 @@ import numpy as np
 import numpy.typing as npt
 
 from bot.domain.memory import MemoryItem
-from bot.llm.embedders import Embedder
-from bot.llm.errors import LlmError
 from bot.memory import vector_search
 from bot.memory.vector_search import RowSum, SignCodes
 
 log = logging.getLogger(__name__)
 
 EMBED_BATCH_SIZE = 32
-FAILURE_PAUSE_SECONDS = 300.0
 # Similarities are computed this many rows at a time, converted from int8 to float32 in a buffer that stays
-# in the CPU cache (1.5 MB at 384 dimensions; measured at 100,000 rows: 10 ms, against 16 ms for a float32
-# matrix and 60 ms with chunks of 4,096 rows).
+# in the CPU cache: faster than one float32 product over every row (the memory bus is the limit) and than
+# larger chunks (bench/vector_prefilter.py, bench/memory_retrieval.py).
 SEARCH_CHUNK_ROWS = 1024
 INT8_MAX = 127
 LOAD_BATCH_ROWS = 4096
 CACHE_FILE_NAME = "vectors.sqlite3"
-# Below this many items a z-score says little: an item counts as similar from this cosine on (measured
-# with the bundled e5 model: a paraphrase scores 0.85-0.87, unrelated short texts 0.71-0.83).
+# Below this many items a z-score says little: an item counts as similar from this cosine on (with the
+# bundled e5 model a paraphrase scores above it, unrelated short texts below).
 MIN_ITEMS_FOR_SPREAD = 32
 SIMILAR_COSINE = 0.84
 
@@ -155,12 +151,11 @@ class VectorIndex:
 
     Rows are keyed by text, not by item: two items with the same text share one, and a row whose text
     no item holds any more (an edit, a forget) stays until stale rows are a quarter of the matrix,
-    when it is compacted. 388 bytes a row at 384 dimensions (a float32 matrix took 1,536): a search
-    converts `SEARCH_CHUNK_ROWS` rows at a time to float32 in a buffer that stays in the CPU cache, which
-    at 100,000 rows is faster than one float32 product (the memory bus is the limit) and ranks the same
-    items (the int8 rounding moves a cosine by about 0.002). Above `EXACT_SEARCH_MAX_ROWS` rows only a
-    short list chosen by sign codes is scored exactly, and the mean cosine comes from the rows' sum
-    (`bot.memory.vector_search`).
+    when it is compacted. A row is a quarter of a float32 one: a search converts `SEARCH_CHUNK_ROWS` rows
+    at a time to float32 in a buffer that stays in the CPU cache, which is faster than one float32 product
+    over many rows and ranks the same items (the int8 rounding moves a cosine in the third decimal).
+    Above `EXACT_SEARCH_MAX_ROWS` rows only a short list chosen by sign codes is scored exactly, and the
+    mean cosine comes from the rows' sum (`bot.memory.vector_search`).
 
     Texts are not kept: with `items` (the store's batch get) the texts of rows still to embed are read
     from the store when asked for; without it (a stand-alone index) they are kept until embedded.
@@ -184,7 +179,6 @@ class VectorIndex:
         self._buffer: Matrix = np.zeros((0, 0), dtype=np.float32)
         # Text keys that may lack a vector (checked again by `pending`): keeps `has_pending` cheap.
         self._missing: set[str] = set()
-        self._paused_until = 0.0
         self.embedder_name: str | None = None
         # Bumped by every change; the last search is kept for it (see `relevance`).
         self._version = 0
@@ -327,8 +321,8 @@ class VectorIndex:
 
     def prepare_search(self) -> None:
         """Build what a search needs that writes have not kept up (the rows' sum, their sign codes): after a
-        restart's cache read or a compaction, a pass over the rows (about 0.2 s at 100,000: run it in a
-        thread, under the scope's lock)."""
+        restart's cache read or a compaction, a pass over every row (long at scale: run it in a thread,
+        under the scope's lock)."""
         if self._matrix is None:
             return
         used = len(self._row_keys)
@@ -366,33 +360,12 @@ class VectorIndex:
         """(items with a vector, active items)."""
         return sum(len(ids) for key, ids in self._ids_of.items() if key in self._row_of), len(self._key_of)
 
-    def paused(self) -> bool:
-        return time.monotonic() < self._paused_until
-
-    def pause_after_failure(self, embedder: str, error: Exception) -> None:
-        self._paused_until = time.monotonic() + FAILURE_PAUSE_SECONDS
-        log.warning(
-            "[Memory] Embeddings from %s failed (%s); lexical retrieval only for %.0f s",
-            embedder,
-            error,
-            FAILURE_PAUSE_SECONDS,
-        )
-
-    async def embed_query(self, embedder: Embedder, text: str) -> Vector | None:
-        if self.paused():
-            return None
-        try:
-            return unit(await embedder.embed_query(text))
-        except (LlmError, ValueError, OSError) as error:
-            self.pause_after_failure(embedder.name, error)
-            return None
-
     # -- searching ----------------------------------------------------------------------------------
 
     def _similarities(self, query: Vector, rows: npt.NDArray[np.intp] | None = None) -> Vector:
         """Cosine of `query` with each row in `rows` (every row in use when None), `SEARCH_CHUNK_ROWS` at a
         time: one small product per chunk also keeps BLAS on one thread (a product of a few thousand rows
-        goes to its thread pool, which measured 16 ms instead of 0.2 on a busy machine)."""
+        goes to its thread pool, which on a busy machine waits for a core far longer than the product takes)."""
         assert self._matrix is not None
         if self._buffer.shape != (SEARCH_CHUNK_ROWS, self._matrix.shape[1]):
             self._buffer = np.empty((SEARCH_CHUNK_ROWS, self._matrix.shape[1]), dtype=np.float32)

@@ -1,6 +1,6 @@
 """`MemoryItemStore`: the JSONL files of `memory/items/` are the only store; this is their live view.
 
-Each layer has its files (CONTRACT): `episodic/YYYY-MM-DD.jsonl` (the day the item was made, in the
+Each layer has its files (docs/memory.md): `episodic/YYYY-MM-DD.jsonl` (the day the item was made, in the
 bot's time zone), `semantic.jsonl`, `procedural.jsonl`. The store re-reads a file whenever its size,
 mtime or inode changed, so hand edits and deletions are picked up on the next use. Appends go through
 `append_lines`; every other change rewrites the whole file with `write_atomic`. Indexes subscribe as

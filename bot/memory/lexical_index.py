@@ -2,7 +2,7 @@
 
 Why not a library: the BM25 packages on PyPI either index a fixed corpus (`bm25s`: any added or
 edited item means rebuilding the whole index) or score every document on every query (`rank-bm25`:
-O(items) per query term, about 100 ms at 100,000 items). Memory items are added every turn and
+O(items) per query term, too slow for a large memory). Memory items are added every turn and
 hand edits remove and re-add them, so the index must take single additions and removals cheaply;
 an inverted index does that in a few dozen lines and answers a query by touching only the postings
 of its terms, scored with numpy.
@@ -121,8 +121,8 @@ class Bm25Index:
         if not terms:
             return
         if len(terms) <= SMALL_BATCH_TERMS:
-            # A turn's few items: appended one posting at a time, which costs less than the ~20 numpy
-            # calls of the grouping below (0.25 ms measured for one item). Same postings, same order.
+            # A turn's few items: appended one posting at a time, which costs less than the numpy calls
+            # of the grouping below. Same postings, same order.
             for term, slot, tf in zip(terms, slots, tfs, strict=True):
                 postings = self._postings.get(term)
                 if postings is None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from bot.memory.service import MemoryScope, MemoryService
+from bot.memory.scopes import MemoryScope
+from bot.memory.service import MemoryService
 from bot.settings import MemoryConfig
 from bot.storage.files import read_text_sync, write_atomic_sync
 

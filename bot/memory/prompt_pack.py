@@ -5,9 +5,9 @@ last `workingTopK` exchanges outside the live session), then the best `…TopK` 
 everything else best first, while the pack stays within `softPromptBudgetTokens`. Past it, only items
 at least `HIGH_RELEVANCE` as relevant as the best match go in, and never past `maxPromptBudgetTokens`
 (headers count): the extra tokens go to questions with many strong matches rather than to every one
-(LoCoMo dev, at the same mean pack size, 0.880 against 0.870 for a larger soft budget). The pack is
-full once `FULL_AFTER_MISSES` such items in a row no longer fit (LoCoMo dev: the same 0.880 with 1 to
-16; at 100,000 items, 2.1 ms a pack instead of 7.1). The
+(on LoCoMo this recalls more than a larger soft budget at the same mean pack size). The pack is full
+once `FULL_AFTER_MISSES` such items in a row no longer fit: recall does not depend on that number, and
+stopping early spares reading the rest of a large memory. The
 same text twice (up to case, punctuation and spacing) is shown once. A single item longer than
 `ITEM_CHAR_LIMIT` is cut with a visible marker. Exchanges are shown under a heading per day with
 their time, so "when did …" can be answered; how many items did not fit is kept in the diagnostics.

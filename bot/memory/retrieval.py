@@ -133,8 +133,7 @@ def dense_query_text(text: str, speakers: set[str]) -> str:
 
     Such a name says whose items to favour, which the speaker lift does; left in, it draws the vector
     to every line that merely addresses that person ("Thanks, Dave!"), which in a conversation between
-    two people is half of them (LoCoMo dev through the bot, measured: multi-hop recall 0.60 with the
-    names, 0.68 without).
+    two people is half of them (on LoCoMo, multi-hop recall is clearly higher without the names).
     """
     if not speakers:
         return text

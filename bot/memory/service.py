@@ -1,24 +1,18 @@
 """`MemoryService`: the memory facade the pipeline, the commands and the tools use.
 
-It keeps one `MemoryScope` per memory root (the owner's, and one per chat or person that has its own:
-`bot.memory.audience` says which a chat uses), each with its item store, indexes and lock, built on
-first use. It builds the `# Memory` prompt section (MEMORY.md, then the structured pack, or the daily
-notes when the pack is empty) and records finished turns (daily note + structured items).
+It takes a chat to its memory (`bot.memory.audience` says whose: the owner's, or the chat's or person's
+own) and hands the work to the module of each concern: the scopes and their files
+(`bot.memory.scopes`), the items' vectors (`bot.memory.indexing`), the `# Memory` section of a prompt
+(`bot.memory.prompt_building`), and the writes of finished turns, searches, forgets and `/status` here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import functools
 import logging
-import math
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -26,52 +20,27 @@ from typing import TypeVar
 from bot.access.policy import sees_owner_memory
 from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
-from bot.domain.conversation import Incremental
-from bot.domain.memory import LiveConversation, MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
-from bot.domain.message import Message, Role
-from bot.heap import settle_after_load
+from bot.domain.memory import MemoryItem, MemoryPack, TurnMemoryEvent
+from bot.domain.message import Message
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
-from bot.llm.errors import LlmError
 from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
-from bot.memory.budget import TextBudget
-from bot.memory.daily_notes import USER_TEXT_LIMIT, DailyNotes, one_line
-from bot.memory.embeddings import (
-    EMBED_BATCH_SIZE,
-    Vector,
-    VectorCache,
-    VectorIndex,
-    as_float16,
-)
-from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
-from bot.memory.file_cache import TextFileCache
-from bot.memory.items_store import MemoryItemStore
-from bot.memory.legacy_context import NoteLines, read_daily_notes, render_daily_notes
-from bot.memory.lexical_index import Bm25Index, tokenize
-from bot.memory.llm_extraction import LlmMemoryExtractor
+from bot.memory.indexing import VectorIndexing
+from bot.memory.legacy_context import read_daily_notes
+from bot.memory.lexical_index import tokenize
 from bot.memory.long_term import LongTermMemory
 from bot.memory.long_term_pieces import (
-    LongTermIndex,
-    LongTermPrompt,
     LongTermUse,
-    long_term_prompt,
-    whole_long_term,
 )
-from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR, memory_paths_for
-from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
-from bot.memory.retrieval import (
-    LEXICAL_CANDIDATES,
-    VECTOR_CANDIDATES,
-    MemoryRetrievalService,
-    RetrievalResult,
-    dense_query_text,
-    names_in,
-)
+from bot.memory.paths import memory_paths_for
+from bot.memory.prompt_building import MemoryPrompt as MemoryPrompt
+from bot.memory.prompt_building import MemoryPromptBuilder, PromptAudience, read_long_term
+from bot.memory.recording import TurnRecorder
+from bot.memory.scopes import MemoryScope, MemoryScopes
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.notices import OwnerNotices
 from bot.settings import MemoryConfig
 from bot.storage.durability import DeferredSync
-from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
@@ -80,77 +49,8 @@ log = logging.getLogger(__name__)
 ForgetListener = Callable[[list[str]], Awaitable[object]]
 T = TypeVar("T")
 
-MEMORY_HEADER = "# Memory"
-INLINE_WORK_MAX_ITEMS = 2000
-LONG_TERM_HEADER = "## Long-term Memory"
 # Leads the items the owner shared, where a chat that does not see the owner's memory is shown them.
 SHARED_ITEMS_LINE = "Shared by the owner:"
-# However small the budget, MEMORY.md may use this much of it (its head and a visible cut marker).
-LONG_TERM_MIN_TOKENS = 64
-SHARE_MARGIN = 0.02
-# Below this share of the prompt for MEMORY.md, none of it is reached by relevance: its head is cut visibly.
-LONG_TERM_RELEVANCE_MIN_TOKENS = 128
-# A MEMORY.md longer than this is split and indexed in memory's thread, not on the event loop.
-LONG_TERM_INLINE_CHARS = 20_000
-
-
-@dataclass
-class MemoryScope:
-    """Everything one memory root needs at run time; `lock` serialises its reads and writes."""
-
-    paths: MemoryPaths
-    store: MemoryItemStore
-    lexical: Bm25Index
-    vectors: VectorIndex
-    retrieval: MemoryRetrievalService
-    writer: MemoryWriteService
-    notes: DailyNotes
-    long_term: LongTermMemory
-    note_lines: NoteLines = field(default_factory=NoteLines)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    loaded: bool = False
-    # When the last refresh from disk started (time.monotonic()).
-    refreshed_at: float = -1.0
-    # Items put in a prompt since the last decay pass, and when (persisted by `decay`).
-    accessed: dict[str, datetime] = field(default_factory=dict)
-    last_decay: date | None = None
-    last_pack: MemoryPack | None = None
-    vector_cache: VectorCache | None = None
-    # The background task embedding items that have no vector yet (see `MemoryService.index_vectors`).
-    indexing: asyncio.Task[None] | None = None
-    # MEMORY.md's pieces, indexed once it outgrows its share (made again when it changes), and how much of it
-    # the last prompt held.
-    long_term_index: LongTermIndex | None = None
-    long_term_use: LongTermUse | None = None
-    # Held while the vectors stored by earlier runs are read, so `/status` counts them all or waits.
-    reading_stored_vectors: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-@dataclass(frozen=True)
-class MemoryPrompt:
-    """The `# Memory` section for one turn, in two parts, and the pack behind it (None when unused).
-
-    `stable` is MEMORY.md, the same from message to message (it leads the prompt, a prefix the
-    provider can cache); `turn` is what was retrieved for this message (the pack, or the daily notes),
-    which goes just before it. Each starts with the `# Memory` header when it has content.
-    """
-
-    stable: str
-    turn: str
-    pack: MemoryPack | None
-    # How much of MEMORY.md the prompt holds (None: there is no MEMORY.md).
-    long_term: LongTermUse | None = None
-
-    @property
-    def shows_pack(self) -> bool:
-        """Whether `turn` is the structured pack (else it is the daily notes standing in)."""
-        return self.pack is not None and not self.pack.empty
-
-    @property
-    def text(self) -> str:
-        """Both parts as one `# Memory` section."""
-        sections = [part.removeprefix(MEMORY_HEADER).strip("\n") for part in (self.stable, self.turn) if part]
-        return "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
 
 
 class MemoryService:
@@ -179,30 +79,18 @@ class MemoryService:
         self._clock = clock
         self._llm = llm
         self._estimator = estimator or TokenEstimator()
-        self._scopes: dict[MemoryPaths, MemoryScope] = {}
-        self._rules = RuleBasedExtractor()
+        self._scopes = MemoryScopes(workspace, clock.zone, deferred)
+        self._indexing = VectorIndexing(self._scopes)
         self._embedders = embedders or Embedders(llm)
-        self._pack = MemoryPromptPackService(self._estimator, clock.zone)
-        # Memory's own worker thread for the reads done under a scope's lock, so they never queue
-        # behind the fsyncs of session writes in the shared default pool.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
-        # One inotify instance for every scope's folders, items and notes (the kernel allows a user few instances).
-        self._folder_changes = FolderChanges()
+        self._prompts = MemoryPromptBuilder(
+            clock, self._estimator, self._scopes, self._indexing, self._embedders, notices
+        )
+        self._recorder = TurnRecorder(clock, llm, self._scopes, self._indexing, self._embedders)
         self._forget_listeners: list[ForgetListener] = []
-        # What memory leaves out because the live conversation shows it anyway, kept as a chat grows.
-        self._live: Incremental[_LiveIds] = Incremental(_LiveIds, _with_id)
-        self._live_user_texts: Incremental[set[str]] = Incremental(set, _with_note_user_text)
 
     async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
-        """Run a read of the scope in memory's thread, or inline while the scope is small.
-
-        Below `INLINE_WORK_MAX_ITEMS` the work (a few `stat`s, scoring a few hundred items) takes less
-        than handing it to a thread does, and under load a hand-off waits for the GIL while the scope's
-        lock is held, which serialises every chat behind it.
-        """
-        if len(scope.store) <= INLINE_WORK_MAX_ITEMS:
-            return function(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args))
+        """Run a read of the scope in memory's thread, or inline while the scope is small."""
+        return await self._scopes.off_loop_if_large(scope, function, *args)
 
     # -- scopes -----------------------------------------------------------------------------------
 
@@ -222,7 +110,7 @@ class MemoryService:
         owner = self._owner_scope_for(config, session_id)
         if owner is None:
             return ""
-        sections = shared_long_term(await self._read_long_term(owner))
+        sections = shared_long_term(await read_long_term(owner))
         lines = [f"- {item.content}" for item in await self._shared_items(owner)]
         shared_items = "\n".join([SHARED_ITEMS_LINE, *lines]) if lines else ""
         return "\n\n".join(part for part in (sections, shared_items) if part)
@@ -255,152 +143,30 @@ class MemoryService:
 
     def scopes_on_disk(self) -> list[MemoryScope]:
         """Every memory root in the workspace: the global one, each chat's and each person's (whatever the scope)."""
-        roots = [self._workspace.memory_dir]
-        for folder in (CHAT_SCOPES_DIR, USER_SCOPES_DIR):
-            parent = self._workspace.memory_dir / folder
-            roots += sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
-        return [self._scope_at(MemoryPaths(root)) for root in roots]
+        return self._scopes.on_disk()
 
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
-        scope = self._scopes.get(paths)
-        if scope is None:
-            store = MemoryItemStore(paths, self._clock.zone, self._deferred, self._folder_changes)
-            lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
-            store.subscribe(lexical)
-            store.subscribe(vectors)
-            # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
-            texts = TextFileCache(self._folder_changes)
-            scope = MemoryScope(
-                paths=paths,
-                store=store,
-                lexical=lexical,
-                vectors=vectors,
-                retrieval=MemoryRetrievalService(store, lexical, vectors, self._clock.zone),
-                writer=MemoryWriteService(store),
-                notes=DailyNotes(paths, texts, self._deferred),
-                long_term=LongTermMemory(paths, texts),
-                vector_cache=VectorCache(paths.index_dir),
-            )
-            self._scopes[paths] = scope
-        return scope
+        return self._scopes.at(paths)
 
-    @contextlib.asynccontextmanager
-    async def fresh(self, scope: MemoryScope, requested: float | None = None) -> AsyncIterator[MemoryScope]:
-        """Hold the scope's lock with its items re-read from any file that changed on disk.
-
-        Waiters share refreshes: a refresh that started after this call was made (or after `requested`,
-        when a message's work takes the lock twice) has seen the files as they are now, so it is not
-        repeated. Hand edits and deletions are picked up on the next use.
-        """
-        requested = time.monotonic() if requested is None else requested
-        async with scope.lock:
-            if scope.refreshed_at < requested:
-                started = scope.refreshed_at = time.monotonic()
-                if scope.loaded:
-                    await self.off_loop_if_large(scope, scope.store.refresh_sync)
-                else:  # the first load reads every file: never on the event loop
-                    await asyncio.get_running_loop().run_in_executor(self._executor, scope.store.refresh_sync)
-                if not scope.loaded:
-                    scope.loaded = True
-                    settle_after_load()
-                    log.info(
-                        "[Memory] Loaded %d items from %s in %.0f ms",
-                        len(scope.store),
-                        scope.paths.items_dir,
-                        (time.monotonic() - started) * 1000,
-                    )
-            yield scope
+    def fresh(self, scope: MemoryScope, requested: float | None = None) -> AbstractAsyncContextManager[MemoryScope]:
+        """Hold the scope's lock with its items re-read from any file that changed on disk (`MemoryScopes.fresh`)."""
+        return self._scopes.fresh(scope, requested)
 
     def embedder(self, config: MemoryConfig) -> Embedder | None:
         """The bundled offline model (`"local"`), the endpoint's embedding model, or None: lexical only."""
         return self._embedders.get(config.embeddings_model)
 
-    async def query_vector(self, scope: MemoryScope, config: MemoryConfig, text: str) -> Vector | None:
-        """The message's embedding, or None when the scope's vectors come from another embedder (or none)."""
-        embedder = self.embedder(config)
-        if embedder is None or not text.strip() or scope.vectors.embedder_name != embedder.name:
-            return None
-        names = names_in(text)
-        speakers = (
-            await self.off_loop_if_large(scope, scope.store.speakers_among, names) if names and scope.loaded else set()
-        )
-        return await scope.vectors.embed_query(embedder, dense_query_text(text, speakers))
-
     def index_vectors(self, scope: MemoryScope, config: MemoryConfig) -> None:
-        """Make sure every active item of the scope gets a vector, in the background.
-
-        Vectors stored by an earlier run are read from the cache first; only texts never embedded are
-        embedded, a batch at a time, each batch stored before the next. Retrieval meanwhile uses
-        whatever vectors there are (and BM25 for the rest).
-        """
+        """Make sure every active item of the scope gets a vector, in the background, when the bot is idle
+        (`bot.memory.indexing`). Retrieval meanwhile uses whatever vectors there are, and BM25 for the rest."""
         embedder = self.embedder(config)
-        if embedder is None or (scope.indexing is not None and not scope.indexing.done()):
-            return
-        if scope.vectors.embedder_name == embedder.name and not scope.vectors.has_pending:
-            return
-        scope.indexing = asyncio.get_running_loop().create_task(
-            self._index_vectors(scope, embedder), name=f"memory vectors {scope.paths.root}"
-        )
+        if embedder is not None:
+            self._indexing.start(scope, embedder)
 
-    async def _read_stored_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
-        """Take up `embedder`'s vectors that an earlier run stored in the scope's cache; embeds nothing."""
-        async with scope.reading_stored_vectors:
-            await self._read_stored_vectors_held(scope, embedder)
-
-    async def _read_stored_vectors_held(self, scope: MemoryScope, embedder: Embedder) -> None:
-        cache = scope.vector_cache
-        assert cache is not None
-        async with self.fresh(scope):
-            if scope.vectors.embedder_name == embedder.name:
-                return
-            scope.vectors.use_embedder(embedder.name)
-            wanted = scope.vectors.wanted_keys()
-        if not wanted:
-            return
-        batches = await asyncio.to_thread(cache.load_quantized, embedder.name, wanted)
-        del wanted
-        read = sum(len(keys) for keys, _, _ in batches)
-        async with scope.lock:
-            if batches:
-                scope.vectors.reserve(read, batches[0][1].shape[1])
-            while batches:
-                scope.vectors.put_quantized(*batches.pop(0))
-            # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
-            await asyncio.to_thread(scope.vectors.prepare_search)
-        log.info("[Memory] %d item vectors read from %s", read, cache.path)
-        settle_after_load()
-
-    async def _index_vectors(self, scope: MemoryScope, embedder: Embedder) -> None:
-        cache = scope.vector_cache
-        assert cache is not None
-        started = time.monotonic()
-        embedded = 0
-        try:
-            await self._read_stored_vectors(scope, embedder)
-            while not scope.vectors.paused():
-                async with scope.lock:
-                    todo = scope.vectors.pending()
-                if not todo:
-                    break
-                for start in range(0, len(todo), EMBED_BATCH_SIZE):
-                    batch = todo[start : start + EMBED_BATCH_SIZE]
-                    try:
-                        vectors = await embedder.embed([text for _, text in batch])
-                    except (LlmError, ValueError, OSError) as error:
-                        scope.vectors.pause_after_failure(embedder.name, error)
-                        return
-                    made = dict(zip((key for key, _ in batch), as_float16(vectors), strict=True))
-                    await asyncio.to_thread(cache.store, embedder.name, made)
-                    async with scope.lock:
-                        scope.vectors.put(made)
-                    embedded += len(made)
-        except (OSError, sqlite3.Error) as error:
-            log.warning("[Memory] Item vectors of %s could not be kept: %s", scope.paths.root, error)
-        finally:
-            if embedded:
-                log.info(
-                    "[Memory] Embedded %d items with %s in %.1f s", embedded, embedder.name, time.monotonic() - started
-                )
+    def follow_replies(self, replies_waiting: Callable[[], bool]) -> None:
+        """`replies_waiting`: whether any message is waiting for its reply or being answered; the items'
+        vectors are made only once it has been False for a moment."""
+        self._indexing.follow_replies(replies_waiting)
 
     def warm_up(self, config: MemoryConfig) -> None:
         """At start, in the background: read every memory scope's items and bring their vectors up to date,
@@ -408,40 +174,16 @@ class MemoryService:
         if not config.enabled:
             return
         for scope in self.scopes_on_disk():
-            if scope.indexing is None:
-                scope.indexing = asyncio.get_running_loop().create_task(
-                    self._warm(scope, config), name=f"memory warm-up {scope.paths.root}"
-                )
-
-    async def _warm(self, scope: MemoryScope, config: MemoryConfig) -> None:
-        try:
-            async with self.fresh(scope):
-                pass
-        except OSError as error:
-            log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
-            return
-        scope.indexing = None
-        self.index_vectors(scope, config)
+            self._indexing.warm_up(scope, self.embedder(config))
 
     async def settle(self) -> None:
-        """Wait until no scope is embedding in the background (tests, benchmarks, a quiet shutdown)."""
-        while pending := [
-            s.indexing for s in self._scopes.values() if s.indexing is not None and not s.indexing.done()
-        ]:
-            await asyncio.wait(pending)
+        """Make every pending vector now and wait until no scope is embedding (tests, benchmarks)."""
+        await self._indexing.settle()
 
     async def close(self) -> None:
-        """Stop background embedding and close the vector caches."""
-        for scope in self._scopes.values():
-            if scope.indexing is not None:
-                scope.indexing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await scope.indexing
-            if scope.vector_cache is not None:
-                await asyncio.to_thread(scope.vector_cache.close)
-            await asyncio.to_thread(scope.store.close)
-        self._executor.shutdown(wait=False)
-        self._folder_changes.close()
+        """Stop background embedding and close the scopes' files."""
+        await self._indexing.close()
+        await self._scopes.close()
 
     # -- the prompt -------------------------------------------------------------------------------
 
@@ -455,304 +197,39 @@ class MemoryService:
         model: str | None = None,
         active_skill: str | None = None,
     ) -> MemoryPrompt:
-        """The `# Memory` section for a message to `session_id`; empty text when there is no memory.
-
-        `live` is the conversation the model is sent anyway: memory of it is not shown again (neither its
-        items nor its lines of the daily notes). `share_tokens` is what the prompt plan gives the memory
-        section: everything here (MEMORY.md, then the pack) is chosen to fit it, counted in the tokens of
-        `model` (the chat model, as the plan counts them), so nothing chosen is cut afterwards.
-        """
-        now = self._clock.now()
+        """The `# Memory` section for a message to `session_id` (`MemoryPromptBuilder.build`)."""
         scope = await self.scope(config, session_id)
-        live_ids = self._live.over(live or [])
-        live_conversation = LiveConversation(live_ids.ids, live_ids.in_order)
-        limit = config.max_prompt_budget_tokens
-        if share_tokens is not None:
-            # The share is a hard cap on the whole section: the header, and the rounding of per-line
-            # token estimates against the estimate of the joined text, come out of it first.
-            overhead = self._estimator.text(MEMORY_HEADER + "\n\n", model) + math.ceil(SHARE_MARGIN * share_tokens)
-            limit = min(limit, share_tokens - overhead)
-        budget = TextBudget(limit, self._estimator, model)
-        stable = relevant = ""
-        # Outside the owner's own chats, the chat's own MEMORY.md and what the owner shared (see `shared_by_owner`).
-        own = await self._read_long_term(scope)
+        # Outside the owner's own chats, the chat's own MEMORY.md and what the owner shared.
         shared = await self.shared_by_owner(config, session_id)
-        long_term = "\n\n".join(part for part in (own.strip("\n"), shared) if part) if shared else own
-        use: LongTermUse | None = None
-        if long_term:
-            # MEMORY.md may not take the whole share: scored items keep the rest. Beyond its share, its beginning
-            # leads and the pieces relevant to the message come from the rest.
-            cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
-            if budget.cost(long_term) <= cap:
-                fitted = whole_long_term(long_term)
-            elif cap < LONG_TERM_RELEVANCE_MIN_TOKENS:
-                # Too little room to reach anything by relevance: its head, cut visibly.
-                kept, _ = TextBudget(cap, self._estimator, model).take(long_term)
-                fitted = LongTermPrompt(kept, "", LongTermUse(len(long_term), len(kept)))
-            else:
-                fitted = long_term_prompt(
-                    await self._long_term_index(scope, long_term), text, cap, config.long_term_relevant_share,
-                    self._estimator, model,
-                )  # fmt: skip
-            # Charged with its header, and the relevant parts with the blank line that joins them to the pack.
-            shown = f"{LONG_TERM_HEADER}\n{fitted.head}"
-            relevant_cost = budget.cost(f"\n\n{fitted.relevant}") if fitted.relevant else 0
-            budget.remaining = max(budget.remaining - budget.cost(shown) - relevant_cost, 0)
-            stable = f"{MEMORY_HEADER}\n\n{shown}"
-            relevant, use = fitted.relevant, fitted.use
-            if self.sees_owner_memory(config, session_id):  # the owner's MEMORY.md, not a group's
-                self._tell_about_long_term(scope, use)
-        scope.long_term_use = use
-        try:
-            pack = await self._build_pack(
-                scope, config, session_id, text, now, live_conversation, budget.remaining, model, active_skill
-            )
-        except Exception:
-            # One broken piece of the structured memory must not cost the rest: the notes stand in.
-            log.exception("[Memory] The memory pack could not be built; the daily notes stand in")
-            pack = None
-        sections: list[str] = [relevant] if relevant else []
-        if pack is not None and not pack.empty:
-            sections.append(pack.rendered)
-        elif config.legacy_daily_notes_enabled and budget.remaining > 0:
-            notes = await read_daily_notes(scope.notes, now.date(), config.recent_days)
-            live_texts = self._live_user_texts.over(live or [])
-            sections += render_daily_notes(notes.without(live_texts, scope.note_lines), budget)
-        turn = "\n\n".join([MEMORY_HEADER, *sections]) if sections else ""
-        return MemoryPrompt(stable, turn, pack, use)
-
-    async def _long_term_index(self, scope: MemoryScope, text: str) -> LongTermIndex:
-        """MEMORY.md's pieces and their index, made again only when the file changed (in a thread when large)."""
-        index = scope.long_term_index
-        if index is None or index.text != text:
-            if len(text) > LONG_TERM_INLINE_CHARS:
-                index = await asyncio.get_running_loop().run_in_executor(self._executor, LongTermIndex, text)
-            else:
-                index = LongTermIndex(text)
-            scope.long_term_index = index
-        return index
-
-    def _tell_about_long_term(self, scope: MemoryScope, use: LongTermUse) -> None:
-        """The owner is told once when MEMORY.md outgrows its share; again only after it fitted meanwhile."""
-        if self._notices is None:
-            return
-        key = f"memory-md-over-share:{scope.paths.long_term_file}"
-        if use.whole:
-            self._notices.settle(key)
-            return
-        self._notices.tell_once(
-            key,
-            f"MEMORY.md ({use.total_chars:,} characters) has outgrown its share of the prompt. Nothing in it is "
-            f"lost: its first {use.head_chars:,} characters go with every message, and the parts further down "
-            "that a message is about are brought in with it. Keep what must always be in view near the top; "
-            "/status shows how much of it is in the prompt.",
-        )
-
-    @staticmethod
-    async def _dense_ahead(scope: MemoryScope, vector_task: asyncio.Future[Vector | None]) -> None:
-        """The dense candidates of the message, computed while the lexical ones are read (the vector
-        index keeps the answer for the scoring that follows; the scope's lock is held meanwhile)."""
-        vector = await asyncio.shield(vector_task)  # a cancel here must not cancel the vector itself
-        if vector is not None:
-            await asyncio.to_thread(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
-
-    async def _read_ahead(
-        self, scope: MemoryScope, text: str, vector_task: asyncio.Future[Vector | None], arrived: float
-    ) -> Vector | None:
-        """The message's vector, with the facts its scoring reads (and, past a small memory, its dense
-        candidates) read meanwhile under the scope's lock, which is not held waiting for the vector."""
-        dense_task: asyncio.Future[None] | None = None
-        async with self.fresh(scope, arrived):
-            if len(scope.store) > INLINE_WORK_MAX_ITEMS:
-                dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
-            await self.off_loop_if_large(scope, self._prefetch, scope, text)
-            if dense_task is not None:
-                if not vector_task.done():
-                    dense_task.cancel()  # still waiting for the vector: nothing started yet
-                with contextlib.suppress(asyncio.CancelledError):
-                    await dense_task
-        return await vector_task
-
-    @staticmethod
-    def _prefetch(scope: MemoryScope, text: str) -> None:
-        """Read the facts of the lexical candidates of `text` and of their neighbours ahead of scoring (the
-        store keeps them, the lexical index keeps the search), while the message's vector is being made."""
-        scope.store.episodic_neighbours(scope.lexical.search(text, LEXICAL_CANDIDATES))
-
-    def _retrieve_and_pack(
-        self, scope: MemoryScope, query: MemoryQuery, vector: Vector | None, model: str | None
-    ) -> tuple[RetrievalResult, MemoryPack]:
-        """Score the candidates, then pack the best (parsing only the items the pack reads)."""
-        result = scope.retrieval.retrieve(query, vector)
-        offered = offered_order(result.ranked, query)
-        pack = self._pack.build(
-            offered,
-            scope.store.get_many,
-            result.candidates,
-            query.soft_budget_tokens,
-            query.max_budget_tokens,
-            model,
-        )
-        return result, pack
-
-    async def _read_long_term(self, scope: MemoryScope) -> str:
-        try:
-            return await scope.long_term.for_model()
-        except OSError as error:
-            log.warning("[Memory] Could not read %s: %s", scope.paths.long_term_file, error)
-            return ""
-
-    async def _build_pack(
-        self,
-        scope: MemoryScope,
-        config: MemoryConfig,
-        session_id: str,
-        text: str,
-        now: datetime,
-        live: LiveConversation,
-        remaining_tokens: int,
-        model: str | None,
-        active_skill: str | None,
-    ) -> MemoryPack | None:
-        query = MemoryQuery(
-            text=text,
-            session_id=session_id,
-            now=now,
-            working_top_k=config.working_top_k,
-            working_days=config.recent_days,
-            episodic_top_k=config.episodic_top_k,
-            semantic_top_k=config.semantic_top_k,
-            procedural_top_k=config.procedural_top_k,
-            soft_budget_tokens=min(config.soft_prompt_budget_tokens, remaining_tokens),
-            max_budget_tokens=remaining_tokens,
-            live=live,
-            active_skill=active_skill,
-        )
-        started = time.perf_counter()
-        if not scope.loaded and scope.lock.locked():
-            # The start-up read of a large memory is still running: answer now from MEMORY.md and the
-            # daily notes rather than keep the first messages after a start waiting for it.
-            log.info("[Context] Memory items of %s still loading; the daily notes stand in", scope.paths.root)
-            return None
-        self.index_vectors(scope, config)
-        # The message's vector is made in a worker thread (the engine runs in C without the GIL) while the
-        # files are checked and the facts of the lexical candidates and their neighbours are read; if the
-        # vector is there by then, the dense search has run beside that read too (numpy, without the GIL). The
-        # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
-        # Without an embedder there is no vector to wait for, nor a read to do ahead of it: the scoring
-        # starts at once.
-        vector_task = (
-            asyncio.ensure_future(self.query_vector(scope, config, text)) if self.embedder(config) is not None else None
-        )
-        # Both holds of the lock below see the files as they were when the message came: the scoring after
-        # the vector does not check them again (an edit made meanwhile is read for the next message).
-        arrived = time.monotonic()
-        try:
-            vector = await self._read_ahead(scope, text, vector_task, arrived) if vector_task is not None else None
-            async with self.fresh(scope, arrived):
-                # The pack is built under the lock too: the items it reads are the ones that were scored.
-                result, pack = await self.off_loop_if_large(scope, self._retrieve_and_pack, scope, query, vector, model)
-        except OSError as error:
-            log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
-            return None
-        finally:
-            if vector_task is not None and not vector_task.done():
-                vector_task.cancel()
-        pack = dataclasses.replace(
-            pack,
-            diagnostics=dataclasses.replace(
-                pack.diagnostics,
-                embeddings_used=result.used_vectors,
-                elapsed_ms=(time.perf_counter() - started) * 1000,
-            ),
-        )
-        for scored in pack.items:
-            scope.accessed[scored.item.id] = now
-        scope.last_pack = pack
-        log.info("[Context] Memory pack: %s", pack.diagnostics.describe())
-        return pack
+        audience = PromptAudience(session_id, shared, self.sees_owner_memory(config, session_id))
+        return await self._prompts.build(scope, config, audience, text, live, share_tokens, model, active_skill)
 
     # -- writing ----------------------------------------------------------------------------------
 
     async def append_daily_note(self, config: MemoryConfig, event: TurnMemoryEvent) -> str:
-        scope = await self.scope(config, event.memory_key or event.session_id)
-        return await scope.notes.append(event.timestamp, event.user_text, event.assistant_text)
+        return await self._recorder.append_daily_note(await self._scope_of(config, event), event)
 
     async def record_turn(
         self, config: MemoryConfig, event: TurnMemoryEvent, previous_assistant_text: str = "", model: str = ""
     ) -> WriteReport:
         """The structured write of a finished turn: the episodic item and what extraction found."""
-        candidates = await self._extract(config, event, previous_assistant_text, model)
-        if event.speaker:
-            candidates = [attributed(candidate, event.speaker) for candidate in candidates]
-        scope = await self.scope(config, event.memory_key or event.session_id)
-        async with self.fresh(scope):
-            report = scope.writer.record_turn(event, candidates, config)
-        await scope.store.flush(durable=False)
-        self.index_vectors(scope, config)
-        return report
+        scope = await self._scope_of(config, event)
+        return await self._recorder.record_turn(scope, config, event, previous_assistant_text, model)
 
     async def retract_turn(self, config: MemoryConfig, event: TurnMemoryEvent, days: list[date]) -> WriteReport:
-        """Take back what `append_daily_note` and `record_turn` wrote for `event`, an exchange /retry or
-        /undo dropped: its daily-note line (looked for in `days`) and the items made or reinforced by it."""
-        scope = await self.scope(config, event.memory_key or event.session_id)
-        references = [ref for ref in (event.user_message_id, event.assistant_message_id) if ref]
-        note_removed = await scope.notes.remove_exchange(days, event.user_text, event.assistant_text)
-        async with self.fresh(scope):
-            report = scope.writer.retract(references)
-        await scope.store.flush()
-        log.info(
-            "[Memory] Took back a dropped exchange of %s: note line %s, %d items removed, %d weakened",
-            event.session_id,
-            "removed" if note_removed else "not found",
-            len(report.added),
-            len(report.reinforced),
-        )
-        return report
+        """Take back what `append_daily_note` and `record_turn` wrote for `event` (`TurnRecorder.retract_turn`)."""
+        return await self._recorder.retract_turn(await self._scope_of(config, event), event, days)
 
     async def record_missing_turns(
         self, config: MemoryConfig, session_id: str, turns: list[tuple[Message, Message]]
     ) -> int:
-        """Record the (user, assistant) turns no item refers to yet; returns how many were recorded.
+        """Record the (user, assistant) turns no item refers to yet (`TurnRecorder.record_missing_turns`)."""
+        return await self._recorder.record_missing_turns(
+            await self.scope(config, session_id), config, session_id, turns
+        )
 
-        Before a compaction takes messages out of the live session, this makes sure each of them
-        reached structured memory (a turn may have been missed while memory was off or a write failed).
-        """
-        scope = await self.scope(config, session_id)
-        recorded = 0
-        async with self.fresh(scope):
-            missing = [(user, answer) for user, answer in turns if not scope.store.is_referenced(user.id)]
-            for user, answer in missing:
-                event = TurnMemoryEvent(
-                    session_id,
-                    user.content,
-                    answer.content,
-                    user.timestamp.astimezone(self._clock.zone),
-                    user.id,
-                    answer.id,
-                )
-                extracted = self._rules.extract(event, code_aware=config.code_aware_extraction_enabled)
-                scope.writer.record_turn(event, extracted, config)
-                recorded += 1
-        await scope.store.flush()
-        if recorded:
-            log.info("[Memory] Recorded %d turns of %s before compaction", recorded, session_id)
-        return recorded
-
-    async def _extract(
-        self, config: MemoryConfig, event: TurnMemoryEvent, previous_assistant_text: str, model: str
-    ) -> list[MemoryCandidate]:
-        code_aware = config.code_aware_extraction_enabled
-        if config.llm_extraction_enabled and model:
-            extracted = await LlmMemoryExtractor(self._llm, model).extract(event)
-            if extracted is not None:
-                procedures = self._rules.extract(
-                    dataclasses.replace(event, user_text=""),
-                    code_aware=code_aware,
-                    previous_assistant_text=previous_assistant_text,
-                )
-                return extracted + procedures
-        return self._rules.extract(event, code_aware=code_aware, previous_assistant_text=previous_assistant_text)
+    async def _scope_of(self, config: MemoryConfig, event: TurnMemoryEvent) -> MemoryScope:
+        return await self.scope(config, event.memory_key or event.session_id)
 
     # -- reading for tools, commands and /status --------------------------------------------------
 
@@ -763,7 +240,8 @@ class MemoryService:
         the items the owner shared that have a word of `text` (all of them for an empty text), in a chat
         that does not see the owner's memory itself."""
         scope = await self.scope(config, session_id)
-        vector = await self.query_vector(scope, config, text)
+        embedder = self.embedder(config)
+        vector = None if embedder is None else await self._prompts.query_vector(scope, embedder, text)
         async with self.fresh(scope):
             if not text.strip():
                 found = [(item, 0.0) for item in scope.store.recently_updated(limit)]
@@ -814,14 +292,14 @@ class MemoryService:
             # Stored vectors not taken up yet (`python -m bot status` never starts the bot), or being read:
             # they count, whenever `/status` is asked.
             try:
-                await self._read_stored_vectors(scope, embedder)
+                await self._indexing.read_stored(scope, embedder)
             except (OSError, sqlite3.Error) as error:
                 log.warning("[Memory] Item vectors of %s could not be read: %s", scope.paths.root, error)
         async with self.fresh(scope):
             counts = scope.store.count_by_layer()
             vectors = scope.vectors.coverage
             skipped = scope.store.skipped_lines
-        long_term = await self._read_long_term(scope)
+        long_term = await read_long_term(scope)
         today = (await read_daily_notes(scope.notes, self._clock.now().date(), 0)).today
         return MemoryStatus(
             root=scope.paths.root,
@@ -855,30 +333,3 @@ class MemoryStatus:
     embedder: str | None = None
     # Lines of the item files that are not valid items (kept in the files, left out of memory).
     skipped_lines: int = 0
-
-
-def attributed(candidate: MemoryCandidate, speaker: str) -> MemoryCandidate:
-    """`candidate` as said by `speaker`: "Name: content", and its slot the speaker's own ("Name: lives in")."""
-    prefix = f"{speaker}: "
-    content = candidate.content if candidate.content.startswith(prefix) else prefix + candidate.content
-    key = None if candidate.key is None else prefix + candidate.key
-    return dataclasses.replace(candidate, content=content, key=key)
-
-
-@dataclass
-class _LiveIds:
-    ids: set[str] = field(default_factory=set)
-    in_order: list[str] = field(default_factory=list)
-
-
-def _with_id(live: _LiveIds, message: Message) -> _LiveIds:
-    live.ids.add(message.id)
-    live.in_order.append(message.id)
-    return live
-
-
-def _with_note_user_text(texts: set[str], message: Message) -> set[str]:
-    """A user message's text as its daily-note line holds it."""
-    if message.role is Role.USER:
-        texts.add(one_line(message.content, USER_TEXT_LIMIT))
-    return texts

@@ -2,16 +2,16 @@
 
 A search scores an item by how far its cosine with the message stands above the typical item's,
 against the best item's: (cosine − mean) / (best cosine − mean) (the z-score of `VectorIndex.relevance`,
-whose spread cancels out). Over 100,000 int8 rows the exact pass that computed every cosine for that
-took 10 ms of each message. Above `EXACT_SEARCH_MAX_ROWS` rows two things replace it:
+whose spread cancels out). Over a large memory the exact pass that computes every cosine for that is
+most of a search. Above `EXACT_SEARCH_MAX_ROWS` rows two things replace it:
 
 - the mean of the cosines over all rows is the query's product with the rows' sum, kept as rows
   are stored (`RowSum`): the same figure without the pass;
 - only a short list is scored exactly: the rows whose sign bits (of the row minus the rows' mean,
   which takes out the direction every e5 vector shares) differ least from the query's (`SignCodes`:
   48 bytes a row at 384 dimensions, compared 64 bits at a time). The exact int8 cosines of that list
-  then decide, as before; a row outside it is missed only if it was far down the sign ranking
-  (measured on the LoCoMo vectors: `bench/vector_prefilter.py`).
+  then decide; a row outside it is missed only if it was far down the sign ranking (what the short
+  list keeps: `bench/vector_prefilter.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-# Up to this many rows every cosine is computed (about 2 ms at 20,000 rows): the short list pays off above it.
+# Up to this many rows every cosine is computed (a short pass): the short list pays off above it.
 EXACT_SEARCH_MAX_ROWS = 20_000
 # The short list scored exactly: this share of the rows, and at least `SHORTLIST_MIN_FACTOR` times the
 # rows a search wants.
@@ -64,7 +64,7 @@ class SignCodes:
     The centre is the rows' mean when the codes were built; rows stored later are coded against the
     same centre (it only has to take out the direction all rows share, not be the exact mean). Kept
     word by word (64 dimensions of every row in one contiguous array), so a search runs a few passes
-    over 100,000 numbers rather than a reduction along short rows (0.4 ms against 2.6).
+    over long arrays rather than a reduction along short rows, which is several times slower.
     """
 
     def __init__(self, center: npt.NDArray[np.float32], capacity: int) -> None:
@@ -96,8 +96,8 @@ class SignCodes:
         rows at the cut-off distance included), in row order."""
         if used <= size:
             return np.arange(used)
-        # The query's code, without its part along the centre (measured on the LoCoMo vectors, it keeps a
-        # little more of the exact top rows than coding the query like a row).
+        # The query's code, without its part along the centre: on the LoCoMo vectors it keeps a little
+        # more of the exact top rows than coding the query like a row.
         center = self._center
         level = query - center * (float(query @ center) / max(float(center @ center), 1e-12)) + center
         code = self._pack(level[None, :])[:, 0]

@@ -1,8 +1,8 @@
-"""`ChatDispatcher`: each chat's messages strictly in order, different chats concurrently.
+"""`ChatDispatcher`: each chat's turns strictly in order, different chats concurrently.
 
-Every chat with work gets one worker task that takes its queued messages one at a time; the task
-ends when the queue is empty, so idle chats cost nothing. The message being handled runs as its own
-task: when it is cancelled (`/stop`), the messages queued behind it are still answered.
+Every chat with work gets one worker task that takes its queued turns one at a time; the task ends
+when the queue is empty, so idle chats cost nothing. The turn being handled runs as its own task: when
+it is cancelled (`/stop`), the turns queued behind it are still answered.
 """
 
 from __future__ import annotations
@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.channels.base import Channel
-from bot.domain.inbound import InboundMessage
+from bot.ledger.turns import Turn
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[InboundMessage, Channel], Coroutine[Any, Any, None]]
+Handler = Callable[[Turn, Channel], Coroutine[Any, Any, None]]
 
 
 @dataclass
 class _ChatQueue:
-    items: asyncio.Queue[tuple[InboundMessage, Channel]] = field(default_factory=asyncio.Queue)
+    items: asyncio.Queue[tuple[Turn, Channel]] = field(default_factory=asyncio.Queue)
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[None] | None = None
 
 
 class ChatDispatcher:
-    """Queues inbound messages per chat and runs `handler` on each, in arrival order."""
+    """Queues turns per chat and runs `handler` on each, in arrival order."""
 
     def __init__(self, handler: Handler) -> None:
         self._handler = handler
@@ -39,16 +39,17 @@ class ChatDispatcher:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def submit(self, inbound: InboundMessage, channel: Channel) -> bool:
-        """Queue a message; returns False once the dispatcher is closing (nothing is taken then)."""
+    def submit(self, turn: Turn, channel: Channel) -> bool:
+        """Queue a turn; returns False once the dispatcher is closing (nothing is taken then)."""
         if not self._accepting:
             return False
-        chat = self._chats.get(inbound.session_id)
+        session_id = turn.session_id
+        chat = self._chats.get(session_id)
         if chat is None:
-            chat = self._chats[inbound.session_id] = _ChatQueue()
-        chat.items.put_nowait((inbound, channel))
+            chat = self._chats[session_id] = _ChatQueue()
+        chat.items.put_nowait((turn, channel))
         if chat.worker is None:
-            chat.worker = asyncio.create_task(self._work(inbound.session_id, chat), name=f"chat {inbound.session_id}")
+            chat.worker = asyncio.create_task(self._work(session_id, chat), name=f"chat {session_id}")
         self._idle.clear()
         return True
 
@@ -81,8 +82,8 @@ class ChatDispatcher:
     async def _work(self, session_id: str, chat: _ChatQueue) -> None:
         try:
             while not chat.items.empty():
-                inbound, channel = chat.items.get_nowait()
-                chat.current = asyncio.create_task(self._handler(inbound, channel))
+                turn, channel = chat.items.get_nowait()
+                chat.current = asyncio.create_task(self._handler(turn, channel))
                 try:
                     await chat.current
                 except asyncio.CancelledError:

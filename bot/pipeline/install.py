@@ -41,8 +41,8 @@ from bot.workspace import Workspace
 
 @dataclass(frozen=True)
 class InstalledPipeline:
-    """The runner, the one outbound step (which records each reply in the turn ledger), and the systems
-    after the reply, which take back what they wrote for a dropped exchange."""
+    """The runner, the turn ledger that hands out each message's turn, the one outbound step, and the
+    systems after the reply, which take back what they wrote for a dropped exchange."""
 
     runner: PipelineRunner
     ledger: TurnLedger
@@ -87,7 +87,7 @@ def install(
         rag_indexing,
     ]
     runner = PipelineRunner(systems, sessions, config_store, metrics, tools)
-    outbound = Outbound(ledger, metrics)
+    outbound = Outbound(metrics)
     return InstalledPipeline(runner, ledger, outbound, memory_persist, rag_indexing, config_store)
 
 

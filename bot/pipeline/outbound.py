@@ -1,10 +1,10 @@
 """`Outbound`: the one step through which the pipeline's text reaches a chat.
 
 Replies, the live edits that show a reply while the model writes it, error replies and notes all go out
-here, and the turn's progress goes into the ledger as they do: "answered", with the reply's text, just
+here, around the turn's own records (`bot.ledger.turns.Turn`): `answered`, with the reply's text, just
 before the reply is sent (unless the session holds that very text as the turn's answer already: a
-restart finds it there); "delivered" as soon as it went out, or when the turn ends without one. The
-router and the runner hold a `TurnOutbound` for the message they handle, never the channel's sending
+restart finds it there); `delivered` as soon as it went out, or when the turn ends without one. The
+router and the runner hold a `TurnOutbound` for the turn they handle, never the channel's sending
 side; the systems get only the live reply stream it opens.
 
 A reply that cannot be sent is logged and counted; the turn is in the session either way (the user can
@@ -19,9 +19,8 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 
 from bot.channels.base import Channel
-from bot.domain.inbound import InboundMessage
 from bot.domain.turn import ReplyStream
-from bot.ledger.turns import TurnLedger, TurnState
+from bot.ledger.turns import Turn
 from bot.metrics import BotMetrics
 
 log = logging.getLogger(__name__)
@@ -33,49 +32,27 @@ _refreshers: set[asyncio.Task[None]] = set()
 
 
 class Outbound:
-    """Opens a `TurnOutbound` for each message handled; shares the ledger and the metrics."""
+    """Opens a `TurnOutbound` for each turn handled; shares the metrics."""
 
-    def __init__(self, ledger: TurnLedger | None = None, metrics: BotMetrics | None = None) -> None:
-        self.ledger = ledger
+    def __init__(self, metrics: BotMetrics | None = None) -> None:
         self._metrics = metrics or BotMetrics()
 
-    def for_turn(self, channel: Channel, inbound: InboundMessage) -> TurnOutbound:
-        """What goes to `inbound`'s chat while it is handled; its turn is the ledger's `journal_id`, if any."""
-        return TurnOutbound(channel, inbound, self.ledger, self._metrics)
+    def for_turn(self, channel: Channel, turn: Turn) -> TurnOutbound:
+        """What goes to the chat of `turn` while it is handled."""
+        return TurnOutbound(channel, turn, self._metrics)
 
 
 class TurnOutbound:
-    """Everything one message's handling sends to its chat, and the ledger records of its turn."""
+    """Everything one turn's handling sends to its chat; the turn records its reply around the send."""
 
-    def __init__(
-        self, channel: Channel, inbound: InboundMessage, ledger: TurnLedger | None, metrics: BotMetrics
-    ) -> None:
+    def __init__(self, channel: Channel, turn: Turn, metrics: BotMetrics) -> None:
         self._channel = channel
-        self._chat_id = inbound.chat_id
-        self._channel_type = inbound.channel_type
-        self._session_id = inbound.session_id
-        self._turn_id = inbound.journal_id if ledger is not None else None
-        self._ledger = ledger
+        self.turn = turn
+        self._chat_id = turn.inbound.chat_id
+        self._channel_type = turn.inbound.channel_type
+        self._session_id = turn.session_id
         self._metrics = metrics
         self._stream: ReplyStream | None = None
-        self._settled = False
-
-    @property
-    def settled(self) -> bool:
-        """Whether the turn is delivered already (a restart's backlog may hold one a `/retry` answered)."""
-        if self._settled:
-            return True
-        return (
-            self._ledger is not None
-            and self._turn_id is not None
-            and (self._ledger.state(self._turn_id) is TurnState.DELIVERED)
-        )
-
-    def recorded_reply(self) -> str | None:
-        """The reply the ledger holds for this turn: answered before a stop, its delivery not recorded."""
-        if self._ledger is None or self._turn_id is None:
-            return None
-        return self._ledger.reply(self._turn_id)
 
     async def send(self, text: str) -> str | None:
         """A message that is not the turn's reply (a note, a notice, a command's answer), as the channel sends it."""
@@ -132,7 +109,7 @@ class TurnOutbound:
         its fsync is left off the reply's path."""
         streamed = self._stream is not None and not failed and bool(text)
         if text and not stored:
-            await self._record_answered(text)
+            await self.turn.answered(text)
         delivered = False
         with self._failure_logged():
             if streamed and self._stream is not None and text:
@@ -144,7 +121,7 @@ class TurnOutbound:
                 whole = f"{text}\n\n{footnote}" if text and footnote else (text or footnote or "")
                 await self._channel.send_text(self._chat_id, whole)
                 delivered = bool(text) and not failed
-        await self.settle()
+        await self.turn.delivered()
         if delivered:
             self._metrics.replies_out.labels(self._channel_type).inc()
         return delivered
@@ -154,7 +131,7 @@ class TurnOutbound:
         log.info("[Pipeline] Sending %s the answer stored before the last stop, delivery unknown", self._session_id)
         with self._failure_logged():
             await self._channel.send_text(self._chat_id, text)
-        await self.settle()
+        await self.turn.delivered()
 
     @contextlib.contextmanager
     def _failure_logged(self) -> Iterator[None]:
@@ -165,38 +142,3 @@ class TurnOutbound:
         except Exception as error:
             self._metrics.errors.labels("delivery").inc()
             log.error("[Pipeline] Reply to %s could not be delivered: %s", self._session_id, error)
-
-    @contextlib.asynccontextmanager
-    async def settled_after(self) -> AsyncIterator[None]:
-        """Settle the turn when the body ends, or fails for good (replaying it would fail again); a cancel
-        (a shutdown cut it short) leaves it open, so the next start answers it."""
-        try:
-            yield
-        except Exception:
-            await self.settle()
-            raise
-        await self.settle()
-
-    async def settle(self) -> None:
-        """Record the turn delivered (its reply went out, or it ends without one), once; a restart leaves it."""
-        if self._settled:
-            return
-        self._settled = True
-        if self._ledger is None or self._turn_id is None:
-            return
-        try:
-            await self._ledger.delivered(self._turn_id)
-        except OSError as error:
-            log.error("[Pipeline] Could not record %s's reply delivered (%s); it may go again", self._session_id, error)
-
-    async def _record_answered(self, text: str) -> None:
-        if self._ledger is None or self._turn_id is None or self._settled:
-            return
-        try:
-            await self._ledger.answered(self._turn_id, text)
-        except OSError as error:
-            log.error(
-                "[Pipeline] Could not record %s's reply (%s); a crash before it is sent loses it",
-                self._session_id,
-                error,
-            )

@@ -1,17 +1,12 @@
-"""`PipelineRunner`: runs the numbered systems for one inbound message; its reply goes out through `Outbound`.
+"""`PipelineRunner`: runs the numbered systems for one turn; its reply goes out through `TurnOutbound`.
 
-The user's message joins the session before any system runs. A message the ledger received (it holds
-it durably until its turn is delivered) is written with the turn's answer, or with the failure that
-ends the turn, in one save: a crash before that leaves the turn open in the ledger, and the next start
-answers it. A message the ledger could not take is written at once. Systems before the reply (18, 20,
-30) may end the turn with a user-facing error; the reply is then delivered; systems after it (50, 55)
-only log their failures.
-
-The answer is stored before it is sent, and the outbound step records it answered (only when the
-session on disk does not hold it as it goes out: a failure's reply, a note put before it, a save that
-failed), then delivered. A turn a restart hands back `resumed` (its question already in the session)
-gets the reply the ledger recorded, or failing that the answer the session holds, sent as it is;
-otherwise it is answered from where it stopped.
+The turn (`bot.ledger.turns.Turn`) decides what is sent: a reopened turn's `resume` gives the reply to
+send as it is, without a model call, and a turn whose question the session holds is answered from it.
+Otherwise the user's message joins the session before any system runs; a turn the ledger holds writes
+it with its answer, or with the failure that ends it, in one save (a crash before that leaves the turn
+open, and the next start answers it); an unrecorded one writes it at once. Systems before the reply
+(18, 20, 30) may end the turn with a user-facing error, which is then its reply; systems after it (50,
+55) only log their failures.
 """
 
 from __future__ import annotations
@@ -22,18 +17,17 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from bot.channels.base import EDITED, QUOTE_AUTHOR, QUOTE_TEXT
 from bot.domain.inbound import InboundMessage
-from bot.domain.message import MediaRef, Message, Quote, Role, Sender, new_message_id
+from bot.domain.message import Message, Role, Sender, new_message_id
 from bot.domain.session import AgentSession
 from bot.domain.session_metadata import SessionMetadata
+from bot.ledger.turns import stored_answer
 from bot.llm.errors import LlmError
-from bot.media.intake import MEDIA_MIME, MEDIA_PATH, MEDIA_PIXELS
 from bot.metrics import BotMetrics
 from bot.pipeline.outbound import TurnOutbound
 from bot.pipeline.system import PipelineSystem, UserFacingError
 from bot.pipeline.turn import TurnContext
-from bot.pipeline.turn_storage import store_turn_messages, stored_answer, stored_question
+from bot.pipeline.turn_storage import store_turn_messages
 from bot.runtime_config import RuntimeConfigStore
 from bot.sessions.service import SessionPersistError, SessionService
 from bot.tools.registry import ToolRegistry
@@ -116,7 +110,7 @@ class PipelineRunner:
 
     async def _end_without_reply(self, ctx: TurnContext, outbound: TurnOutbound) -> None:
         await self._write_question(ctx)
-        await outbound.settle()
+        await outbound.turn.delivered()
 
     async def _write_question(self, ctx: TurnContext) -> None:
         """Save the session, so a turn that ends without an answer still has its question written."""
@@ -126,36 +120,32 @@ class PipelineRunner:
             ctx.storage_problem = str(error)
 
     async def run(self, inbound: InboundMessage, outbound: TurnOutbound) -> TurnContext | None:
-        """Answer one message, sending everything through `outbound`. The caller guarantees one run per
-        chat at a time.
+        """Answer `inbound`, the message of `outbound.turn` as prepared for the model, sending everything
+        through `outbound`. The caller guarantees one run per chat at a time.
 
         The reply is recorded delivered as soon as it went out, before memory and RAG are written (the
         shorter that gap, the rarer an answer sent twice after a crash).
         """
         started = time.monotonic()
+        turn = outbound.turn
         self._metrics.messages_in.labels(inbound.channel_type).inc()
         config = await self._config_store.current()
         session = await self._sessions.get_or_create(inbound.channel_type, inbound.chat_id)
         async with self._sessions.lock_for(session.id):
             await self._tell_about_recovery(session.metadata, outbound)
-            pending = None
-            if inbound.resumed:
-                if outbound.settled:
-                    return None  # delivered meanwhile (a /retry answered it again)
-                pending = stored_question(session, inbound.journal_id)
-                answer = outbound.recorded_reply()
-                if answer is None and pending is not None:
-                    stored = stored_answer(session, pending.id)
-                    answer = stored.content if stored is not None else None
-                if answer is not None:
-                    # Answered before the stop, its delivery unknown: sent as it is, the model not asked again.
-                    await outbound.resend(answer)
-                    return None
+            if turn.settled:
+                return None  # delivered meanwhile (a /retry answered it again)
+            answer = turn.resume(session)
+            if answer is not None:
+                # Answered before the stop, its delivery unknown: sent as it is, the model not asked again.
+                await outbound.resend(answer)
+                return None
+            pending = turn.stored_question(session)
             ctx = TurnContext(
                 inbound=inbound,
                 session=session,
                 config=config,
-                user_message=pending or user_message_for(inbound, session),
+                user_message=pending or user_message_for(inbound, session, turn.id),
                 model=config.llm.model,
                 reply_stream=outbound.open_stream() if config.tool_loop.streaming else None,
             )
@@ -163,7 +153,7 @@ class PipelineRunner:
                 session.metadata.is_group = True
             if pending is not None:
                 log.info("[Pipeline] Answering %s's message left unanswered by the last stop", session.id)
-            elif inbound.journal_id is not None:
+            elif turn.recorded:
                 self._sessions.add_unwritten(session, [ctx.user_message])
             else:
                 await store_turn_messages(self._sessions, ctx, [ctx.user_message])
@@ -229,29 +219,15 @@ class PipelineRunner:
             )
 
 
-def user_message_for(inbound: InboundMessage, session: AgentSession) -> Message:
-    """The session's user message for `inbound`: its text, sender, quoted reply, image and, for an edit of a
-    message already answered, which stored message it corrects."""
-    extra = inbound.extra
+def user_message_for(inbound: InboundMessage, session: AgentSession, message_id: str | None = None) -> Message:
+    """The session's user message for `inbound` (its id `message_id`, the turn's, when it has one): its text,
+    sender, quoted reply, image and, for an edit of a message already answered, which stored message it
+    corrects."""
     sender = Sender(id=inbound.user_id, name=inbound.display_name) if inbound.sender_name or inbound.username else None
-    quote = (
-        Quote(author=extra.get(QUOTE_AUTHOR) or "someone", text=extra[QUOTE_TEXT]) if extra.get(QUOTE_TEXT) else None
-    )
-    media = None
-    if extra.get(MEDIA_PATH):
-        width, _, height = (extra.get(MEDIA_PIXELS) or "").partition("x")
-        media = [
-            MediaRef(
-                kind="image",
-                path=extra[MEDIA_PATH],
-                mime=extra.get(MEDIA_MIME) or "image/jpeg",
-                caption=inbound.text or None,
-                width=int(width) if width.isdigit() and int(width) > 0 else None,
-                height=int(height) if height.isdigit() and int(height) > 0 else None,
-            )
-        ]
+    image = inbound.image
+    media = [image.model_copy(update={"caption": inbound.text or None})] if image is not None else None
     correction_of = None
-    if extra.get(EDITED) and inbound.message_id is not None:
+    if inbound.edited and inbound.message_id is not None:
         earlier = next(
             (
                 stored
@@ -262,11 +238,11 @@ def user_message_for(inbound: InboundMessage, session: AgentSession) -> Message:
         )
         correction_of = earlier.id if earlier is not None else None
     return Message(
-        id=inbound.journal_id or new_message_id(),
+        id=message_id or new_message_id(),
         role=Role.USER,
         content=inbound.text,
         sender=sender,
-        quote=quote,
+        quote=inbound.quote,
         media=media,
         correction_of=correction_of,
         channel_message_id=inbound.message_id,

@@ -204,6 +204,7 @@ class EmbeddedLightRag:
         self._closed = True
         for workspace, rag in list(self._instances.items()):
             try:
+                await _drop_unfinished_vectors(rag)
                 await _stop_call_workers(rag)
                 await rag.finalize_storages()
             except Exception as error:
@@ -374,6 +375,16 @@ def _check_postgres_environment() -> None:
         raise RagBackendError("unset POSTGRES_WORKSPACE: the bot names LightRAG workspaces itself (memory.scope)")
     if not os.environ.get("POSTGRES_DATABASE") or not os.environ.get("POSTGRES_USER"):
         raise RagBackendError("rag.backend postgres needs POSTGRES_HOST, POSTGRES_PORT, POSTGRES_USER, ... set")
+
+
+async def _drop_unfinished_vectors(rag: Any) -> None:
+    """Drop the vectors an insert cut short by the stop left waiting for the embedder, which is stopped
+    next: finalizing would otherwise try to embed them and fail. Nothing is lost: a finished insert has
+    flushed its own, and the documents of one cut short stay queued and are indexed again at the next start."""
+    for name in ("entities_vdb", "relationships_vdb", "chunks_vdb"):
+        drop = getattr(getattr(rag, name, None), "drop_pending_index_ops", None)
+        if callable(drop):
+            await drop()
 
 
 async def _stop_call_workers(rag: Any) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bot.channels.base import FILE_ID, FILE_MIME, FILE_NAME, FILE_SIZE, Channel, FileUnavailable
+from bot.channels.base import Channel, FileUnavailable
 from bot.clock import Clock
 from bot.domain.inbound import InboundMessage
 from bot.rag.reading import MAX_DOWNLOAD_BYTES, READABLE, UnreadableDocument, document_text, kind_of, parts_of
@@ -66,9 +66,11 @@ class DocumentReader:
     # -- a document arrives ---------------------------------------------------------------------------
 
     async def accept(self, inbound: InboundMessage, channel: Channel) -> None:
-        """Read the document of `inbound` (its `FILE_*` extras) into the chat's graph; answers every case."""
-        name = inbound.extra.get(FILE_NAME, "document")
-        size = int(inbound.extra.get(FILE_SIZE, "0") or 0)
+        """Read the document attached to `inbound` into the chat's graph; answers every case."""
+        document = inbound.attachment
+        if document is None or document.kind != "document":
+            return
+        name, size, mime = document.name or "document", document.size_bytes, document.mime
         if not self._config().rag.enabled:
             await channel.send_text(inbound.chat_id, f"I can't keep {name}: the knowledge graph is turned off.")
             return
@@ -77,14 +79,14 @@ class DocumentReader:
             reply = f"{name} is {megabytes:.0f} MB: Telegram lets bots download files of at most 20 MB."
             await channel.send_text(inbound.chat_id, reply)
             return
-        if kind_of(name, inbound.extra.get(FILE_MIME, "")) is None:
+        if kind_of(name, mime) is None:
             await channel.send_text(inbound.chat_id, f"I can't read {name}: I can read {READABLE}.")
             return
         try:
-            data = await channel.download(inbound.extra[FILE_ID])
+            data = await channel.download(document.file_id)
             if len(data) > MAX_DOWNLOAD_BYTES:
                 raise FileUnavailable("Telegram lets bots download files of at most 20 MB")
-            text = await asyncio.to_thread(document_text, name, inbound.extra.get(FILE_MIME, ""), data)
+            text = await asyncio.to_thread(document_text, name, mime, data)
         except FileUnavailable as error:
             log.warning("[RAG] Could not fetch %s from %s: %s", name, inbound.session_id, error)
             await channel.send_text(inbound.chat_id, f"I couldn't get {name}: {error}.")

@@ -20,7 +20,7 @@ from bot.clock import InvalidTimezone, resolve_timezone
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.errors import LlmError, LlmFailure
-from bot.llm.models import ModelRegistry
+from bot.llm.models import ModelRegistry, Tier
 from bot.logging_setup import redact
 from bot.runtime_config import InvalidRuntimeConfig, parse_runtime_config
 from bot.settings import EnvSettings, RuntimeConfig
@@ -214,6 +214,25 @@ async def check_model_call(api_key: str | None, base_url: str | None, model: str
         passed("Model key", "accepted" if api_key else "none sent, none needed"),
         passed("Model", f"{model} answers"),
     ]
+
+
+async def cheaper_extraction_model(
+    api_key: str | None, base_url: str | None, chat_model: str, registry: ModelRegistry
+) -> str | None:
+    """A `fast` model (models.json's tier) the endpoint serves, to read exchanges into the knowledge graph
+    for less than the chat model; None when the chat model is fast itself, or the endpoint offers none the
+    bot knows (or does not list its models)."""
+    if registry.lookup(chat_model).tier is Tier.FAST:
+        return None
+    client = LlmClient(api_key, base_url)
+    try:
+        served = await client.model_ids(NETWORK_TIMEOUT_SECONDS)
+    except LlmError:
+        return None
+    finally:
+        await client.close()
+    fast = [name for name in served if registry.lookup(name).known and registry.lookup(name).tier is Tier.FAST]
+    return fast[0] if fast else None
 
 
 def _model_failure(error: LlmError, endpoint: str, model: str) -> CheckResult:

@@ -34,6 +34,7 @@ from bot.settings import EnvSettings
 from bot.setup.checks import (
     NETWORK_TIMEOUT_SECONDS,
     CheckResult,
+    cheaper_extraction_model,
     check_model_call,
     check_telegram_token,
     model_registry,
@@ -57,6 +58,11 @@ def add_onboard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help="the endpoint's key")
     parser.add_argument("--model", help=f"the chat model (default {DEFAULT_MODEL})")
     parser.add_argument("--model-window", type=int, help="input tokens of a model models.json does not know")
+    parser.add_argument(
+        "--extraction-model",
+        help="the model that reads exchanges into the knowledge graph (default: a cheaper fast model the endpoint "
+        "offers, else the chat model)",
+    )
     parser.add_argument("--owner-id", type=int, help="the owner's Telegram user id")
     parser.add_argument("--pair", action="store_true", help="set the owner by a code they send to the bot")
     parser.add_argument("--timezone", help="IANA time zone, e.g. Europe/Berlin (default: the machine's)")
@@ -75,6 +81,7 @@ class Answers:
     api_key: str = ""
     model: str = DEFAULT_MODEL
     model_window: int | None = None
+    extraction_model: str | None = None
     owner_id: int | None = None
     timezone: str = ""
     workspace: str = "./workspace"
@@ -129,6 +136,7 @@ async def _ask_everything(env: EnvSettings, args: argparse.Namespace, terminal: 
     answers = Answers(workspace=args.workspace or str(env.bot_workspace))
     await _ask_telegram(env, args, terminal, answers)
     await _ask_model(env, args, terminal, answers)
+    await _ask_extraction_model(args, terminal, answers)
     await _ask_owner(env, args, terminal, answers)
     _ask_timezone(env, args, terminal, answers)
     return answers
@@ -182,6 +190,45 @@ async def _ask_model(env: EnvSettings, args: argparse.Namespace, terminal: Termi
         terminal.failed(
             CheckResult("Model window", False, f"{text!r} is not a number of tokens", "give a whole number ≥ 1024")
         )
+
+
+async def _ask_extraction_model(args: argparse.Namespace, terminal: Terminal, answers: Answers) -> None:
+    """The model that reads each stretch of conversation into the knowledge graph (`rag.extractionModel`):
+    a model call per stretch, so the cheapest that does the job; offered when the endpoint serves one."""
+    chosen: str | None = args.extraction_model
+    if chosen is None:
+        registry = model_registry(EnvSettings(bot_workspace=Path(answers.workspace)))
+        offered = await cheaper_extraction_model(
+            answers.api_key or None, answers.base_url or None, answers.model, registry
+        )
+        if offered is None:
+            terminal.out(
+                f"✓ Knowledge graph: read by {answers.model} (the endpoint offers no cheaper model the bot knows)"
+            )
+            return
+        reply = terminal.ask(
+            f"Read conversations into the knowledge graph with {offered}, cheaper than {answers.model}? (y/n)",
+            None,
+            "y",
+        )
+        if reply.lower() not in ("y", "yes"):
+            terminal.out(f"✓ Knowledge graph: read by {answers.model}")
+            return
+        chosen = offered
+    problem = next(
+        (
+            result
+            for result in await check_model_call(answers.api_key or None, answers.base_url or None, chosen)
+            if not result.ok
+        ),
+        None,
+    )
+    if problem is not None:
+        terminal.failed(problem)  # with flags: stops here, nothing written
+        terminal.out(f"✓ Knowledge graph: read by {answers.model}")
+        return
+    answers.extraction_model = chosen
+    terminal.out(f"✓ Knowledge graph: read by {chosen} (rag.extractionModel)")
 
 
 async def _ask_owner(env: EnvSettings, args: argparse.Namespace, terminal: Terminal, answers: Answers) -> None:
@@ -273,6 +320,8 @@ def _write_workspace(answers: Answers) -> Path:
     workspace = prepare_workspace(env)
     if answers.owner_id is not None:
         _merge_json(workspace.runtime_config_file, {"access": {"allowedUsers": [answers.owner_id]}})
+    if answers.extraction_model is not None:
+        _merge_json(workspace.runtime_config_file, {"rag": {"extractionModel": answers.extraction_model}})
     if answers.model_window is not None:
         entry = {"maxInputTokens": answers.model_window, "maxOutputTokens": min(4096, answers.model_window // 4)}
         _merge_json(workspace.models_file, {"models": {answers.model: {**entry, "tier": "smart"}}})

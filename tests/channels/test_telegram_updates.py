@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from bot.channels.base import CHANNEL_NOTICE
 from bot.channels.telegram_updates import BotIdentity, inbound_from_update
+from bot.domain.inbound import Attachment
+from bot.domain.message import Quote
 from bot.settings import TelegramGroupsConfig
 from tests.fakes.telegram_server import detect_entities
 
@@ -47,9 +48,8 @@ def test_a_caption_counts_as_text() -> None:
     update = message_update(photo=[{"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}], caption="what?")
     inbound = inbound_from_update(update, BOT, GROUPS)
     assert inbound is not None and inbound.text == "what?"
-    assert inbound.extra == {
-        "imageId": "f", "imageSize": "0", "imageMime": "image/jpeg", "imagePixels": "1x1", "attachment": "photo"
-    }  # fmt: skip
+    assert inbound.attachment == Attachment("image", "f", "image/jpeg", 0, width=1, height=1)
+    assert inbound.notice is None
     assert inbound.sender_name == "Ann"
 
 
@@ -60,53 +60,57 @@ def test_a_photo_brings_its_largest_size_within_the_pixel_budget() -> None:
         {"file_id": "large", "width": 2560, "height": 1920, "file_size": 400},
     ]
     inbound = inbound_from_update(message_update(photo=sizes), BOT, GROUPS, max_image_pixels=1_000_000)
-    assert inbound is not None and inbound.extra["imageId"] == "medium" and inbound.extra["imageSize"] == "50"
-    assert inbound.extra["imagePixels"] == "800x600"  # what the image costs the prompt follows from it
+    assert inbound is not None and inbound.attachment is not None
+    # What the image costs the prompt follows from its pixel size, carried as numbers to the model.
+    assert inbound.attachment == Attachment("image", "medium", "image/jpeg", 50, width=800, height=600)
     tiny_budget = inbound_from_update(message_update(photo=sizes), BOT, GROUPS, max_image_pixels=10_000)
-    assert tiny_budget is not None and tiny_budget.extra["imageId"] == "small"
+    assert tiny_budget is not None and tiny_budget.attachment is not None
+    assert tiny_budget.attachment.file_id == "small"
 
 
 def test_an_image_file_is_an_image_and_a_pdf_a_document() -> None:
     png = {"file_id": "p", "file_name": "chart.png", "mime_type": "image/png", "file_size": 9}
     as_image = inbound_from_update(message_update(document=png), BOT, GROUPS)
-    assert as_image is not None and as_image.extra == {"imageId": "p", "imageSize": "9", "imageMime": "image/png"}
+    assert as_image is not None and as_image.attachment == Attachment("image", "p", "image/png", 9, "chart.png")
     unnamed = {"file_id": "j", "file_name": "scan.JPG", "mime_type": "application/octet-stream"}
     jpeg = inbound_from_update(message_update(document=unnamed), BOT, GROUPS)
-    assert jpeg is not None and jpeg.extra["imageMime"] == "image/jpeg"
+    assert jpeg is not None and jpeg.attachment is not None
+    assert (jpeg.attachment.kind, jpeg.attachment.mime) == ("image", "image/jpeg")
     pdf = {"file_id": "d", "file_name": "a.pdf", "mime_type": "application/pdf"}
     document = inbound_from_update(message_update(document=pdf), BOT, GROUPS)
-    assert document is not None and document.extra["fileId"] == "d" and "imageId" not in document.extra
+    assert document is not None and document.attachment == Attachment("document", "d", "application/pdf", 0, "a.pdf")
 
 
 def test_a_voice_note_and_an_audio_file_carry_what_transcription_needs() -> None:
     voice = {"file_id": "v", "duration": 3, "mime_type": "audio/ogg", "file_size": 1234}
     inbound = inbound_from_update(message_update(voice=voice), BOT, GROUPS)
     assert inbound is not None and inbound.text == ""
-    assert inbound.extra == {
-        "audioId": "v", "audioSize": "1234", "audioMime": "audio/ogg", "audioName": "voice.ogg", "audioSeconds": "3"
-    }  # fmt: skip
+    assert inbound.attachment == Attachment("audio", "v", "audio/ogg", 1234, "voice.ogg", seconds=3)
     audio = {"file_id": "a", "file_name": "memo.mp3", "mime_type": "audio/mpeg", "file_size": 5}
     song = inbound_from_update(message_update(audio=audio), BOT, GROUPS)
-    assert song is not None and song.extra["audioName"] == "memo.mp3" and song.extra["audioSeconds"] == "0"
+    assert song is not None and song.attachment == Attachment("audio", "a", "audio/mpeg", 5, "memo.mp3")
 
 
 def test_a_reply_carries_the_quoted_text_and_its_author() -> None:
     replied = {"message_id": 3, "from": {"id": 7, "first_name": "Bob", "last_name": "Stone"}, "text": "lunch at 1?"}
     inbound = inbound_from_update(message_update("fine by me", reply_to_message=replied), BOT, GROUPS)
-    assert inbound is not None and inbound.extra == {"quoteAuthor": "Bob Stone", "quoteText": "lunch at 1?"}
+    assert inbound is not None and inbound.quote == Quote(author="Bob Stone", text="lunch at 1?")
+    assert inbound.attachment is None
     picked = message_update("yes", reply_to_message=replied, quote={"text": "at 1", "position": 9})
     partial = inbound_from_update(picked, BOT, GROUPS)
-    assert partial is not None and partial.extra["quoteText"] == "at 1"
+    assert partial is not None and partial.quote is not None and partial.quote.text == "at 1"
     to_bot = {"message_id": 4, "from": {"id": BOT.id, "is_bot": True, "first_name": "Bot"}, "text": "x" * 900}
     long = inbound_from_update(message_update("why?", reply_to_message=to_bot), BOT, GROUPS)
-    assert long is not None and long.extra["quoteAuthor"] == "you (the assistant)"
-    assert len(long.extra["quoteText"]) == 500 and long.extra["quoteText"].endswith("…")
+    assert long is not None and long.quote is not None and long.quote.author == "you (the assistant)"
+    assert len(long.quote.text) == 500 and long.quote.text.endswith("…")
 
 
 def test_an_edit_comes_back_marked_with_the_edited_message_id() -> None:
     inbound = inbound_from_update({"update_id": 5, "edited_message": message_update("fixed")["message"]}, BOT, GROUPS)
     assert inbound is not None and inbound.text == "fixed" and inbound.message_id == "7"
-    assert inbound.extra == {"edited": "1"}
+    assert inbound.edited and inbound.attachment is None and inbound.notice is None
+    fresh = inbound_from_update(message_update("fixed"), BOT, GROUPS)
+    assert fresh is not None and not fresh.edited
     photo = message_update(photo=[{"file_id": "f", "width": 1, "height": 1}])["message"]
     assert inbound_from_update({"update_id": 6, "edited_message": photo}, BOT, GROUPS) is None
 
@@ -122,22 +126,18 @@ def test_media_without_caption_gets_a_notice(field: str, words: str) -> None:
     media: dict[str, Any] = {field: {"file_id": "f"}}
     inbound = inbound_from_update(message_update(**media), BOT, GROUPS)
     assert inbound is not None and inbound.text == ""
-    assert words in inbound.extra[CHANNEL_NOTICE]
+    assert inbound.notice is not None and words in inbound.notice and inbound.attachment is None
 
 
 def test_a_document_carries_what_the_pipeline_needs_to_fetch_and_read_it() -> None:
     document = {"file_id": "f1", "file_unique_id": "u", "file_name": "report.pdf", "mime_type": "application/pdf",
                 "file_size": 2048}  # fmt: skip
     inbound = inbound_from_update(message_update(document=document), BOT, GROUPS)
-    assert inbound is not None and inbound.text == "" and CHANNEL_NOTICE not in inbound.extra
-    assert inbound.extra == {
-        "fileId": "f1",
-        "fileName": "report.pdf",
-        "fileSize": "2048",
-        "fileMime": "application/pdf",
-    }
+    assert inbound is not None and inbound.text == "" and inbound.notice is None
+    assert inbound.attachment == Attachment("document", "f1", "application/pdf", 2048, "report.pdf")
     captioned = inbound_from_update(message_update(document=document, caption="summarise it"), BOT, GROUPS)
-    assert captioned is not None and captioned.text == "summarise it" and captioned.extra["attachment"] == "document"
+    assert captioned is not None and captioned.text == "summarise it"
+    assert captioned.attachment == inbound.attachment
 
 
 @pytest.mark.parametrize(

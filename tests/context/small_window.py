@@ -7,6 +7,10 @@ drops its oldest messages and reports the smaller usage as Ollama does ("cut"). 
 the first turns, chats on with messages of about 270 tokens, and at the end asks for each fact; the
 figures say how many turns were answered, how many prompts the endpoint refused or cut, and how many of
 the facts were in the prompt the model received when it was asked for them.
+
+The third endpoint has no window of its own ("unlimited") and counts tokens as a real tokenizer varies
+(code and non-Latin text cost more a character than prose); the user chats with messages of very
+different kinds and sizes (`varied`): no window must be learned from its usage.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bot.app import Application
+from bot.context.silent_cut import ResidualSpread
 from tests.compaction.helpers import fact_keeping_summary, is_summary_request, request_text
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, message_text
@@ -36,7 +41,24 @@ FACTS = (
 MESSAGE_CHARS = 1080
 CHATTER = "Some ordinary chatter about the weather, the garden, the train timetable and weekend plans. "
 FAILURE_WORDS = ("too long for the model", "Something went wrong", "could not reach")
-Behaviour = Literal["refuse", "cut"]
+Behaviour = Literal["refuse", "cut", "unlimited"]
+PROSE = (
+    "The committee met on Tuesday to discuss the new cycling lanes, and after a long debate about parking, "
+    "deliveries and the school run, it agreed to try them for six months on the two busiest streets. "
+)
+CODE = """def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+"""
+RUSSIAN = "Вчера мы ездили на дачу, собирали яблоки и варили варенье до позднего вечера. "
+CHINESE = "今天下午我们去公园散步，看到很多人在湖边钓鱼，天气非常好。"
+# A paste laid out with runs of one character: rules and deep indentation (a tokenizer's cheapest text).
+LAYOUT = "=" * 72 + "\n" + "".join(f"{' ' * 24}- step {number}: {'.' * 40} done\n" for number in range(12))
 
 
 @dataclass(frozen=True)
@@ -54,6 +76,10 @@ class SmallWindowRun:
     largest_prompt_tokens: int
     learned_window: int | None
     notices: list[str]
+    # What the silent-cut judgement relied on at the end: the residuals' spread, the shortfalls and the slack.
+    spread: ResidualSpread
+    # The estimator's characters a token for the model at the end (the fake counts 4, besides the framing).
+    chars_per_token: float
 
 
 class _Model:
@@ -77,6 +103,22 @@ def padded(text: str) -> str:
     return (text + " " + CHATTER * (MESSAGE_CHARS // len(CHATTER) + 1))[:MESSAGE_CHARS]
 
 
+def varied(number: int) -> str:
+    """Message `number` of a chat whose messages differ in kind and size: short, long prose, code, Russian,
+    Chinese, a layout of rules and indentation, a mix; each kind from one to four times its base length."""
+    times = 1 + number % 4
+    kinds = (
+        "ok, thanks!",
+        PROSE * 3 * times,
+        "Can you review this?\n```python\n" + CODE * times + "```",
+        RUSSIAN * 2 * times,
+        CHINESE * 3 * times,
+        LAYOUT * 2 * times,
+        f"{CHINESE} {PROSE} {RUSSIAN} {CODE}" * times,
+    )
+    return f"Turn {number}. {kinds[number % len(kinds)]}"
+
+
 def prepare_workspace(workspace: Path) -> None:
     preferences = workspace / "preferences"
     preferences.mkdir(parents=True, exist_ok=True)
@@ -90,8 +132,11 @@ async def run_small_window(workspace: Path, fake: FakeOpenAI, behaviour: Behavio
     prepare_workspace(workspace)
     model = _Model()
     fake.set_responder(model)
-    fake.window_tokens = WINDOW_TOKENS
-    fake.window_behaviour = behaviour
+    if behaviour == "unlimited":
+        fake.token_count = "mixed"
+    else:
+        fake.window_tokens = WINDOW_TOKENS
+        fake.window_behaviour = behaviour
     channel = RecordingChannel()
     services = Application(env_for(workspace, fake))
     answered = facts_in_prompt = 0
@@ -108,7 +153,8 @@ async def run_small_window(workspace: Path, fake: FakeOpenAI, behaviour: Behavio
     try:
         chatter_turns = max(0, turns - 2 * len(FACTS))
         messages = [padded(f"Please remember this: {fact}.") for fact, _, _ in FACTS]
-        messages += [padded(f"Turn {number}.") for number in range(chatter_turns)]
+        chatter = varied if behaviour == "unlimited" else lambda number: padded(f"Turn {number}.")
+        messages += [chatter(number) for number in range(chatter_turns)]
         for text in messages:
             if not _failed(await _say(services, channel, text)):
                 answered += 1
@@ -131,6 +177,8 @@ async def run_small_window(workspace: Path, fake: FakeOpenAI, behaviour: Behavio
             largest_prompt_tokens=model.largest,
             learned_window=learned.tokens if learned is not None else None,
             notices=list(services.notices.pending().values()),
+            spread=services.planner.silent_cuts.spread(MODEL),
+            chars_per_token=services.planner.estimator.ratio_for(MODEL),
         )
     finally:
         await services.stop()

@@ -142,13 +142,32 @@ async def test_an_endpoint_that_cuts_silently_is_found_out_by_its_usage(
     run = await run_small_window(workspace_dir, fake_openai, "cut", turns=60)
 
     assert run.answered == run.turns == 60
-    assert run.refusals == 0 and 1 <= run.cuts <= 4 and run.refused_or_cut_after_learning == 0
+    # One cut prompt: the one that shows the window (a cut of one message out of ~6,000 tokens).
+    assert run.refusals == 0 and run.cuts == 1 and run.refused_or_cut_after_learning == 0
     assert run.learned_window is not None and run.learned_window <= WINDOW_TOKENS
     assert run.facts_in_prompt == run.facts_asked
     (notice,) = run.notices
     assert f"learned from a {SILENT_CUT}" in notice
     told = [record.message for record in caplog.records if f"(learned from a {SILENT_CUT})" in record.message]
     assert len(told) == 1 and "prompt tokens for a request of" in told[0]  # one log line, with what showed it
+    assert "fewer than the least it could be" in told[0]
+    # The cut prompt's usage was not taken for the tokenizer's: the estimate still counts as the endpoint does.
+    assert run.chars_per_token >= 3.9
+
+
+async def test_an_endpoint_without_a_window_teaches_none_from_messages_of_every_kind(
+    workspace_dir: Path, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Short, long, code, Russian and Chinese messages, which its usage counts at very different ratios.
+    run = await run_small_window(workspace_dir, fake_openai, "unlimited", turns=60)
+
+    assert run.answered == run.turns == 60
+    assert run.refusals == run.cuts == 0
+    assert run.learned_window is None and run.notices == []
+    assert not [record for record in caplog.records if "has a window of" in record.message]
+    assert run.facts_in_prompt == run.facts_asked
+    # The messages did move the residuals (reported / estimated): the growth bound, not their spread, decides.
+    assert run.spread.highest - run.spread.lowest > 0.05
 
 
 async def test_status_and_context_show_the_learned_window(workspace_dir: Path, fake_openai: FakeOpenAI) -> None:

@@ -15,6 +15,10 @@ unless replaced with ``set_responder()``). Every request is recorded in ``fake.r
 ``"refuse"`` a longer prompt gets OpenAI's ``context_length_exceeded`` refusal stating the window (counted
 in ``refusals``); with ``"cut"`` its oldest messages are dropped until it fits, as Ollama does past
 ``num_ctx``, and the usage reports the smaller count (counted in ``cuts``): the responder sees what is kept.
+The usage counts 4 characters a token; ``token_count = "mixed"`` counts as a real tokenizer varies instead
+(ASCII words 4 characters a token, ASCII punctuation 2, any other character 0.7 tokens, a run of one
+character 16), for tests that need code and non-Latin text to cost more tokens a character than prose,
+and indentation far fewer.
 
 Run standalone with ``python -m tests.fakes.openai_server --port 0``: prints ``PORT=<n>`` and serves
 with the echo responder until killed.
@@ -301,19 +305,39 @@ def _fragments(text: str, size: int = 8) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _message_chars(messages: Sequence[JSONDict]) -> int:
-    chars = sum(len(message_text(m.get("content"))) for m in messages)
-    return chars + sum(len(json.dumps(call)) for m in messages for call in m.get("tool_calls") or [])
+# How the usage counts a text's tokens: "flat" 4 characters a token; "mixed" as a real tokenizer varies.
+TokenCount = Literal["flat", "mixed"]
+_ASCII_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
+# A run of one character (indentation, a rule of dashes): one token for up to 16 of it.
+_RUN = re.compile(r"(.)\1{2,}", re.DOTALL)
 
 
-def _prompt_tokens(request: JSONDict) -> int:
-    """The prompt tokens of a chat request as the usage counts them (4 characters a token)."""
+def _text_tokens(text: str, count: TokenCount) -> float:
+    if count == "flat":
+        return len(text) / 4
+    runs = [len(run.group()) for run in _RUN.finditer(text)]
+    text = _RUN.sub("", text)
+    other = len(text) - len(text.encode("ascii", "ignore"))
+    punctuation = len(_ASCII_PUNCTUATION.findall(text))
+    return (len(text) - other - punctuation) / 4 + punctuation / 2 + other * 0.7 + sum(-(-run // 16) for run in runs)
+
+
+def _message_tokens(messages: Sequence[JSONDict], count: TokenCount) -> float:
+    tokens = sum(_text_tokens(message_text(m.get("content")), count) for m in messages)
+    return tokens + sum(_text_tokens(json.dumps(call), count) for m in messages for call in m.get("tool_calls") or [])
+
+
+def _tools_tokens(request: JSONDict, count: TokenCount) -> float:
+    return _text_tokens(json.dumps(request["tools"]), count) if request.get("tools") else 0.0
+
+
+def _prompt_tokens(request: JSONDict, count: TokenCount = "flat") -> int:
+    """The prompt tokens of a chat request as the usage counts them."""
     messages = [m for m in request.get("messages", []) if isinstance(m, dict)]
-    tools_chars = len(json.dumps(request["tools"])) if request.get("tools") else 0
-    return max(1, (_message_chars(messages) + tools_chars) // 4)
+    return max(1, int(_message_tokens(messages, count) + _tools_tokens(request, count)))
 
 
-def _cut_to_window(request: JSONDict, window_tokens: int) -> JSONDict:
+def _cut_to_window(request: JSONDict, window_tokens: int, count: TokenCount) -> JSONDict:
     """`request` with its oldest messages after the first system message dropped until it fits the window,
     the newest message always kept (what Ollama does with a prompt past `num_ctx`)."""
     messages = [m for m in request.get("messages", []) if isinstance(m, dict)]
@@ -322,7 +346,7 @@ def _cut_to_window(request: JSONDict, window_tokens: int) -> JSONDict:
     cut = dict(request)
     while len(rest) > 1:
         cut["messages"] = head + rest
-        if _prompt_tokens(cut) <= window_tokens:
+        if _prompt_tokens(cut, count) <= window_tokens:
             break
         rest = rest[1:]
     cut["messages"] = head + rest
@@ -330,32 +354,37 @@ def _cut_to_window(request: JSONDict, window_tokens: int) -> JSONDict:
 
 
 def _estimate_usage(
-    request: JSONDict, reply: Reply, calls: Sequence[tuple[str, str, str]], previous: JSONDict | None = None
+    request: JSONDict,
+    reply: Reply,
+    calls: Sequence[tuple[str, str, str]],
+    previous: JSONDict | None = None,
+    count: TokenCount = "flat",
 ) -> Usage:
     # Like a real provider, the prompt count includes tool calls and the tool schemas, not just the text.
     messages = [m for m in request.get("messages", []) if isinstance(m, dict)]
-    tools_chars = len(json.dumps(request["tools"])) if request.get("tools") else 0
-    prompt_chars = _message_chars(messages) + tools_chars
+    tools_tokens = _tools_tokens(request, count)
     completion_chars = len(reply.text or "") + sum(len(name) + len(args) for _, name, args in calls)
     # A prompt cache like a real provider's: the leading messages the previous request had too (with the
     # same tools) are served from it.
-    cached_chars = 0
+    cached_tokens = 0.0
     if previous is not None and previous.get("tools") == request.get("tools"):
         before = [m for m in previous.get("messages", []) if isinstance(m, dict)]
         same = next((i for i, (a, b) in enumerate(zip(messages, before, strict=False)) if a != b), None)
         shared = messages[: min(len(messages), len(before)) if same is None else same]
-        cached_chars = _message_chars(shared) + tools_chars if shared else 0
+        cached_tokens = _message_tokens(shared, count) + tools_tokens if shared else 0.0
     return Usage(
-        prompt_tokens=max(1, prompt_chars // 4),
+        prompt_tokens=max(1, int(_message_tokens(messages, count) + tools_tokens)),
         completion_tokens=max(1, completion_chars // 4),
-        cached_tokens=cached_chars // 4,
+        cached_tokens=int(cached_tokens),
     )
 
 
 class _Completion:
     """Everything needed to render one chat completion, plain or as SSE chunks."""
 
-    def __init__(self, request: JSONDict, reply: Reply, previous: JSONDict | None = None) -> None:
+    def __init__(
+        self, request: JSONDict, reply: Reply, previous: JSONDict | None = None, count: TokenCount = "flat"
+    ) -> None:
         self.reply = reply
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
@@ -363,7 +392,7 @@ class _Completion:
         self.calls = [
             (tc.id or f"call_{uuid.uuid4().hex[:24]}", tc.name, tc.arguments_json()) for tc in reply.tool_calls
         ]
-        self.usage = reply.usage or _estimate_usage(request, reply, self.calls, previous)
+        self.usage = reply.usage or _estimate_usage(request, reply, self.calls, previous, count)
 
     def body(self) -> JSONDict:
         message: JSONDict = {"role": "assistant", "content": self.reply.text, "refusal": None}
@@ -455,10 +484,12 @@ class FakeOpenAI:
         self.transcript_duration = 2.0
         self.transcript_segments: list[TranscriptSegment] | None = None
         self._transcriptions: list[JSONDict] = []
-        # The model's real window in prompt tokens (4 characters a token, as the usage counts), and what a
+        # The model's real window in prompt tokens (as the usage counts them), and what a
         # longer prompt gets: "refuse" (a context_length_exceeded refusal) or "cut" (its oldest messages dropped).
         self.window_tokens: int | None = None
         self.window_behaviour: Literal["refuse", "cut"] = "refuse"
+        # How the usage (and the window) counts tokens: see `TokenCount`.
+        self.token_count: TokenCount = "flat"
         self.refusals = 0
         self.cuts = 0
         self._requested_port = port
@@ -697,13 +728,14 @@ class FakeOpenAI:
         body = request[_JSON_BODY]
         if not isinstance(body, dict):
             return _error_response(400, "We could not parse the JSON body of your request.", "invalid_request_error")
-        if self.window_tokens is not None and _prompt_tokens(body) > self.window_tokens:
+        count = self.token_count
+        if self.window_tokens is not None and _prompt_tokens(body, count) > self.window_tokens:
             if self.window_behaviour == "refuse":
                 with self._lock:
                     self.refusals += 1
-                fault = Fault.context_length_exceeded(self.window_tokens, _prompt_tokens(body))
+                fault = Fault.context_length_exceeded(self.window_tokens, _prompt_tokens(body, count))
                 return _error_response(400, fault.message, fault.error_type, fault.error_code)
-            body = _cut_to_window(body, self.window_tokens)
+            body = _cut_to_window(body, self.window_tokens, count)
             with self._lock:
                 self.cuts += 1
         try:
@@ -724,7 +756,7 @@ class FakeOpenAI:
         if await self._sleep(reply.delay) or await self._held(reply.held_until):
             return self._drop(request)
         chats = self.chat_requests()
-        completion = _Completion(body, reply, chats[-2] if len(chats) > 1 else None)
+        completion = _Completion(body, reply, chats[-2] if len(chats) > 1 else None, count)
         if not body.get("stream"):
             return web.json_response(completion.body())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -4,6 +4,7 @@ message now carries (sender, quote, correction, images or their stand-ins)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from bot.domain.message import MediaRef, Message, Quote, Sender, ToolCall
 from bot.llm.wire import WireForms, WireSize, to_openai_messages
@@ -86,3 +87,15 @@ def test_the_kept_wire_forms_give_what_a_conversion_from_scratch_gives_as_the_co
             assert kept.size == WireSize.of(fresh)
     compacted = [Message.system("[Conversation summary] Ann arrives Tuesday."), *conversation[-2:]]
     assert forms.messages("", compacted).messages == to_openai_messages("", compacted)
+
+
+def test_a_size_counts_the_repeats_of_runs_apart() -> None:
+    wire: list[dict[str, Any]] = [
+        {"role": "user", "content": "=" * 40 + "\n" + " " * 8 + "indented"},
+        {"role": "assistant", "content": "ok", "tool_calls": [{"function": {"name": "run", "arguments": "{}"}}]},
+    ]
+    size = WireSize.of(wire)
+    assert (size.messages, size.chars) == (2, 40 + 1 + 8 + 8 + 2 + 3 + 2)
+    assert size.repeated == 39 + 7  # all but the first of each run; "ok" and "{}" are not runs
+    assert size.dense_chars == size.chars - 46
+    assert (size + size).repeated == 92

@@ -13,7 +13,7 @@ from bot.domain.memory import MemoryLayer
 from bot.domain.message import Message
 from bot.llm.errors import LlmError, LlmFailure
 from bot.memory.compaction_sink import PreCompactionMemory, pair_turns
-from bot.memory.embeddings import VectorIndex
+from bot.memory.indexing import EmbedderState
 from bot.memory.service import MemoryService
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -85,11 +85,11 @@ class FailingEmbedder:
 async def test_a_failing_embedding_endpoint_means_lexical_only_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    index = VectorIndex()
+    state = EmbedderState()
     embedder = FailingEmbedder()
     with caplog.at_level(logging.WARNING):
-        assert await index.embed_query(embedder, "query") is None
-        assert await index.embed_query(embedder, "query again") is None  # paused: no second call
+        assert await state.embed_query(embedder, "query") is None
+        assert await state.embed_query(embedder, "query again") is None  # paused: no second call
     assert embedder.calls == 1
     assert len([r for r in caplog.records if "Embeddings from broken-model failed" in r.getMessage()]) == 1
 

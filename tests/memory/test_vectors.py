@@ -28,7 +28,8 @@ from bot.domain.memory import MemoryLayer, MemoryQuery
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import CACHE_FILE_NAME, VectorIndex, text_key, unit
-from bot.memory.service import MemoryScope, MemoryService
+from bot.memory.scopes import MemoryScope
+from bot.memory.service import MemoryService
 from bot.memory.temporal import time_window
 from bot.settings import MemoryConfig
 from bot.workspace import Workspace
@@ -57,8 +58,7 @@ async def wait_for_vectors(services: Application, session_id: str = "test:1", ti
     scope = await services.memory.scope(config, session_id)
     services.memory.index_vectors(scope, config)
     async with asyncio.timeout(timeout):
-        while scope.indexing is not None and not scope.indexing.done():
-            await asyncio.sleep(0.05)
+        await services.memory.settle()
     done, total = scope.vectors.coverage
     assert done == total
 

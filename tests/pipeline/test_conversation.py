@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import Application, resubmit, unfinished_messages
+from bot.app import Application
 from bot.commands.registry import CommandRegistry
 from bot.context.plan import ContextPlan
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
-from bot.ledger.turns import TurnLedger
+from bot.ledger.turns import Turn, TurnLedger
 from bot.pipeline.router import InboundRouter
 from bot.pipeline.runner import PipelineRunner
 from bot.pipeline.system import PipelineSystem
@@ -27,6 +27,11 @@ from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, Usage
 from tests.fakes.recording_channel import RecordingChannel
 from tests.fakes.telegram_server import WAIT_SECONDS
+
+
+async def reopened(app: Application) -> list[Turn]:
+    """The turns a start of `app` finds left open by the last run, as its first stage reads them."""
+    return await app.ledger.reopen(app.sessions.get, {"test"})
 
 
 async def say(services: Application, channel: RecordingChannel, chat_id: str, text: str) -> str:
@@ -337,28 +342,27 @@ async def test_a_message_left_unanswered_by_a_crash_is_answered_once_after_the_r
 ) -> None:
     await say(services, channel, "1", "answered before the crash")
     # Received, and its question stored (a shutdown wrote it, cut short), when the bot died.
-    cut_short = await services.ledger.received(channel.message("1", "sent just before the crash"))
+    cut_short = await services.ledger.receive(channel.message("1", "sent just before the crash"))
     session = await services.sessions.get_or_create("test", "1")
-    await services.sessions.append_messages(session, [Message.user(cut_short.text, cut_short.journal_id)])
+    await services.sessions.append_messages(session, [Message.user(cut_short.inbound.text, cut_short.id)])
     # Received, and ended by a failure the user was told of: delivered, not to be answered again.
-    failed = await services.ledger.received(channel.message("2", "a model error"))
+    failed = await services.ledger.receive(channel.message("2", "a model error"))
     other = await services.sessions.get_or_create("test", "2")
-    await services.sessions.append_messages(other, [Message.user(failed.text, failed.journal_id)])
-    assert failed.journal_id is not None
-    await services.ledger.answered(failed.journal_id, "The model service had an error.")
-    await services.ledger.delivered(failed.journal_id)
+    await services.sessions.append_messages(other, [Message.user(failed.inbound.text, failed.id)])
+    await failed.answered("The model service had an error.")
+    await failed.delivered()
 
     restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
-    backlog = await unfinished_messages(restarted, {"test"})
-    assert [m.text for m in backlog] == ["sent just before the crash"]
-    resubmit(restarted, [fresh], backlog)
+    backlog = await reopened(restarted)
+    assert [t.inbound.text for t in backlog] == ["sent just before the crash"]
+    restarted.router.resume(backlog, [fresh])
     assert await fresh.wait_for("1", 1) == ["echo: sent just before the crash"]
     await restarted.router.dispatcher.drain()
     assert fresh.sent["2"] == []
     users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
     assert users == ["answered before the crash", "sent just before the crash"]  # stored once, not twice
-    assert await unfinished_messages(restarted, {"test"}) == []  # answered: nothing left to resume
+    assert await reopened(restarted) == []  # answered: nothing left to resume
     await restarted.stop()
 
 
@@ -374,7 +378,7 @@ async def test_a_stopped_run_is_not_resumed_after_a_restart(
     assert await channel.wait_for("1", 1) == ["Stopped."]
     await services.router.dispatcher.drain()
     restarted = Application(env_for(workspace_dir, fake_openai))
-    assert await unfinished_messages(restarted, {"test"}) == []
+    assert await reopened(restarted) == []
     await restarted.stop()
 
 
@@ -390,11 +394,11 @@ async def test_a_message_waiting_behind_a_run_when_the_bot_dies_is_answered_afte
 
     restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
-    backlog = await unfinished_messages(restarted, {"test"})
+    backlog = await reopened(restarted)
     # Neither was written to the session (a turn writes its question with its answer): both come back
     # from the ledger, in order, as messages not yet begun.
-    assert [(m.text, m.resumed) for m in backlog] == [("first, slow", False), ("second, waiting", False)]
-    resubmit(restarted, [fresh], backlog)
+    assert [(t.inbound.text, t.begun_before) for t in backlog] == [("first, slow", False), ("second, waiting", False)]
+    restarted.router.resume(backlog, [fresh])
     assert await fresh.wait_for("1", 2) == ["echo: first, slow", "echo: second, waiting"]
     await restarted.router.dispatcher.drain()
     session = await restarted.sessions.get("test:1")
@@ -409,25 +413,24 @@ async def test_an_answer_stored_when_the_bot_died_before_sending_it_is_sent_afte
 ) -> None:
     # The state a SIGKILL leaves between storing the answer and sending it: received, stored (the ledger
     # records no "answered" for an answer the session holds).
-    recorded = await services.ledger.received(channel.message("1", "what is on today?"))
-    assert recorded is not None and recorded.journal_id is not None
+    recorded = await services.ledger.receive(channel.message("1", "what is on today?"))
     session = await services.sessions.get_or_create("test", "1")
     await services.sessions.append_messages(
-        session, [Message.user("what is on today?", recorded.journal_id), Message.assistant("Dentist at 3.")]
+        session, [Message.user("what is on today?", recorded.id), Message.assistant("Dentist at 3.")]
     )
 
     restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
-    backlog = await unfinished_messages(restarted, {"test"})
-    assert [(m.text, m.resumed) for m in backlog] == [("what is on today?", True)]
-    resubmit(restarted, [fresh], backlog)
+    backlog = await reopened(restarted)
+    assert [(t.inbound.text, t.begun_before) for t in backlog] == [("what is on today?", True)]
+    restarted.router.resume(backlog, [fresh])
     assert await fresh.wait_for("1", 1) == ["Dentist at 3."]
     await restarted.router.dispatcher.drain()
     assert fresh.sent["1"] == ["Dentist at 3."]
     assert fake_openai.chat_requests() == []  # the stored answer is sent as it is, the model is not asked again
     again = await restarted.sessions.get("test:1")
     assert again is not None and [m.content for m in again.messages] == ["what is on today?", "Dentist at 3."]
-    assert await unfinished_messages(restarted, {"test"}) == []  # delivered: recorded as done
+    assert await reopened(restarted) == []  # delivered: recorded as done
     await restarted.stop()
 
 
@@ -443,11 +446,11 @@ async def test_a_retry_cut_short_by_a_crash_is_answered_once_after_the_restart(
 
     restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
-    backlog = await unfinished_messages(restarted, {"test"})
+    backlog = await reopened(restarted)
     # The /retry itself and the turn it reopened: the first answers the message again, the second is then
     # found delivered and not answered a second time.
-    assert [(m.text, m.resumed) for m in backlog] == [("/retry", False), ("hi", True)]
-    resubmit(restarted, [fresh], backlog)
+    assert [(t.inbound.text, t.begun_before) for t in backlog] == [("/retry", False), ("hi", True)]
+    restarted.router.resume(backlog, [fresh])
     await fresh.wait_for("1", 1)
     await restarted.router.dispatcher.drain()
     assert fresh.sent["1"] == ["echo: hi"]
@@ -460,23 +463,22 @@ async def test_a_reply_recorded_answered_when_the_bot_died_before_sending_it_is_
 ) -> None:
     # The state a SIGKILL leaves between recording the reply answered and sending it (or between Telegram
     # taking it and the ledger hearing so): the ledger holds the reply, and it is sent as it was recorded.
-    recorded = await services.ledger.received(channel.message("1", "look at this photo"))
-    assert recorded.journal_id is not None
+    recorded = await services.ledger.receive(channel.message("1", "look at this photo"))
     session = await services.sessions.get_or_create("test", "1")
     await services.sessions.append_messages(
-        session, [Message.user(recorded.text, recorded.journal_id), Message.assistant("A cat.")]
+        session, [Message.user(recorded.inbound.text, recorded.id), Message.assistant("A cat.")]
     )
-    await services.ledger.answered(recorded.journal_id, "(I could not see the image.)\n\nA cat.")
+    await recorded.answered("(I could not see the image.)\n\nA cat.")
 
     restarted = Application(env_for(workspace_dir, fake_openai))
     fresh = RecordingChannel()
-    backlog = await unfinished_messages(restarted, {"test"})
-    assert [(m.text, m.resumed) for m in backlog] == [("look at this photo", True)]
-    resubmit(restarted, [fresh], backlog)
+    backlog = await reopened(restarted)
+    assert [(t.inbound.text, t.begun_before) for t in backlog] == [("look at this photo", True)]
+    restarted.router.resume(backlog, [fresh])
     await restarted.router.dispatcher.drain()
     assert fresh.sent["1"] == ["(I could not see the image.)\n\nA cat."]
     assert fake_openai.chat_requests() == []
-    assert await unfinished_messages(restarted, {"test"}) == []  # delivered: recorded
+    assert await reopened(restarted) == []  # delivered: recorded
     await restarted.stop()
 
 
@@ -538,3 +540,38 @@ async def test_a_plain_turn_writes_its_question_with_its_answer_in_one_save(
     archive = workspace_dir / "sessions" / "archive" / "test:1.jsonl"
     archived = [json.loads(line)["content"] for line in archive.read_text().splitlines()]
     assert archived == ["first", "echo: first", "second", "second answer"]
+
+
+def string_bag_record(text: str, turn_id: str, message_id: str, extra: dict[str, str]) -> dict[str, object]:
+    """A *received* record as the release before typed messages wrote it: the parts as strings in `extra`."""
+    fields = {"channel_type": "test", "chat_id": "1", "user_id": "1", "text": text, "message_id": message_id,
+              "username": None, "sender_name": None, "is_group": False, "dedup_key": None}  # fmt: skip
+    return {"received": {**fields, "extra": extra, "resumed": False, "journal_id": turn_id}}
+
+
+async def test_a_ledger_written_before_typed_messages_is_resumed_and_answered_once(
+    fake_openai: FakeOpenAI, workspace_dir: Path
+) -> None:
+    # A workspace the previous release stopped in: one reply recorded and not sent, one reply to a quoted
+    # message never begun. The first is sent as recorded; the second reaches the model with its quote.
+    ledger = workspace_dir / "state" / "turns.jsonl"
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    records = [
+        string_bag_record("hello", "t-answered", "10", {}),
+        {"answered": "t-answered", "reply": "Hi there!"},
+        string_bag_record("and tomorrow?", "t-quoted", "11", {"quoteAuthor": "Bob", "quoteText": "rain today"}),
+    ]
+    ledger.write_text("".join(json.dumps(record) + "\n" for record in records))
+    restarted = Application(env_for(workspace_dir, fake_openai))
+    fresh = RecordingChannel()
+    backlog = await reopened(restarted)
+    assert [(t.id, t.begun_before) for t in backlog] == [("t-answered", True), ("t-quoted", False)]
+    restarted.router.resume(backlog, [fresh])
+    assert await fresh.wait_for("1", 2) == ["Hi there!", 'echo: [Replying to Bob: "rain today"]\nand tomorrow?']
+    [request] = fake_openai.chat_requests()
+    assert request["messages"][-1] == {"role": "user", "content": '[Replying to Bob: "rain today"]\nand tomorrow?'}
+    await restarted.router.dispatcher.drain()
+    assert await reopened(restarted) == []  # both delivered
+    session = await restarted.sessions.get("test:1")
+    assert session is not None and [m.id for m in session.messages if m.role.value == "user"] == ["t-quoted"]
+    await restarted.stop()

@@ -3,7 +3,10 @@ greetings and acknowledgements cost nothing; each fact still traces to its excha
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +14,9 @@ import pytest
 
 from bot.app import Application
 from bot.rag.documents import is_small_talk
-from tests.fakes.openai_server import FakeOpenAI, message_text
+from tests.fakes.openai_server import FakeOpenAI, Reply, message_text
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, queued_count, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say, wait_until
 
 FACTS = [
     "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now.",
@@ -248,3 +251,43 @@ async def test_relevant_memory_shows_the_exchange_of_a_batch_that_answers(
     finally:
         await services.stop()
         await rag_of(services).close()
+
+
+async def test_a_stop_in_the_middle_of_an_extraction_loses_nothing_and_logs_no_error(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = {"idleFlushSeconds": 3600, "flushIntervalSeconds": 3600}
+    services = build_rag_bot(workspace_dir, fake_openai, settings)
+
+    def slow_extraction(request: dict[str, Any]) -> Reply:
+        reply = lightrag_responder(request)
+        extracting = any("Knowledge Graph Specialist" in message_text(m.get("content")) for m in request["messages"])
+        return Reply(text=reply.text, delay=30.0 if extracting else 0.0)
+
+    try:
+        for fact in FACTS:
+            await say(services, channel, "1", fact)
+        await queued(services, 3)
+        fake_openai.set_responder(slow_extraction)
+        flushing = asyncio.create_task(rag_of(services).flush())
+
+        async def extracting() -> bool:
+            return bool(extractions(fake_openai))
+
+        await wait_until(extracting, timeout=30)
+        flushing.cancel()  # as the stop of the scheduler that runs it does
+        with contextlib.suppress(asyncio.CancelledError):
+            await flushing
+    finally:
+        await services.stop()
+        await rag_of(services).close()
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+    fake_openai.set_responder(lightrag_responder)
+    again = build_rag_bot(workspace_dir, fake_openai, settings)
+    try:
+        assert await rag_of(again).flush() == 3  # what the stop cut short is indexed at the next start
+        assert (await rag_of(again).status()).queued == 0
+    finally:
+        await again.stop()
+        await rag_of(again).close()

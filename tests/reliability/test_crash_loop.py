@@ -61,9 +61,8 @@ import pytest
 
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
-from bot.ledger.turns import OpenTurn, TurnLedger
+from bot.ledger.turns import OpenTurn, TurnLedger, stored_answer, stored_question
 from bot.memory.item_files import parse_items
-from bot.pipeline.turn_storage import stored_answer, stored_question
 from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService
 from bot.storage.jsonl import parse_jsonl
@@ -293,7 +292,9 @@ def drain(run: CrashRun, telegram: FakeTelegram) -> None:
     last_count, last_change = -1, time.monotonic()
     while time.monotonic() < deadline:
         replies = replies_by_chat(telegram)
-        if all(len(replies[chat]) >= len(run.sent[chat]) for chat in CHATS):
+        # Each message's own reply, not a count: a reply sent twice must not stand in for one still to come.
+        answered = {chat: {message.text for message in replies[chat]} for chat in CHATS}
+        if all(reply_to(text) in answered[chat] for chat in CHATS for text in run.sent[chat]):
             time.sleep(SETTLE_SECONDS)
             return
         count = sum(len(texts) for texts in replies.values())

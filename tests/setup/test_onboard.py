@@ -146,3 +146,42 @@ def test_a_model_models_json_does_not_know_gets_the_window_given_and_doctor_agre
 
     doctor = run_command(["doctor"], {k: v for k, v in env.items() if k != "BOT_WORKSPACE"}, tmp_path)
     assert "✓ Model window: my-local-model: input 16384" in doctor.stdout, doctor.stdout
+
+
+def test_the_graph_is_read_by_a_cheaper_model_the_endpoint_offers_unless_another_is_given(
+    tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.models = ["gpt-4o", "gpt-4.1-nano", "gpt-4o-mini"]  # gpt-4.1-nano is models.json's fast tier
+    env = _fresh_env(tmp_path, fake_openai, fake_telegram)
+    flags = [
+        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
+        "--api-key", TEST_API_KEY, "--model", "gpt-4o", "--owner-id", "4242", "--timezone", "UTC",
+    ]  # fmt: skip
+    result = run_command(["onboard", *flags], env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "✓ Knowledge graph: read by gpt-4.1-nano (rag.extractionModel)" in result.stdout
+    config_file = tmp_path / "workspace" / "preferences" / "runtime-config.json"
+    assert json.loads(config_file.read_text())["rag"] == {"extractionModel": "gpt-4.1-nano"}
+    assert any(request["model"] == "gpt-4.1-nano" for request in fake_openai.chat_requests())  # checked on the spot
+
+    # The owner's own choice, as a flag, is taken as it is (and checked).
+    config_file.unlink()
+    chosen = run_command(["onboard", *flags, "--extraction-model", "gpt-4o-mini"], env, tmp_path)
+    assert "✓ Knowledge graph: read by gpt-4o-mini (rag.extractionModel)" in chosen.stdout
+    assert json.loads(config_file.read_text())["rag"] == {"extractionModel": "gpt-4o-mini"}
+
+
+def test_with_no_cheaper_model_on_the_endpoint_the_chat_model_reads_the_graph(
+    tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.models = ["gpt-4o", "some-local-model"]
+    env = _fresh_env(tmp_path, fake_openai, fake_telegram)
+    flags = [
+        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
+        "--api-key", TEST_API_KEY, "--model", "gpt-4o", "--owner-id", "4242", "--timezone", "UTC",
+    ]  # fmt: skip
+    result = run_command(["onboard", *flags], env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "✓ Knowledge graph: read by gpt-4o (the endpoint offers no cheaper model the bot knows)" in result.stdout
+    config = json.loads((tmp_path / "workspace" / "preferences" / "runtime-config.json").read_text())
+    assert "rag" not in config

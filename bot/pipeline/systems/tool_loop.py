@@ -149,7 +149,12 @@ class ToolLoopExecutionSystem(PipelineSystem):
                 # Calibrates the estimate; a prompt the endpoint cut silently teaches its window instead,
                 # which the next message is planned for.
                 self._compaction.planner.observe_usage(
-                    ctx.model, wire.size, tools, result.usage.prompt_tokens, config.compaction.silent_cut_ratio
+                    ctx.model,
+                    ctx.session.id,
+                    wire.size,
+                    tools,
+                    result.usage.prompt_tokens,
+                    config.compaction.silent_cut_ratio,
                 )
             return result
 

@@ -1,0 +1,173 @@
+"""`MemoryScopes`: one `MemoryScope` per memory root, built on first use, and the reads of its files.
+
+A memory root is the owner's memory, or the one a chat or a person has of its own (`bot.memory.audience`
+says which a chat uses). Its scope holds the item store with the indexes that follow it, the daily notes
+and MEMORY.md, and the lock that serialises its reads and writes. `fresh` is the one way to hold that
+lock: it re-reads whatever changed on disk first, so a hand edit is seen by the next use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, datetime, tzinfo
+from typing import TypeVar
+
+from bot.domain.memory import MemoryPack
+from bot.heap import settle_after_load
+from bot.memory.daily_notes import DailyNotes
+from bot.memory.embeddings import VectorCache, VectorIndex
+from bot.memory.file_cache import TextFileCache
+from bot.memory.items_store import MemoryItemStore
+from bot.memory.legacy_context import NoteLines
+from bot.memory.lexical_index import Bm25Index
+from bot.memory.long_term import LongTermMemory
+from bot.memory.long_term_pieces import LongTermIndex, LongTermUse
+from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
+from bot.memory.retrieval import MemoryRetrievalService
+from bot.memory.write_service import MemoryWriteService
+from bot.storage.durability import DeferredSync
+from bot.storage.folder_changes import FolderChanges
+from bot.workspace import MemoryPaths, Workspace
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Up to this many items a read of a scope runs on the event loop (see `MemoryScopes.off_loop_if_large`).
+INLINE_WORK_MAX_ITEMS = 2000
+
+
+@dataclass
+class MemoryScope:
+    """Everything one memory root needs at run time; `lock` serialises its reads and writes."""
+
+    paths: MemoryPaths
+    store: MemoryItemStore
+    lexical: Bm25Index
+    vectors: VectorIndex
+    retrieval: MemoryRetrievalService
+    writer: MemoryWriteService
+    notes: DailyNotes
+    long_term: LongTermMemory
+    vector_cache: VectorCache
+    note_lines: NoteLines = field(default_factory=NoteLines)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loaded: bool = False
+    # When the last refresh from disk started (time.monotonic()).
+    refreshed_at: float = -1.0
+    # Items put in a prompt since the last decay pass, and when (persisted by `decay`).
+    accessed: dict[str, datetime] = field(default_factory=dict)
+    last_decay: date | None = None
+    last_pack: MemoryPack | None = None
+    # MEMORY.md's pieces, indexed once it outgrows its share (made again when it changes), and how much of it
+    # the last prompt held.
+    long_term_index: LongTermIndex | None = None
+    long_term_use: LongTermUse | None = None
+
+
+class MemoryScopes:
+    """The scopes of one workspace, and memory's own thread for the reads done under a scope's lock."""
+
+    def __init__(self, workspace: Workspace, zone: tzinfo, deferred: DeferredSync | None) -> None:
+        self._workspace = workspace
+        self._zone = zone
+        self._deferred = deferred
+        self._scopes: dict[MemoryPaths, MemoryScope] = {}
+        # Memory's own worker thread, so the reads under a scope's lock never queue behind the fsyncs of
+        # session writes in the shared default pool.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
+        # One inotify instance for every scope's folders, items and notes (the kernel allows a user few instances).
+        self._folder_changes = FolderChanges()
+
+    def at(self, paths: MemoryPaths) -> MemoryScope:
+        """The scope of the memory root `paths` (created on first use; `fresh` reads its files)."""
+        scope = self._scopes.get(paths)
+        if scope is None:
+            store = MemoryItemStore(paths, self._zone, self._deferred, self._folder_changes)
+            lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
+            store.subscribe(lexical)
+            store.subscribe(vectors)
+            # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
+            texts = TextFileCache(self._folder_changes)
+            scope = MemoryScope(
+                paths=paths,
+                store=store,
+                lexical=lexical,
+                vectors=vectors,
+                retrieval=MemoryRetrievalService(store, lexical, vectors, self._zone),
+                writer=MemoryWriteService(store),
+                notes=DailyNotes(paths, texts, self._deferred),
+                long_term=LongTermMemory(paths, texts),
+                vector_cache=VectorCache(paths.index_dir),
+            )
+            self._scopes[paths] = scope
+        return scope
+
+    def in_use(self) -> list[MemoryScope]:
+        """The scopes built so far."""
+        return list(self._scopes.values())
+
+    def on_disk(self) -> list[MemoryScope]:
+        """Every memory root in the workspace: the global one, each chat's and each person's (whatever the scope)."""
+        roots = [self._workspace.memory_dir]
+        for folder in (CHAT_SCOPES_DIR, USER_SCOPES_DIR):
+            parent = self._workspace.memory_dir / folder
+            roots += sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
+        return [self.at(MemoryPaths(root)) for root in roots]
+
+    async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
+        """Run a read of the scope in memory's thread, or inline while the scope is small.
+
+        Below `INLINE_WORK_MAX_ITEMS` the work (a few `stat`s, scoring a few hundred items) takes less
+        than handing it to a thread does, and under load a hand-off waits for the GIL while the scope's
+        lock is held, which serialises every chat behind it.
+        """
+        if len(scope.store) <= INLINE_WORK_MAX_ITEMS:
+            return function(*args)
+        return await self.in_thread(function, *args)
+
+    async def in_thread(self, function: Callable[..., T], *args: object) -> T:
+        """Run `function` in memory's thread (work too long for the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args))
+
+    @contextlib.asynccontextmanager
+    async def fresh(self, scope: MemoryScope, requested: float | None = None) -> AsyncIterator[MemoryScope]:
+        """Hold the scope's lock with its items re-read from any file that changed on disk.
+
+        Waiters share refreshes: a refresh that started after this call was made (or after `requested`,
+        when a message's work takes the lock twice) has seen the files as they are now, so it is not
+        repeated. Hand edits and deletions are picked up on the next use.
+        """
+        requested = time.monotonic() if requested is None else requested
+        async with scope.lock:
+            if scope.refreshed_at < requested:
+                started = scope.refreshed_at = time.monotonic()
+                if scope.loaded:
+                    await self.off_loop_if_large(scope, scope.store.refresh_sync)
+                else:  # the first load reads every file: never on the event loop
+                    await self.in_thread(scope.store.refresh_sync)
+                if not scope.loaded:
+                    scope.loaded = True
+                    settle_after_load()
+                    log.info(
+                        "[Memory] Loaded %d items from %s in %.0f ms",
+                        len(scope.store),
+                        scope.paths.items_dir,
+                        (time.monotonic() - started) * 1000,
+                    )
+            yield scope
+
+    async def close(self) -> None:
+        """Close every scope's vector cache and item store, memory's thread and the folder watch."""
+        for scope in self._scopes.values():
+            await asyncio.to_thread(scope.vector_cache.close)
+            await asyncio.to_thread(scope.store.close)
+        self._executor.shutdown(wait=False)
+        self._folder_changes.close()
