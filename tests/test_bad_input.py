@@ -31,7 +31,8 @@ async def test_a_10_mb_memory_file_is_cut_to_its_budget_with_a_marker(
     system = fake_openai.system_prompts()[-1]
     assert system is not None
     assert "The owner's name is Ann." in system
-    assert "more characters cut" in system
+    # The model is told there is more, and that the rest comes in when a message is about it.
+    assert "more characters, over its share of the prompt: the parts relevant to each message" in system
     assert len(system) < 40_000  # the memory share of the budget, not 10 MB
 
 

@@ -202,14 +202,29 @@ def test_status_on_the_command_line_counts_the_vectors_the_chat_status_counts(
 ) -> None:
     env = bot_env(tmp_path / "workspace", fake_openai)
     facts = "My sister Anna lives in Lisbon.\nI am allergic to peanuts, remember that.\nMy dog is called Rex.\n"
-    assert run_bot(["chat"], env, stdin=facts).returncode == 0
-    before = run_bot(["status"], env)
-    in_chat = run_bot(["chat"], env, stdin="/status\n")
-    after = run_bot(["status"], env)
-    assert before.returncode == 0 and after.returncode == 0, before.stderr + after.stderr
-    vectors = _vectors_part(before.stdout)
-    made, active = vectors.split(" ", 1)[0].split("/")
-    assert int(made) > 0 and int(active) > 0 and "lexical only" not in vectors, vectors
-    # The chat may embed what an earlier run left without a vector after its /status answered: the command
-    # line agrees with the chat before and after that.
-    assert _vectors_part(in_chat.stdout) in (vectors, _vectors_part(after.stdout))
+    # The items' vectors are made while the chat is idle: it stays open until its /status counts them all.
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "bot", "chat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, env=env, text=True,
+    )  # fmt: skip
+    assert chat.stdin is not None and chat.stdout is not None
+    chat.stdin.write(facts)
+    in_chat = ""
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, f"the vectors were not made: {in_chat}"
+        chat.stdin.write("/status\n")
+        chat.stdin.flush()
+        line = chat.stdout.readline()
+        while not line.startswith("Memory:"):
+            line = chat.stdout.readline()
+        in_chat = _vectors_part(line)
+        made, active = in_chat.split(" ", 1)[0].split("/")
+        if int(made) > 0 and made == active:
+            break
+        time.sleep(0.5)
+    chat.stdin.close()
+    assert chat.wait(timeout=30) == 0
+    on_the_command_line = run_bot(["status"], env)
+    assert on_the_command_line.returncode == 0, on_the_command_line.stderr
+    assert _vectors_part(on_the_command_line.stdout) == in_chat and "lexical only" not in in_chat
