@@ -148,15 +148,20 @@ def test_a_model_models_json_does_not_know_gets_the_window_given_and_doctor_agre
     assert "✓ Model window: my-local-model: input 16384" in doctor.stdout, doctor.stdout
 
 
+def _flags_for(fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, model: str) -> list[str]:
+    """Every answer as a flag, with `model` as the chat model."""
+    return [
+        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
+        "--api-key", TEST_API_KEY, "--model", model, "--owner-id", "4242", "--timezone", "UTC",
+    ]  # fmt: skip
+
+
 def test_the_graph_is_read_by_a_cheaper_model_the_endpoint_offers_unless_another_is_given(
     tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
     fake_openai.models = ["gpt-4o", "gpt-4.1-nano", "gpt-4o-mini"]  # gpt-4.1-nano is models.json's fast tier
     env = _fresh_env(tmp_path, fake_openai, fake_telegram)
-    flags = [
-        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
-        "--api-key", TEST_API_KEY, "--model", "gpt-4o", "--owner-id", "4242", "--timezone", "UTC",
-    ]  # fmt: skip
+    flags = _flags_for(fake_openai, fake_telegram, "gpt-4o")
     result = run_command(["onboard", *flags], env, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Knowledge graph: read by gpt-4.1-nano (rag.extractionModel)" in result.stdout
@@ -176,10 +181,7 @@ def test_with_no_cheaper_model_on_the_endpoint_the_chat_model_reads_the_graph(
 ) -> None:
     fake_openai.models = ["gpt-4o", "some-local-model"]
     env = _fresh_env(tmp_path, fake_openai, fake_telegram)
-    flags = [
-        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
-        "--api-key", TEST_API_KEY, "--model", "gpt-4o", "--owner-id", "4242", "--timezone", "UTC",
-    ]  # fmt: skip
+    flags = _flags_for(fake_openai, fake_telegram, "gpt-4o")
     result = run_command(["onboard", *flags], env, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Knowledge graph: read by gpt-4o (the endpoint offers no cheaper model the bot knows)" in result.stdout
