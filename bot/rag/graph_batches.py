@@ -2,8 +2,8 @@
 
 A query asks the graph for a few hundred nodes, edges and degrees at once (`get_edges_batch` and
 friends). `NetworkXStorage` inherits the base class's loops, so each item is a separate call that
-takes and releases the storage's lock, and a release always schedules a task: at 1,000 indexed
-exchanges that was several hundred event-loop turns and about 20 ms of a 60 ms query. Here each
+takes and releases the storage's lock, and a release always schedules a task: a large graph made that
+hundreds of event-loop turns a query, a good part of its time. Here each
 batch takes the graph once and reads every item from it without a suspension point in between
 (what the single-item reads do per item), with the same results: copies of the attribute dicts,
 degree 0 and no entry for what is missing.

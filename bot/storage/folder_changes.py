@@ -2,8 +2,8 @@
 inotify events, so that a store checks the few files named instead of every file it has.
 
 The memory's item files are checked for hand edits before every message. Checking means one `stat` per
-file, and there is a day file per day: a year of memory was 1.2 ms a check, twice a message, growing
-every day. With the events, a check costs what changed: usually the one file the last turn appended to.
+file, and there is a day file per day: the cost of a check grows every day, twice a message. With the events,
+a check costs what changed: usually the one file the last turn appended to.
 
 "Anything may have changed" (None: the caller checks every file, as without this) is the answer the
 first time a folder is asked about (its watch starts then: nothing before it was seen), when a folder
