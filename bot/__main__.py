@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from bot.access.pairing import PairingError, PairingStore, pairing_file
-from bot.app import Application, prepare_workspace, stop_on_signals
+from bot.app import Application, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
@@ -21,6 +21,7 @@ from bot.settings import EnvSettings
 from bot.setup.doctor import doctor
 from bot.setup.memory_edit import edit_memory
 from bot.setup.onboard import add_onboard_arguments, onboard
+from bot.setup.workspace import prepare_workspace
 from bot.workspace import Workspace
 
 

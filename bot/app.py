@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -23,7 +22,6 @@ from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
-from bot.environment import InvalidEnvironment, workspace_line
 from bot.heap import settle_after_load
 from bot.http.listener import HttpListener
 from bot.ledger.turns import Turn, TurnLedger
@@ -34,17 +32,16 @@ from bot.metrics import BotMetrics
 from bot.notices import DeliverToOwner, OwnerNotices
 from bot.pipeline import install as pipeline_install
 from bot.rag import install as rag_install
-from bot.runtime_config import SCHEMA_KEY, RuntimeConfigStore
+from bot.runtime_config import RuntimeConfigStore
 from bot.scheduler import install as scheduler_install
 from bot.scheduler.reminders import Deliver
 from bot.sessions.service import SessionService
 from bot.settings import EnvSettings
-from bot.settings_docs import shipped_schema_path
 from bot.setup.checks import CONFIG_CHECK, local_checks
+from bot.setup.workspace import prepare_workspace
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
-from bot.storage.files import remove_stale_temp_files, write_atomic_sync
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
 
@@ -85,24 +82,6 @@ def load_runtime_config(
     )
     store.load_now()
     return store
-
-
-def prepare_workspace(env: EnvSettings) -> Workspace:
-    """The workspace, with whatever was missing filled in from `workspace_template/`; `InvalidEnvironment`
-    (naming `BOT_WORKSPACE`) when it cannot be made."""
-    workspace = Workspace(env.bot_workspace)
-    try:
-        created = workspace.complete_from(shipped_path("workspace_template"))
-        if workspace.runtime_config_file in created:
-            # A new file names the schema, so an editor completes and checks its keys.
-            schema = {SCHEMA_KEY: shipped_schema_path().as_uri()}
-            write_atomic_sync(workspace.runtime_config_file, (json.dumps(schema, indent=2) + "\n").encode())
-    except OSError as error:
-        raise InvalidEnvironment([workspace_line(env.bot_workspace, str(error))]) from error
-    removed = remove_stale_temp_files(workspace.root)
-    if removed:
-        log.info("[Workspace] Removed %d temp files left by an interrupted write", removed)
-    return workspace
 
 
 class Application:

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from bot.app import prepare_workspace
 from bot.runtime_config import RuntimeConfigStore
 from bot.settings import EnvSettings, McpServerConfig, RuntimeConfig, read_at_start_keys, settings_of
 from bot.settings_docs import (
@@ -16,6 +15,7 @@ from bot.settings_docs import (
     shipped_schema_path,
     with_tables,
 )
+from bot.setup.workspace import prepare_workspace
 from bot.shipped import shipped_path
 
 ROOT = Path(__file__).resolve().parent.parent

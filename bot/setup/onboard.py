@@ -27,7 +27,6 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from bot.app import prepare_workspace
 from bot.clock import InvalidTimezone, resolve_timezone
 from bot.runtime_config import deep_merge
 from bot.settings import EnvSettings
@@ -39,6 +38,7 @@ from bot.setup.checks import (
     check_telegram_token,
     model_registry,
 )
+from bot.setup.workspace import prepare_workspace
 from bot.storage.files import write_atomic_sync
 
 DEFAULT_MODEL = "gpt-4o-mini"
