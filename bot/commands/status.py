@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from bot.access.policy import GUARDED_CHANNELS
+from bot.access.policy import is_owner_chat
 from bot.context.planner import ContextPlanner
 from bot.domain.session import AgentSession
 from bot.llm.models import window_note
@@ -98,10 +98,7 @@ class StatusReporter:
 
     async def _problems_for(self, session: AgentSession, allowed_users: list[int]) -> list[str]:
         """The setup's failed checks, for the owner's own chat (the terminal, or the owner's private chat)."""
-        owner = session.channel_type not in GUARDED_CHANNELS or (
-            bool(allowed_users) and session.chat_id == str(allowed_users[0])
-        )
-        if self._setup_problems is None or not owner:
+        if self._setup_problems is None or not is_owner_chat(session.id, allowed_users):
             return []
         problems = await asyncio.to_thread(self._setup_problems)
         if not problems:
