@@ -14,6 +14,7 @@ from bot.app import Application, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
+from bot.database.connection import DatabaseError
 from bot.environment import InvalidEnvironment, read_environment, workspace_line
 from bot.logging_setup import configure_logging, redact, secrets_in_environment
 from bot.runtime_config import InvalidRuntimeConfig
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidEnvironment as error:
         print(error, file=sys.stderr)
         return 2
-    except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError) as error:
+    except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError, DatabaseError) as error:
         print(f"Cannot start: {redact(str(error), env.secrets())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -42,6 +42,7 @@ from bot.setup.workspace import prepare_workspace
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
+from bot.stores import choose_stores
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
 
@@ -112,7 +113,9 @@ class Application:
         self.deferred_sync = deferred = DeferredSync()
         self.sessions = sessions = SessionService(workspace.sessions_dir, deferred)
         # Received, answered, delivered: what the channels and the pipeline ask about every turn.
-        self.ledger = ledger = TurnLedger(workspace.root / "state" / "turns.jsonl", deferred=deferred)
+        # Each concern's store: the workspace's files, or PostgreSQL with BOT_DATABASE_URL (opened at start).
+        self.stores = stores = choose_stores(env, workspace, deferred)
+        self.ledger = ledger = TurnLedger(stores.ledger)
         # Each package adds its commands here; the order they are added in is the order /help and Telegram list.
         self.commands = commands = CommandRegistry()
 
@@ -183,6 +186,8 @@ class Application:
             Stage("model client", _nothing, self.llm.close),
             # Stopped after every store: its last round makes what they wrote last durable.
             Stage("deferred fsyncs", self._start_syncing, self._stop_syncing),
+            # Opened before the stores read from it, closed after the last of them wrote.
+            Stage("database", stores.start, stores.close),
             # Every store writes through on each change; the ledger is closed once nothing can record in it.
             Stage("stores", self._read_backlog, self.ledger.close),
             Stage("memory", self._warm_up_memory, self.memory.close),

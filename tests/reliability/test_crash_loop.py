@@ -61,6 +61,7 @@ import pytest
 
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
+from bot.ledger.store import LedgerFile
 from bot.ledger.turns import OpenTurn, TurnLedger, stored_answer, stored_question
 from bot.memory.item_files import parse_items
 from bot.rag.documents import RagDocument
@@ -227,7 +228,7 @@ def open_turns(workspace: Path) -> list[OpenTurn]:
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / "turns.jsonl"
         shutil.copyfile(path, copy)
-        return asyncio.run(TurnLedger(copy).load())
+        return asyncio.run(TurnLedger(LedgerFile(copy)).load())
 
 
 def inspect_after_kill(kill: Kill, workspace: Path, telegram: FakeTelegram) -> None:

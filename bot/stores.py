@@ -1,0 +1,39 @@
+"""The storage of each concern, chosen once at start: the workspace's files, or PostgreSQL when
+`BOT_DATABASE_URL` is set. Nothing else knows which: each concern's service takes its store by its interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.database.connection import Database
+from bot.ledger.postgres import LedgerTables
+from bot.ledger.store import LedgerFile, LedgerStore
+from bot.settings import EnvSettings
+from bot.storage.durability import DeferredSync
+from bot.workspace import Workspace
+
+
+@dataclass
+class Stores:
+    """Each concern's store, and the database they share (None: every store is the workspace's files)."""
+
+    database: Database | None
+    ledger: LedgerStore
+
+    async def start(self) -> None:
+        """Open the database and bring its schema up to date (nothing to do for files)."""
+        if self.database is not None:
+            await self.database.start()
+
+    async def close(self) -> None:
+        if self.database is not None:
+            await self.database.close()
+
+
+def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync) -> Stores:
+    """The stores `env` asks for: PostgreSQL's with `BOT_DATABASE_URL`, the workspace's files without."""
+    if env.bot_database_url is None:
+        return Stores(None, LedgerFile(workspace.root / "state" / "turns.jsonl", deferred))
+    database = Database(env.bot_database_url.get_secret_value())
+    return Stores(database, LedgerTables(database))

@@ -1,0 +1,110 @@
+"""`BOT_DATABASE_URL`: the schema's migrations applied at start, once, and the bot's turns kept in PostgreSQL.
+
+Against the test process's own PostgreSQL (`tests/postgres_server.py`), each test on a database of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from bot.database.connection import Database, DatabaseError
+from bot.database.migrations import migrations
+from tests.channels.telegram_harness import OWNER, free_port, start_bot
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+from tests.postgres_server import PostgresServer, create_database
+from tests.test_cli import bot_env, run_bot
+
+_names = itertools.count(1)
+
+
+@pytest.fixture
+async def database_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    yield await asyncio.to_thread(create_database, postgres_server, f"migrations_{next(_names)}")
+
+
+async def applied(url: str) -> list[tuple[int, str]]:
+    connection = await asyncpg.connect(url)
+    try:
+        rows = await connection.fetch("SELECT version, name FROM schema_migrations ORDER BY version")
+    finally:
+        await connection.close()
+    return [(row["version"], row["name"]) for row in rows]
+
+
+async def test_each_migration_is_applied_once_and_recorded_even_by_processes_starting_together(
+    database_url: str,
+) -> None:
+    known = [(migration.version, migration.name) for migration in migrations()]
+    assert known and known[0] == (1, "turn_ledger")
+    together = [Database(database_url) for _ in range(4)]
+    try:
+        await asyncio.gather(*(database.start() for database in together))
+    finally:
+        for database in together:
+            await database.close()
+    assert await applied(database_url) == known
+    again = Database(database_url)
+    await again.start()  # nothing left to apply
+    await again.close()
+    assert await applied(database_url) == known
+
+
+async def test_a_database_migrated_by_a_newer_bot_is_refused(database_url: str) -> None:
+    first = Database(database_url)
+    await first.start()
+    await first.close()
+    connection = await asyncpg.connect(database_url)
+    await connection.execute("INSERT INTO schema_migrations (version, name) VALUES (9999, 'from_the_future')")
+    await connection.close()
+    with pytest.raises(DatabaseError, match="migration 9999, newer than this bot's newest"):
+        await Database(database_url).start()
+
+
+def test_a_database_that_does_not_answer_stops_the_start_with_one_line_and_no_password(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    url = f"postgresql://bot:secret-password@127.0.0.1:{free_port()}/bot"
+    env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=url, BOT_LISTEN_PORT=str(free_port()))
+    result = run_bot(["run"], env)
+    assert result.returncode == 2
+    assert "Cannot start: PostgreSQL (BOT_DATABASE_URL)" in result.stderr
+    assert "secret-password" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_url_that_is_not_postgresql_is_refused_naming_the_variable(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL="mysql://bot:secret-password@db/bot")
+    result = run_bot(["status"], env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "Invalid environment: BOT_DATABASE_URL: it takes a PostgreSQL URL, "
+        "postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or unset)"
+    )
+
+
+async def test_a_message_through_telegram_is_kept_in_the_database_not_the_workspace(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    workspace = tmp_path / "workspace"
+    bot = await start_bot(workspace, fake_openai, fake_telegram, "ptb", bot_database_url=database_url)
+    try:
+        update_id = fake_telegram.push_message(OWNER, "hello from the database")
+        [reply] = await fake_telegram.await_messages(OWNER)
+        assert reply.text == "echo: hello from the database"
+    finally:
+        await bot.stop()
+    connection = await asyncpg.connect(database_url)
+    try:
+        turns = await connection.fetch("SELECT received->>'text' AS text, delivered_at FROM ledger_turns")
+        seen = await connection.fetch("SELECT channel_type, key FROM ledger_seen")
+    finally:
+        await connection.close()
+    assert [(turn["text"], turn["delivered_at"] is not None) for turn in turns] == [("hello from the database", True)]
+    assert ("telegram", str(update_id)) in {(row["channel_type"], row["key"]) for row in seen}
+    assert not (workspace / "state" / "turns.jsonl").exists()
