@@ -96,7 +96,8 @@ async def _until_input_ends(console: ConsoleChannel, until: asyncio.Event, app: 
 async def _status(env: EnvSettings) -> None:
     app = Application(env)  # built, never started: no channel, no scheduler
     try:
-        ids = app.sessions.stored_ids()
+        await app.stores.start()  # the database, when the sessions are kept there
+        ids = await app.sessions.stored_ids()
         if not ids:
             print(f"No sessions yet in {app.workspace.root}")
         for session_id in ids:

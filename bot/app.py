@@ -111,10 +111,10 @@ class Application:
         self.metrics = metrics = BotMetrics()
         # The writes a turn need not wait for (the archive can stand in for them) are fsync'd together, later.
         self.deferred_sync = deferred = DeferredSync()
-        self.sessions = sessions = SessionService(workspace.sessions_dir, deferred)
-        # Received, answered, delivered: what the channels and the pipeline ask about every turn.
         # Each concern's store: the workspace's files, or PostgreSQL with BOT_DATABASE_URL (opened at start).
         self.stores = stores = choose_stores(env, workspace, deferred)
+        self.sessions = sessions = SessionService(stores.sessions, deferred)
+        # Received, answered, delivered: what the channels and the pipeline ask about every turn.
         self.ledger = ledger = TurnLedger(stores.ledger)
         # Each package adds its commands here; the order they are added in is the order /help and Telegram list.
         self.commands = commands = CommandRegistry()

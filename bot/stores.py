@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from bot.database.connection import Database
 from bot.ledger.postgres import LedgerTables
 from bot.ledger.store import LedgerFile, LedgerStore
+from bot.sessions.postgres import SessionTables
+from bot.sessions.storage import SessionFiles, SessionStorage
 from bot.settings import EnvSettings
 from bot.storage.durability import DeferredSync
 from bot.workspace import Workspace
@@ -20,6 +22,7 @@ class Stores:
 
     database: Database | None
     ledger: LedgerStore
+    sessions: SessionStorage
 
     async def start(self) -> None:
         """Open the database and bring its schema up to date (nothing to do for files)."""
@@ -34,6 +37,8 @@ class Stores:
 def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync) -> Stores:
     """The stores `env` asks for: PostgreSQL's with `BOT_DATABASE_URL`, the workspace's files without."""
     if env.bot_database_url is None:
-        return Stores(None, LedgerFile(workspace.root / "state" / "turns.jsonl", deferred))
+        return Stores(
+            None, LedgerFile(workspace.root / "state" / "turns.jsonl", deferred), SessionFiles(workspace.sessions_dir)
+        )
     database = Database(env.bot_database_url.get_secret_value())
-    return Stores(database, LedgerTables(database))
+    return Stores(database, LedgerTables(database), SessionTables(database))

@@ -25,5 +25,5 @@ def install(
     pre_compaction: PreCompactionSink,
     tools: ToolRegistry,
 ) -> CompactionService:
-    tools.register(search_history_tool(HistorySearch(sessions.archive)))
+    tools.register(search_history_tool(HistorySearch(sessions)))
     return CompactionService(sessions, Summarizer(llm, models, estimator), planner, config_store, pre_compaction)

@@ -92,6 +92,7 @@ async def test_a_message_through_telegram_is_kept_in_the_database_not_the_worksp
     database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
     workspace = tmp_path / "workspace"
+    session_id = f"telegram:{OWNER}"
     bot = await start_bot(workspace, fake_openai, fake_telegram, "ptb", bot_database_url=database_url)
     try:
         update_id = fake_telegram.push_message(OWNER, "hello from the database")
@@ -103,8 +104,38 @@ async def test_a_message_through_telegram_is_kept_in_the_database_not_the_worksp
     try:
         turns = await connection.fetch("SELECT received->>'text' AS text, delivered_at FROM ledger_turns")
         seen = await connection.fetch("SELECT channel_type, key FROM ledger_seen")
+        sessions = await connection.fetch("SELECT id FROM sessions")
+        archived = await connection.fetchval("SELECT count(*) FROM session_archive WHERE session_id = $1", session_id)
     finally:
         await connection.close()
     assert [(turn["text"], turn["delivered_at"] is not None) for turn in turns] == [("hello from the database", True)]
     assert ("telegram", str(update_id)) in {(row["channel_type"], row["key"]) for row in seen}
+    assert [row["id"] for row in sessions] == [session_id] and archived == 2  # the question and its answer
     assert not (workspace / "state" / "turns.jsonl").exists()
+    assert list((workspace / "sessions").glob("*.json*")) == []
+    assert not any((workspace / "sessions" / "archive").iterdir())
+
+
+async def test_a_bot_on_another_machine_continues_the_conversation_from_the_database(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    first = await start_bot(tmp_path / "machine-a", fake_openai, fake_telegram, "ptb", bot_database_url=database_url)
+    try:
+        fake_telegram.push_message(OWNER, "my sister lives in Lisbon")
+        await fake_telegram.await_messages(OWNER, 1)
+    finally:
+        await first.stop()
+    # Another workspace (another machine's disk), the same database: the chat's history is there.
+    second = await start_bot(tmp_path / "machine-b", fake_openai, fake_telegram, "ptb", bot_database_url=database_url)
+    try:
+        fake_telegram.push_message(OWNER, "where does my sister live?")
+        replies = await fake_telegram.await_messages(OWNER, 2)
+    finally:
+        await second.stop()
+    assert replies[-1].text == "echo: where does my sister live?"
+    sent = [(m["role"], m["content"]) for m in fake_openai.last_chat_request()["messages"] if m["role"] != "system"]
+    assert sent == [
+        ("user", "my sister lives in Lisbon"),
+        ("assistant", "echo: my sister lives in Lisbon"),
+        ("user", "where does my sister live?"),
+    ]

@@ -66,6 +66,7 @@ from bot.ledger.turns import OpenTurn, TurnLedger, stored_answer, stored_questio
 from bot.memory.item_files import parse_items
 from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
 from bot.storage.jsonl import parse_jsonl
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder
 from tests.fakes.telegram_server import FakeTelegram, Fault, SentMessage
@@ -391,7 +392,7 @@ def check_workspace_files(workspace: Path) -> FileReport:
 
 async def read_conversations(workspace: Path, run: CrashRun) -> tuple[dict[int, list[Message]], list[str]]:
     """Each chat's archive and session, through `SessionService` (as the bot reads them)."""
-    sessions = SessionService(workspace / "sessions")
+    sessions = SessionService(SessionFiles(workspace / "sessions"))
     archives: dict[int, list[Message]] = {}
     problems = []
     for chat in CHATS:
@@ -399,7 +400,7 @@ async def read_conversations(workspace: Path, run: CrashRun) -> tuple[dict[int, 
         # A chat the random users never wrote to has no session, rightly.
         if run.sent[chat] and await sessions.get(session_id) is None:
             problems.append(f"{session_id}: no readable session")
-        archives[chat] = await sessions.archive.read(session_id)
+        archives[chat] = await sessions.read_archive(session_id)
     return archives, problems
 
 

@@ -523,7 +523,7 @@ async def test_oversized_or_malicious_arguments_get_a_clear_error_and_the_turn_f
     }  # fmt: skip
     assert sent_calls["huge_content"] == '{"omitted": "5000039 characters of arguments of a refused call"}'
     assert sent_calls["long_name"] == attempts["long_name"].arguments_json()  # short ones are sent as they were
-    archived = {call.id: call for m in await services.sessions.archive.read("test:1") for call in m.tool_calls or []}
+    archived = {call.id: call for m in await services.sessions.read_archive("test:1") for call in m.tool_calls or []}
     assert len(archived["huge_content"].arguments) > FIVE_MB
 
     assert await say(services, channel, "1", "still there?") == "echo: still there?"
