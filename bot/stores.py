@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from bot.database.connection import Database
 from bot.ledger.postgres import LedgerTables
 from bot.ledger.store import LedgerFile, LedgerStore
+from bot.memory.documents import DocumentsInDatabase, MemoryDocuments
+from bot.memory.postgres_documents import MemoryDocumentRows
 from bot.sessions.postgres import SessionTables
 from bot.sessions.storage import SessionFiles, SessionStorage
 from bot.settings import EnvSettings
@@ -23,6 +25,8 @@ class Stores:
     database: Database | None
     ledger: LedgerStore
     sessions: SessionStorage
+    # MEMORY.md and the daily notes of each memory scope, by its folder under memory/ (None: the scope's files).
+    memory_documents: DocumentsInDatabase | None
 
     async def start(self) -> None:
         """Open the database and bring its schema up to date (nothing to do for files)."""
@@ -38,7 +42,14 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
     """The stores `env` asks for: PostgreSQL's with `BOT_DATABASE_URL`, the workspace's files without."""
     if env.bot_database_url is None:
         return Stores(
-            None, LedgerFile(workspace.root / "state" / "turns.jsonl", deferred), SessionFiles(workspace.sessions_dir)
+            None,
+            LedgerFile(workspace.root / "state" / "turns.jsonl", deferred),
+            SessionFiles(workspace.sessions_dir),
+            None,
         )
     database = Database(env.bot_database_url.get_secret_value())
-    return Stores(database, LedgerTables(database), SessionTables(database))
+
+    def memory_documents(scope: str) -> MemoryDocuments:
+        return MemoryDocumentRows(database, scope)
+
+    return Stores(database, LedgerTables(database), SessionTables(database), memory_documents)

@@ -139,3 +139,32 @@ async def test_a_bot_on_another_machine_continues_the_conversation_from_the_data
         ("assistant", "echo: my sister lives in Lisbon"),
         ("user", "where does my sister live?"),
     ]
+
+
+async def test_memory_md_edited_in_the_database_reaches_the_next_prompt_and_notes_are_kept_there(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    workspace = tmp_path / "workspace"
+    bot = await start_bot(workspace, fake_openai, fake_telegram, "ptb", bot_database_url=database_url)
+    connection = await asyncpg.connect(database_url)
+    try:
+        fake_telegram.push_message(OWNER, "good morning")
+        await fake_telegram.await_messages(OWNER, 1)
+        await connection.execute(
+            "INSERT INTO memory_documents (scope, name, content) VALUES ('.', 'MEMORY.md', $1)"
+            " ON CONFLICT (scope, name) DO UPDATE SET content = excluded.content",
+            "# Facts\n- The owner's sister Marta lives in Lisbon.\n",
+        )
+        fake_telegram.push_message(OWNER, "where does Marta live?")
+        await fake_telegram.await_messages(OWNER, 2)
+        system = "\n".join(m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "system")
+    finally:
+        await bot.stop()
+    try:
+        notes = await connection.fetch("SELECT name, content FROM memory_documents WHERE name <> 'MEMORY.md'")
+    finally:
+        await connection.close()
+    assert "## Long-term Memory" in system and "Marta lives in Lisbon" in system
+    [note] = notes
+    assert note["content"].count("\n") == 2 and "User: good morning | Assistant: echo: good morning" in note["content"]
+    assert not (workspace / "memory" / note["name"]).exists()
