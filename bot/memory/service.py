@@ -20,7 +20,7 @@ from typing import TypeVar
 from bot.access.policy import sees_owner_memory
 from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
-from bot.domain.memory import MemoryItem, MemoryPack, TurnMemoryEvent
+from bot.domain.memory import MemoryItem, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
@@ -36,6 +36,7 @@ from bot.memory.paths import memory_paths_for
 from bot.memory.prompt_building import MemoryPrompt as MemoryPrompt
 from bot.memory.prompt_building import MemoryPromptBuilder, PromptAudience, read_long_term
 from bot.memory.recording import TurnRecorder
+from bot.memory.retrieval import ScoreParts
 from bot.memory.scopes import MemoryScope, MemoryScopes
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.notices import OwnerNotices
@@ -255,6 +256,33 @@ class MemoryService:
             item for item in await self._shared_items(owner) if not terms or terms & set(tokenize(item.content))
         ]
         return found + [(item, 0.0) for item in matching[: limit - len(found)]]
+
+    async def explain(
+        self, config: MemoryConfig, session_id: str, text: str, limit: int
+    ) -> list[tuple[MemoryItem, ScoreParts]]:
+        """The best `limit` items retrieval would offer a message `text` in this chat, each with its score in
+        parts (`MemoryRetrievalService.explain`): the console shows why an item is recalled."""
+        scope = await self.scope(config, session_id)
+        embedder = self.embedder(config)
+        vector = None if embedder is None else await self._prompts.query_vector(scope, embedder, text)
+        query = MemoryQuery(
+            text=text,
+            session_id=session_id,
+            now=self._clock.now(),
+            working_top_k=config.working_top_k,
+            working_days=config.recent_days,
+            semantic_top_k=config.semantic_top_k,
+        )
+        async with self.fresh(scope):
+            explained = (await self.off_loop_if_large(scope, scope.retrieval.explain, query, vector))[:limit]
+            found = scope.store.get_many(entry.ranked.item_id for entry in explained)
+        return [(found[entry.ranked.item_id], entry) for entry in explained if entry.ranked.item_id in found]
+
+    async def all_items(self, config: MemoryConfig, session_id: str) -> list[MemoryItem]:
+        """Every item of the chat's memory, superseded versions too (the console lists them by layer)."""
+        scope = await self.scope(config, session_id)
+        async with self.fresh(scope):
+            return await self.off_loop_if_large(scope, lambda: list(scope.store.items()))
 
     async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
         """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""

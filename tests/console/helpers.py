@@ -1,0 +1,36 @@
+"""A bot with its HTTP listener on the fakes, and the console's login link as the bot sends it on Telegram."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.channels.telegram_harness import RunningBot, free_port, start_bot
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+
+LINK = re.compile(r"(http://127\.0\.0\.1:\d+/console/login\?token=[0-9a-f]+)")
+
+
+async def start_console_bot(
+    workspace: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, runtime_config: dict[str, Any] | None = None
+) -> RunningBot:
+    """The bot as `python -m bot run` starts it with `BOT_LISTEN_PORT` set (the listener on 127.0.0.1)."""
+    return await start_bot(workspace, fake_openai, fake_telegram, "ptb", runtime_config, bot_listen_port=free_port())
+
+
+async def say(fake_telegram: FakeTelegram, chat_id: int, text: str) -> str:
+    """Write `text` in a private chat and return the bot's next message there."""
+    before = len(fake_telegram.sent_messages(chat_id))
+    fake_telegram.push_message(chat_id, text)
+    sent = await fake_telegram.await_messages(chat_id, before + 1)
+    return sent[before].text
+
+
+async def login_link(fake_telegram: FakeTelegram, chat_id: int) -> str:
+    """Send `/console` in a private chat and return the link the bot answers with."""
+    reply = await say(fake_telegram, chat_id, "/console")
+    found = LINK.search(reply)
+    assert found, reply
+    return found.group(1)
