@@ -17,7 +17,7 @@ from bot.context.budget import MEMORY
 from bot.context.planner import ContextPlanner
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.prompt_building import long_term_cap_tokens
-from bot.memory.retrieval import W_CONFIDENCE, W_RECENCY, W_RELEVANCE, W_SALIENCE, ScoreParts
+from bot.memory.retrieval import W_CONFIDENCE, W_RECENCY, W_RELEVANCE, W_SALIENCE, ScoreParts, Section
 from bot.memory.service import MemoryService
 from bot.memory.write_service import UnknownMemoryItem
 from bot.runtime_config import RuntimeConfigStore
@@ -25,6 +25,8 @@ from bot.runtime_config import RuntimeConfigStore
 SEARCH_RESULTS = 20
 # Items listed per layer, newest first (the rest are reached by search).
 LISTED_PER_LAYER = 200
+# Sections retrieval places items in whatever the message says (their relevance is set, not matched).
+PLACED = {Section.PINNED: "pinned: in every prompt", Section.WORKING: "a recent exchange (the working set)"}
 _DAY_FILE = re.compile(r"^\d{4}-\d\d-\d\d\.md$")
 
 
@@ -195,9 +197,14 @@ def _results(found: list[tuple[MemoryItem, ScoreParts]]) -> str:
     rows = []
     for item, parts in found:
         ranked = parts.ranked
-        breakdown = (
-            f'<span class="part">lexical {parts.lexical:.2f}</span> + <span class="part">dense {parts.dense:.2f}</span> '
+        placed = PLACED.get(ranked.section)
+        matched = (
+            f"{placed}; "
+            if placed
+            else f'<span class="part">lexical {parts.lexical:.2f}</span> + <span class="part">dense {parts.dense:.2f}</span> '
             f'+ <span class="part">lifts {parts.lifts:.2f}</span> = <span class="part">relevance {ranked.relevance:.2f}</span>; '
+        )
+        breakdown = matched + (
             f"{W_RELEVANCE}×{ranked.relevance:.2f} + {W_RECENCY}×recency {ranked.recency:.2f} + "
             f"{W_SALIENCE}×salience {ranked.salience:.2f} + {W_CONFIDENCE}×confidence {ranked.confidence:.2f}"
         )
