@@ -39,13 +39,14 @@ class GraphPage:
     async def show(self, visit: Visit) -> web.StreamResponse:
         docs = await self.rag.store.live()
         rows = [
-            [esc(doc.created_at[:16]), esc(doc.session_id), esc(doc.status), f'<span class="doc-text">{esc(doc.text[:160])}</span>',
+            [esc(doc.created_at[:16]), esc(doc.session_id), esc(doc.status),
+             f'<span class="doc-text">{esc(doc.text[:160])}</span>',
              form("graph/forget", hidden("doc", doc.id), visit.csrf, "Forget", css="inline danger")]
             for doc in reversed(docs)
         ]  # fmt: skip
         body = (
-            notes_of(visit.request)
-            + '<div class="graph-tools"><input type="search" id="graph-search" placeholder="Find an entity" aria-label="find an entity">'
+            notes_of(visit.request) + '<div class="graph-tools">'
+            '<input type="search" id="graph-search" placeholder="Find an entity" aria-label="find an entity">'
             '<button type="button" id="zoom-in">+</button><button type="button" id="zoom-out">−</button></div>'
             '<div class="graph-area"><svg id="graph" role="img" aria-label="knowledge graph"></svg>'
             '<aside id="graph-node"><p>Select a node to see its descriptions and sources.</p></aside></div>'
@@ -97,8 +98,8 @@ def read_graph(rag_dir: Path) -> dict[str, Any]:
                  "description": values.get("description", ""), "keywords": values.get("keywords", "")}
             )  # fmt: skip
     degree: dict[str, int] = dict.fromkeys(nodes, 0)
-    for edge in edges:
-        for end in (edge["source"], edge["target"]):
+    for relation in edges:
+        for end in (relation["source"], relation["target"]):
             if end in degree:
                 degree[end] += 1
     kept = set(sorted(degree, key=lambda name: degree[name], reverse=True)[:MAX_NODES])

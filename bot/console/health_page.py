@@ -36,7 +36,7 @@ class HealthPage:
         totals = _totals(self.metrics)
         received = sum(totals.get("bot_messages_in_total", {}).values())
         replied = sum(totals.get("bot_replies_out_total", {}).values())
-        tokens = defaultdict(float)
+        tokens: dict[str, float] = defaultdict(float)
         for labels, value in totals.get("bot_model_tokens_total", {}).items():
             tokens[labels[-1]] += value
         body = [

@@ -86,7 +86,10 @@ def table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
     """A table; cells are HTML already (escape what they hold)."""
     head = "".join(f"<th>{esc(header)}</th>" for header in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
-    return f'<div class="scroll"><table class="{esc(css)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    return (
+        f'<div class="scroll"><table class="{esc(css)}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def message(text: str, kind: str = "note") -> str:

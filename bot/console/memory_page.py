@@ -51,7 +51,10 @@ class MemoryPages:
 
     @staticmethod
     def _search_form(query: str) -> str:
-        field = f'<input type="search" name="q" value="{esc(query)}" placeholder="What do you remember about…" aria-label="search">'
+        field = (
+            f'<input type="search" name="q" value="{esc(query)}" placeholder="What do you remember about…" '
+            'aria-label="search">'
+        )
         return form("memory", field, "", "Search", css="search", method="get")
 
     def _layers(self, items: list[MemoryItem], csrf: str) -> str:
@@ -116,10 +119,12 @@ class MemoryPages:
             else ("over its share: its beginning goes with every message, the parts a message is about come with it")
         )
         editor = (
-            f'<textarea id="long-term" name="text" rows="18" data-cap="{cap}" data-chars-per-token="{chars_per_token:.3f}">'
+            f'<textarea id="long-term" name="text" rows="18" data-cap="{cap}" '
+            f'data-chars-per-token="{chars_per_token:.3f}">'
             f"{esc(text)}</textarea>"
             f'<p id="long-term-fit" class="fit">~{tokens:,} tokens of its {cap:,}-token share '
-            f"({round(100 * tokens / max(cap, 1))}%): {esc(fits)}</p>{bar(tokens / max(cap, 1), 'MEMORY.md against its share')}"
+            f"({round(100 * tokens / max(cap, 1))}%): {esc(fits)}</p>"
+            + bar(tokens / max(cap, 1), "MEMORY.md against its share")
         )
         body = notes_of(visit.request) + form("long-term", editor, visit.csrf, "Save MEMORY.md", css="editor")
         return visit.page("MEMORY.md", body, scripts=("long_term.js",))
@@ -186,10 +191,12 @@ def _item_card(item: MemoryItem, versions: list[MemoryItem], csrf: str) -> str:
         lines = "".join(
             f"<li><s>{esc(version.content)}</s> <small>{_when(version.updated_at)}</small></li>" for version in versions
         )
-        older = f"<details><summary>{len(versions)} earlier version{'s' if len(versions) > 1 else ''}</summary><ul>{lines}</ul></details>"
+        plural = "s" if len(versions) > 1 else ""
+        older = f"<details><summary>{len(versions)} earlier version{plural}</summary><ul>{lines}</ul></details>"
     return (
-        f'<article class="item" id="item-{esc(item.id)}" data-item="{esc(item.id)}"><p class="content">{esc(item.content)}</p>'
-        f'<p class="facts"><code>{esc(item.id)}</code> {facts}</p>{older}<div class="actions">{edit}{pin}{forget}</div></article>'
+        f'<article class="item" id="item-{esc(item.id)}" data-item="{esc(item.id)}">'
+        f'<p class="content">{esc(item.content)}</p><p class="facts"><code>{esc(item.id)}</code> {facts}</p>'
+        f'{older}<div class="actions">{edit}{pin}{forget}</div></article>'
     )
 
 
@@ -201,8 +208,9 @@ def _results(found: list[tuple[MemoryItem, ScoreParts]]) -> str:
         matched = (
             f"{placed}; "
             if placed
-            else f'<span class="part">lexical {parts.lexical:.2f}</span> + <span class="part">dense {parts.dense:.2f}</span> '
-            f'+ <span class="part">lifts {parts.lifts:.2f}</span> = <span class="part">relevance {ranked.relevance:.2f}</span>; '
+            else f'<span class="part">lexical {parts.lexical:.2f}</span> + '
+            f'<span class="part">dense {parts.dense:.2f}</span> + <span class="part">lifts {parts.lifts:.2f}</span> = '
+            f'<span class="part">relevance {ranked.relevance:.2f}</span>; '
         )
         breakdown = matched + (
             f"{W_RELEVANCE}×{ranked.relevance:.2f} + {W_RECENCY}×recency {ranked.recency:.2f} + "

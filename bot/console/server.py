@@ -128,7 +128,8 @@ class ConsoleServer:
                 if not session.accepts(form.get("csrf")):
                     log.warning("[Console] Refused a change without a valid CSRF token: %s", request.path)
                     return refusal(
-                        "This change was refused: the form's security token is missing or wrong. Reload the page and try again.",
+                        "This change was refused: the form's security token is missing or wrong. "
+                        "Reload the page and try again.",
                         403,
                         session.viewer,
                         session.csrf,

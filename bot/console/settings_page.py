@@ -93,7 +93,8 @@ class SettingsPage:
                 widget = f'<input {name} value="{esc(value)}">'
             error = f'<p class="error" role="alert">{esc(problems[key])}</p>' if key in problems else ""
             rows.append(
-                f'<div class="setting{" refused" if error else ""}"><label for="{esc(key)}"><code>{esc(key)}</code> {badge}</label>'
+                f'<div class="setting{" refused" if error else ""}">'
+                f'<label for="{esc(key)}"><code>{esc(key)}</code> {badge}</label>'
                 f"{widget}<small>{esc(field.description or '')}</small>{error}</div>"
             )
         body = notes_of(visit.request)

@@ -37,8 +37,8 @@ class WhyPage:
             for turn in reversed(turns)
         )
         body = (
-            f'<p class="chats">{chat_links}</p><details open><summary>Recent turns</summary><ul class="turns">{turn_links}</ul></details>'
-            + _trace(trace)
+            f'<p class="chats">{chat_links}</p><details open><summary>Recent turns</summary>'
+            f'<ul class="turns">{turn_links}</ul></details>' + _trace(trace)
         )
         return visit.page("Why this reply", body)
 
@@ -90,7 +90,8 @@ def _trace(trace: TurnTrace) -> str:
     else:
         parts.append("<p>No tool was called.</p>")
     rows = [
-        [esc(use.model), f"{use.prompt:,}", f"{use.cached:,}", f"{round(100 * use.cached / use.prompt) if use.prompt else 0}%",
+        [esc(use.model), f"{use.prompt:,}", f"{use.cached:,}",
+         f"{round(100 * use.cached / use.prompt) if use.prompt else 0}%",
          f"{use.completion:,}"]
         for use in trace.tokens
     ]  # fmt: skip

@@ -88,13 +88,17 @@ async def test_a_change_without_the_csrf_token_is_refused(
             (await _log_in(client, link)).release()
             root = _root(link)
             for fields in ({}, {"csrf": "not-the-token"}):
-                async with client.post(f"{root}/console/memory", data={"action": "forget", "id": item.id, **fields}) as refused:
+                async with client.post(
+                    f"{root}/console/memory", data={"action": "forget", "id": item.id, **fields}
+                ) as refused:
                     assert refused.status == 403
                     assert "security token is missing or wrong" in await refused.text()
             assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
             async with client.get(f"{root}/console/memory") as page:
                 csrf = _csrf(await page.text())
-            async with client.post(f"{root}/console/memory", data={"action": "forget", "id": item.id, "csrf": csrf}) as done:
+            async with client.post(
+                f"{root}/console/memory", data={"action": "forget", "id": item.id, "csrf": csrf}
+            ) as done:
                 assert done.status == 200
                 assert "Forgotten: the bike lock code is 4242." in await done.text()
             assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1) == []

@@ -107,7 +107,9 @@ async def test_the_owner_uses_the_console_in_a_browser(
         # Search, and the score of the item found in its parts.
         await open_page(browser, f"{root}/memory?q=bike+lock+code", "search.png")
         row = await off_loop(
-            browser.find_element, By.XPATH, "//table[contains(@class, 'results')]//tr[td[1][.='the bike lock code is 4242.']]"
+            browser.find_element,
+            By.XPATH,
+            "//table[contains(@class, 'results')]//tr[td[1][.='the bike lock code is 4242.']]",
         )
         parts = re.search(r"lexical (\d\.\d\d) \+ dense 0\.00 \+ lifts (\d\.\d\d) = relevance (\d\.\d\d)", row.text)
         assert parts, row.text
@@ -126,7 +128,7 @@ async def test_the_owner_uses_the_console_in_a_browser(
         await off_loop(browser.find_element(By.CSS_SELECTOR, "form.editor button").click)
         await wait_for(browser, lambda d: "Saved MEMORY.md" in text_of(d))
         await say(fake_telegram, OWNER, "What is my boat called?")
-        assert "My boat is called Nautilus." in fake_openai.system_prompts()[-1]
+        assert "My boat is called Nautilus." in (fake_openai.system_prompts()[-1] or "")
 
         # Why this reply: the plan, drawn, and the tokens of the last turn.
         await open_page(browser, f"{root}/why", "why.png")
@@ -136,7 +138,9 @@ async def test_the_owner_uses_the_console_in_a_browser(
 
         # Forget the item from its card.
         await open_page(browser, f"{root}/memory")
-        card = await off_loop(browser.find_element, By.XPATH, "//article[p[@class='content'][.='the bike lock code is 4242.']]")
+        card = await off_loop(
+            browser.find_element, By.XPATH, "//article[p[@class='content'][.='the bike lock code is 4242.']]"
+        )
         await off_loop(card.find_element(By.CSS_SELECTOR, "form.danger button").click)
         await wait_for(browser, lambda d: "Forgotten: the bike lock code is 4242." in text_of(d))
         config = (await bot.app.config_store.current()).memory
@@ -146,7 +150,9 @@ async def test_the_owner_uses_the_console_in_a_browser(
         graph_dir = bot.app.workspace.rag_dir / "telegram"
         graph_dir.mkdir(parents=True, exist_ok=True)
         (graph_dir / "graph_chunk_entity_relation.graphml").write_text(GRAPHML)
-        (graph_dir / "kv_store_text_chunks.json").write_text(json.dumps({"chunk-1": {"content": "Ann: my boat is Nautilus"}}))
+        (graph_dir / "kv_store_text_chunks.json").write_text(
+            json.dumps({"chunk-1": {"content": "Ann: my boat is Nautilus"}})
+        )
         await open_page(browser, f"{root}/graph")
         await wait_for(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph circle")) == 2)
         search = await off_loop(browser.find_element, By.ID, "graph-search")
@@ -165,7 +171,9 @@ async def test_the_owner_uses_the_console_in_a_browser(
         await off_loop(field.send_keys, "seven")
         await off_loop(browser.find_element(By.CSS_SELECTOR, "form.settings > button").click)
         await wait_for(browser, lambda d: "Nothing was written" in text_of(d))
-        assert "memory.recentDays" in await off_loop(lambda: browser.find_element(By.CSS_SELECTOR, ".setting.refused").text)
+        assert "memory.recentDays" in await off_loop(
+            lambda: browser.find_element(By.CSS_SELECTOR, ".setting.refused").text
+        )
         field = await off_loop(browser.find_element, By.ID, "memory.recentDays")
         await off_loop(field.clear)
         await off_loop(field.send_keys, "3")
