@@ -11,10 +11,13 @@ from pathlib import Path
 
 import aiohttp
 
+from bot.app import Application
 from tests.channels.telegram_harness import GROUP_MEMBER, OWNER
 from tests.console.helpers import login_link, say, start_console_bot
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.recording_channel import RecordingChannel
 from tests.fakes.telegram_server import FakeTelegram
+from tests.memory.helpers import say as say_to
 
 
 def _token(link: str) -> str:
@@ -142,3 +145,12 @@ async def test_under_user_scope_a_person_sees_only_their_own_memory(
         assert await say(fake_telegram, GROUP_MEMBER, "/console") == "The web console is the owner's."
     finally:
         await bot.stop()
+
+
+async def test_without_the_listener_console_says_how_to_start_it(
+    services: Application, channel: RecordingChannel
+) -> None:
+    reply = await say_to(services, channel, "1", "/console")
+    assert reply.startswith(
+        "The web console is served by the bot's HTTP listener, which is not running: set BOT_LISTEN_PORT"
+    )
