@@ -138,6 +138,7 @@ async def test_in_a_group_neither_the_prompt_nor_any_memory_tool_gives_the_owner
     asked = fake_openai.chat_requests()[-2]
     prompt = system_text(asked)
     assert not any(secret in prompt for secret in SECRETS)
+    assert "your owner" not in prompt  # Ann is not told she is the owner
     assert FAMILY_WIFI in prompt  # the part the owner shared
     await bot.app.router.dispatcher.drain()
     results = tool_results(bot, GROUP)
