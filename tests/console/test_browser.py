@@ -31,7 +31,7 @@ from tests.fakes.telegram_server import FakeTelegram
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
-WAIT_SECONDS = 20
+WAIT_SECONDS = 60  # a loaded machine (the suite on several workers) is slow to render
 T = TypeVar("T")
 
 GRAPHML = """<?xml version='1.0' encoding='utf-8'?>
