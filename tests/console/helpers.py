@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from tests.channels.telegram_harness import RunningBot, free_port, start_bot
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -34,3 +36,32 @@ async def login_link(fake_telegram: FakeTelegram, chat_id: int) -> str:
     found = LINK.search(reply)
     assert found, reply
     return found.group(1)
+
+
+def token_of(link: str) -> str:
+    return link.rsplit("=", 1)[1]
+
+
+def root_of(link: str) -> str:
+    """The listener's root (`http://127.0.0.1:port`) a link points at."""
+    return link.split("/console/", 1)[0]
+
+
+async def log_in(client: aiohttp.ClientSession, link: str) -> aiohttp.ClientResponse:
+    """Open the link as a browser does (its page, then the form it sends); the login's response, not followed."""
+    async with client.get(link) as opened:
+        assert opened.status == 200
+        assert 'id="login"' in await opened.text()
+    return await client.post(f"{root_of(link)}/console/login", data={"token": token_of(link)}, allow_redirects=False)
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF token a page's forms carry."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def new_client() -> aiohttp.ClientSession:
+    """A client that keeps the console's cookie (set for 127.0.0.1, which aiohttp's jar refuses by default)."""
+    return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))

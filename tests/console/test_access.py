@@ -6,39 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 
 import aiohttp
 
 from bot.app import Application
 from tests.channels.telegram_harness import GROUP_MEMBER, OWNER
-from tests.console.helpers import login_link, say, start_console_bot
+from tests.console.helpers import csrf_of, log_in, login_link, new_client, root_of, say, start_console_bot, token_of
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.fakes.telegram_server import FakeTelegram
 from tests.memory.helpers import say as say_to
-
-
-def _token(link: str) -> str:
-    return link.rsplit("=", 1)[1]
-
-
-def _root(link: str) -> str:
-    return link.split("/console/", 1)[0]
-
-
-async def _log_in(client: aiohttp.ClientSession, link: str) -> aiohttp.ClientResponse:
-    async with client.get(link) as opened:
-        assert opened.status == 200
-        assert 'id="login"' in await opened.text()
-    return await client.post(f"{_root(link)}/console/login", data={"token": _token(link)}, allow_redirects=False)
-
-
-def _csrf(page: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found, page
-    return found.group(1)
 
 
 async def test_a_link_works_once_and_only_while_fresh(
@@ -48,13 +26,13 @@ async def test_a_link_works_once_and_only_while_fresh(
     try:
         stale = await login_link(fake_telegram, OWNER)
         await asyncio.sleep(1.0)  # the link lasts 0.6 s
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
+        async with new_client() as client:
             async with client.get(stale) as opened:
                 assert opened.status == 403
                 assert "expired or was already used" in await opened.text()
-            async with client.post(f"{_root(stale)}/console/login", data={"token": _token(stale)}) as refused:
+            async with client.post(f"{root_of(stale)}/console/login", data={"token": token_of(stale)}) as refused:
                 assert refused.status == 403
-            async with client.get(f"{_root(stale)}/console/memory") as page:
+            async with client.get(f"{root_of(stale)}/console/memory") as page:
                 assert page.status == 401  # no session came of it
 
             config_file = workspace_dir / "preferences" / "runtime-config.json"
@@ -63,16 +41,16 @@ async def test_a_link_works_once_and_only_while_fresh(
             config_file.write_text(json.dumps(config))
             link = await login_link(fake_telegram, OWNER)
             assert "works once, within 5 minutes" in fake_telegram.sent_messages(OWNER)[-1].text
-            async with await _log_in(client, link) as logged_in:
+            async with await log_in(client, link) as logged_in:
                 assert logged_in.status == 303
                 assert logged_in.headers["Location"] == "/console/memory"
                 cookie = logged_in.headers["Set-Cookie"]
                 assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
-            async with client.get(f"{_root(link)}/console/memory") as page:
+            async with client.get(f"{root_of(link)}/console/memory") as page:
                 assert page.status == 200
                 assert "Content-Security-Policy" in page.headers
             async with aiohttp.ClientSession() as other:  # the same link again, from another browser
-                async with other.post(f"{_root(link)}/console/login", data={"token": _token(link)}) as reused:
+                async with other.post(f"{root_of(link)}/console/login", data={"token": token_of(link)}) as reused:
                     assert reused.status == 403
     finally:
         await bot.stop()
@@ -87,9 +65,9 @@ async def test_a_change_without_the_csrf_token_is_refused(
         config = (await bot.app.config_store.current()).memory
         [(item, _)] = await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
         link = await login_link(fake_telegram, OWNER)
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
-            (await _log_in(client, link)).release()
-            root = _root(link)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            root = root_of(link)
             for fields in ({}, {"csrf": "not-the-token"}):
                 async with client.post(
                     f"{root}/console/memory", data={"action": "forget", "id": item.id, **fields}
@@ -98,7 +76,7 @@ async def test_a_change_without_the_csrf_token_is_refused(
                     assert "security token is missing or wrong" in await refused.text()
             assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
             async with client.get(f"{root}/console/memory") as page:
-                csrf = _csrf(await page.text())
+                csrf = csrf_of(await page.text())
             async with client.post(
                 f"{root}/console/memory", data={"action": "forget", "id": item.id, "csrf": csrf}
             ) as done:
@@ -120,9 +98,9 @@ async def test_under_user_scope_a_person_sees_only_their_own_memory(
         [(owners, _)] = await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
         link = await login_link(fake_telegram, GROUP_MEMBER)
         assert "your own memory" in fake_telegram.sent_messages(GROUP_MEMBER)[-1].text
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
-            (await _log_in(client, link)).release()
-            root = _root(link)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            root = root_of(link)
             async with client.get(f"{root}/console/memory") as page:
                 text = await page.text()
             assert "my cat is called Miso" in text
@@ -130,7 +108,7 @@ async def test_under_user_scope_a_person_sees_only_their_own_memory(
             async with client.get(f"{root}/console/memory", params={"q": "bike lock code"}) as searched:
                 assert "the bike lock code is 4242" not in await searched.text()
             async with client.post(
-                f"{root}/console/memory", data={"action": "forget", "id": owners.id, "csrf": _csrf(text)}
+                f"{root}/console/memory", data={"action": "forget", "id": owners.id, "csrf": csrf_of(text)}
             ) as refused:
                 assert f"No memory item {owners.id} in your memory." in await refused.text()
             assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
