@@ -82,6 +82,28 @@ def bar(fraction: float, label: str = "", width: int = 200) -> str:
     )
 
 
+def stacked_bar(parts: list[tuple[str, int]], whole: int, width: int = 600) -> str:
+    """One bar for a whole (the context window's threshold), each part a segment of its share of it, with a
+    legend; the segments' colours come from the stylesheet (`segment-0` ...)."""
+    whole = max(whole, sum(tokens for _, tokens in parts), 1)
+    segments, legend, x = [], [], 0.0
+    for number, (label, tokens) in enumerate(parts):
+        if tokens <= 0:
+            continue
+        part_width = width * tokens / whole
+        segments.append(
+            f'<rect class="segment-{number % 8}" x="{x:.1f}" width="{part_width:.1f}" height="16">'
+            f"<title>{esc(label)}: {tokens:,} tokens</title></rect>"
+        )
+        legend.append(f'<li><span class="swatch segment-{number % 8}"></span>{esc(label)} {tokens:,}</li>')
+        x += part_width
+    return (
+        f'<svg class="stacked" viewBox="0 0 {width} 16" width="{width}" height="16" role="img" '
+        f'aria-label="each part of the prompt against the window"><rect class="track" width="{width}" height="16"/>'
+        f'{"".join(segments)}</svg><ul class="legend">{"".join(legend)}</ul>'
+    )
+
+
 def table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
     """A table; cells are HTML already (escape what they hold)."""
     head = "".join(f"<th>{esc(header)}</th>" for header in headers)

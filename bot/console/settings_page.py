@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from aiohttp import web
 from pydantic.fields import FieldInfo
@@ -44,12 +45,30 @@ def _set_at(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def choices_of(field: FieldInfo) -> list[str | None] | None:
+    """The values a setting takes when they are a fixed few (a `Literal`, maybe or `None`); None otherwise."""
+    annotation = field.annotation
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    found: list[str | None] = []
+    for member in members:
+        if member is NoneType:
+            found.append(None)
+        elif get_origin(member) is Literal:
+            found.extend(str(choice) for choice in get_args(member))
+        else:
+            return None
+    return found
+
+
 def _shown(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _parsed(raw: str, current: Any) -> Any:
+def _parsed(raw: str, current: Any, field: FieldInfo) -> Any:
     """A posted value as JSON would hold it: text for a text setting, else JSON (a number, a list, null)."""
+    choices = choices_of(field)
+    if choices is not None:
+        return None if raw == "" and None in choices else raw
     if isinstance(current, str):
         return raw
     raw = raw.strip()
@@ -81,7 +100,15 @@ class SettingsPage:
             restart = field.json_schema_extra == READ_AT_START
             badge = '<span class="restart">restart</span>' if restart else '<span class="live">live</span>'
             name = f'name="{esc(key)}" id="{esc(key)}"'
-            if isinstance(_value_at(current, key), bool):
+            choices = choices_of(field)
+            if choices is not None:
+                options = "".join(
+                    f'<option value="{esc(choice or "")}"{" selected" if value == _shown(choice) else ""}>'
+                    f"{esc(choice if choice is not None else '(none)')}</option>"
+                    for choice in choices
+                )
+                widget = f"<select {name}>{options}</select>"
+            elif isinstance(_value_at(current, key), bool):
                 options = "".join(
                     f'<option value="{choice}"{" selected" if value == choice else ""}>{choice}</option>'
                     for choice in ("true", "false")
@@ -107,10 +134,10 @@ class SettingsPage:
         in_force = await self.config_store.current()
         current = in_force.model_dump(mode="json", by_alias=True)
         changed: dict[str, Any] = {}
-        for key, _ in editable_settings():
+        for key, field in editable_settings():
             if key not in visit.form:
                 continue
-            value = _parsed(visit.form[key], _value_at(current, key))
+            value = _parsed(visit.form[key], _value_at(current, key), field)
             if value != _value_at(current, key):
                 changed[key] = value
         if not changed:

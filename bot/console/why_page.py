@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from bot.console.html import PREFIX, bar, esc, table
+from bot.console.html import PREFIX, bar, esc, stacked_bar, table
 from bot.console.server import Visit
 from bot.pipeline.traces import TurnTrace, TurnTraces
 
@@ -55,14 +55,16 @@ def _trace(trace: TurnTrace) -> str:
     ]
     total = sum(part.tokens for part in trace.plan)
     plan_rows = [
-        [esc(part.label), f"{part.tokens:,}", f"{part.given:,}" if part.given else "–",
+        [esc(part.label), f"{part.tokens:,}", f"{part.given:,} ({esc(part.share)})" if part.given else "–",
          bar(part.tokens / part.given if part.given else 0.0, f"{part.label}: {part.tokens} of {part.given}")
          + (' <span class="cut">cut</span>' if part.cut else "")]
         for part in trace.plan
     ]  # fmt: skip
     parts.append(f"<h3>Prompt plan: {total:,} of {trace.threshold_tokens:,} tokens</h3>")
-    parts.append(bar(total / max(trace.threshold_tokens, 1), "the request against the compaction threshold", 300))
-    parts.append(table(["part", "tokens", "share", "use of its share"], plan_rows, css="plan"))
+    parts.append(stacked_bar([(part.label, part.tokens) for part in trace.plan], trace.threshold_tokens))
+    parts.append(
+        table(["part", "tokens", "its share (parts may share one)", "use of its share"], plan_rows, css="plan")
+    )
     parts.append(f"<h3>Memory pack</h3><p>{esc(trace.pack_summary or 'No structured memory in this prompt.')}</p>")
     if trace.packed:
         rows = [

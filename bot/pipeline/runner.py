@@ -170,11 +170,11 @@ class PipelineRunner:
                 # no answer, and the question still gets written.
                 await self._write_question(ctx)
             await self._deliver(ctx, outbound, failure_reply)
-            replied_seconds = time.monotonic() - started
             if failure_reply is None:
-                await self._run_systems(ctx, after_reply=True)
                 if self._traces is not None:
-                    self._traces.record(ctx, replied_seconds)
+                    # Everything the reply was made of is known by now, and the reply is out.
+                    self._traces.record(ctx, time.monotonic() - started)
+                await self._run_systems(ctx, after_reply=True)
         log.info("[Pipeline] %s answered in %.0f ms", session.id, (time.monotonic() - started) * 1000)
         return ctx
 

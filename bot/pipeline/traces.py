@@ -1,10 +1,11 @@
 """`TurnTraces`: what went into each of a chat's recent replies, for the console's "why this reply" page.
 
-The runner hands every answered turn here after its reply went out (and after memory and RAG were
-written), so keeping a trace costs the reply nothing. A trace is built from what the turn already
-carries (`TurnContext`: the plan, the memory pack, the prompt parts, the new messages, the usage): no
-system records anything for it. Only the last `turns_kept` turns of each chat are kept, in memory: they
-are a window on the bot at work, not a history (the session and its archive are that).
+The runner hands every answered turn here as soon as its reply went out (before memory and RAG are
+written, which add nothing to it), so keeping a trace costs the reply nothing. A trace is built from
+what the turn already carries (`TurnContext`: the plan, the memory pack, the prompt parts, the new
+messages, the usage): no system records anything for it. Only the last `console.turnsKept` turns of
+each chat are kept, in memory: they are a window on the bot at work, not a history (the session and
+its archive are that).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,14 @@ def csrf_of(page: str) -> str:
 def new_client() -> aiohttp.ClientSession:
     """A client that keeps the console's cookie (set for 127.0.0.1, which aiohttp's jar refuses by default)."""
     return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+
+
+async def page_showing(client: aiohttp.ClientSession, url: str, text: str, seconds: float = 20.0) -> str:
+    """The page at `url` once it shows `text` (a turn's trace is kept just after its reply reached the chat)."""
+    for _ in range(int(seconds / 0.05)):
+        async with client.get(url) as page:
+            body = await page.text()
+        if text in body:
+            return body
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} never showed {text!r}: {body}")

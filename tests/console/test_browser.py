@@ -131,8 +131,17 @@ async def test_the_owner_uses_the_console_in_a_browser(
         assert "My boat is called Nautilus." in (fake_openai.system_prompts()[-1] or "")
 
         # Why this reply: the plan, drawn, and the tokens of the last turn.
-        await open_page(browser, f"{root}/why", "why.png")
-        why = await off_loop(text_of, browser)
+        # The turn's trace is kept just after its reply reached the chat: reloaded until it shows.
+        async def why_shows_the_question() -> str:
+            while True:
+                await open_page(browser, f"{root}/why")
+                shown = await off_loop(text_of, browser)
+                if "What is my boat called?" in shown:
+                    return shown
+                await asyncio.sleep(0.1)
+
+        why = await asyncio.wait_for(why_shows_the_question(), WAIT_SECONDS)
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "why.png"))
         assert "What is my boat called?" in why and "Prompt plan" in why and "MEMORY.md" in why
         assert await off_loop(browser.find_elements, By.CSS_SELECTOR, "table.plan svg.bar")
 

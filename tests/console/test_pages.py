@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.channels.telegram_harness import OWNER
-from tests.console.helpers import csrf_of, log_in, login_link, new_client, root_of, say, start_console_bot
+from tests.console.helpers import (
+    csrf_of,
+    log_in,
+    login_link,
+    new_client,
+    page_showing,
+    root_of,
+    say,
+    start_console_bot,
+)
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec, Usage, echo_responder
 from tests.fakes.telegram_server import FakeTelegram
 from tests.rag.helpers import FAST_RAG, lightrag_responder
@@ -45,9 +54,7 @@ async def test_why_this_reply_shows_the_plan_the_pack_the_tools_and_the_tokens(
         link = await login_link(fake_telegram, OWNER)
         async with new_client() as client:
             (await log_in(client, link)).release()
-            async with client.get(f"{root_of(link)}/console/why") as page:
-                assert page.status == 200
-                text = await page.text()
+            text = await page_showing(client, f"{root_of(link)}/console/why", "It is 4242.")
         turns = re.findall(r'<ul class="turns">(.*?)</ul>', text, re.S)[0]
         assert QUESTION in turns and "Remember that the bike lock code" in turns
         assert "Hello there." not in turns  # only the last two turns are kept

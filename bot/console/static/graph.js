@@ -93,6 +93,14 @@ document.addEventListener("DOMContentLoaded", async () => {
     return;
   }
   const links = layout(graph.nodes, graph.edges, width, height);
+  // The view fits the drawing, with room for the labels.
+  const xs = graph.nodes.map((n) => n.x), ys = graph.nodes.map((n) => n.y);
+  const margin = 60;
+  const left = Math.min(...xs) - margin, top = Math.min(...ys) - margin;
+  const spanX = Math.max(...xs) + margin * 2 - left, spanY = Math.max(...ys) + margin - top;
+  const scale = Math.max(spanX / width, spanY / height);
+  view = { w: width * scale, h: height * scale, x: left + (spanX - width * scale) / 2, y: top + (spanY - height * scale) / 2 };
+  apply();
   const edgesLayer = el("g", {}), nodesLayer = el("g", {});
   svg.append(edgesLayer, nodesLayer);
   for (const [a, b] of links) edgesLayer.append(el("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y }));
@@ -138,8 +146,11 @@ document.addEventListener("DOMContentLoaded", async () => {
       if (hit && !first) first = node;
     }
     if (first) {
-      view = { x: first.x - view.w / 2, y: first.y - view.h / 2, w: view.w, h: view.h };
-      apply();
+      const inView = first.x > view.x && first.x < view.x + view.w && first.y > view.y && first.y < view.y + view.h;
+      if (!inView) {
+        view = { x: first.x - view.w / 2, y: first.y - view.h / 2, w: view.w, h: view.h };
+        apply();
+      }
       show(panel, first, graph.edges);
     }
   });
