@@ -45,6 +45,7 @@ class HealthPage:
             + ", ".join(f"{esc(direction)} {value:,.0f}" for direction, value in sorted(tokens.items()))
             + "</p>"
         ]
+        body.append(_spending(totals.get("bot_tokens_spent", {})))
         sums, counts = (
             totals.get("bot_pipeline_stage_seconds_sum", {}),
             totals.get("bot_pipeline_stage_seconds_count", {}),
@@ -111,3 +112,21 @@ class HealthPage:
             "<h2>Queues</h2>" + (table(["chat", "waiting"], queues) if queues else "<p>No message waiting.</p>")
         )
         return visit.page("Health", "\n".join(body))
+
+
+def _spending(spent: dict[tuple[str, ...], float]) -> str:
+    """Tokens spent by purpose, today and in total (kept across restarts), with the cached share of the prompts."""
+    by_row: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for (purpose, direction, period), value in spent.items():
+        by_row[(period, purpose)][direction] = value
+    rows = []
+    for (period, purpose), figures in sorted(by_row.items(), key=lambda row: (row[0][0] != "today", row[0][1])):
+        prompt, cached = figures.get("prompt", 0.0), figures.get("cached", 0.0)
+        share = cached / prompt if prompt else 0.0
+        rows.append(
+            [esc(period), esc(purpose), f"{prompt:,.0f}", f"{figures.get('completion', 0.0):,.0f}",
+             f"{round(100 * share)}% {bar(share, 'cached share', 120)}"]
+        )  # fmt: skip
+    if not rows:
+        return "<h2>Tokens spent</h2><p>No model call yet.</p>"
+    return "<h2>Tokens spent</h2>" + table(["period", "purpose", "prompt", "completion", "cached"], rows, css="spent")

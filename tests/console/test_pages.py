@@ -66,6 +66,15 @@ async def test_why_this_reply_shows_the_plan_the_pack_the_tools_and_the_tokens(
         tools = shown.split("<h3>Tools</h3>", 1)[1].split("<h3>", 1)[0]
         assert "memory_search" in tools and "bike lock" in tools and "the bike lock code is 4242." in tools
         tokens = shown.split("<h3>Tokens</h3>", 1)[1]
+        async with new_client() as client:
+            (await log_in(client, await login_link(fake_telegram, OWNER))).release()
+            async with client.get(f"{root_of(link)}/console/health") as page:
+                health = await page.text()
+        spent = health.split('<table class="spent">', 1)[1].split("</table>", 1)[0]
+        # The question's two calls alone: 22,000 prompt tokens, 15,000 cached (the other replies add a few more).
+        reply = re.search(r"<td>today</td><td>reply</td><td>([\d,]+)</td><td>[\d,]+</td><td>(\d+)%", spent)
+        assert reply, spent
+        assert int(reply.group(1).replace(",", "")) >= 22000 and int(reply.group(2)) >= 60
         assert "<td>10,000</td><td>6,000</td><td>60%</td>" in tokens
         assert "<td>12,000</td><td>9,000</td><td>75%</td>" in tokens
     finally:
