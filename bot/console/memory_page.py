@@ -18,7 +18,7 @@ from bot.context.planner import ContextPlanner
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.prompt_building import long_term_cap_tokens
 from bot.memory.retrieval import W_CONFIDENCE, W_RECENCY, W_RELEVANCE, W_SALIENCE, ScoreParts, Section
-from bot.memory.service import MemoryService
+from bot.memory.service import MemoryListing, MemoryService
 from bot.memory.write_service import UnknownMemoryItem
 from bot.runtime_config import RuntimeConfigStore
 
@@ -45,8 +45,8 @@ class MemoryPages:
             found = await self.memory.explain(config, person, query, SEARCH_RESULTS)
             body.append(f"<h2>Search: “{esc(query)}”</h2>")
             body.append(_results(found) if found else "<p>Nothing in memory matches.</p>")
-        items = await self.memory.all_items(config, person)
-        body.append(self._layers(items, visit.csrf))
+        listing = await self.memory.newest_items(config, person, LISTED_PER_LAYER)
+        body.append(self._layers(listing, visit.csrf))
         return visit.page("Memory", "\n".join(body))
 
     @staticmethod
@@ -57,24 +57,20 @@ class MemoryPages:
         )
         return form("memory", field, "", "Search", css="search", method="get")
 
-    def _layers(self, items: list[MemoryItem], csrf: str) -> str:
-        by_id = {item.id: item for item in items}
-        history: dict[str, list[MemoryItem]] = defaultdict(list)
-        for item in items:
-            if item.superseded_by is not None:
-                history[item.superseded_by].append(item)
-        active = sorted((item for item in items if item.active), key=lambda item: item.updated_at, reverse=True)
+    @staticmethod
+    def _layers(listing: MemoryListing, csrf: str) -> str:
         sections = []
         for layer in MemoryLayer:
-            in_layer = [item for item in active if item.layer is layer]
-            by_type: dict[str, list[MemoryItem]] = defaultdict(list)
-            for item in in_layer[:LISTED_PER_LAYER]:
-                by_type[item.type].append(item)
-            more = f" (the newest {LISTED_PER_LAYER} shown)" if len(in_layer) > LISTED_PER_LAYER else ""
-            parts = [f"<h2>{esc(layer.value.lower())} · {len(in_layer)}{more}</h2>"]
+            count = listing.counts.get(layer.value, 0)
+            by_type: dict[str, list[tuple[MemoryItem, list[MemoryItem]]]] = defaultdict(list)
+            for item, versions in listing.items:
+                if item.layer is layer:
+                    by_type[item.type].append((item, versions))
+            more = f" (the newest {LISTED_PER_LAYER} shown)" if count > LISTED_PER_LAYER else ""
+            parts = [f"<h2>{esc(layer.value.lower())} · {count}{more}</h2>"]
             for kind, listed in sorted(by_type.items()):
                 parts.append(f"<h3>{esc(kind)}</h3>")
-                parts.append("".join(_item_card(item, _versions(item, history, by_id), csrf) for item in listed))
+                parts.append("".join(_item_card(item, versions, csrf) for item, versions in listed))
             sections.append(f'<section class="layer">{"".join(parts)}</section>')
         return "\n".join(sections)
 
@@ -149,19 +145,6 @@ class MemoryPages:
         if text:
             body += f'<h2>{esc(chosen)}</h2><pre class="note-text">{esc(text)}</pre>'
         return visit.page("Daily notes", body)
-
-
-def _versions(item: MemoryItem, history: dict[str, list[MemoryItem]], by_id: dict[str, MemoryItem]) -> list[MemoryItem]:
-    """The versions an item superseded, newest first, following each back to the first."""
-    found: list[MemoryItem] = []
-    waiting = list(history.get(item.id, ()))
-    while waiting:
-        older = waiting.pop()
-        if older.id in (version.id for version in found):
-            continue
-        found.append(older)
-        waiting.extend(history.get(older.id, ()))
-    return sorted(found, key=lambda version: version.updated_at, reverse=True)
 
 
 def _when(moment: datetime) -> str:

@@ -118,3 +118,44 @@ async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
             assert await store.live() == []
     finally:
         await bot.stop()
+
+
+async def test_an_item_edited_keeps_its_earlier_version_and_a_pinned_one_goes_into_every_prompt(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        await say(fake_telegram, OWNER, "Remember that the bike lock code is 4242.")
+        config = (await bot.app.config_store.current()).memory
+        [(item, _)] = await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
+        link = await login_link(fake_telegram, OWNER)
+        root = root_of(link)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            async with client.get(f"{root}/console/memory") as page:
+                csrf = csrf_of(await page.text())
+            edit = {"action": "edit", "id": item.id, "content": "the bike lock code is 1234.", "csrf": csrf}
+            async with client.post(f"{root}/console/memory", data=edit) as done:
+                text = await done.text()
+            assert "Saved: the bike lock code is 1234." in text
+            card = re.search(
+                r'<article class="item"[^>]*>(?:(?!</article>).)*the bike lock code is 1234\.(?:(?!</article>).)*',
+                text,
+                re.S,
+            )
+            assert card, text
+            assert "1 earlier version" in card.group(0) and "<s>the bike lock code is 4242.</s>" in card.group(0)
+            [(edited, _)] = await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
+            async with client.post(
+                f"{root}/console/memory", data={"action": "pin", "id": edited.id, "csrf": csrf}
+            ) as done:
+                assert "Pinned: the bike lock code is 1234." in await done.text()
+            async with client.post(
+                f"{root}/console/memory", data={"action": "edit", "id": edited.id, "content": " ", "csrf": csrf}
+            ) as done:
+                assert "An item cannot be empty: forget it instead." in await done.text()
+        await say(fake_telegram, OWNER, "/new")
+        await say(fake_telegram, OWNER, "Good morning")
+        assert "## Pinned Memory\n- the bike lock code is 1234." in (fake_openai.system_prompts()[-1] or "")
+    finally:
+        await bot.stop()
