@@ -6,6 +6,7 @@ only their own private chat."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -28,11 +29,11 @@ class WhyPage:
         wanted = visit.request.query.get("turn")
         trace = next((turn for turn in turns if turn.turn_id == wanted), turns[-1])
         chat_links = " ".join(
-            f'<a href="{PREFIX}/why?chat={esc(name)}" class="{"chosen" if name == chat else ""}">{esc(name)}</a>'
+            f'<a href="{PREFIX}/why?chat={esc(quote(name))}" class="{"chosen" if name == chat else ""}">{esc(name)}</a>'
             for name in chats
         )
         turn_links = "".join(
-            f'<li><a href="{PREFIX}/why?chat={esc(chat)}&amp;turn={esc(turn.turn_id)}" '
+            f'<li><a href="{PREFIX}/why?chat={esc(quote(chat))}&amp;turn={esc(turn.turn_id)}" '
             f'class="{"chosen" if turn is trace else ""}">{turn.at:%H:%M:%S} {esc(_short(turn.question, 60))}</a></li>'
             for turn in reversed(turns)
         )
