@@ -122,6 +122,9 @@ class MemoryPages:
             f"({round(100 * tokens / max(cap, 1))}%): {esc(fits)}</p>"
             + bar(tokens / max(cap, 1), "MEMORY.md against its share")
         )
+        last_use = (await self.memory.scope(config, visit.viewer.person)).long_term_use
+        if last_use is not None:
+            editor += f'<p class="last-use">In the last prompt: {esc(last_use.describe())}.</p>'
         body = notes_of(visit.request) + form("long-term", editor, visit.csrf, "Save MEMORY.md", css="editor")
         return visit.page("MEMORY.md", body, scripts=("long_term.js",))
 

@@ -198,10 +198,12 @@ async def test_the_owner_uses_the_console_in_a_browser(
         await open_page(browser, f"{root}/notes", "notes.png")
         assert "User: What is my boat called?" in await off_loop(text_of, browser)
 
-        # On a phone's width the page fits without sideways scrolling.
+        # On a phone's width every page fits without sideways scrolling (wide tables scroll in their box).
         await off_loop(browser.set_window_size, 390, 844)
-        await open_page(browser, f"{root}/memory", "memory-390px.png")
-        assert await off_loop(browser.execute_script, "return document.documentElement.scrollWidth") <= 390
+        for name in ("memory", "long-term", "notes", "why", "graph", "settings", "health"):
+            await open_page(browser, f"{root}/{name}", f"{name}-390px.png")
+            width = await off_loop(browser.execute_script, "return document.documentElement.scrollWidth")
+            assert width <= 390, (name, width)
     finally:
         await off_loop(browser.set_window_size, 1280, 900)
         await bot.stop()
