@@ -24,7 +24,7 @@ from bot.runtime_config import RuntimeConfigStore
 
 SEARCH_RESULTS = 20
 # Items listed per layer, newest first (the rest are reached by search).
-LISTED_PER_LAYER = 200
+LISTED_PER_LAYER = 100
 # Sections retrieval places items in whatever the message says (their relevance is set, not matched).
 PLACED = {Section.PINNED: "pinned: in every prompt", Section.WORKING: "a recent exchange (the working set)"}
 _DAY_FILE = re.compile(r"^\d{4}-\d\d-\d\d\.md$")
