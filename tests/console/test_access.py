@@ -12,6 +12,7 @@ import aiohttp
 
 from bot.app import Application
 from tests.channels.telegram_harness import GROUP_MEMBER, OWNER
+from tests.conftest import TEST_API_KEY
 from tests.console.helpers import csrf_of, log_in, login_link, new_client, root_of, say, start_console_bot, token_of
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -83,6 +84,13 @@ async def test_a_change_without_the_csrf_token_is_refused(
                 assert done.status == 200
                 assert "Forgotten: the bike lock code is 4242." in await done.text()
             assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1) == []
+            # Nothing of the environment on any page: no key, no token.
+            for page_name in ("memory", "long-term", "notes", "why", "graph", "graph.json", "settings", "health"):
+                async with client.get(f"{root}/console/{page_name}") as page:
+                    assert page.status == 200, page_name
+                    body = await page.text()
+                assert TEST_API_KEY not in body and fake_telegram.token not in body, page_name
+                assert fake_telegram.token.split(":")[1] not in body, page_name
     finally:
         await bot.stop()
 
