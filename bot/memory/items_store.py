@@ -626,6 +626,18 @@ class MemoryItemStore:
         rows = self._rows("SELECT id, line FROM items WHERE active ORDER BY updated DESC, id LIMIT ?", (limit,))
         return self._items_from(rows)
 
+    def newest_in_layer(self, layer: MemoryLayer, limit: int) -> list[MemoryItem]:
+        """The `limit` active items of one layer changed last, newest first."""
+        # The ids are sorted alone, then only those lines are read: rows sorted with their lines are slow.
+        rows = self._rows(
+            "SELECT id FROM items WHERE active AND layer = ? ORDER BY updated DESC, id LIMIT ?", (layer.value, limit)
+        )
+        return list(self.get_many(item_id for (item_id,) in rows).values())
+
+    def superseded(self) -> list[MemoryItem]:
+        """Every item a newer version replaced (kept for history)."""
+        return [item for batch in self._stream("WHERE NOT active") for item in batch]
+
     def count_by_layer(self) -> dict[MemoryLayer, int]:
         counts = dict.fromkeys(MemoryLayer, 0)
         for layer, count in self._rows("SELECT layer, count(*) FROM items WHERE active GROUP BY layer"):
