@@ -17,12 +17,15 @@ from bot.clock import InvalidTimezone
 from bot.database.connection import DatabaseError
 from bot.environment import InvalidEnvironment, read_environment, workspace_line
 from bot.logging_setup import configure_logging, redact, secrets_in_environment
+from bot.memory.documents import OWNER_SCOPE, MemoryFiles
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
 from bot.setup.doctor import doctor
 from bot.setup.memory_edit import edit_memory
 from bot.setup.onboard import add_onboard_arguments, onboard
 from bot.setup.workspace import prepare_workspace
+from bot.storage.durability import DeferredSync
+from bot.stores import choose_stores
 from bot.workspace import Workspace
 
 
@@ -71,6 +74,18 @@ async def _chat(env: EnvSettings) -> None:
         await _until_input_ends(console, until, app)
     finally:
         await app.stop()
+
+
+async def _edit_memory(env: EnvSettings) -> int:
+    workspace = prepare_workspace(env)
+    stores = choose_stores(env, workspace, DeferredSync())
+    await stores.start()
+    try:
+        if stores.memory_documents is None:
+            return await edit_memory(MemoryFiles(workspace.memory), str(workspace.memory.long_term_file))
+        return await edit_memory(stores.memory_documents(OWNER_SCOPE), "MEMORY.md in the database")
+    finally:
+        await stores.close()
 
 
 def chat_banner(app: Application) -> str:
@@ -187,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "onboard":
             return asyncio.run(onboard(env, args))
         elif args.command == "memory":
-            return edit_memory(prepare_workspace(env))
+            return asyncio.run(_edit_memory(env))
     except InvalidEnvironment as error:
         print(error, file=sys.stderr)
         return 2

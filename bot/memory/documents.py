@@ -19,6 +19,8 @@ from bot.storage.files import append_lines, file_signature, line_bytes, write_at
 from bot.workspace import MemoryPaths
 
 LONG_TERM_NAME = "MEMORY.md"
+# The owner's memory: the folder memory/ itself, the scope of every chat with `memory.scope: global`.
+OWNER_SCOPE = "."
 
 
 def daily_note_name(day: date) -> str:

@@ -168,3 +168,25 @@ async def test_memory_md_edited_in_the_database_reaches_the_next_prompt_and_note
     [note] = notes
     assert note["content"].count("\n") == 2 and "User: good morning | Assistant: echo: good morning" in note["content"]
     assert not (workspace / "memory" / note["name"]).exists()
+
+
+def test_memory_edit_writes_memory_md_where_the_bot_keeps_it(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=database_url)
+    result = run_bot(["memory", "edit"], env, stdin="## About me\n- Lives in Porto.\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Saved MEMORY.md in the database" in result.stdout
+
+    async def stored() -> str | None:
+        connection = await asyncpg.connect(database_url)
+        try:
+            content = await connection.fetchval(
+                "SELECT content FROM memory_documents WHERE scope = '.' AND name = 'MEMORY.md'"
+            )
+            return None if content is None else str(content)
+        finally:
+            await connection.close()
+
+    assert asyncio.run(stored()) == "## About me\n- Lives in Porto.\n"
+    assert "Porto" not in (tmp_path / "workspace" / "memory" / "MEMORY.md").read_text()  # the template's file
