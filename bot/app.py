@@ -173,7 +173,7 @@ class Application:
         # Stored items' vectors are made while no message waits for its reply or is being answered.
         memory.service.follow_replies(lambda: bool(router.dispatcher.queue_depths()))
         scheduled = scheduler_install.install(
-            reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
+            reminder_store=stores.reminders, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
             rag=rag.service, tools=tools.registry, commands=commands,
             chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
@@ -278,6 +278,7 @@ class Application:
     async def _read_backlog(self) -> None:
         # Read before anything can arrive, so a message taken now is never mistaken for an old one.
         self._backlog = await self.ledger.reopen(self.sessions.get, self._channel_types())
+        await self.reminders.load()
 
     async def _warm_up_memory(self) -> None:
         self.memory.warm_up((await self.config_store.current()).memory)

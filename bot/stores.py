@@ -11,6 +11,7 @@ from bot.ledger.postgres import LedgerTables
 from bot.ledger.store import LedgerFile, LedgerStore
 from bot.memory.documents import DocumentsInDatabase, MemoryDocuments
 from bot.memory.postgres_documents import MemoryDocumentRows
+from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.sessions.postgres import SessionTables
 from bot.sessions.storage import SessionFiles, SessionStorage
 from bot.settings import EnvSettings
@@ -27,6 +28,7 @@ class Stores:
     sessions: SessionStorage
     # MEMORY.md and the daily notes of each memory scope, by its folder under memory/ (None: the scope's files).
     memory_documents: DocumentsInDatabase | None
+    reminders: ReminderStore
 
     async def start(self) -> None:
         """Open the database and bring its schema up to date (nothing to do for files)."""
@@ -46,10 +48,11 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
             LedgerFile(workspace.root / "state" / "turns.jsonl", deferred),
             SessionFiles(workspace.sessions_dir),
             None,
+            ReminderFile(workspace.reminders_file),
         )
     database = Database(env.bot_database_url.get_secret_value())
 
     def memory_documents(scope: str) -> MemoryDocuments:
         return MemoryDocumentRows(database, scope)
 
-    return Stores(database, LedgerTables(database), SessionTables(database), memory_documents)
+    return Stores(database, LedgerTables(database), SessionTables(database), memory_documents, ReminderTable(database))

@@ -577,7 +577,7 @@ async def test_an_injected_memory_cannot_make_the_tools_reach_another_chat(
     fake_openai.script(Reply(tool_calls=[call("search_history", {"query": "passport"}, "b_history")]), "ok")
     await say(services, channel, "b", f"Passport {B_SECRET} " * 400)  # the history search is evicted
     b_item = json.loads((root / "memory/chats/test:b/items/semantic.jsonl").read_text().splitlines()[0])["id"]
-    [b_reminder] = services.reminders.pending("test:b")
+    [b_reminder] = await services.reminders.pending("test:b")
     chat_b_files = ["sessions/test:b.json", "sessions/archive/test:b.jsonl", "memory/chats/test:b",
                     "tool_results/test:b", "reminders.json", "preferences"]  # fmt: skip
     before = fingerprint(root, chat_b_files)
@@ -638,6 +638,6 @@ async def test_an_injected_memory_cannot_make_the_tools_reach_another_chat(
 
     # Nothing of chat B changed, and B still has all of it.
     assert fingerprint(root, chat_b_files) == before
-    assert [r.id for r in services.reminders.pending("test:b")] == [b_reminder.id]
+    assert [r.id for r in await services.reminders.pending("test:b")] == [b_reminder.id]
     await say(services, channel, "b", "What is my passport number?")
     assert B_SECRET in (fake_openai.system_prompts()[-1] or "")
