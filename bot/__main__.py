@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from bot.access.pairing import PairingError, PairingStore, pairing_file
+from bot.access.pairing import PairingError, PairingStorage
 from bot.app import Application, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
@@ -124,10 +124,18 @@ async def _status(env: EnvSettings) -> None:
         await app.stop()
 
 
-def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
-    store = PairingStore(pairing_file(prepare_workspace(env).root))
+async def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
+    stores = choose_stores(env, prepare_workspace(env), DeferredSync())
+    await stores.start()
+    try:
+        return await _pairing_command(stores.pairing, command, code)
+    finally:
+        await stores.close()
+
+
+async def _pairing_command(store: PairingStorage, command: str, code: str | None) -> int:
     if command == "list":
-        pending = store.pending()
+        pending = await store.pending()
         if not pending:
             print("No pending pairing requests.")
         for request in pending:
@@ -135,7 +143,7 @@ def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
             print(f"{request.code}  user {request.user_id} {who}  expires {request.expires_at:%Y-%m-%d %H:%M} UTC")
         return 0
     try:
-        user = store.approve(code or "")
+        user = await store.approve(code or "")
     except PairingError as error:
         print(error, file=sys.stderr)
         return 1
@@ -196,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "status":
             asyncio.run(_status(env))
         elif args.command == "pairing":
-            return _pairing(env, args.pairing_command, getattr(args, "code", None))
+            return asyncio.run(_pairing(env, args.pairing_command, getattr(args, "code", None)))
         elif args.command == "doctor":
             return asyncio.run(doctor(env))
         elif args.command == "onboard":

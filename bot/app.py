@@ -9,7 +9,6 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.access.pairing import PairingStore, pairing_file
 from bot.access.policy import AccessPolicy
 from bot.channels import install as channels_install
 from bot.channels.base import Channel, InboundHandler
@@ -166,7 +165,7 @@ class Application:
                 check.line() for check in local_checks(env) if not check.ok and check.name != CONFIG_CHECK
             ],
         )  # fmt: skip
-        access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
+        access = AccessPolicy(config_store, stores.pairing)
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )

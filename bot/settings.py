@@ -86,8 +86,8 @@ class EnvSettings(BaseSettings):
     """The Tavily key, for `web.searchProvider: tavily`."""
     bot_database_url: SecretStr | None = None
     """A PostgreSQL URL (`postgresql://USER:PASSWORD@HOST:PORT/DATABASE`, needs the `postgres` extra): the turn
-    ledger, the sessions and their archive, MEMORY.md and the daily notes, and the reminders are kept there (the
-    schema's migrations applied at start); unset or empty: in the workspace's files.
+    ledger, the sessions and their archive, MEMORY.md and the daily notes, the reminders and pairing are kept there
+    (the schema's migrations applied at start); unset or empty: in the workspace's files.
     `python -m bot doctor` checks the connection.
     """
 

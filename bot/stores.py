@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.access.pairing import PairingStorage, PairingStore, pairing_file
+from bot.access.pairing_db import PairingTables
 from bot.database.connection import Database
 from bot.ledger.postgres import LedgerTables
 from bot.ledger.store import LedgerFile, LedgerStore
@@ -29,6 +31,7 @@ class Stores:
     # MEMORY.md and the daily notes of each memory scope, by its folder under memory/ (None: the scope's files).
     memory_documents: DocumentsInDatabase | None
     reminders: ReminderStore
+    pairing: PairingStorage
 
     async def start(self) -> None:
         """Open the database and bring its schema up to date (nothing to do for files)."""
@@ -49,10 +52,18 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
             SessionFiles(workspace.sessions_dir),
             None,
             ReminderFile(workspace.reminders_file),
+            PairingStore(pairing_file(workspace.root)),
         )
     database = Database(env.bot_database_url.get_secret_value())
 
     def memory_documents(scope: str) -> MemoryDocuments:
         return MemoryDocumentRows(database, scope)
 
-    return Stores(database, LedgerTables(database), SessionTables(database), memory_documents, ReminderTable(database))
+    return Stores(
+        database,
+        LedgerTables(database),
+        SessionTables(database),
+        memory_documents,
+        ReminderTable(database),
+        PairingTables(database),
+    )

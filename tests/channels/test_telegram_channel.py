@@ -469,11 +469,11 @@ async def test_pairing_approve_admits_the_stranger(pairing_bot: RunningBot, fake
     bot = pairing_bot
     await ask(fake_telegram, STRANGER, "hello?")
     store = PairingStore(pairing_file(bot.workspace))
-    [request] = store.pending()
+    [request] = await store.pending()
     assert request.user_id == STRANGER
-    store.approve(request.code.lower())
+    await store.approve(request.code.lower())
     assert await ask(fake_telegram, STRANGER, "hello again") == "echo: hello again"
-    assert store.pending() == []
+    assert await store.pending() == []
 
 
 async def test_with_allowed_users_set_a_stranger_gets_no_code(

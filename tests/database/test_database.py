@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from bot.access.pairing_db import PairingTables
 from bot.database.connection import Database, DatabaseError
 from bot.database.migrations import migrations
 from tests.channels.telegram_harness import OWNER, free_port, start_bot
@@ -190,3 +192,36 @@ def test_memory_edit_writes_memory_md_where_the_bot_keeps_it(
 
     assert asyncio.run(stored()) == "## About me\n- Lives in Porto.\n"
     assert "Porto" not in (tmp_path / "workspace" / "memory" / "MEMORY.md").read_text()  # the template's file
+
+
+def test_pairing_from_the_command_line_reads_and_writes_the_database(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    async def a_stranger_asks() -> str:
+        database = Database(database_url)
+        await database.start()
+        try:
+            request = await PairingTables(database).request(77, "stranger", timedelta(hours=1), max_pending=5)
+        finally:
+            await database.close()
+        assert request is not None
+        return request.code
+
+    code = asyncio.run(a_stranger_asks())
+    env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=database_url)
+    listed = run_bot(["pairing", "list"], env)
+    assert listed.returncode == 0 and f"{code}  user 77 @stranger" in listed.stdout
+    approved = run_bot(["pairing", "approve", code.lower()], env)
+    assert approved.returncode == 0, approved.stderr
+    assert "Approved user 77 (@stranger)" in approved.stdout
+    assert not (tmp_path / "workspace" / "access" / "pairing.json").exists()
+
+    async def approved_ids() -> frozenset[int]:
+        database = Database(database_url)
+        await database.start()
+        try:
+            return await PairingTables(database).approved_ids()
+        finally:
+            await database.close()
+
+    assert asyncio.run(approved_ids()) == frozenset({77})
