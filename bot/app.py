@@ -336,7 +336,8 @@ class Application:
 
 
 def health_report(app: Application) -> tuple[bool, dict[str, object]]:
-    """`/healthz`: healthy while every channel receives and the scheduler runs."""
+    """`/healthz`: healthy while every channel receives, the scheduler runs and, with `BOT_DATABASE_URL`,
+    this process reaches the database (its last statement or heartbeat got an answer)."""
     receiving = {channel.channel_type: channel.receiving for channel in app.channels}
     last = app.llm.last_call
     details: dict[str, object] = {
@@ -344,7 +345,11 @@ def health_report(app: Application) -> tuple[bool, dict[str, object]]:
         "scheduler": app.scheduler.running,
         "lastModelCall": {"at": last[0].isoformat(), "outcome": last[1]} if last else None,
     }
-    return all(receiving.values()) and app.scheduler.running, details
+    database = app.stores.database
+    if database is not None:
+        details["database"] = database.reachable
+    reached = database is None or database.reachable
+    return all(receiving.values()) and app.scheduler.running and reached, details
 
 
 def _chat_delivery(app: Application) -> Deliver:

@@ -7,6 +7,7 @@ was written before), and a database that refuses one is answered the same way.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -20,6 +21,9 @@ log = logging.getLogger(__name__)
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
 CONNECT_TIMEOUT_SECONDS = 10.0
+# How often an idle process asks the server whether it answers (`/healthz` reports the last answer).
+HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_TIMEOUT_SECONDS = 3.0
 
 
 class DatabaseError(OSError):
@@ -46,6 +50,9 @@ class Database:
     def __init__(self, url: str) -> None:
         self._url = url
         self._pool: Any = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        # Whether the last statement or heartbeat reached the server (False until the pool is open).
+        self.reachable = False
 
     async def start(self) -> None:
         asyncpg = _driver()
@@ -59,12 +66,32 @@ class Database:
         except failures as error:
             await self.close()
             raise DatabaseError(f"PostgreSQL (BOT_DATABASE_URL): {type(error).__name__}: {error}") from error
+        self.reachable = True
+        self._heartbeat = asyncio.create_task(self._beat(), name="database heartbeat")
         log.info("[Database] Connected; the schema is up to date")
 
     async def close(self) -> None:
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
         pool, self._pool = self._pool, None
+        self.reachable = False
         if pool is not None:
             await pool.close()
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                await asyncio.wait_for(self.fetch("SELECT 1"), HEARTBEAT_TIMEOUT_SECONDS)
+            except (OSError, TimeoutError) as error:
+                self._lost(error)
+
+    def _lost(self, error: BaseException) -> None:
+        if self.reachable:
+            log.error("[Database] PostgreSQL does not answer: %s", error)
+        self.reachable = False
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
@@ -78,7 +105,12 @@ class Database:
         except _failures(asyncpg) as error:
             if isinstance(error, DatabaseError):
                 raise
+            if not isinstance(error, asyncpg.PostgresError) or isinstance(error, asyncpg.PostgresConnectionError):
+                self._lost(error)  # the server is out of reach (a refused statement is not that)
             raise DatabaseError(f"PostgreSQL: {type(error).__name__}: {error}") from error
+        if not self.reachable:
+            log.info("[Database] PostgreSQL answers again")
+            self.reachable = True
 
     async def fetch(self, query: str, *args: object) -> list[Any]:
         """The rows of one statement (each a mapping by column name)."""

@@ -11,10 +11,12 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
+import aiohttp
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from bot.access.pairing_db import PairingTables
+from bot.database import connection as connection_module
 from bot.database.connection import Database, DatabaseError
 from bot.database.migrations import migrations
 from tests.channels.telegram_harness import OWNER, free_port, start_bot
@@ -225,3 +227,40 @@ def test_pairing_from_the_command_line_reads_and_writes_the_database(
             await database.close()
 
     assert asyncio.run(approved_ids()) == frozenset({77})
+
+
+async def test_healthz_says_whether_this_process_reaches_the_database(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(connection_module, "HEARTBEAT_SECONDS", 0.2)
+    name = database_url.rsplit("/", 1)[-1]
+    bot = await start_bot(
+        tmp_path / "workspace", fake_openai, fake_telegram, "ptb", bot_database_url=database_url,
+        bot_listen_port=free_port(),
+    )  # fmt: skip
+    admin = await asyncpg.connect(database_url.rsplit("/", 1)[0] + "/postgres")
+    try:
+        assert bot.listener is not None
+        health = f"http://127.0.0.1:{bot.listener.port}/healthz"
+
+        async def report() -> tuple[int, object]:
+            async with aiohttp.ClientSession() as http, http.get(health) as response:
+                return response.status, (await response.json())["database"]
+
+        assert await report() == (200, True)
+        # The server stops taking this database's connections and drops the ones the bot has.
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            name,
+        )
+        await fake_telegram.await_until(lambda: not bot.app.stores.database.reachable)  # type: ignore[union-attr]
+        assert await report() == (503, False)
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await fake_telegram.await_until(lambda: bot.app.stores.database.reachable)  # type: ignore[union-attr]
+        assert await report() == (200, True)
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await admin.close()
+        await bot.stop()
