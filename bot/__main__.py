@@ -14,7 +14,7 @@ from bot.app import Application, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
-from bot.database.connection import DatabaseError
+from bot.database.connection import Database, DatabaseError
 from bot.environment import InvalidEnvironment, read_environment, workspace_line
 from bot.logging_setup import configure_logging, redact, secrets_in_environment
 from bot.memory.documents import OWNER_SCOPE, MemoryFiles
@@ -22,6 +22,7 @@ from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
 from bot.setup.doctor import doctor
 from bot.setup.memory_edit import edit_memory
+from bot.setup.migrate import migrate_workspace
 from bot.setup.onboard import add_onboard_arguments, onboard
 from bot.setup.workspace import prepare_workspace
 from bot.storage.durability import DeferredSync
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     pairing_commands.add_parser("list", help="pending pairing requests")
     approve = pairing_commands.add_parser("approve", help="admit the sender of a pairing code")
     approve.add_argument("code")
+    commands.add_parser("migrate", help="copy the workspace's files into the database of BOT_DATABASE_URL")
     commands.add_parser("doctor", help="check the setup: one line per check, and the fix for each failure")
     add_onboard_arguments(commands.add_parser("onboard", help="first set-up: asks, checks each answer, writes .env"))
     memory = commands.add_parser("memory", help="the long-term memory file")
@@ -152,6 +154,20 @@ async def _pairing_command(store: PairingStorage, command: str, code: str | None
     return 0
 
 
+async def _migrate(env: EnvSettings) -> int:
+    if env.bot_database_url is None:
+        print("BOT_DATABASE_URL is not set: there is no database to copy the workspace into.", file=sys.stderr)
+        return 2
+    workspace = prepare_workspace(env)
+    database = Database(env.bot_database_url.get_secret_value())
+    await database.start()
+    try:
+        print((await migrate_workspace(workspace, database)).line())
+    finally:
+        await database.close()
+    return 0
+
+
 def _nothing_to_run(env: EnvSettings) -> int:
     """`bot run` with no channel and no listener: complete the workspace (as `run` always does), then say
     what to set instead of idling where nobody can reach the bot."""
@@ -205,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_status(env))
         elif args.command == "pairing":
             return asyncio.run(_pairing(env, args.pairing_command, getattr(args, "code", None)))
+        elif args.command == "migrate":
+            return asyncio.run(_migrate(env))
         elif args.command == "doctor":
             return asyncio.run(doctor(env))
         elif args.command == "onboard":

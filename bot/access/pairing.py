@@ -163,6 +163,10 @@ class PairingStore:
         """The stranger's valid code (the one they had, or a new one); None when too many are waiting."""
         return await asyncio.to_thread(self._request_sync, user_id, username, ttl, max_pending)
 
+    async def approved_users(self) -> list[ApprovedUser]:
+        """Every admitted user (`bot migrate` copies them)."""
+        return (await asyncio.to_thread(self._read)).approved
+
     async def pending(self) -> list[PairingRequest]:
         """Requests whose code still works, oldest first."""
         now = self._now()

@@ -87,6 +87,10 @@ class ReminderFile:
             return
         self._reminders = {reminder.id: reminder for reminder in reminders}
 
+    async def everything(self) -> list[Reminder]:
+        """Every reminder in the file (`bot migrate` copies them)."""
+        return list(self._reminders.values())
+
     async def of_session(self, session_id: str) -> list[Reminder]:
         chosen = [r for r in self._reminders.values() if r.session_id == session_id]
         return sorted(chosen, key=lambda reminder: reminder.due_at)

@@ -264,3 +264,33 @@ async def test_healthz_says_whether_this_process_reaches_the_database(
         await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         await admin.close()
         await bot.stop()
+
+
+def test_migrate_copies_a_workspace_into_the_database_and_is_safe_to_run_twice(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    workspace = tmp_path / "workspace"
+    on_files = bot_env(workspace, fake_openai)
+    assert run_bot(["chat"], on_files, stdin="my sister lives in Lisbon\n").returncode == 0
+    (workspace / "memory" / "MEMORY.md").write_text("# Facts\n- Marta is the owner's sister.\n")
+
+    on_database = bot_env(workspace, fake_openai, BOT_DATABASE_URL=database_url)
+    first = run_bot(["migrate"], on_database)
+    assert first.returncode == 0, first.stderr
+    assert "1 sessions, 2 archived messages, 1 daily notes, 1 MEMORY.md files" in first.stdout
+    again = run_bot(["migrate"], on_database)
+    assert again.returncode == 0 and "archived messages" not in again.stdout  # nothing copied twice
+
+    # Another machine, an empty workspace, the same database: the conversation and the memory are there.
+    elsewhere = bot_env(tmp_path / "elsewhere", fake_openai, BOT_DATABASE_URL=database_url)
+    assert run_bot(["chat"], elsewhere, stdin="where does she live?\n").returncode == 0
+    messages = fake_openai.last_chat_request()["messages"]
+    assert [m["content"] for m in messages if m["role"] != "system"] == [
+        "my sister lives in Lisbon", "echo: my sister lives in Lisbon", "where does she live?"
+    ]  # fmt: skip
+    assert any("Marta is the owner's sister" in m["content"] for m in messages if m["role"] == "system")
+
+
+def test_migrate_without_a_database_url_says_what_to_set(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    result = run_bot(["migrate"], bot_env(tmp_path / "workspace", fake_openai))
+    assert result.returncode == 2 and "BOT_DATABASE_URL is not set" in result.stderr
