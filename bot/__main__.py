@@ -21,6 +21,7 @@ from bot.memory.documents import OWNER_SCOPE, MemoryFiles
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
 from bot.setup.doctor import doctor
+from bot.setup.export import export_workspace
 from bot.setup.memory_edit import edit_memory
 from bot.setup.migrate import migrate_workspace
 from bot.setup.onboard import add_onboard_arguments, onboard
@@ -43,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     approve = pairing_commands.add_parser("approve", help="admit the sender of a pairing code")
     approve.add_argument("code")
     commands.add_parser("migrate", help="copy the workspace's files into the database of BOT_DATABASE_URL")
+    export = commands.add_parser("export", help="write what the database holds as a workspace's files")
+    export.add_argument("folder", nargs="?", type=Path, help="where to write (default: the workspace)")
     commands.add_parser("doctor", help="check the setup: one line per check, and the fix for each failure")
     add_onboard_arguments(commands.add_parser("onboard", help="first set-up: asks, checks each answer, writes .env"))
     memory = commands.add_parser("memory", help="the long-term memory file")
@@ -168,6 +171,20 @@ async def _migrate(env: EnvSettings) -> int:
     return 0
 
 
+async def _export(env: EnvSettings, folder: Path | None) -> int:
+    if env.bot_database_url is None:
+        print("BOT_DATABASE_URL is not set: there is no database to export.", file=sys.stderr)
+        return 2
+    workspace = Workspace(folder) if folder is not None else prepare_workspace(env)
+    database = Database(env.bot_database_url.get_secret_value())
+    await database.start()
+    try:
+        print((await export_workspace(database, workspace)).line(workspace.root))
+    finally:
+        await database.close()
+    return 0
+
+
 def _nothing_to_run(env: EnvSettings) -> int:
     """`bot run` with no channel and no listener: complete the workspace (as `run` always does), then say
     what to set instead of idling where nobody can reach the bot."""
@@ -223,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_pairing(env, args.pairing_command, getattr(args, "code", None)))
         elif args.command == "migrate":
             return asyncio.run(_migrate(env))
+        elif args.command == "export":
+            return asyncio.run(_export(env, args.folder))
         elif args.command == "doctor":
             return asyncio.run(doctor(env))
         elif args.command == "onboard":

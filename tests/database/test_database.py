@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from bot.access.pairing_db import PairingTables
 from bot.database import connection as connection_module
 from bot.database.connection import Database, DatabaseError
 from bot.database.migrations import migrations
+from bot.domain.session import AgentSession
 from tests.channels.telegram_harness import OWNER, free_port, start_bot
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -294,3 +296,28 @@ def test_migrate_copies_a_workspace_into_the_database_and_is_safe_to_run_twice(
 def test_migrate_without_a_database_url_says_what_to_set(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     result = run_bot(["migrate"], bot_env(tmp_path / "workspace", fake_openai))
     assert result.returncode == 2 and "BOT_DATABASE_URL is not set" in result.stderr
+
+
+def test_export_writes_the_usual_files_and_an_edit_goes_back_with_migrate(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    on_database = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=database_url)
+    assert run_bot(["chat"], on_database, stdin="remember the blue door\n").returncode == 0
+    exported = tmp_path / "exported"
+    result = run_bot(["export", str(exported)], on_database)
+    assert result.returncode == 0, result.stderr
+    assert "1 sessions, 1 archives, 1 memory documents" in result.stdout
+    session = AgentSession.model_validate_json((exported / "sessions" / "console:local.json").read_text())
+    assert [m.content for m in session.messages] == ["remember the blue door", "echo: remember the blue door"]
+    archive = (exported / "sessions" / "archive" / "console:local.jsonl").read_text().splitlines()
+    assert [json.loads(line)["content"] for line in archive] == [m.content for m in session.messages]
+    [note] = list((exported / "memory").glob("*.md"))
+    assert "User: remember the blue door | Assistant: echo: remember the blue door" in note.read_text()
+
+    # The round trip people edit by: export, edit the file, migrate it back.
+    (exported / "memory" / "MEMORY.md").write_text("- The door is blue.\n")
+    back = bot_env(exported, fake_openai, BOT_DATABASE_URL=database_url)
+    assert run_bot(["migrate"], back).returncode == 0
+    assert run_bot(["chat"], on_database, stdin="which door?\n").returncode == 0
+    system = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "system"]
+    assert any("The door is blue." in text for text in system)
