@@ -13,6 +13,7 @@ one; `postgres_database` gives each test module a fresh, empty database on it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -86,9 +87,9 @@ def _system_user() -> str | None:
     return SYSTEM_USER_AS_ROOT
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server (with pgvector) for this test process, stopped and deleted at its end."""
+@contextlib.contextmanager
+def running_server() -> Iterator[PostgresServer]:
+    """A throw-away PostgreSQL (with pgvector), stopped and deleted when the block ends (tests and benchmarks)."""
     bin_path = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
     user = _system_user()
     # Not under pytest's temporary folder: as root, that is private to root, and the cluster's user must own its folder.
@@ -124,6 +125,13 @@ def postgres_server() -> Iterator[PostgresServer]:
             capture_output=True, timeout=START_TIMEOUT_SECONDS, user=user,
         )  # fmt: skip
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server (with pgvector) for this test process, stopped and deleted at its end."""
+    with running_server() as server:
+        yield server
 
 
 _databases = itertools.count(1)
