@@ -163,9 +163,10 @@ class MemoryService:
         if embedder is not None:
             self._indexing.start(scope, embedder)
 
-    def follow_replies(self, replies_waiting: Callable[[], bool]) -> None:
-        """`replies_waiting`: whether any message is waiting for its reply or being answered; the items'
-        vectors are made only once it has been False for a moment."""
+    def follow_replies(self, replies_waiting: Callable[[], int]) -> None:
+        """`replies_waiting`: how many messages are waiting for their reply or being answered; the items'
+        vectors are made only once it has been 0 for a moment, and in a burst (more than one) a message
+        whose vector would queue behind another's is answered from its words."""
         self._indexing.follow_replies(replies_waiting)
 
     def warm_up(self, config: MemoryConfig) -> None:

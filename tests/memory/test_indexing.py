@@ -9,9 +9,12 @@ what is embedded, and in which order beside the chat requests, is what the fake 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from bot.app import Application
 from bot.domain.memory import MemoryLayer
@@ -66,6 +69,31 @@ async def test_a_stored_items_vector_waits_for_the_reply_another_chat_is_waiting
     assert "what should I plant in the garden?" in before_the_reply  # the query's vector: on the reply path
     assert FACT not in before_the_reply  # the stored item's: not ahead of the reply
     await wait_until_embedded(fake_openai, FACT)  # made once the bot is idle, with nothing asked of it
+
+
+async def test_in_a_burst_a_reply_is_not_kept_waiting_behind_another_messages_vector(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.memory")
+    configure_memory(services, embeddingsModel="fake-embedding")
+    chats = ("1", "2", "3")
+    for chat in chats:
+        await say(services, channel, chat, "hello")  # each chat's memory loaded, its vectors made
+    fake_openai.embedding_delay = 1.0  # the embedder is slow: one vector keeps it busy for a second
+    first = len(fake_openai.requests)
+    questions = {chat: f"what did we plant in field number {chat}?" for chat in chats}
+    for chat, question in questions.items():
+        await services.router.accept(channel.message(chat, question), channel)
+    for chat in chats:
+        await channel.wait_for(chat, 2)
+
+    # One message's vector was made; the other replies were built from their words meanwhile, and say so.
+    embedded = embedded_texts(fake_openai, first)
+    assert len([question for question in questions.values() if question in embedded]) == 1, embedded
+    packs = [
+        record.getMessage() for record in caplog.records if record.getMessage().startswith("[Context] Memory pack")
+    ]
+    assert sum("(lexical, embedder busy" in pack for pack in packs[-3:]) == 2, packs
 
 
 async def test_an_item_without_its_vector_yet_is_found_by_its_words(
