@@ -41,7 +41,8 @@ from typing import NamedTuple
 from bot.domain.conversation import kept_newest
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import Vector, VectorIndex
-from bot.memory.items_store import ItemFacts, MemoryItemStore
+from bot.memory.item_storage import ItemFacts
+from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.temporal import time_window
 
