@@ -27,6 +27,8 @@ except ImportError:  # pragma: no cover (Windows)
 log = logging.getLogger(__name__)
 
 INDEX_FILE_NAME = "items.sqlite3"
+# What reading or writing the memory index (items or vectors) may raise, for those who catch it.
+INDEX_FAILURES: tuple[type[Exception], ...] = (OSError, sqlite3.Error)
 
 T = TypeVar("T")
 P = ParamSpec("P")

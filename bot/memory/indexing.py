@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from bot.heap import settle_after_load
 from bot.llm.embedders import Embedder
 from bot.llm.errors import LlmError
 from bot.memory.embeddings import EMBED_BATCH_SIZE, Vector, as_float16, unit
+from bot.memory.index_database import INDEX_FAILURES
 from bot.memory.scopes import MemoryScope, MemoryScopes
 from bot.workspace import MemoryPaths
 
@@ -237,7 +237,7 @@ class VectorIndexing:
                         async with scope.lock:
                             scope.vectors.put(made)
                         embedded += len(made)
-        except (OSError, sqlite3.Error) as error:
+        except INDEX_FAILURES as error:
             log.warning("[Memory] Item vectors of %s could not be kept: %s", scope.paths.root, error)
         finally:
             if embedded:

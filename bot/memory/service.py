@@ -9,7 +9,6 @@ own) and hands the work to the module of each concern: the scopes and their file
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from bot.domain.message import Message
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
+from bot.memory.index_database import INDEX_FAILURES
 from bot.memory.indexing import VectorIndexing
 from bot.memory.legacy_context import read_daily_notes
 from bot.memory.lexical_index import tokenize
@@ -294,7 +294,7 @@ class MemoryService:
             # they count, whenever `/status` is asked.
             try:
                 await self._indexing.read_stored(scope, embedder)
-            except (OSError, sqlite3.Error) as error:
+            except INDEX_FAILURES as error:
                 log.warning("[Memory] Item vectors of %s could not be read: %s", scope.paths.root, error)
         async with self.fresh(scope):
             counts = scope.store.count_by_layer()
