@@ -171,8 +171,11 @@ class ItemWrites:
             deferred = None if durable or rewrite_jobs else self._deferred
             try:
                 for path, lines in append_jobs:
+                    # Changed by hand since last read (while the bot's append was pending): what the append
+                    # leaves is read again, the hand edit with it.
+                    edited = file_signature(path) != state.signatures.get(path)
                     await append_lines(path, lines, deferred)
-                    self._after_write(path)
+                    self._after_write(path, edited)
                 for path, data in rewrite_jobs:
                     await write_atomic(path, data)
                     self._after_write(path)
@@ -208,13 +211,18 @@ class ItemWrites:
         lines = self._state.db.read(index_sql.file_lines, self._state.rows.name(path))
         return b"".join(line + b"\n" for line in lines)
 
-    def _after_write(self, path: Path) -> None:
+    def _after_write(self, path: Path, edited: bool = False) -> None:
+        """Record the file as written; `edited`: it holds lines the index has not read (the next refresh
+        reads it)."""
         state = self._state
         signature = file_signature(path)
         if signature is None:
             return
         # The bot ends every line it writes; a file changed again since this flush began stays unwritten.
-        changing = path in state.pending_appends or path in state.pending_rewrites
+        changing = edited or path in state.pending_appends or path in state.pending_rewrites
         with state.db.lock:
             state.written[path] = None if changing else signature
-        state.signatures[path] = signature
+        if edited:
+            state.signatures.pop(path, None)
+        else:
+            state.signatures[path] = signature
