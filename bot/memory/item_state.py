@@ -132,8 +132,9 @@ class StoreState:
                 index_sql.record_file_written(connection, self.rows.name(path), signature)
             work(connection)
 
-        self.db.transaction(recorded)
-        self.written.clear()
+        with self.db.lock:  # a flush in another thread records its writes under it too
+            self.db.transaction(recorded)
+            self.written.clear()
 
     def write_refs(self, connection: sqlite3.Connection, items: Iterable[MemoryItem]) -> None:
         index_sql.insert_refs(connection, self.rows.refs(items))
