@@ -18,6 +18,9 @@ import pytest
 
 from bot.app import Application
 from bot.domain.memory import MemoryLayer
+from bot.memory.indexing import VectorIndexing
+from bot.memory.scopes import MemoryScopes
+from bot.workspace import Workspace
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Fault
 from tests.fakes.recording_channel import RecordingChannel
@@ -135,3 +138,19 @@ async def test_items_left_without_a_vector_by_a_stop_get_it_after_the_next_start
         assert re.search(r"vectors (\d+)/\1 \(fake-embedding\)", status), status
     finally:
         await again.stop()
+
+
+async def test_the_embedder_makes_one_messages_vector_at_a_time_while_replies_wait(tmp_path: Path) -> None:
+    scopes = MemoryScopes(Workspace(tmp_path), UTC, None)
+    try:
+        indexing = VectorIndexing(scopes)
+        waiting = 3
+        indexing.follow_replies(lambda: waiting)
+        assert indexing.take_query_turn()  # the first of the burst gets its vector
+        assert not indexing.take_query_turn()  # the next ones would queue behind it: built from their words
+        indexing.query_done()
+        assert indexing.take_query_turn()  # the embedder is free again: the next message gets it
+        waiting = 1
+        assert indexing.take_query_turn()  # one reply at a time always waits for its own vector
+    finally:
+        await scopes.close()
