@@ -18,6 +18,7 @@ from bot.commands import install as commands_install
 from bot.commands.model import ModelSwitch
 from bot.commands.registry import CommandRegistry
 from bot.compaction import install as compaction_install
+from bot.console import install as console_install
 from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
@@ -176,6 +177,12 @@ class Application:
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         self.channels: list[Channel] = []
         self.listener = self._listener()
+        # The web console's pages go on the listener (when it runs); /console hands out its login links.
+        self.traces = pipeline.traces
+        self.console = console_install.install(
+            commands, self.listener, config_store, workspace, memory.service, rag.service, planner, pipeline.traces,
+            metrics, tools.mcp, router.dispatcher.queue_depths,
+        )  # fmt: skip
         self._backlog: list[Turn] = []
         self._stopped = False
         self._syncing: asyncio.Task[None] | None = None

@@ -190,6 +190,8 @@ class PackDiagnostics:
     embedder_busy: bool = False
     # Wall time of the message's vector, the scoring and the rendering.
     elapsed_ms: float = 0.0
+    # The first candidates left out for the budget, best first: (item id, score, section).
+    missed: tuple[tuple[str, float, str], ...] = ()
 
     def describe(self) -> str:
         scores = ", ".join(f"{score:.2f}" for score in self.top_scores) or "-"

@@ -324,11 +324,14 @@ def count_items(connection: sqlite3.Connection) -> int:
 
 
 def lines_after(
-    connection: sqlite3.Connection, after: int, limit: int, active: bool = False, layer: str | None = None
+    connection: sqlite3.Connection, after: int, limit: int, active: bool | None = None, layer: str | None = None
 ) -> list[tuple[int, bytes]]:
-    """(rowid, line) of the next `limit` rows past rowid `after`, in rowid order: every row, the active
-    ones, or the active ones of one layer."""
-    where = "WHERE active AND layer = ? AND" if layer is not None else "WHERE active AND" if active else "WHERE"
+    """(rowid, line) of the next `limit` rows past rowid `after`, in rowid order: every row (`active` None),
+    the active ones (and of those, with `layer`, the ones of that layer), or the inactive ones."""
+    if layer is not None:
+        where = "WHERE active AND layer = ? AND"
+    else:
+        where = "WHERE" if active is None else "WHERE active AND" if active else "WHERE NOT active AND"
     parameters: tuple[object, ...] = (layer, after) if layer is not None else (after,)
     return connection.execute(
         f"SELECT rowid, line FROM items {where} rowid > ? ORDER BY rowid LIMIT {int(limit)}", parameters
@@ -351,6 +354,15 @@ def recently_updated(connection: sqlite3.Connection, limit: int) -> list[ItemLin
     return connection.execute(
         "SELECT id, line FROM items WHERE active ORDER BY updated DESC, id LIMIT ?", (limit,)
     ).fetchall()
+
+
+def newest_ids_in_layer(connection: sqlite3.Connection, layer: str, limit: int) -> list[str]:
+    """The ids of the `limit` active items of one layer changed last, newest first."""
+    # The ids are sorted alone, then only those lines are read: rows sorted with their lines are slow.
+    rows = connection.execute(
+        "SELECT id FROM items WHERE active AND layer = ? ORDER BY updated DESC, id LIMIT ?", (layer, limit)
+    )
+    return [row[0] for row in rows]
 
 
 def count_by_layer(connection: sqlite3.Connection) -> list[tuple[str, int]]:

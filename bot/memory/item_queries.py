@@ -33,9 +33,9 @@ class ItemQueries:
         self._rows = rows
         self._caches = caches
 
-    def stream(self, active: bool = False, layer: MemoryLayer | None = None) -> Iterator[list[MemoryItem]]:
-        """Items of every row (`active`: the active ones; `layer`: the active ones of it), parsed a batch at
-        a time (in row order, changes tolerated)."""
+    def stream(self, active: bool | None = None, layer: MemoryLayer | None = None) -> Iterator[list[MemoryItem]]:
+        """Items of every row (`active` True: the active ones, False: the inactive ones; `layer`: the active
+        ones of it), parsed a batch at a time (in row order, changes tolerated)."""
         last = 0
         while True:
             rows = self._db.read(
@@ -85,6 +85,14 @@ class ItemQueries:
     def recently_updated(self, limit: int) -> list[MemoryItem]:
         """The `limit` active items changed last, newest first."""
         return self._items_from(self._db.read(index_sql.recently_updated, limit))
+
+    def newest_in_layer(self, layer: MemoryLayer, limit: int) -> list[MemoryItem]:
+        """The `limit` active items of one layer changed last, newest first."""
+        return list(self.get_many(self._db.read(index_sql.newest_ids_in_layer, layer.value, limit)).values())
+
+    def superseded(self) -> list[MemoryItem]:
+        """Every item a newer version replaced (kept for history)."""
+        return [item for batch in self.stream(active=False) for item in batch]
 
     def count_by_layer(self) -> dict[MemoryLayer, int]:
         counts = dict.fromkeys(MemoryLayer, 0)

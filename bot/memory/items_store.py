@@ -133,6 +133,14 @@ class MemoryItemStore:
         """The newest active EPISODIC items created since `since`, newest first (`ItemQueries.recent_episodic`)."""
         return self._queries.recent_episodic(limit, since, skip)
 
+    def newest_in_layer(self, layer: MemoryLayer, limit: int) -> list[MemoryItem]:
+        """The `limit` active items of one layer changed last, newest first."""
+        return self._queries.newest_in_layer(layer, limit)
+
+    def superseded(self) -> list[MemoryItem]:
+        """Every item a newer version replaced (kept for history)."""
+        return self._queries.superseded()
+
     def count_by_layer(self) -> dict[MemoryLayer, int]:
         return self._queries.count_by_layer()
 

@@ -55,6 +55,12 @@ LONG_TERM_RELEVANCE_MIN_TOKENS = 128
 LONG_TERM_INLINE_CHARS = 20_000
 
 
+def long_term_cap_tokens(config: MemoryConfig, room_tokens: int) -> int:
+    """What MEMORY.md may take of the memory section's `room_tokens` whole; beyond it, its beginning leads and
+    the pieces a message is about come from the rest."""
+    return max(int(room_tokens * config.long_term_max_share), min(room_tokens, LONG_TERM_MIN_TOKENS))
+
+
 @dataclass(frozen=True)
 class MemoryPrompt:
     """The `# Memory` section for one turn, in two parts, and the pack behind it (None when unused).
@@ -154,7 +160,7 @@ class MemoryPromptBuilder:
         if long_term:
             # MEMORY.md may not take the whole share: scored items keep the rest. Beyond its share, its beginning
             # leads and the pieces relevant to the message come from the rest.
-            cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
+            cap = long_term_cap_tokens(config, budget.remaining)
             if budget.cost(long_term) <= cap:
                 fitted = whole_long_term(long_term)
             elif cap < LONG_TERM_RELEVANCE_MIN_TOKENS:
