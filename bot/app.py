@@ -170,7 +170,7 @@ class Application:
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
         # Stored items' vectors are made while no message waits for its reply or is being answered.
-        memory.service.follow_replies(lambda: bool(router.dispatcher.queue_depths()))
+        memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(
             reminder_store=stores.reminders, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,

@@ -315,7 +315,15 @@ class MemoryPromptBuilder:
         # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
         # Without an embedder there is no vector to wait for, nor a read to do ahead of it: the scoring
         # starts at once.
-        vector_task = asyncio.ensure_future(self.query_vector(scope, embedder, text)) if embedder is not None else None
+        vector_task: asyncio.Future[Vector | None] | None = None
+        # In a burst, a message whose vector would wait behind another's is answered from its words.
+        embedder_busy = False
+        if embedder is not None:
+            if self._indexing.take_query_turn():
+                vector_task = asyncio.ensure_future(self.query_vector(scope, embedder, text))
+                vector_task.add_done_callback(lambda _: self._indexing.query_done())
+            else:
+                embedder_busy = True
         # Both holds of the lock below see the files as they were when the message came: the scoring after
         # the vector does not check them again (an edit made meanwhile is read for the next message).
         arrived = time.monotonic()
@@ -337,6 +345,7 @@ class MemoryPromptBuilder:
             diagnostics=dataclasses.replace(
                 pack.diagnostics,
                 embeddings_used=result.used_vectors,
+                embedder_busy=embedder_busy,
                 elapsed_ms=(time.perf_counter() - started) * 1000,
             ),
         )

@@ -40,10 +40,11 @@ from typing import NamedTuple
 
 from bot.domain.conversation import kept_newest
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
-from bot.memory.embeddings import Vector, VectorIndex
-from bot.memory.items_store import ItemFacts, MemoryItemStore
+from bot.memory.embeddings import Vector
+from bot.memory.item_storage import ItemFacts, ItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.temporal import time_window
+from bot.memory.vector_index import VectorIndex
 
 W_RELEVANCE = 0.7
 W_RECENCY = 0.1
@@ -178,7 +179,7 @@ class LiveCoverage:
     any other conversation is looked up whole. An item changed later to refer to an older live message (a
     fact reinforced) is not seen here; retrieval still leaves it out of the ranked candidates."""
 
-    def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
+    def __init__(self, store: ItemStore, conversations: int = 256) -> None:
         self._store = store
         self._size = conversations
         self._kept: OrderedDict[int, tuple[Sequence[str], int, int, set[str]]] = OrderedDict()
@@ -208,7 +209,7 @@ class LiveCoverage:
 
 
 class WorkingSet:
-    """The newest EPISODIC items outside a live conversation (`MemoryItemStore.recent_episodic`), kept per
+    """The newest EPISODIC items outside a live conversation (`ItemStore.recent_episodic`), kept per
     conversation as it grows: while the store has only had items added since, each of them passed over
     (the conversation's own, which its coverage knows by then), the items found last time stand, less any
     now older than the window. Otherwise it is read again; in a long conversation that read passes over
@@ -216,7 +217,7 @@ class WorkingSet:
 
     Found by its ids in order, as `LiveCoverage` is."""
 
-    def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
+    def __init__(self, store: ItemStore, conversations: int = 256) -> None:
         self._store = store
         self._size = conversations
         self._kept: OrderedDict[int, tuple[Sequence[str], int, datetime, int, list[str]]] = OrderedDict()
@@ -244,7 +245,7 @@ class WorkingSet:
 class MemoryRetrievalService:
     """Scores one scope's items for a query."""
 
-    def __init__(self, store: MemoryItemStore, lexical: Bm25Index, vectors: VectorIndex, zone: tzinfo) -> None:
+    def __init__(self, store: ItemStore, lexical: Bm25Index, vectors: VectorIndex, zone: tzinfo) -> None:
         self._store = store
         self._lexical = lexical
         self._vectors = vectors

@@ -9,7 +9,6 @@ own) and hands the work to the module of each concern: the scopes and their file
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
 from bot.memory.documents import DocumentsInDatabase
+from bot.memory.index_database import INDEX_FAILURES
 from bot.memory.indexing import VectorIndexing
 from bot.memory.legacy_context import read_daily_notes
 from bot.memory.lexical_index import tokenize
@@ -166,9 +166,10 @@ class MemoryService:
         if embedder is not None:
             self._indexing.start(scope, embedder)
 
-    def follow_replies(self, replies_waiting: Callable[[], bool]) -> None:
-        """`replies_waiting`: whether any message is waiting for its reply or being answered; the items'
-        vectors are made only once it has been False for a moment."""
+    def follow_replies(self, replies_waiting: Callable[[], int]) -> None:
+        """`replies_waiting`: how many messages are waiting for their reply or being answered; the items'
+        vectors are made only once it has been 0 for a moment, and in a burst (more than one) a message
+        whose vector would queue behind another's is answered from its words."""
         self._indexing.follow_replies(replies_waiting)
 
     def warm_up(self, config: MemoryConfig) -> None:
@@ -336,7 +337,7 @@ class MemoryService:
             # they count, whenever `/status` is asked.
             try:
                 await self._indexing.read_stored(scope, embedder)
-            except (OSError, sqlite3.Error) as error:
+            except INDEX_FAILURES as error:
                 log.warning("[Memory] Item vectors of %s could not be read: %s", scope.paths.root, error)
         async with self.fresh(scope):
             counts = scope.store.count_by_layer()

@@ -11,11 +11,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
-from bot.memory.embeddings import VectorIndex
 from bot.memory.index_database import INDEX_FILE_NAME
-from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
+from bot.memory.item_caches import ITEM_CACHE_SIZE
+from bot.memory.item_storage import ItemFacts
+from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage, MemoryRetrievalService, WorkingSet
+from bot.memory.vector_index import VectorIndex
 from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
@@ -546,7 +548,7 @@ def test_a_check_that_failed_leaves_the_next_one_to_look_at_every_file(
     def unreadable(path: Path, signature: object) -> None:
         raise OSError(5, "Input/output error", str(path))
 
-    monkeypatch.setattr(store, "_load_file", unreadable)
+    monkeypatch.setattr(store._reconciler, "_load_file", unreadable)
     with pytest.raises(OSError):
         store.refresh_sync()
     monkeypatch.undo()
