@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.database.connection import Database
+
 with warnings.catch_warnings():
     # The wheel's module asks for the user's runtime folder at import; a CI machine has none, and /tmp serves.
     warnings.simplefilter("ignore")
@@ -153,3 +155,22 @@ def postgres_database(postgres_server: PostgresServer, request: pytest.FixtureRe
     """The URL of a fresh database for this test module on the process's server."""
     module = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
     return create_database(postgres_server, f"{module}_{next(_databases)}")
+
+
+class OpenDatabases:
+    """Connections to one database opened as separate processes would open theirs, each started (its
+    migrations applied); `close` closes them all (a test's fixture, at its end)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._opened: list[Database] = []
+
+    async def open(self) -> Database:
+        database = Database(self.url)
+        self._opened.append(database)
+        await database.start()
+        return database
+
+    async def close(self) -> None:
+        for database in self._opened:
+            await database.close()

@@ -17,12 +17,12 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from bot.database.connection import Database
 from bot.domain.inbound import InboundMessage
 from bot.ledger.postgres import LedgerTables
 from bot.ledger.store import REMEMBERED_KEYS, LedgerFile, LedgerStore
 from bot.ledger.turns import TurnLedger, TurnState
 from tests.ledger.store_child import BATCH
+from tests.postgres_server import OpenDatabases
 
 CHILD_READY_SECONDS = 60
 
@@ -67,13 +67,10 @@ async def ledger_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         return
     url: str = request.getfixturevalue("postgres_database")
     connection = await asyncpg.connect(url)
-    databases: list[Database] = []
+    databases = OpenDatabases(url)
 
     async def tables() -> LedgerStore:
-        database = Database(url)
-        databases.append(database)
-        await database.start()
-        return LedgerTables(database)
+        return LedgerTables(await databases.open())
 
     async def spoil_row(turn_id: str) -> None:
         await connection.execute(
@@ -91,8 +88,7 @@ async def ledger_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
             await connection.execute(f"TRUNCATE {table}")
         yield StoreCase("postgres", url, tables, spoil_row, refuse)
     finally:
-        for database in databases:
-            await database.close()
+        await databases.close()
         await connection.close()
 
 

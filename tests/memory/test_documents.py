@@ -15,12 +15,12 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from bot.database.connection import Database
 from bot.memory.daily_notes import DailyNotes
 from bot.memory.documents import MemoryDocuments, MemoryFiles
 from bot.memory.long_term import LongTermMemory
 from bot.memory.postgres_documents import MemoryDocumentRows
 from bot.workspace import MemoryPaths
+from tests.postgres_server import OpenDatabases
 
 DAY = date(2026, 11, 26)
 
@@ -54,13 +54,10 @@ async def documents(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         return
     url: str = request.getfixturevalue("postgres_database")
     connection = await asyncpg.connect(url)
-    databases: list[Database] = []
+    databases = OpenDatabases(url)
 
     async def rows() -> MemoryDocuments:
-        database = Database(url)
-        databases.append(database)
-        await database.start()
-        return MemoryDocumentRows(database, "chats/telegram:1")
+        return MemoryDocumentRows(await databases.open(), "chats/telegram:1")
 
     async def edit_row(name: str, text: str) -> None:
         await connection.execute(
@@ -78,8 +75,7 @@ async def documents(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         await connection.execute("TRUNCATE memory_documents")
         yield DocumentsCase(rows, edit_row, refuse)
     finally:
-        for database in databases:
-            await database.close()
+        await databases.close()
         await connection.close()
 
 

@@ -12,12 +12,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.app import Application
-from bot.database.connection import Database
 from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.scheduler.reminders import InvalidReminder, ReminderService, next_cron_time, parse_delay
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
+from tests.postgres_server import OpenDatabases
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -49,21 +49,16 @@ async def reminder_store(request: pytest.FixtureRequest, tmp_path: Path) -> Asyn
         yield ReminderStoreCase(file)
         return
     url: str = request.getfixturevalue("postgres_database")
-    databases: list[Database] = []
+    databases = OpenDatabases(url)
 
     async def table() -> ReminderStore:
-        database = Database(url)
-        databases.append(database)
-        await database.start()
-        return ReminderTable(database)
+        return ReminderTable(await databases.open())
 
     try:
-        await table()
-        await databases[0].fetch("DELETE FROM reminders RETURNING id")
+        await (await databases.open()).fetch("DELETE FROM reminders RETURNING id")
         yield ReminderStoreCase(table)
     finally:
-        for database in databases:
-            await database.close()
+        await databases.close()
 
 
 async def service(case: ReminderStoreCase, outbox: Outbox | None = None) -> ReminderService:
@@ -205,10 +200,9 @@ async def test_a_bad_maintenance_schedule_is_refused_alone_and_the_default_runs(
 
 
 async def test_processes_sharing_the_database_fire_a_reminder_once(postgres_database: str) -> None:
-    databases = [Database(postgres_database) for _ in range(3)]
+    processes = OpenDatabases(postgres_database)
     try:
-        for database in databases:
-            await database.start()
+        databases = [await processes.open() for _ in range(3)]
         outboxes = [Outbox() for _ in databases]
         replicas = [ReminderService(ReminderTable(db), BERLIN, "Europe/Berlin") for db in databases]
         for replica, outbox in zip(replicas, outboxes, strict=True):
@@ -226,5 +220,4 @@ async def test_processes_sharing_the_database_fire_a_reminder_once(postgres_data
         kept = [row["id"] for row in await databases[0].fetch("SELECT id FROM reminders")]
         assert kept == ["spoiled"]  # the unreadable row is kept, not deleted
     finally:
-        for database in databases:
-            await database.close()
+        await processes.close()

@@ -17,12 +17,12 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from bot.database.connection import Database
 from bot.domain.message import Message
 from bot.sessions.archive import lines_of
 from bot.sessions.postgres import SessionTables
 from bot.sessions.service import SessionPersistError, SessionService
 from bot.sessions.storage import SessionFiles, SessionStorage
+from tests.postgres_server import OpenDatabases
 
 KILLS = 8
 WRITER_READY_SECONDS = 60
@@ -65,13 +65,10 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         return
     url: str = request.getfixturevalue("postgres_database")
     connection = await asyncpg.connect(url)
-    databases: list[Database] = []
+    databases = OpenDatabases(url)
 
     async def tables() -> SessionStorage:
-        database = Database(url)
-        databases.append(database)
-        await database.start()
-        return SessionTables(database)
+        return SessionTables(await databases.open())
 
     async def spoil_row(session_id: str) -> None:
         await connection.execute('UPDATE sessions SET document = \'{"id": "half a document\' WHERE id = $1', session_id)
@@ -92,8 +89,7 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         await connection.execute("TRUNCATE sessions, session_archive, sessions_quarantined")
         yield StorageCase("postgres", url, tables, spoil_row, aside_rows, refuse, allow)
     finally:
-        for database in databases:
-            await database.close()
+        await databases.close()
         await connection.close()
 
 
