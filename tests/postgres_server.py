@@ -108,7 +108,7 @@ def running_server() -> Iterator[PostgresServer]:
     port = _free_port()
     options = (
         f"-p {port} -c listen_addresses=127.0.0.1 -k {data} -c fsync=off -c synchronous_commit=off "
-        "-c full_page_writes=off -c max_connections=200"
+        "-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB"
     )
     log = data / "server.log"
     try:
