@@ -108,12 +108,9 @@ async def write_atomic(path: Path, data: bytes, deferred: DeferredSync | None = 
 
 
 async def append_lines(path: Path, lines: list[str], deferred: DeferredSync | None = None) -> int:
-    """Append whole lines durably (with `deferred`: made durable by its next round); a torn last line
-    left by a crash is cut off first. Returns the file's size after the append (with nothing to
-    append, the file is not opened and 0 is returned).
-
-    A torn line is the unfinished tail of an append that never completed, so dropping it loses
-    nothing that was ever acknowledged, and it keeps every later line parseable.
+    """Append whole lines durably (with `deferred`: made durable by its next round); a last line without
+    its newline is ended first, or cut off when it is a torn JSONL record (`_end_last_line`). Returns
+    the file's size after the append (with nothing to append, the file is not opened and 0 is returned).
 
     The lines are written here, into the kernel's page cache (tens of microseconds); only the fsync,
     which waits for the disk, goes to a worker thread. A thread that wrote too would take the GIL back
@@ -125,14 +122,15 @@ async def append_lines(path: Path, lines: list[str], deferred: DeferredSync | No
         return 0
     descriptor = _open_for_append(path)
     try:
-        whole = _cut_torn_tail(descriptor)
+        whole, had_line = _end_last_line(descriptor, path)
         data = b"".join(line_bytes(line) for line in lines)
         _write_all(descriptor, data)
         if deferred is None:
             # A descriptor of its own: a cancelled caller closes this one while the fsync may still run.
             await asyncio.to_thread(_fsync_and_close, os.dup(descriptor))
         else:
-            deferred.mark(path, new_entry=whole == 0)
+            # A file that held no ended line may be one a crash left before its folder's entry was durable.
+            deferred.mark(path, new_entry=not had_line)
     finally:
         os.close(descriptor)
     return whole + len(data)
@@ -161,11 +159,16 @@ def _fsync_and_close(descriptor: int) -> None:
 
 
 def whole_lines_size_sync(path: Path) -> int:
-    """The size of `path` up to the end of its last whole line: what it will be once the next append has
-    cut a torn tail off (0 for no file)."""
+    """The size of `path` once the next append has ended its last line or cut a torn record off: where
+    that append will start (0 for no file)."""
     try:
         with open(path, "rb") as handle:
-            return _line_start_at(handle.fileno(), os.fstat(handle.fileno()).st_size)
+            descriptor = handle.fileno()
+            end = os.fstat(descriptor).st_size
+            if end == 0 or os.pread(descriptor, 1, end - 1) == b"\n":
+                return end
+            start = _line_start_at(descriptor, end)
+            return end + 1 if _is_whole_line(os.pread(descriptor, end - start, start), path) else start
     except FileNotFoundError:
         return 0
 
@@ -187,17 +190,37 @@ def line_bytes(line: str) -> bytes:
     return (line.rstrip("\n") + "\n").encode("utf-8", "backslashreplace")
 
 
-def _cut_torn_tail(descriptor: int) -> int:
-    """Cut off a torn last line: the unfinished fragment of an append a crash interrupted. Returns the
-    size of what is left."""
+def _end_last_line(descriptor: int, path: Path) -> tuple[int, bool]:
+    """End a last line that has no newline, so the append starts a line of its own. Returns the size the
+    append starts at, and whether the file held an ended line before.
+
+    Such a line is either text a person saved without a final newline (many editors do), which is
+    kept and ended, or the unfinished record of a JSONL append a crash cut short, which was never
+    acknowledged: that one is cut off (and logged), so every later record stays readable."""
     end = os.fstat(descriptor).st_size
     if end == 0:
-        return 0
+        return 0, False
     if os.pread(descriptor, 1, end - 1) == b"\n":
-        return end  # the usual case: the last append was whole
-    whole = _line_start_at(descriptor, end)
-    os.ftruncate(descriptor, whole)
-    return whole
+        return end, True  # the usual case: the last append was whole
+    start = _line_start_at(descriptor, end)
+    tail = os.pread(descriptor, end - start, start)
+    if _is_whole_line(tail, path):
+        _write_all(descriptor, b"\n")
+        return end + 1, start > 0
+    log.warning("[Storage] Cut a torn last record (%d bytes) off %s before appending", len(tail), path)
+    os.ftruncate(descriptor, start)
+    return start, start > 0
+
+
+def _is_whole_line(tail: bytes, path: Path) -> bool:
+    """Whether an unterminated last line is whole: any line of a text file, a record that parses in JSONL."""
+    if path.suffix != ".jsonl":
+        return True
+    try:
+        json.loads(tail)
+    except ValueError:  # a JSON error, or bytes that are not UTF-8
+        return False
+    return True
 
 
 def _line_start_at(descriptor: int, position: int) -> int:

@@ -1,5 +1,6 @@
 """`append_lines`, the append every log of the bot goes through (turn ledger, archive, notes, items): whole
-lines at the end, a torn tail a crash left cut off first, a private file in a folder made if missing."""
+lines at the end, a torn JSONL record a crash left cut off first, a line saved by hand without its newline
+kept and ended, a private file in a folder made if missing."""
 
 from __future__ import annotations
 
@@ -55,5 +56,23 @@ async def test_a_file_that_held_only_a_fragment_counts_as_new_for_its_folders_fs
     assert deferred.pending == 1  # the file only: its folder's entry was there already
     await append_lines(fragment, ["[10:02] User: again | Assistant: yes"], deferred)
 
-    assert fragment.read_text() == "[10:02] User: again | Assistant: yes\n"
+    assert fragment.read_text() == "[10:00] User: half a li\n[10:02] User: again | Assistant: yes\n"
     assert deferred.pending == 3  # and the folder, as for a file made now
+
+
+async def test_a_last_line_saved_by_hand_without_its_newline_is_kept(tmp_path: Path) -> None:
+    note, items = tmp_path / "2026-01-02.md", tmp_path / "semantic.jsonl"
+    note.write_bytes(b"[09:00] User: hi | Assistant: hello\nAdded by hand: call the dentist on Friday")
+    items.write_bytes(b'{"id": "m1"}\n{"id": "m2", "content": "typed by hand"}')
+
+    assert whole_lines_size_sync(note) == note.stat().st_size + 1
+    size = await append_lines(note, ["[10:00] User: and | Assistant: so"])
+    await append_lines(items, ['{"id": "m3"}'])
+
+    assert note.read_text().splitlines() == [
+        "[09:00] User: hi | Assistant: hello",
+        "Added by hand: call the dentist on Friday",
+        "[10:00] User: and | Assistant: so",
+    ]
+    assert size == note.stat().st_size
+    assert items.read_bytes() == b'{"id": "m1"}\n{"id": "m2", "content": "typed by hand"}\n{"id": "m3"}\n'
