@@ -87,7 +87,7 @@ def install(
         rag_indexing,
     ]
     runner = PipelineRunner(systems, sessions, config_store, metrics, tools)
-    outbound = Outbound(metrics)
+    outbound = Outbound(metrics, clock)
     return InstalledPipeline(runner, ledger, outbound, memory_persist, rag_indexing, config_store)
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 import pytest
 
 from bot.channels.base import Channel
 from bot.ledger.turns import Turn
 from bot.pipeline.dispatcher import ChatDispatcher
+from tests.fakes.clock import until
 from tests.fakes.recording_channel import RecordingChannel
 from tests.fakes.telegram_server import WAIT_SECONDS
 
@@ -42,12 +42,6 @@ class Handler:
 
 def turn(channel: RecordingChannel, chat_id: str, text: str) -> Turn:
     return Turn.unrecorded(channel.message(chat_id, text))
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT_SECONDS):
-        while not condition():
-            await asyncio.sleep(0.001)
 
 
 async def test_a_chats_turns_run_one_at_a_time_in_order_while_another_chat_runs_beside() -> None:

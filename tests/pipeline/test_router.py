@@ -19,6 +19,7 @@ from bot.pipeline.runner import PipelineRunner
 from bot.pipeline.turn import TurnContext
 from bot.runtime_config import RuntimeConfigStore
 from bot.shipped import shipped_path
+from tests.fakes.clock import until
 from tests.fakes.recording_channel import RecordingChannel
 
 
@@ -137,9 +138,7 @@ async def test_stop_skips_the_queue_and_says_what_is_still_queued(tmp_path: Path
     runner.held["slow"] = asyncio.Event()  # never set: only /stop ends it
     await router.accept(channel.message("1", "slow"), channel)
     await router.accept(channel.message("1", "next"), channel)
-    async with asyncio.timeout(30):
-        while "test:1" not in runner.running:
-            await asyncio.sleep(0.001)
+    await until(lambda: "test:1" in runner.running)
     await router.accept(channel.message("1", "/stop"), channel)
     assert channel.sent["1"][1] == "Stopped. I'll answer the 1 queued message(s) next."
     await router.dispatcher.drain()
