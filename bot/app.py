@@ -18,6 +18,7 @@ from bot.commands import install as commands_install
 from bot.commands.model import ModelSwitch
 from bot.commands.registry import CommandRegistry
 from bot.compaction import install as compaction_install
+from bot.console import install as console_install
 from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
@@ -139,7 +140,7 @@ class Application:
         )
         memory.service.on_forget(rag.forget_messages)
         compaction = compaction_install.install(
-            sessions, llm, models.models, estimator, planner, config_store, memory.pre_compaction, tools.registry
+            sessions, llm, models.models, planner, config_store, memory.pre_compaction, tools.registry
         )
         self.memory, self.rag, self.documents = memory.service, rag.service, rag.documents
         skills = skills_install.install(workspace, sessions, config_store.in_force, tools.registry)
@@ -166,7 +167,7 @@ class Application:
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
         # Stored items' vectors are made while no message waits for its reply or is being answered.
-        memory.service.follow_replies(lambda: bool(router.dispatcher.queue_depths()))
+        memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(
             reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
@@ -176,6 +177,12 @@ class Application:
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         self.channels: list[Channel] = []
         self.listener = self._listener()
+        # The web console's pages go on the listener (when it runs); /console hands out its login links.
+        self.traces = pipeline.traces
+        self.console = console_install.install(
+            commands, self.listener, config_store, workspace, memory.service, rag.service, planner, pipeline.traces,
+            metrics, tools.mcp, router.dispatcher.queue_depths,
+        )  # fmt: skip
         self._backlog: list[Turn] = []
         self._stopped = False
         self._syncing: asyncio.Task[None] | None = None

@@ -611,6 +611,23 @@ class WebConfig(ConfigSection):
     """A search that takes longer fails."""
 
 
+class ConsoleConfig(ConfigSection):
+    """The `console` section: the web console on the HTTP listener, at `/console` (all live)."""
+
+    enabled: bool = True
+    """Serve the console and answer `/console` with a login link (only where the HTTP listener runs)"""
+    public_url: str | None = None
+    """The console's address as the browser reaches it through a reverse proxy (e.g. `https://bot.example.org`);
+    `null`: the listener's own `http://BOT_LISTEN_HOST:port`
+    """
+    link_minutes: float = Field(5.0, gt=0, le=60)
+    """A login link from `/console` works once, within this many minutes."""
+    session_hours: float = Field(12.0, gt=0, le=720)
+    """A console login lasts this long."""
+    turns_kept: int = Field(20, ge=1, le=500)
+    """Recent turns kept per chat for the console's "why this reply" page (in memory only)."""
+
+
 class SkillsConfig(ConfigSection):
     """The `skills` section: folders under `workspace/skills/` with a SKILL.md (all live)."""
 
@@ -684,6 +701,7 @@ class RuntimeConfig(ConfigSection):
     [...]` (never these)
     """
     web: WebConfig = WebConfig()
+    console: ConsoleConfig = ConsoleConfig()
     skills: SkillsConfig = SkillsConfig()
     media: MediaConfig = MediaConfig()
 

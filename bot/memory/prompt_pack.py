@@ -33,6 +33,8 @@ ItemReader = Callable[[Iterable[str]], Mapping[str, MemoryItem]]
 HIGH_RELEVANCE = 0.45
 ITEM_CHAR_LIMIT = 700
 TOP_SCORES_SHOWN = 5
+# The candidates left out for the budget that the diagnostics name (the console shows them as near misses).
+MISSED_SHOWN = 5
 # Items parsed at once when the pack reaches one not yet parsed: it and the next ones (one query).
 PARSE_AHEAD = 32
 # Once the soft budget is full, this many high items in a row that do not fit under the max end the
@@ -114,6 +116,7 @@ class MemoryPromptPackService:
         seen: set[str] = set()
         used = 0
         dropped = 0
+        missed: list[RankedItem] = []
         # Whether anything from position i on may still go past the soft budget (pinned or a high score).
         worth_later = [False] * (len(offered) + 1)
         for position in range(len(offered) - 1, -1, -1):
@@ -124,6 +127,8 @@ class MemoryPromptPackService:
         for position, scored in enumerate(offered):
             if soft_full and not self.worth_more(scored):
                 dropped += 1
+                if len(missed) < MISSED_SHOWN:
+                    missed.append(scored)
                 if not worth_later[position]:
                     dropped += len(offered) - position - 1
                     break
@@ -164,6 +169,8 @@ class MemoryPromptPackService:
                 misses = 0
             else:
                 dropped += 1
+                if len(missed) < MISSED_SHOWN:
+                    missed.append(scored)
                 misses += soft_full
                 soft_full = True
                 if misses >= FULL_AFTER_MISSES:
@@ -188,6 +195,7 @@ class MemoryPromptPackService:
             tokens=self._estimator.text(rendered, model) if rendered else 0,
             dropped_for_budget=dropped,
             top_scores=tuple(top),
+            missed=tuple((entry.item_id, entry.score, entry.section) for entry in missed),
         )
         return MemoryPack(tuple(selected), rendered, diagnostics)
 

@@ -22,8 +22,8 @@ from typing import TypeVar
 from bot.domain.memory import MemoryPack
 from bot.heap import settle_after_load
 from bot.memory.daily_notes import DailyNotes
-from bot.memory.embeddings import VectorCache, VectorIndex
 from bot.memory.file_cache import TextFileCache
+from bot.memory.item_storage import ItemStore
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.legacy_context import NoteLines
 from bot.memory.lexical_index import Bm25Index
@@ -31,6 +31,8 @@ from bot.memory.long_term import LongTermMemory
 from bot.memory.long_term_pieces import LongTermIndex, LongTermUse
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.retrieval import MemoryRetrievalService
+from bot.memory.vector_cache import VectorCache
+from bot.memory.vector_index import VectorIndex
 from bot.memory.write_service import MemoryWriteService
 from bot.storage.durability import DeferredSync
 from bot.storage.folder_changes import FolderChanges
@@ -49,7 +51,7 @@ class MemoryScope:
     """Everything one memory root needs at run time; `lock` serialises its reads and writes."""
 
     paths: MemoryPaths
-    store: MemoryItemStore
+    store: ItemStore
     lexical: Bm25Index
     vectors: VectorIndex
     retrieval: MemoryRetrievalService
