@@ -24,6 +24,9 @@ class ManualClock(Clock):
     def now(self) -> datetime:
         return self._now
 
+    def monotonic(self) -> float:
+        return self._elapsed
+
     async def sleep(self, seconds: float) -> None:
         woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         sleeper = (self._elapsed + seconds, woken)
