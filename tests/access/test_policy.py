@@ -39,7 +39,7 @@ async def test_an_allowed_user_is_admitted_and_a_stranger_refused_with_a_reply(t
     refused = await policy.check(telegram("8"))
     assert (refused.admitted, refused.reply) == (False, NOT_ALLOWED_REPLY)
     assert not await policy.admits(telegram("8"))
-    assert pairing.pending() == []  # no code while the owner has named the users
+    assert (await pairing.pending()) == []  # no code while the owner has named the users
 
 
 async def test_the_terminal_is_the_owners_own(tmp_path: Path) -> None:
@@ -51,13 +51,13 @@ async def test_the_terminal_is_the_owners_own(tmp_path: Path) -> None:
 async def test_a_stranger_in_a_private_chat_gets_one_code_while_no_user_is_named(tmp_path: Path) -> None:
     policy, pairing = policy_with(tmp_path, {"access": {"allowedUsers": []}, "pairing": {"enabled": True}})
     decision = await policy.check(telegram("42"))
-    [request] = pairing.pending()
+    [request] = await pairing.pending()
     assert not decision.admitted and decision.reply is not None and request.code in decision.reply
     assert request.user_id == 42 and request.username == "ann"
     again = await policy.check(telegram("42"))
-    assert again.reply is not None and request.code in again.reply and len(pairing.pending()) == 1
+    assert again.reply is not None and request.code in again.reply and len(await pairing.pending()) == 1
 
-    pairing.approve(request.code)
+    await pairing.approve(request.code)
     assert (await policy.check(telegram("42"))).admitted and await policy.admits(telegram("42"))
 
 
@@ -66,12 +66,12 @@ async def test_a_stranger_in_a_group_or_without_a_numeric_id_is_ignored_without_
     assert await policy.check(telegram("42", group=True)) == (await policy.check(telegram("not-a-number")))
     decision = await policy.check(telegram("42", group=True))
     assert (decision.admitted, decision.reply) == (False, None)
-    assert pairing.pending() == []  # a code is never posted where others read it
+    assert (await pairing.pending()) == []  # a code is never posted where others read it
 
 
 async def test_no_code_when_pairing_is_off_and_a_full_queue_is_said(tmp_path: Path) -> None:
     policy, pairing = policy_with(tmp_path, {"access": {"allowedUsers": []}, "pairing": {"enabled": False}})
-    assert (await policy.check(telegram("42"))).reply == NOT_ALLOWED_REPLY and pairing.pending() == []
+    assert (await policy.check(telegram("42"))).reply == NOT_ALLOWED_REPLY and (await pairing.pending()) == []
 
     full, pairing = policy_with(tmp_path, {"access": {"allowedUsers": []}, "pairing": {"maxPending": 1}})
     assert await pairing.request(1, "first", timedelta(hours=1), max_pending=1) is not None

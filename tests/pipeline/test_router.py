@@ -12,6 +12,7 @@ from bot.access.pairing import PairingStore
 from bot.access.policy import NOT_ALLOWED_REPLY, AccessPolicy
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.inbound import Attachment, InboundMessage
+from bot.ledger.store import LedgerFile
 from bot.ledger.turns import TurnLedger
 from bot.pipeline.outbound import TurnOutbound
 from bot.pipeline.router import InboundRouter
@@ -61,7 +62,7 @@ def router_for(tmp_path: Path, runner: RecordingRunner, access: AccessPolicy | N
         return f"pong {request.args}".strip()
 
     commands.register(Command("ping", "answers pong", ping))
-    return InboundRouter(runner, commands, access, TurnLedger(tmp_path / "turns.jsonl"))
+    return InboundRouter(runner, commands, access, TurnLedger(LedgerFile(tmp_path / "turns.jsonl")))
 
 
 async def test_messages_reach_the_runner_in_order_and_commands_are_answered_by_theirs(tmp_path: Path) -> None:
