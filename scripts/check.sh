@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every check CI runs: lint, format, types (bot, tests and bench: see [tool.mypy] files), architecture
-# contracts, then the test suite on 4 workers (pytest-xdist): most of a test's time is spent waiting on
-# sockets, child processes and timers, so more workers than cores pay. Arguments go to pytest after the
-# workers (`scripts/check.sh -n 0` runs the tests in one process).
+# contracts, then the test suite on 3 workers (pytest-xdist): a test's time is partly spent waiting on
+# sockets, child processes and timers, so one worker more than the two cores CI has pays; a fourth adds
+# its memory and competes for the same cores. Arguments go to pytest after the workers
+# (`scripts/check.sh -n 0` runs the tests in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin
@@ -22,4 +23,4 @@ fi
 "$bin/ruff" format --check bot tests bench
 "$bin/mypy"
 "$bin/lint-imports"
-"$bin/python" -m pytest -q -n 4 "$@"
+"$bin/python" -m pytest -q -n 3 "$@"

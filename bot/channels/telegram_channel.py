@@ -32,6 +32,7 @@ from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, cal
 from bot.channels.telegram_polling import LongPolling
 from bot.channels.telegram_stream import TelegramReplyStream
 from bot.channels.telegram_updates import ALLOWED_UPDATES, CHANNEL_TYPE, BotIdentity, inbound_from_update
+from bot.clock import Clock
 from bot.domain.turn import ReplyStream
 from bot.http.listener import HttpListener
 from bot.ledger.turns import TurnLedger
@@ -73,9 +74,12 @@ class TelegramChannel(Channel):
         commands: list[tuple[str, str]],
         ledger: TurnLedger,
         webhook: WebhookSetup | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        """`config` gives the runtime-config in force; `webhook` None means long polling."""
+        """`config` gives the runtime-config in force; `webhook` None means long polling; `clock` times the
+        live updates of streamed replies."""
         self._backend = backend
+        self.clock = clock or Clock()
         self._config = config
         self._commands = commands
         self._ledger = ledger
@@ -220,7 +224,7 @@ class TelegramChannel(Channel):
         return True
 
     def open_stream(self, chat_id: str) -> ReplyStream | None:
-        return TelegramReplyStream(self._delivery, int(chat_id), self._config)
+        return TelegramReplyStream(self._delivery, int(chat_id), self._config, self.clock)
 
     async def download(self, file_id: str) -> bytes:
         try:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Callable
 
 from bot.channels.telegram_api import BadRequest, Refused, TelegramApiError
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery
 from bot.channels.telegram_format import TelegramText, split_for_telegram
+from bot.clock import Clock
 from bot.settings import RuntimeConfig, TelegramConfig
 
 log = logging.getLogger(__name__)
@@ -37,12 +37,15 @@ _finishing: set[asyncio.Future[None]] = set()
 class TelegramReplyStream:
     """One streamed reply in one chat: the messages it occupies and what each shows."""
 
-    def __init__(self, delivery: TelegramDelivery, chat_id: int, config: Callable[[], RuntimeConfig]) -> None:
+    def __init__(
+        self, delivery: TelegramDelivery, chat_id: int, config: Callable[[], RuntimeConfig], clock: Clock
+    ) -> None:
         self._delivery = delivery
+        self._clock = clock
         self._chat_id = chat_id
         # The configuration as the turn began: read once, not at each piece of text the model sends.
         self._config = config()
-        self._opened = time.monotonic()
+        self._opened = clock.monotonic()
         self._last_shown: float | None = None
         self._messages: list[tuple[int, TelegramText]] = []  # (message id, the part as shown)
         self._live = True
@@ -53,7 +56,7 @@ class TelegramReplyStream:
         if not self._live or not text.strip():
             return
         interval = self._config.tool_loop.stream_edit_interval_seconds
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - (self._last_shown if self._last_shown is not None else self._opened) < interval:
             return
         self._last_shown = now

@@ -91,7 +91,7 @@ def install(
     ]
     traces = TurnTraces(lambda: config_store.in_force().console.turns_kept)
     runner = PipelineRunner(systems, sessions, config_store, metrics, tools, traces)
-    outbound = Outbound(metrics)
+    outbound = Outbound(metrics, clock)
     return InstalledPipeline(runner, ledger, outbound, memory_persist, rag_indexing, config_store, traces)
 
 

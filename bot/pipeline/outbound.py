@@ -19,6 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 
 from bot.channels.base import Channel
+from bot.clock import Clock
 from bot.domain.turn import ReplyStream
 from bot.ledger.turns import Turn
 from bot.metrics import BotMetrics
@@ -32,21 +33,23 @@ _refreshers: set[asyncio.Task[None]] = set()
 
 
 class Outbound:
-    """Opens a `TurnOutbound` for each turn handled; shares the metrics."""
+    """Opens a `TurnOutbound` for each turn handled; shares the metrics and the clock of the typing refresh."""
 
-    def __init__(self, metrics: BotMetrics | None = None) -> None:
+    def __init__(self, metrics: BotMetrics | None = None, clock: Clock | None = None) -> None:
         self._metrics = metrics or BotMetrics()
+        self._clock = clock or Clock()
 
     def for_turn(self, channel: Channel, turn: Turn) -> TurnOutbound:
         """What goes to the chat of `turn` while it is handled."""
-        return TurnOutbound(channel, turn, self._metrics)
+        return TurnOutbound(channel, turn, self._metrics, self._clock)
 
 
 class TurnOutbound:
     """Everything one turn's handling sends to its chat; the turn records its reply around the send."""
 
-    def __init__(self, channel: Channel, turn: Turn, metrics: BotMetrics) -> None:
+    def __init__(self, channel: Channel, turn: Turn, metrics: BotMetrics, clock: Clock) -> None:
         self._channel = channel
+        self._clock = clock
         self.turn = turn
         self._chat_id = turn.inbound.chat_id
         self._channel_type = turn.inbound.channel_type
@@ -66,30 +69,31 @@ class TurnOutbound:
     @contextlib.asynccontextmanager
     async def typing(self) -> AsyncIterator[None]:
         """Keep the chat's typing indicator on while the body runs: sent at once, then every
-        `TYPING_REFRESH_SECONDS` by a timer (unless the last one is still on its way).
+        `TYPING_REFRESH_SECONDS` of the clock (unless the last one is still on its way).
 
-        When the body ends the timer stops; an indicator on its way is never cancelled, nor waited for:
+        When the body ends the refresh stops; an indicator on its way is never cancelled, nor waited for:
         cancelling a Bot API request that waits for a pooled connection can leave that connection occupied
         for good (httpcore 1.0.9, encode/httpcore#1093), and once all of the pool's are, no reply goes out
         (seen in bursts to many chats). It finishes by itself, beside the reply."""
-        loop = asyncio.get_running_loop()
-        sending: asyncio.Task[None] | None = None
-        timer: asyncio.TimerHandle | None = None
-
-        def indicate() -> None:
-            nonlocal sending, timer
-            if sending is None or sending.done():
-                sending = loop.create_task(self._send_typing())
-                _refreshers.add(sending)  # a task nobody holds may be collected before it ends
-                sending.add_done_callback(_refreshers.discard)
-            timer = loop.call_later(TYPING_REFRESH_SECONDS, indicate)
-
-        indicate()
+        refreshing = asyncio.create_task(self._keep_typing(self._indicate(None)), name=f"typing {self._session_id}")
         try:
             yield
         finally:
-            if timer is not None:
-                timer.cancel()
+            refreshing.cancel()
+
+    async def _keep_typing(self, sending: asyncio.Task[None]) -> None:
+        while True:
+            await self._clock.sleep(TYPING_REFRESH_SECONDS)
+            sending = self._indicate(sending)
+
+    def _indicate(self, sending: asyncio.Task[None] | None) -> asyncio.Task[None]:
+        """A typing indicator on its way: `sending` while it still is, else a new one."""
+        if sending is not None and not sending.done():
+            return sending
+        sending = asyncio.create_task(self._send_typing())
+        _refreshers.add(sending)  # a task nobody holds may be collected before it ends
+        sending.add_done_callback(_refreshers.discard)
+        return sending
 
     async def _send_typing(self) -> None:
         try:

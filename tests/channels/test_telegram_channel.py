@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from bot.access.pairing import PairingStore, pairing_file
-from bot.channels.telegram_channel import TelegramStartError
+from bot.channels.telegram_channel import TelegramChannel, TelegramStartError
 from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, render_markdown, utf16_len
 from bot.channels.telegram_updates import ALLOWED_UPDATES
 from bot.domain.inbound import InboundMessage
@@ -28,6 +28,7 @@ from tests.channels.telegram_harness import (
     start_webhook_bot,
     telegram_channel_alone,
 )
+from tests.fakes.clock import ManualClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import BotApiError, FakeTelegram, Fault
 
@@ -103,29 +104,40 @@ async def test_edits_replace_the_text_and_an_identical_edit_is_fine(
     assert [e.entities for e in fake_telegram.edits(OWNER)] == [[{"type": "bold", "offset": 6, "length": 3}]]
 
 
+STREAM_INTERVAL = 1.0
+
+
+@pytest.fixture
+def stream_clock() -> ManualClock:
+    return ManualClock()
+
+
 @pytest.fixture
 async def quick_stream_bot(
-    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str, stream_clock: ManualClock
 ) -> AsyncIterator[RunningBot]:
-    """The bot with streamed replies shown every 0.1 s."""
-    config = {"toolLoop": {"streamEditIntervalSeconds": 0.1}}
+    """The bot with streamed replies shown every `STREAM_INTERVAL` of `stream_clock`, which the test moves on."""
+    config = {"toolLoop": {"streamEditIntervalSeconds": STREAM_INTERVAL}}
     running = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, config)
+    [channel] = running.app.channels
+    assert isinstance(channel, TelegramChannel)
+    channel.clock = stream_clock
     yield running
     await running.stop()
 
 
 async def test_a_streamed_reply_in_a_group_is_edited_in_place_and_rolls_over_before_the_limit(
-    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram, stream_clock: ManualClock
 ) -> None:
     stream = quick_stream_bot.app.channels[0].open_stream(str(GROUP))
     assert stream is not None
     await stream.update("Thinking")  # too soon: nothing is shown yet
     assert fake_telegram.sent_messages(GROUP) == []
-    await asyncio.sleep(0.15)
+    stream_clock.advance(STREAM_INTERVAL)
     await stream.update("First **part**")
     assert fake_telegram.visible_text(GROUP) == ["First part"]
     long_text = "First **part**\n\n" + "word " * 1000
-    await asyncio.sleep(0.15)
+    stream_clock.advance(STREAM_INTERVAL)
     await stream.update(long_text)
     await stream.update(long_text + "more")  # within the interval: skipped
     await stream.finish(long_text + "the end.")
@@ -138,16 +150,16 @@ async def test_a_streamed_reply_in_a_group_is_edited_in_place_and_rolls_over_bef
 
 
 async def test_a_streamed_reply_in_a_private_chat_grows_as_a_draft_and_ends_as_messages(
-    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram, stream_clock: ManualClock
 ) -> None:
     stream = quick_stream_bot.app.channels[0].open_stream(str(OWNER))
     assert stream is not None
-    await asyncio.sleep(0.15)
+    stream_clock.advance(STREAM_INTERVAL)
     await stream.update("First **part**")
     assert [d.text for d in fake_telegram.drafts(OWNER)] == ["First part"]
     assert fake_telegram.sent_messages(OWNER) == []
     long_text = "First **part**\n\n" + "word " * 1000
-    await asyncio.sleep(0.15)
+    stream_clock.advance(STREAM_INTERVAL)
     await stream.update(long_text)
     # What fills a message is sent for good; only the part still growing is a draft.
     assert len(fake_telegram.sent_messages(OWNER)) == 2
@@ -160,16 +172,16 @@ async def test_a_streamed_reply_in_a_private_chat_grows_as_a_draft_and_ends_as_m
 
 
 async def test_a_live_update_on_its_way_when_the_turn_is_stopped_is_not_cut_short(
-    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram, stream_clock: ManualClock
 ) -> None:
     # A Bot API request cancelled on its way can hold its pooled connection for good (encode/httpcore#1093):
     # a /stop cancels the turn, and the update it was sending finishes beside the stop.
     fake_telegram.fail_next("sendMessageDraft", Fault.slow(0.4))
     stream = quick_stream_bot.app.channels[0].open_stream(str(OWNER))
     assert stream is not None
-    await asyncio.sleep(0.15)
+    stream_clock.advance(STREAM_INTERVAL)
     showing = asyncio.create_task(stream.update("Half an"))
-    await asyncio.sleep(0.1)  # the draft is on its way
+    await fake_telegram.await_until(lambda: len(fake_telegram.calls_to("sendMessageDraft")) == 1)  # on its way
     showing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await showing
@@ -180,7 +192,7 @@ async def test_a_live_update_on_its_way_when_the_turn_is_stopped_is_not_cut_shor
 
 
 async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
-    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram
+    quick_stream_bot: RunningBot, fake_telegram: FakeTelegram, stream_clock: ManualClock
 ) -> None:
     def unknown_method(_: dict[str, object]) -> None:
         raise BotApiError(404, "Not Found")  # a Bot API server older than drafts
@@ -188,9 +200,9 @@ async def test_when_drafts_are_refused_the_stream_edits_a_message_instead(
     fake_telegram.register_method("sendMessageDraft", unknown_method)
     stream = quick_stream_bot.app.channels[0].open_stream(str(OWNER))
     assert stream is not None
-    await asyncio.sleep(0.15)
+    stream_clock.advance(STREAM_INTERVAL)
     await stream.update("Half an")
-    await asyncio.sleep(0.15)
+    stream_clock.advance(STREAM_INTERVAL)
     await stream.update("Half an answer")
     await stream.finish("Half an answer, whole.")
     assert fake_telegram.visible_text(OWNER) == ["Half an answer, whole."]

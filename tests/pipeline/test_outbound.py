@@ -6,13 +6,11 @@ import asyncio
 import json
 from pathlib import Path
 
-import pytest
-
 from bot.domain.session import AgentSession
 from bot.ledger.store import LedgerFile
 from bot.ledger.turns import Turn, TurnLedger, TurnState
-from bot.pipeline import outbound
-from bot.pipeline.outbound import Outbound
+from bot.pipeline.outbound import TYPING_REFRESH_SECONDS, Outbound
+from tests.fakes.clock import ManualClock, settled, until
 from tests.fakes.recording_channel import RecordingChannel
 
 
@@ -123,29 +121,26 @@ async def test_a_typing_indicator_on_its_way_when_the_answer_is_ready_is_let_fin
     assert finished == ["1"] and channel.sent["1"] == ["Hi!"]
 
 
-async def test_the_typing_indicator_is_sent_again_while_the_answer_takes_and_stops_with_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(outbound, "TYPING_REFRESH_SECONDS", 0.05)
-    sent: list[float] = []
-
-    class Typing(RecordingChannel):
-        async def send_typing(self, chat_id: str) -> None:
-            sent.append(asyncio.get_running_loop().time())
-
-    channel = Typing()
-    turn = Outbound().for_turn(channel, unrecorded(channel))
+async def test_the_typing_indicator_is_sent_again_while_the_answer_takes_and_stops_with_it() -> None:
+    clock, channel = ManualClock(), RecordingChannel()
+    turn = Outbound(clock=clock).for_turn(channel, unrecorded(channel))
     async with turn.typing():
-        await asyncio.sleep(0.23)
-    at_the_end = len(sent)
-    assert 3 <= at_the_end <= 6  # at once, then about every 0.05 s
-    await asyncio.sleep(0.2)
-    assert len(sent) == at_the_end  # none after the body ended
+        await until(lambda: channel.typing["1"] == 1 and clock.sleeping == 1)  # at once
+        clock.advance(TYPING_REFRESH_SECONDS)
+        await until(lambda: channel.typing["1"] == 2 and clock.sleeping == 1)
+        clock.advance(TYPING_REFRESH_SECONDS)
+        await until(lambda: channel.typing["1"] == 3 and clock.sleeping == 1)
+        clock.advance(TYPING_REFRESH_SECONDS - 0.5)
+        await settled()
+        assert channel.typing["1"] == 3  # not before its time
+    await until(lambda: clock.sleeping == 0)
+    clock.advance(10 * TYPING_REFRESH_SECONDS)
+    await settled()
+    assert channel.typing["1"] == 3  # none after the body ended
 
 
-async def test_a_typing_indicator_still_on_its_way_is_not_sent_again_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outbound, "TYPING_REFRESH_SECONDS", 0.02)
-    release = asyncio.Event()
+async def test_a_typing_indicator_still_on_its_way_is_not_sent_again_meanwhile() -> None:
+    clock, release = ManualClock(), asyncio.Event()
     started: list[str] = []
 
     class SlowTyping(RecordingChannel):
@@ -154,10 +149,14 @@ async def test_a_typing_indicator_still_on_its_way_is_not_sent_again_meanwhile(m
             await release.wait()
 
     channel = SlowTyping()
-    turn = Outbound().for_turn(channel, unrecorded(channel))
+    turn = Outbound(clock=clock).for_turn(channel, unrecorded(channel))
     async with turn.typing():
-        await asyncio.sleep(0.15)
+        for _ in range(3):
+            await until(lambda: clock.sleeping == 1)
+            clock.advance(TYPING_REFRESH_SECONDS)
+            await settled()
         assert started == ["1"]  # a slow Telegram does not get a pile of them
         release.set()
-        await asyncio.sleep(0.1)
-    assert len(started) >= 2
+        await until(lambda: clock.sleeping == 1)
+        clock.advance(TYPING_REFRESH_SECONDS)
+        await until(lambda: len(started) == 2)

@@ -62,9 +62,9 @@ def test_sigterm_mid_answer_exits_in_time_and_the_restart_answers_once(tmp_path:
         process = start_bot(workspace, backend, model, telegram, log, config)
         try:
             telegram.wait_for_messages(SLOW_CHAT, 2, timeout=60)
-            time.sleep(1.0)  # anything sent twice would arrive now
+            telegram.wait_until(lambda: telegram.pending_update_count() == 0, what="every update acknowledged")
         finally:
-            stop(process)
+            stop(process)  # a clean stop lets every turn begun finish: a reply sent twice is sent by then
         assert telegram.visible_text(SLOW_CHAT) == ["echo: a long question", "echo: and a follow-up"]
         assert telegram.visible_text(QUICK_CHAT) == ["echo: hello"]
         assert process.returncode == 0

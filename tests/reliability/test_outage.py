@@ -50,7 +50,9 @@ async def outage(
         await fake_telegram.await_messages(OWNER, 3, timeout=MAX_BACKOFF_SECONDS + SLACK_SECONDS)
         await fake_telegram.await_messages(GROUP_MEMBER, 3, timeout=SLACK_SECONDS)
         recovered_in = time.monotonic() - back
-        await asyncio.sleep(0.5)  # a reply sent twice would arrive now
+        # Every update acknowledged: Telegram has nothing to deliver again; the stop then lets every reply
+        # begun go out, so a reply sent twice is among what is checked below.
+        await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0)
     finally:
         await bot.stop()
     for chat in (OWNER, GROUP_MEMBER):

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.channels.telegram_harness import OWNER
@@ -37,6 +36,12 @@ def stop(process: subprocess.Popen[str]) -> None:
 
 def reminders_seen(fake_telegram: FakeTelegram) -> int:
     return sum(message.text == REMINDER for message in fake_telegram.sent_messages(OWNER))
+
+
+def pending_reminders(workspace: Path) -> list[object]:
+    reminders = json.loads((workspace / "reminders.json").read_text())
+    assert isinstance(reminders, list)
+    return reminders
 
 
 def test_a_reminder_survives_a_restart_and_arrives_once(
@@ -68,8 +73,9 @@ def test_a_reminder_survives_a_restart_and_arrives_once(
     second = start_bot_process(workspace, fake_openai, fake_telegram)
     try:
         fake_telegram.wait_until(lambda: reminders_seen(fake_telegram) >= 1, timeout=30, what="the reminder")
-        time.sleep(2.5)  # further scheduler rounds must not send it again
-        assert reminders_seen(fake_telegram) == 1
+        # Once it is out of the file no scheduler round can send it again; the stop lets a send begun finish.
+        fake_telegram.wait_until(lambda: pending_reminders(workspace) == [], timeout=30, what="the reminder settled")
     finally:
         stop(second)
-    assert json.loads((workspace / "reminders.json").read_text()) == []
+    assert reminders_seen(fake_telegram) == 1
+    assert pending_reminders(workspace) == []

@@ -213,8 +213,9 @@ async def test_servers_added_and_removed_in_the_config_start_and_stop_live(
     assert not any("__" in name for name in offered(fake_openai))
 
     # A server added by an edit is offered to the very next message: the edit is read as the message comes,
-    # the server starts then, and the message waits for it (at most mcp.readyWaitSeconds).
-    write_config(mcp_services, {"mcpServers": {"calc": stdio_server()}})
+    # the server starts then, and the message waits for it (at most mcp.readyWaitSeconds: the longest
+    # allowed, as a busy machine can take longer than the default 5 s to start a Python process).
+    write_config(mcp_services, {"mcpServers": {"calc": stdio_server()}, "mcp": {"readyWaitSeconds": 60}})
     await say(mcp_services, channel, "1", "anything new?")
     assert "calc__echo" in offered(fake_openai)
 
