@@ -11,8 +11,10 @@ of weak ones gets a small pack, one with many strong matches a large one, on any
 threshold decides it. The pack is full once `FULL_AFTER_MISSES` items in a row no longer fit, or once
 no item left is relevant enough for the room used; stopping early spares reading the rest of a large
 memory. The same text twice (up to case, punctuation and spacing) is shown once. A single item longer
-than `ITEM_CHAR_LIMIT` is cut with a visible marker. Exchanges are shown under a heading per day with
-their time, so "when did …" can be answered; how many items did not fit is kept in the diagnostics.
+than `ITEM_CHAR_LIMIT` is cut with a visible marker. A relative date in an item ("yesterday", "last
+Friday") is followed by the dates it meant on the day the item was made. Exchanges are shown under a
+heading per day with their time, so "when did …" can be answered; how many items did not fit is kept in
+the diagnostics.
 
 The candidates come ranked but not parsed (`RankedItem`): the pack parses an item only when it reads
 it, `PARSE_AHEAD` at a time, so the hundreds it never reaches cost nothing.
@@ -29,6 +31,7 @@ from bot.domain.memory import MemoryItem, MemoryLayer, MemoryPack, MemoryQuery, 
 from bot.domain.text import normalized_words
 from bot.memory.budget import cut_marker
 from bot.memory.retrieval import RankedItem, Section
+from bot.memory.temporal import with_said_dates
 
 # The items a pack reads, by id (`MemoryItemStore.get_many`: those no longer stored are left out).
 ItemReader = Callable[[Iterable[str]], Mapping[str, MemoryItem]]
@@ -106,9 +109,11 @@ class MemoryPromptPackService:
         self._zone = zone
 
     def line(self, item: MemoryItem) -> str:
-        content = item.content.strip()
+        """The item's line: its words, each relative date followed by the dates it meant when the item was
+        made ("last Friday (5 May 2023)"), so the model never reads it against today."""
+        content = with_said_dates(item.content.strip(), item.created_at.astimezone(self._zone))
         if len(content) > ITEM_CHAR_LIMIT:
-            content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(item.content) - ITEM_CHAR_LIMIT)
+            content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(content) - ITEM_CHAR_LIMIT)
         return "- " + content.replace("\n", "\n  ")
 
     def when(self, item: MemoryItem) -> tuple[str, str]:
