@@ -139,7 +139,7 @@ class Application:
         )
         memory.service.on_forget(rag.forget_messages)
         compaction = compaction_install.install(
-            sessions, llm, models.models, estimator, planner, config_store, memory.pre_compaction, tools.registry
+            sessions, llm, models.models, planner, config_store, memory.pre_compaction, tools.registry
         )
         self.memory, self.rag, self.documents = memory.service, rag.service, rag.documents
         skills = skills_install.install(workspace, sessions, config_store.in_force, tools.registry)

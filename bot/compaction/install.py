@@ -6,7 +6,6 @@ from __future__ import annotations
 from bot.compaction.history_search import HistorySearch, search_history_tool
 from bot.compaction.service import CompactionService, PreCompactionSink
 from bot.compaction.summarizer import Summarizer
-from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.llm.client import LlmClient
 from bot.llm.models import ModelRegistry
@@ -19,11 +18,10 @@ def install(
     sessions: SessionService,
     llm: LlmClient,
     models: ModelRegistry,
-    estimator: TokenEstimator,
     planner: ContextPlanner,
     config_store: RuntimeConfigStore,
     pre_compaction: PreCompactionSink,
     tools: ToolRegistry,
 ) -> CompactionService:
     tools.register(search_history_tool(HistorySearch(sessions.archive)))
-    return CompactionService(sessions, Summarizer(llm, models, estimator), planner, config_store, pre_compaction)
+    return CompactionService(sessions, Summarizer(llm, models, planner), planner, config_store, pre_compaction)

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from bot.context.budget import ContextBudget
-from bot.context.estimator import TokenEstimator
+from bot.context.planner import ContextPlanner
 from bot.domain.conversation import SUMMARY_HEADER
 from bot.domain.message import Message, Role
 from bot.llm.client import ChatRequest, LlmClient
@@ -172,10 +172,11 @@ def cap_summary(summary: str, cap_chars: int) -> str:
 class Summarizer:
     """Asks the summary model for a checkpoint summary of old messages."""
 
-    def __init__(self, llm: LlmClient, models: ModelRegistry, estimator: TokenEstimator) -> None:
+    def __init__(self, llm: LlmClient, models: ModelRegistry, planner: ContextPlanner) -> None:
         self._llm = llm
         self._models = models
-        self._estimator = estimator
+        self._planner = planner
+        self._estimator = planner.estimator
 
     def plan(self, model: str, config: CompactionConfig, cap_tokens: int, focus: str | None) -> SummaryRequestPlan:
         budget = ContextBudget.for_model(self._models.lookup(model), config)
@@ -265,5 +266,9 @@ class Summarizer:
         except LlmError as error:
             raise SummaryFailed(f"the summary model failed ({error.failure.value})") from error
         if result.usage is not None:
-            self._estimator.observe_request(plan.model, WireSize.of(wire), None, result.usage.prompt_tokens)
+            # A summary's prompt is the largest the bot sends: one the endpoint cut teaches its window, and
+            # never calibrates the estimate.
+            self._planner.observe_usage(
+                plan.model, None, WireSize.of(wire), None, result.usage.prompt_tokens, config.silent_cut_ratio
+            )
         return validate_summary(result.text, config.summary_min_chars, plan.cap_chars)

@@ -104,15 +104,16 @@ class ContextPlanner:
     def observe_usage(
         self,
         model: str,
-        conversation: str,
+        conversation: str | None,
         sent: WireSize,
         tools: list[dict[str, Any]] | None,
         prompt_tokens: int,
         cut_ratio: float,
     ) -> bool:
-        """The provider's `prompt_tokens` for a request of `sent` in `conversation`: calibrates the estimate
-        when the prompt arrived whole; learns the window it kept when the endpoint dropped part of it without
-        a word (`SilentCuts` tells which). True when a window was learned."""
+        """The provider's `prompt_tokens` for a request of `sent` in `conversation` (None for a request of its
+        own, a summary's): calibrates the estimate when the prompt arrived whole; learns the window it kept
+        when the endpoint dropped part of it without a word (`SilentCuts` tells which). True when a window
+        was learned."""
         estimator = self._estimator
         calibrated = estimator.exact_counter(model) is not None or estimator.samples_for(model) >= CALIBRATED_SAMPLES
         size = estimator.with_tools(sent, tools)

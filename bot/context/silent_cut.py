@@ -109,7 +109,7 @@ class SilentCuts:
     def judge(
         self,
         model: str,
-        conversation: str,
+        conversation: str | None,
         size: WireSize,
         reported: int,
         estimate: Callable[[WireSize], int],
@@ -117,12 +117,13 @@ class SilentCuts:
         calibrated: bool,
     ) -> Judgement:
         """The verdict on `reported` prompt tokens for a request of `size` (its tool schemas' characters
-        included) in `conversation`; `estimate` gives a size's tokens at the model's current ratio."""
+        included) in `conversation` (None: a request of its own, such as a summary's, that no later one grows
+        from); `estimate` gives a size's tokens at the model's current ratio."""
         readings = self._models.setdefault(model, _ModelReadings())
         estimated = max(1, estimate(size))
         residual = reported / estimated
         typical = readings.typical_residual()
-        previous = readings.last.get(conversation)
+        previous = readings.last.get(conversation) if conversation is not None else None
         shortfall: int | None = None
         judgement = Judgement(Verdict.WHOLE)
         if size.image_parts or estimated < MIN_SILENT_CUT_TOKENS or typical * estimated <= readings.largest_whole:
@@ -154,10 +155,11 @@ class SilentCuts:
         if judgement.verdict is Verdict.WHOLE:
             readings.residuals.append(residual)
             readings.largest_whole = max(readings.largest_whole, reported)
-            readings.last[conversation] = _Reading(size, reported)
-            readings.last.move_to_end(conversation)
-            if len(readings.last) > CONVERSATIONS_KEPT:
-                readings.last.popitem(last=False)
+            if conversation is not None:
+                readings.last[conversation] = _Reading(size, reported)
+                readings.last.move_to_end(conversation)
+                if len(readings.last) > CONVERSATIONS_KEPT:
+                    readings.last.popitem(last=False)
         return judgement
 
     def spread(self, model: str) -> ResidualSpread:

@@ -7,9 +7,11 @@ memory (`memory/chats/`; a chat's own is reached through the memory tools), the 
 (`rag/`), access and channel state, every chat's reminders (`reminders.json`; a chat's own are
 reached through the reminder tools), and other chats' evicted tool outputs under `tool_results/`.
 `preferences/` (runtime-config, persona, models) is the operator's: the tools read it, never change
-it, so no instruction the model is given can let a stranger in or reroute the bot. `memory/` is the
-owner's: a turn that may not see the owner's private memory (a group's, another person's; see
-`bot.memory.audience`) is told its files do not exist, and cannot write there.
+it, so no instruction the model is given can let a stranger in or reroute the bot. `memory/` and
+`preferences/` are the owner's: a turn that may not see the owner's private memory (a group's,
+another person's; see `bot.memory.audience`) is told their files do not exist, and cannot write
+there. The configuration names who may talk to the bot and may hold an MCP server's credentials, so
+it is no more another person's to read than the owner's notes.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 # What the tools never touch: other chats' data, and the bot's own bookkeeping.
 PRIVATE_PATHS = ("sessions/", "memory/chats/", "memory/users/", "rag/", "access/", "state/", "media/", "reminders.json")
-# The owner's memory: only a turn that may see the owner's private memory reaches it (the folders of
-# other chats and people in it are private to the bot whoever asks).
-OWNERS_PATH = "memory/"
+# The owner's memory and configuration: only a turn that may see the owner's private memory reaches
+# them (the folders of other chats and people in memory/ are private to the bot whoever asks).
+OWNERS_PATHS = ("memory/", "preferences/")
 # What the tools may read but never change.
 READ_ONLY_PATHS = ("preferences/",)
 TOOL_RESULTS = "tool_results"
@@ -45,7 +47,7 @@ def _parts(path: str) -> tuple[str, ...]:
 
 _PRIVATE = [(path, _parts(path)) for path in PRIVATE_PATHS]
 _READ_ONLY = [(path, _parts(path)) for path in READ_ONLY_PATHS]
-_OWNERS = _parts(OWNERS_PATH)
+_OWNERS = [_parts(path) for path in OWNERS_PATHS]
 
 
 def _shown(raw: str) -> str:
@@ -100,9 +102,10 @@ class WorkspaceJail:
 
     @staticmethod
     def _check_allowed(raw: str, parts: tuple[str, ...], session_id: str, for_writing: bool, owner: bool) -> None:
-        if not owner and parts[: len(_OWNERS)] == _OWNERS:
+        if not owner and any(parts[: len(owners)] == owners for owners in _OWNERS):
             if for_writing:
-                raise ToolError(f"{_shown(raw)} cannot be written from this chat; the memory tools keep its memory")
+                hint = "; the memory tools keep its memory" if parts[0] == "memory" else ""
+                raise ToolError(f"{_shown(raw)} cannot be written from this chat{hint}")
             raise ToolError(f"{_shown(raw)} does not exist")
         for shown, private in _PRIVATE:
             if parts[: len(private)] == private:

@@ -112,6 +112,8 @@ def every_tool_call(today: str) -> list[ToolCallSpec]:
         "archive": ("read_file", {"path": "memory/archive/2025-01.md"}),
         "list_memory": ("list_dir", {"path": "memory"}),
         "list_root": ("list_dir", {"path": "."}),
+        "config": ("read_file", {"path": "preferences/runtime-config.json"}),
+        "list_config": ("list_dir", {"path": "preferences"}),
         "history": ("search_history", {"query": "bank card"}),
         "overwrite": ("write_file", {"path": "memory/MEMORY.md", "content": "gone"}),
         "list_nothing": ("list_dir", {"path": "nothing-here"}),
@@ -136,18 +138,20 @@ async def test_in_a_group_neither_the_prompt_nor_any_memory_tool_gives_the_owner
     asked = fake_openai.chat_requests()[-2]
     prompt = system_text(asked)
     assert not any(secret in prompt for secret in SECRETS)
+    assert "your owner" not in prompt  # Ann is not told she is the owner
     assert FAMILY_WIFI in prompt  # the part the owner shared
     await bot.app.router.dispatcher.drain()
     results = tool_results(bot, GROUP)
     assert len(results) == len(every_tool_call(today))
     leaked = {call: text for call, text in results.items() if any(secret in text for secret in SECRETS)}
     assert leaked == {}
-    for call in ("memory_md", "dotted", "items", "note", "archive", "list_memory"):
+    for call in ("memory_md", "dotted", "items", "note", "archive", "list_memory", "config", "list_config"):
         assert "does not exist" in results[call], results[call]
     # Refused exactly as a file that is not there.
     assert results["list_memory"] == results["list_nothing"].replace("nothing-here", "memory")
     assert results["archive"] == results["read_nothing"].replace("nothing-here.md", "memory/archive/2025-01.md")
-    assert "memory/" not in results["list_root"].splitlines() and "preferences/" in results["list_root"]
+    assert "memory/" not in results["list_root"].splitlines()
+    assert "preferences/" not in results["list_root"].splitlines()
     assert "cannot be written from this chat" in results["overwrite"]
     assert results["read_memory"].endswith(f"- The family {FAMILY_WIFI}")
     assert (bot.workspace / "memory" / "MEMORY.md").read_text() == MEMORY_MD
@@ -170,7 +174,7 @@ async def test_in_a_group_neither_the_prompt_nor_any_memory_tool_gives_the_owner
 
     # In the owner's own chat everything is still there: MEMORY.md whole, the item, the old item.
     await say(fake_telegram, OWNER, "/new")
-    fake_openai.script(Reply(tool_calls=every_tool_call(today)[:9]), "Here it is.")
+    fake_openai.script(Reply(tool_calls=every_tool_call(today)[:11]), "Here it is.")
     await say(fake_telegram, OWNER, "what is my PIN hint? and my passport number?")
     prompt = system_text(fake_openai.chat_requests()[-2])
     assert PIN_HINT in prompt and DIAGNOSIS in prompt and OLD_FACT in prompt and "penicillin" in prompt
@@ -178,6 +182,7 @@ async def test_in_a_group_neither_the_prompt_nor_any_memory_tool_gives_the_owner
     results = tool_results(bot, OWNER)
     assert PIN_HINT in results["search"] and DIAGNOSIS in results["memory_md"] and DIAGNOSIS in results["dotted"]
     assert OLD_FACT in results["items"] and PIN_HINT in results["note"] and ARCHIVED in results["archive"]
+    assert '"access"' in results["config"]
 
 
 async def test_an_item_the_owner_shares_reaches_the_group_and_unsharing_takes_it_back(

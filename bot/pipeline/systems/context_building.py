@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 # The skills catalog takes at most this part of the system share: the persona and the active skill need the rest.
 SKILLS_OF_SYSTEM_SHARE = 0.5
 DEFAULT_PERSONA = (
-    "You are a helpful personal assistant talking with your owner in a chat. "
+    # Said of nobody in particular: the same persona opens the owner's chat, a group's and a guest's.
+    "You are a helpful personal assistant in a chat. "
     "Answer concisely and in the language you are addressed in. "
     "You may use Markdown; it is converted for the chat app."
 )
