@@ -13,13 +13,11 @@ Printed: R_frac overall and per category, the median size of the system messages
 their quartiles and largest), the median round trip (message pushed to reply seen) and the median memory
 retrieval time (the bot's own `[Context] Memory pack` log line). `--json` adds one JSON line of figures.
 
-The memory budgets are in tokens, and the bot learns how many characters a token holds from the
-`prompt_tokens` its model reports: the size of the system messages in characters follows the model's
-tokenizer. `--usage` is how the fake model counts them: `words` (the default: a token a word, about 5.5
-characters a token on these conversations, as tokenizers with a large vocabulary count English chat and
-as the measurement from outside implies: its largest system messages, 18,242 characters, are the
-3,500-token maximum at that ratio), `flat` (4 characters a token, which holds the same budgets in about
-a quarter fewer characters) or `mixed`.
+The memory budgets are in tokens; `--usage` is how the fake model counts the `prompt_tokens` it
+reports: `flat` (4 characters a token), `words` (a token a word, about 5.5 characters a token on these
+conversations) or `mixed`. On these conversations the figure does not depend on it (conv-44 on the pack
+of the day before: system messages p50 10,790 characters with `flat`, 10,781 with `words`): every
+question starts a new session, and the bot's estimate keeps its starting 3.5 characters a token.
 
 `--data` takes any file in LoCoMo's format, such as the synthetic conversations of
 `bench.synthetic_conversations`.
@@ -172,7 +170,7 @@ class Conversation:
 
 
 def run_conversation(
-    conversation: dict[str, Any], questions_limit: int | None, root: Path, usage: TokenCount = "words"
+    conversation: dict[str, Any], questions_limit: int | None, root: Path, usage: TokenCount = "flat"
 ) -> dict[str, Any]:
     workspace = root / conversation["sample_id"]
     memory = workspace / "memory"
