@@ -16,8 +16,8 @@ retrieval time (the bot's own `[Context] Memory pack` log line). `--json` adds o
 The memory budgets are in tokens; `--usage` is how the fake model counts the `prompt_tokens` it
 reports: `flat` (4 characters a token), `words` (a token a word, about 5.5 characters a token on these
 conversations) or `mixed`. On these conversations the figure does not depend on it (conv-44 on the pack
-of the day before: system messages p50 10,790 characters with `flat`, 10,781 with `words`): every
-question starts a new session, and the bot's estimate keeps its starting 3.5 characters a token.
+of the day before: system messages p50 10,790 characters with `flat`, 10,781 with `words`; 10,788 in
+process with the estimate held at 4 characters a token).
 
 `--data` takes any file in LoCoMo's format, such as the synthetic conversations of
 `bench.synthetic_conversations`.
