@@ -13,17 +13,11 @@ Printed: R_frac overall and per category, the median size of the system messages
 their quartiles and largest), the median round trip (message pushed to reply seen) and the median memory
 retrieval time (the bot's own `[Context] Memory pack` log line). `--json` adds one JSON line of figures.
 
-The memory budgets are in tokens; `--usage` is how the fake model counts the `prompt_tokens` it
-reports: `flat` (4 characters a token), `words` (a token a word, about 5.5 characters a token on these
-conversations) or `mixed`. On these conversations the figure does not depend on it (conv-44 on the pack
-of the day before: system messages p50 10,790 characters with `flat`, 10,781 with `words`; 10,788 in
-process with the estimate held at 4 characters a token).
-
 `--data` takes any file in LoCoMo's format, such as the synthetic conversations of
 `bench.synthetic_conversations`.
 
-Run: `.venv/bin/python -m bench.locomo [--conversations N] [--only conv-44,...] [--questions N]
-[--usage words|flat|mixed] [--json]`.
+Run: `.venv/bin/python -m bench.locomo [--conversations N] [--only conv-44,...] [--questions N] [--json]
+[--data FILE]`.
 """
 
 from __future__ import annotations
@@ -42,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.domain.text import fingerprint_of
-from tests.fakes.openai_server import FakeOpenAI, TokenCount, message_text
+from tests.fakes.openai_server import FakeOpenAI, message_text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.bot_process import start_bot, stop
 
@@ -169,9 +163,7 @@ class Conversation:
         return time.perf_counter() - started
 
 
-def run_conversation(
-    conversation: dict[str, Any], questions_limit: int | None, root: Path, usage: TokenCount = "flat"
-) -> dict[str, Any]:
+def run_conversation(conversation: dict[str, Any], questions_limit: int | None, root: Path) -> dict[str, Any]:
     workspace = root / conversation["sample_id"]
     memory = workspace / "memory"
     items = write_items(conversation, memory)
@@ -185,7 +177,6 @@ def run_conversation(
     system_chars: list[int] = []
     round_trips: list[float] = []
     with FakeTelegram() as telegram, FakeOpenAI() as model:
-        model.token_count = usage
         process = start_bot(workspace, "ptb", model, telegram, log, {"access": {"allowedUsers": [OWNER]}})
         try:
             bot = Conversation(telegram, model, workspace, log)
@@ -223,9 +214,6 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
     parser.add_argument("--questions", type=int, default=None, help="only the first N questions of each")
     parser.add_argument("--only", default="", help="only these conversations (sample ids, comma-separated)")
-    parser.add_argument(
-        "--usage", choices=("words", "flat", "mixed"), default="words", help="the fake model's token count"
-    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args()
@@ -236,7 +224,7 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="locomo-") as folder:
         for conversation in conversations:
-            result = run_conversation(conversation, args.questions, Path(folder), args.usage)
+            result = run_conversation(conversation, args.questions, Path(folder))
             results.append(result)
             mean = statistics.mean(score for _, score in result["scores"])
             print(
@@ -265,7 +253,7 @@ def main() -> int:
         print(f"  R_frac {name:<11} {value:.3f}")
     print(
         f"  system messages p50 {chars:.0f} chars (quartiles {quartiles[0]:.0f} / {quartiles[2]:.0f}, largest "
-        f"{max(sizes)}; usage counted {args.usage}); round trip p50 {round_trip:.0f} ms; "
+        f"{max(sizes)}); round trip p50 {round_trip:.0f} ms; "
         f"retrieval p50 {retrieval_p50:.1f} ms"
     )
     if args.json:
@@ -279,7 +267,6 @@ def main() -> int:
                     "system_chars_p50": chars,
                     "system_chars_quartiles": [round(quartiles[0]), round(quartiles[2])],
                     "system_chars_max": max(sizes),
-                    "usage": args.usage,
                     "round_trip_ms_p50": round(round_trip, 1),
                     "retrieval_ms_p50": round(retrieval_p50, 1),
                 }

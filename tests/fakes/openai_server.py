@@ -18,8 +18,7 @@ in ``refusals``); with ``"cut"`` its oldest messages are dropped until it fits, 
 The usage counts 4 characters a token; ``token_count = "mixed"`` counts as a real tokenizer varies instead
 (ASCII words 4 characters a token, ASCII punctuation 2, any other character 0.7 tokens, a run of one
 character 16), for tests that need code and non-Latin text to cost more tokens a character than prose,
-and indentation far fewer; ``token_count = "words"`` counts a token a word (about 5 characters a token in
-English prose, as tokenizers with a large vocabulary count it).
+and indentation far fewer.
 
 Run standalone with ``python -m tests.fakes.openai_server --port 0``: prints ``PORT=<n>`` and serves
 with the echo responder until killed.
@@ -306,9 +305,8 @@ def _fragments(text: str, size: int = 8) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-# How the usage counts a text's tokens: "flat" 4 characters a token; "mixed" as a real tokenizer varies;
-# "words" a token a word (about 5 characters a token in English prose: a tokenizer with a large vocabulary).
-TokenCount = Literal["flat", "mixed", "words"]
+# How the usage counts a text's tokens: "flat" 4 characters a token; "mixed" as a real tokenizer varies.
+TokenCount = Literal["flat", "mixed"]
 _ASCII_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
 # A run of one character (indentation, a rule of dashes): one token for up to 16 of it.
 _RUN = re.compile(r"(.)\1{2,}", re.DOTALL)
@@ -317,8 +315,6 @@ _RUN = re.compile(r"(.)\1{2,}", re.DOTALL)
 def _text_tokens(text: str, count: TokenCount) -> float:
     if count == "flat":
         return len(text) / 4
-    if count == "words":
-        return len(text.split())
     runs = [len(run.group()) for run in _RUN.finditer(text)]
     text = _RUN.sub("", text)
     other = len(text) - len(text.encode("ascii", "ignore"))
