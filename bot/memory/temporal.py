@@ -105,8 +105,8 @@ _SAID_DAY = re.compile(r"\b(yesterday|last night|today|tonight|this morning|tomo
 _SAID_UNIT = re.compile(r"\b(last|this|next|past|previous)\s+(week|weekend|month|year)\b", re.IGNORECASE)
 _SAID_WEEKDAY = re.compile(r"\b(last|next|this past|this coming)\s+(" + "|".join(WEEKDAYS) + r")\b", re.IGNORECASE)
 _SAID_AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago\b", re.IGNORECASE)
-# Every relative date above holds one of these ("yesterday" and the weekdays "day", "last night" "night").
-_SAID_WORDS = ("day", "night", "morning", "week", "month", "year", " ago")
+# Every relative date above holds one of these ("yesterday" and the weekdays hold "day").
+_SAID_WORDS = ("day", "night", "morning", "tomorrow", "week", "month", "year", " ago")
 _DAY_OFFSETS = {"yesterday": -1, "last night": -1, "today": 0, "tonight": 0, "this morning": 0, "tomorrow": 1}
 
 
