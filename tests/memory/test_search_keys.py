@@ -33,6 +33,10 @@ def test_a_place_named_mid_sentence_gives_its_region_and_country() -> None:
 
 def test_relative_dates_are_the_dates_they_meant_when_said() -> None:
     text = "Last Friday we hiked, yesterday I rested, next month I move; two weeks ago I ran. See you next Tuesday!"
+    assert [d.label() for d in said_dates("Back home tomorrow, and off again next weekend.", SAID)] == [
+        "9 May 2023",
+        "20-21 May 2023",
+    ]
     assert [(text[d.start : d.end], d.label()) for d in said_dates(text, SAID)] == [
         ("Last Friday", "5 May 2023"),
         ("yesterday", "7 May 2023"),
