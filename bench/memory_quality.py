@@ -32,12 +32,13 @@ from pathlib import Path
 from bot.domain.memory import TurnMemoryEvent
 from bot.llm.embedders import Embedder
 from bot.llm.local_embeddings import LocalEmbedder
-from bot.memory.embeddings import VectorIndex, as_float16
+from bot.memory.embeddings import as_float16
 from bot.memory.extraction import RuleBasedExtractor
 from bot.memory.indexing import EmbedderState
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.retrieval import MemoryRetrievalService
+from bot.memory.vector_index import VectorIndex
 from bot.memory.write_service import MemoryWriteService
 from bot.settings import MemoryConfig
 from bot.workspace import MemoryPaths

@@ -49,9 +49,11 @@ from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.domain.text import fingerprint_of
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
-from bot.memory.embeddings import VectorCache, text_key
+from bot.memory.embeddings import text_key
+from bot.memory.items_store import MemoryItemStore
 from bot.memory.scopes import MemoryScope
 from bot.memory.service import MemoryService
+from bot.memory.vector_cache import VectorCache
 from bot.settings import MemoryConfig
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths, Workspace
@@ -229,6 +231,7 @@ async def measure_async(count: int, root: Path) -> dict[str, float | str]:
     config = MemoryConfig()
     service, first_ms, ready_s = await start(root, config)
     scope = await service.scope(config, "telegram:1")
+    assert isinstance(scope.store, MemoryItemStore)  # the files' store, whose reads are counted
     reread = scope.store.files_read
     # The query model is loaded by the first message's vector; the bot keeps it from then on.
     loaded_rss = rss_kib()

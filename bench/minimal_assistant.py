@@ -22,9 +22,12 @@ Figures, medians over interleaved rounds (bot, minimal, bot, ...) so that the ma
 
 Two settings of the bot: as shipped (`memory.embeddingsModel: local`: the bundled offline embedder makes
 each message's vector for memory retrieval on the reply path, and the stored items' vectors once the bot
-is idle, so the rounds and bursts measure the first) and lexical only (`memory.embeddingsModel: null`).
-The difference between the two is what the memory's embedding costs a reply; what the lexical bot costs
-over the minimal one is the pipeline's own work. The messages are short, as in a chat, so RAG indexing skips
+is idle, so the rounds measure the first; in a burst a reply whose vector would queue behind another
+message's is built from its words) and lexical only (`memory.embeddingsModel: null`). The difference
+between the two is what the memory's embedding costs a reply; what the lexical bot costs over the
+minimal one is the pipeline's own work. With both settings, the CPU of one message's vector (the bundled
+embedder in this process) is printed too: the shipped bot's CPU per message is to stay within the lexical
+one's plus that. The messages are short, as in a chat, so RAG indexing skips
 them (`rag.minExchangeChars`). Not run by CI:
 
     .venv/bin/python -m bench.minimal_assistant [--rounds 15] [--per-round 40] [--chats 20] [--per-chat 5]
@@ -34,6 +37,7 @@ them (`rag.minExchangeChars`). Not run by CI:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
@@ -57,6 +61,8 @@ WARM_UP_MESSAGES = 5
 # minute to the next; the ratio of medians over 5 rounds moved by 0.2 from run to run, over 15 by 0.03.
 ROUNDS = 15
 BURST_TIMEOUT_SECONDS = 300.0
+# Messages whose vector is made to measure what one costs.
+QUERY_VECTORS = 60
 SETTINGS: dict[str, dict[str, Any]] = {
     "shipped": {},
     "lexical": {"memory": {"embeddingsModel": None}},
@@ -179,6 +185,24 @@ def compare(setting: str, arguments: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def query_vector_cpu_ms(count: int = QUERY_VECTORS) -> float:
+    """CPU of one message's vector with the bundled embedder, in this process: the median over `count`
+    messages like the rounds' (each new to it), after one that loads the model."""
+    from bot.llm.local_embeddings import LocalEmbedder
+
+    async def measure() -> list[float]:
+        embedder = LocalEmbedder()
+        await embedder.embed_query("warm-up")
+        spent = []
+        for number in range(count):
+            started = time.process_time()
+            await embedder.embed_query(f"how is the garden today? (query {number})")
+            spent.append((time.process_time() - started) * 1000)
+        return spent
+
+    return statistics.median(asyncio.run(measure()))
+
+
 def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
@@ -217,6 +241,9 @@ def main() -> None:
         )
         if arguments.json:
             print(json.dumps(row), flush=True)
+    if "lexical" in arguments.settings:
+        # What the shipped bot may spend a message: the lexical pipeline's, plus its message's vector.
+        print(f"one message's vector (bundled embedder, in process): {query_vector_cpu_ms():.1f} ms CPU, median")
     print(f"load average {load_average():.2f} at the end; CPU per message of each round: medians above")
 
 

@@ -33,10 +33,12 @@ from bot.app import Application
 from bot.domain.message import Message
 from bot.memory.items_store import MemoryItemStore
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
 from bot.workspace import Workspace
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
+from tests.sessions.files import sessions_files
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -74,9 +76,11 @@ async def pipeline_figures(fake: FakeOpenAI, workspace: Path) -> None:
 
 async def persistence_figures(folder: Path) -> None:
     for archive_size in (10, 1_000, 10_000):
-        sessions = SessionService(folder / f"archive-{archive_size}")
+        sessions = SessionService(SessionFiles(folder / f"archive-{archive_size}"))
         session = await sessions.get_or_create("telegram", "1")
-        await sessions.archive.append(session.id, [Message.user(f"old {n} " + "x" * 200) for n in range(archive_size)])
+        await sessions_files(sessions).archive.append(
+            session.id, [Message.user(f"old {n} " + "x" * 200) for n in range(archive_size)]
+        )
         # The live session is compaction-bounded: 20 recent messages.
         session.messages.extend(Message.user(f"recent {n}") for n in range(20))
         timings = []

@@ -24,6 +24,7 @@ from pathlib import Path
 from bot.domain.message import Message
 from bot.sessions import service as session_service
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
 
 TEXT = "Could you remind me what we decided about the garden shed, the spare keys and the Tuesday delivery?"
 
@@ -37,7 +38,7 @@ def rss_kib() -> int:
 
 async def fill(chats: int, messages: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
-        sessions = SessionService(Path(folder) / "sessions")
+        sessions = SessionService(SessionFiles(Path(folder) / "sessions"))
         gc.collect()
         baseline = rss_kib()
         started = time.perf_counter()

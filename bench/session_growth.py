@@ -33,8 +33,10 @@ from bench.process_meter import ProcessMeter, Round, median_of, sequential_round
 from bench.telegram_throughput import START_TIMEOUT_SECONDS, start_bot
 from bot.domain.message import Message
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.sessions.files import sessions_files
 
 CHAT = 4242
 WARM_UP_MESSAGES = 3
@@ -54,10 +56,10 @@ def seed_messages(count: int) -> list[Message]:
 
 async def seed_session(workspace: Path, length: int) -> int:
     """Write the chat's session with `length` messages; returns the size of its file."""
-    sessions = SessionService(workspace / "sessions")
+    sessions = SessionService(SessionFiles(workspace / "sessions"))
     session = await sessions.get_or_create("telegram", str(CHAT))
     await sessions.append_messages(session, seed_messages(length))
-    return sessions.store.path_for(session.id).stat().st_size
+    return sessions_files(sessions).store.path_for(session.id).stat().st_size
 
 
 def run(arguments: argparse.Namespace) -> dict[str, Any]:

@@ -33,8 +33,9 @@ import numpy.typing as npt
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory import vector_search
-from bot.memory.embeddings import VectorIndex, text_key, unit
+from bot.memory.embeddings import text_key, unit
 from bot.memory.retrieval import VECTOR_CANDIDATES
+from bot.memory.vector_index import VectorIndex
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "locomo-dev.json"
 KEPT = Path(tempfile.gettempdir()) / "bench-vector-prefilter.npz"

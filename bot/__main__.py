@@ -9,19 +9,25 @@ import os
 import sys
 from pathlib import Path
 
-from bot.access.pairing import PairingError, PairingStore, pairing_file
+from bot.access.pairing import PairingError, PairingStorage
 from bot.app import Application, stop_on_signals
 from bot.channels.console import ConsoleChannel
 from bot.channels.telegram_channel import TelegramStartError
 from bot.clock import InvalidTimezone
+from bot.database.connection import Database, DatabaseError
 from bot.environment import InvalidEnvironment, read_environment, workspace_line
 from bot.logging_setup import configure_logging, redact, secrets_in_environment
+from bot.memory.documents import OWNER_SCOPE, MemoryFiles
 from bot.runtime_config import InvalidRuntimeConfig
 from bot.settings import EnvSettings
 from bot.setup.doctor import doctor
+from bot.setup.export import export_workspace
 from bot.setup.memory_edit import edit_memory
+from bot.setup.migrate import migrate_workspace
 from bot.setup.onboard import add_onboard_arguments, onboard
 from bot.setup.workspace import prepare_workspace
+from bot.storage.durability import DeferredSync
+from bot.stores import choose_stores
 from bot.workspace import Workspace
 
 
@@ -37,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     pairing_commands.add_parser("list", help="pending pairing requests")
     approve = pairing_commands.add_parser("approve", help="admit the sender of a pairing code")
     approve.add_argument("code")
+    commands.add_parser("migrate", help="copy the workspace's files into the database of BOT_DATABASE_URL")
+    export = commands.add_parser("export", help="write what the database holds as a workspace's files")
+    export.add_argument("folder", nargs="?", type=Path, help="where to write (default: the workspace)")
     commands.add_parser("doctor", help="check the setup: one line per check, and the fix for each failure")
     add_onboard_arguments(commands.add_parser("onboard", help="first set-up: asks, checks each answer, writes .env"))
     memory = commands.add_parser("memory", help="the long-term memory file")
@@ -72,6 +81,18 @@ async def _chat(env: EnvSettings) -> None:
         await app.stop()
 
 
+async def _edit_memory(env: EnvSettings) -> int:
+    workspace = prepare_workspace(env)
+    stores = choose_stores(env, workspace, DeferredSync())
+    await stores.start()
+    try:
+        if stores.memory_documents is None:
+            return await edit_memory(MemoryFiles(workspace.memory), str(workspace.memory.long_term_file))
+        return await edit_memory(stores.memory_documents(OWNER_SCOPE), "MEMORY.md in the database")
+    finally:
+        await stores.close()
+
+
 def chat_banner(app: Application) -> str:
     """The terminal chat's first line: what it talks to, where it keeps things, and how to get help or leave."""
     workspace = app.workspace
@@ -95,7 +116,8 @@ async def _until_input_ends(console: ConsoleChannel, until: asyncio.Event, app: 
 async def _status(env: EnvSettings) -> None:
     app = Application(env)  # built, never started: no channel, no scheduler
     try:
-        ids = app.sessions.stored_ids()
+        await app.stores.start()  # the database, when the sessions are kept there
+        ids = await app.sessions.stored_ids()
         if not ids:
             print(f"No sessions yet in {app.workspace.root}")
         for session_id in ids:
@@ -107,10 +129,18 @@ async def _status(env: EnvSettings) -> None:
         await app.stop()
 
 
-def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
-    store = PairingStore(pairing_file(prepare_workspace(env).root))
+async def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
+    stores = choose_stores(env, prepare_workspace(env), DeferredSync())
+    await stores.start()
+    try:
+        return await _pairing_command(stores.pairing, command, code)
+    finally:
+        await stores.close()
+
+
+async def _pairing_command(store: PairingStorage, command: str, code: str | None) -> int:
     if command == "list":
-        pending = store.pending()
+        pending = await store.pending()
         if not pending:
             print("No pending pairing requests.")
         for request in pending:
@@ -118,12 +148,40 @@ def _pairing(env: EnvSettings, command: str, code: str | None) -> int:
             print(f"{request.code}  user {request.user_id} {who}  expires {request.expires_at:%Y-%m-%d %H:%M} UTC")
         return 0
     try:
-        user = store.approve(code or "")
+        user = await store.approve(code or "")
     except PairingError as error:
         print(error, file=sys.stderr)
         return 1
     who = f" (@{user.username})" if user.username else ""
     print(f"Approved user {user.user_id}{who}: they can talk to the bot now.")
+    return 0
+
+
+async def _migrate(env: EnvSettings) -> int:
+    if env.bot_database_url is None:
+        print("BOT_DATABASE_URL is not set: there is no database to copy the workspace into.", file=sys.stderr)
+        return 2
+    workspace = prepare_workspace(env)
+    database = Database(env.bot_database_url.get_secret_value())
+    await database.start()
+    try:
+        print((await migrate_workspace(workspace, database)).line())
+    finally:
+        await database.close()
+    return 0
+
+
+async def _export(env: EnvSettings, folder: Path | None) -> int:
+    if env.bot_database_url is None:
+        print("BOT_DATABASE_URL is not set: there is no database to export.", file=sys.stderr)
+        return 2
+    workspace = Workspace(folder) if folder is not None else prepare_workspace(env)
+    database = Database(env.bot_database_url.get_secret_value())
+    await database.start()
+    try:
+        print((await export_workspace(database, workspace)).line(workspace.root))
+    finally:
+        await database.close()
     return 0
 
 
@@ -179,17 +237,21 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "status":
             asyncio.run(_status(env))
         elif args.command == "pairing":
-            return _pairing(env, args.pairing_command, getattr(args, "code", None))
+            return asyncio.run(_pairing(env, args.pairing_command, getattr(args, "code", None)))
+        elif args.command == "migrate":
+            return asyncio.run(_migrate(env))
+        elif args.command == "export":
+            return asyncio.run(_export(env, args.folder))
         elif args.command == "doctor":
             return asyncio.run(doctor(env))
         elif args.command == "onboard":
             return asyncio.run(onboard(env, args))
         elif args.command == "memory":
-            return edit_memory(prepare_workspace(env))
+            return asyncio.run(_edit_memory(env))
     except InvalidEnvironment as error:
         print(error, file=sys.stderr)
         return 2
-    except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError) as error:
+    except (InvalidTimezone, InvalidRuntimeConfig, TelegramStartError, DatabaseError) as error:
         print(f"Cannot start: {redact(str(error), env.secrets())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

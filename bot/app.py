@@ -9,7 +9,6 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.access.pairing import PairingStore, pairing_file
 from bot.access.policy import AccessPolicy
 from bot.channels import install as channels_install
 from bot.channels.base import Channel, InboundHandler
@@ -18,6 +17,7 @@ from bot.commands import install as commands_install
 from bot.commands.model import ModelSwitch
 from bot.commands.registry import CommandRegistry
 from bot.compaction import install as compaction_install
+from bot.console import install as console_install
 from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
@@ -42,6 +42,7 @@ from bot.setup.workspace import prepare_workspace
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
+from bot.stores import choose_stores
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
 
@@ -110,9 +111,11 @@ class Application:
         self.metrics = metrics = BotMetrics()
         # The writes a turn need not wait for (the archive can stand in for them) are fsync'd together, later.
         self.deferred_sync = deferred = DeferredSync()
-        self.sessions = sessions = SessionService(workspace.sessions_dir, deferred)
+        # Each concern's store: the workspace's files, or PostgreSQL with BOT_DATABASE_URL (opened at start).
+        self.stores = stores = choose_stores(env, workspace, deferred)
+        self.sessions = sessions = SessionService(stores.sessions, deferred)
         # Received, answered, delivered: what the channels and the pipeline ask about every turn.
-        self.ledger = ledger = TurnLedger(workspace.root / "state" / "turns.jsonl", deferred=deferred)
+        self.ledger = ledger = TurnLedger(stores.ledger)
         # Each package adds its commands here; the order they are added in is the order /help and Telegram list.
         self.commands = commands = CommandRegistry()
 
@@ -132,8 +135,9 @@ class Application:
 
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
-            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred, self.notices
-        )
+            workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred, self.notices,
+            stores.memory_documents,
+        )  # fmt: skip
         rag = rag_install.install(
             env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models
         )
@@ -161,14 +165,14 @@ class Application:
                 check.line() for check in local_checks(env) if not check.ok and check.name != CONFIG_CHECK
             ],
         )  # fmt: skip
-        access = AccessPolicy(config_store, PairingStore(pairing_file(workspace.root)))
+        access = AccessPolicy(config_store, stores.pairing)
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
         # Stored items' vectors are made while no message waits for its reply or is being answered.
-        memory.service.follow_replies(lambda: bool(router.dispatcher.queue_depths()))
+        memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(
-            reminders_file=workspace.reminders_file, runtime_config_file=workspace.runtime_config_file, clock=clock,
+            reminder_store=stores.reminders, runtime_config_file=workspace.runtime_config_file, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
             rag=rag.service, tools=tools.registry, commands=commands,
             chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
@@ -176,6 +180,12 @@ class Application:
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         self.channels: list[Channel] = []
         self.listener = self._listener()
+        # The web console's pages go on the listener (when it runs); /console hands out its login links.
+        self.traces = pipeline.traces
+        self.console = console_install.install(
+            commands, self.listener, config_store, workspace, memory.service, rag.service, planner, pipeline.traces,
+            metrics, tools.mcp, router.dispatcher.queue_depths,
+        )  # fmt: skip
         self._backlog: list[Turn] = []
         self._stopped = False
         self._syncing: asyncio.Task[None] | None = None
@@ -183,6 +193,8 @@ class Application:
             Stage("model client", _nothing, self.llm.close),
             # Stopped after every store: its last round makes what they wrote last durable.
             Stage("deferred fsyncs", self._start_syncing, self._stop_syncing),
+            # Opened before the stores read from it, closed after the last of them wrote.
+            Stage("database", stores.start, stores.close),
             # Every store writes through on each change; the ledger is closed once nothing can record in it.
             Stage("stores", self._read_backlog, self.ledger.close),
             Stage("memory", self._warm_up_memory, self.memory.close),
@@ -265,6 +277,7 @@ class Application:
     async def _read_backlog(self) -> None:
         # Read before anything can arrive, so a message taken now is never mistaken for an old one.
         self._backlog = await self.ledger.reopen(self.sessions.get, self._channel_types())
+        await self.reminders.load()
 
     async def _warm_up_memory(self) -> None:
         self.memory.warm_up((await self.config_store.current()).memory)
@@ -323,7 +336,8 @@ class Application:
 
 
 def health_report(app: Application) -> tuple[bool, dict[str, object]]:
-    """`/healthz`: healthy while every channel receives and the scheduler runs."""
+    """`/healthz`: healthy while every channel receives, the scheduler runs and, with `BOT_DATABASE_URL`,
+    this process reaches the database (its last statement or heartbeat got an answer)."""
     receiving = {channel.channel_type: channel.receiving for channel in app.channels}
     last = app.llm.last_call
     details: dict[str, object] = {
@@ -331,7 +345,11 @@ def health_report(app: Application) -> tuple[bool, dict[str, object]]:
         "scheduler": app.scheduler.running,
         "lastModelCall": {"at": last[0].isoformat(), "outcome": last[1]} if last else None,
     }
-    return all(receiving.values()) and app.scheduler.running, details
+    database = app.stores.database
+    if database is not None:
+        details["database"] = database.reachable
+    reached = database is None or database.reachable
+    return all(receiving.values()) and app.scheduler.running and reached, details
 
 
 def _chat_delivery(app: Application) -> Deliver:

@@ -85,8 +85,10 @@ class EnvSettings(BaseSettings):
     tavily_api_key: SecretStr | None = None
     """The Tavily key, for `web.searchProvider: tavily`."""
     bot_database_url: SecretStr | None = None
-    """A PostgreSQL URL (`postgresql://…`); `python -m bot doctor` checks the connection (needs the `postgres` extra).
-    Chat state is kept in the workspace's files.
+    """A PostgreSQL URL (`postgresql://USER:PASSWORD@HOST:PORT/DATABASE`, needs the `postgres` extra): the turn
+    ledger, the sessions and their archive, MEMORY.md and the daily notes, the reminders and pairing are kept there
+    (the schema's migrations applied at start); unset or empty: in the workspace's files.
+    `python -m bot doctor` checks the connection.
     """
 
     @field_validator("bot_log_level")
@@ -95,6 +97,16 @@ class EnvSettings(BaseSettings):
         if value.strip().upper() not in LOG_LEVELS:
             raise ValueError(f"it takes {', '.join(LOG_LEVELS)} (in any case)")
         return value.strip().upper()
+
+    @field_validator("bot_database_url", mode="before")
+    @classmethod
+    def _database_url(cls, value: object) -> object:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or (isinstance(text, str) and not text.strip()):
+            return None  # set empty, as compose passes what .env leaves out
+        if not isinstance(text, str) or not text.strip().startswith(("postgresql://", "postgres://")):
+            raise ValueError("it takes a PostgreSQL URL, postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or unset)")
+        return text.strip()
 
     @field_validator("telegram_api_base_url", "telegram_webhook_url", "openai_base_url")
     @classmethod
@@ -611,6 +623,23 @@ class WebConfig(ConfigSection):
     """A search that takes longer fails."""
 
 
+class ConsoleConfig(ConfigSection):
+    """The `console` section: the web console on the HTTP listener, at `/console` (all live)."""
+
+    enabled: bool = True
+    """Serve the console and answer `/console` with a login link (only where the HTTP listener runs)"""
+    public_url: str | None = None
+    """The console's address as the browser reaches it through a reverse proxy (e.g. `https://bot.example.org`);
+    `null`: the listener's own `http://BOT_LISTEN_HOST:port`
+    """
+    link_minutes: float = Field(5.0, gt=0, le=60)
+    """A login link from `/console` works once, within this many minutes."""
+    session_hours: float = Field(12.0, gt=0, le=720)
+    """A console login lasts this long."""
+    turns_kept: int = Field(20, ge=1, le=500)
+    """Recent turns kept per chat for the console's "why this reply" page (in memory only)."""
+
+
 class SkillsConfig(ConfigSection):
     """The `skills` section: folders under `workspace/skills/` with a SKILL.md (all live)."""
 
@@ -684,6 +713,7 @@ class RuntimeConfig(ConfigSection):
     [...]` (never these)
     """
     web: WebConfig = WebConfig()
+    console: ConsoleConfig = ConsoleConfig()
     skills: SkillsConfig = SkillsConfig()
     media: MediaConfig = MediaConfig()
 

@@ -6,6 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin
+# The web console's browser tests drive the machine's headless Chromium and its driver (Debian's packages):
+# installed here when missing and this runs as root (as in CI); otherwise the check stops and says how.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver
+    else
+        echo "The browser tests need Chromium and its driver (/usr/bin/chromium, /usr/bin/chromedriver):" \
+            "run this as root to have them installed, or: sudo apt-get install chromium chromium-driver" >&2
+        exit 1
+    fi
+fi
 "$bin/ruff" check bot tests bench
 "$bin/ruff" format --check bot tests bench
 "$bin/mypy"

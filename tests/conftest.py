@@ -15,7 +15,12 @@ from bot.settings import EnvSettings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 
-pytest_plugins = ["tests.fakes.openai_fixtures", "tests.fakes.telegram_fixtures", "tests.fakes.bot_fixtures"]
+pytest_plugins = [
+    "tests.fakes.openai_fixtures",
+    "tests.fakes.telegram_fixtures",
+    "tests.fakes.bot_fixtures",
+    "tests.postgres_server",
+]
 
 TEST_API_KEY = "sk-test-key-1234567890"
 

@@ -25,6 +25,7 @@ from tests.fakes.recording_channel import RecordingChannel
 STAGES = [
     "model client",
     "deferred fsyncs",
+    "database",
     "stores",
     "memory",
     "knowledge graph",

@@ -63,3 +63,5 @@ def test_the_wheel_the_image_installs_carries_the_shipped_files(tmp_path: Path) 
     assert "bot/_shipped/config/runtime-config.schema.json" in names
     assert "bot/_shipped/workspace_template/memory/MEMORY.md" in names
     assert "bot/__main__.py" in names
+    # The web console's stylesheet and scripts, served from the package (no CDN, no build step).
+    assert {"bot/console/static/console.css", "bot/console/static/graph.js"} <= names

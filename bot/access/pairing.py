@@ -11,7 +11,8 @@ on the next message. The file holds only ids, usernames, codes and times: never 
 ```
 
 The bot and the command line may write at the same moment: every read-modify-write holds an exclusive
-`flock` on the `access/` folder, and the file is replaced atomically.
+`flock` on the `access/` folder, and the file is replaced atomically. With `BOT_DATABASE_URL` the same
+state is kept in PostgreSQL (`pairing_db.PairingTables`); both keep to `PairingStorage`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bot.storage.files import FileSignature, file_signature, read_text_sync, write_atomic_sync
 
@@ -94,6 +95,41 @@ class _State:
     approved: list[ApprovedUser]
 
 
+class PairingStorage(Protocol):
+    """Pending pairing codes and approved users, shared by the running bot and the command line."""
+
+    async def approved_ids(self) -> frozenset[int]:
+        """The admitted user ids, as they are now (the command line may have approved one)."""
+        ...
+
+    async def request(
+        self, user_id: int, username: str | None, ttl: timedelta, max_pending: int
+    ) -> PairingRequest | None:
+        """The stranger's valid code (the one they had, or a new one); None when too many are waiting."""
+        ...
+
+    async def pending(self) -> list[PairingRequest]:
+        """Requests whose code still works, oldest first."""
+        ...
+
+    async def approve(self, code: str) -> ApprovedUser:
+        """Admit the sender of `code` (any case, spaces ignored); raises `PairingError` if it does not work."""
+        ...
+
+
+def normalized_code(code: str) -> str:
+    """A code as typed (any case, spaces anywhere) as it was handed out."""
+    return "".join(code.split()).upper()
+
+
+def new_code(taken: set[str]) -> str:
+    """A fresh code, none of `taken`."""
+    while True:
+        code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+        if code not in taken:
+            return code
+
+
 def pairing_file(workspace_root: Path) -> Path:
     """Where a workspace keeps its pairing state."""
     return workspace_root / "access" / "pairing.json"
@@ -127,14 +163,21 @@ class PairingStore:
         """The stranger's valid code (the one they had, or a new one); None when too many are waiting."""
         return await asyncio.to_thread(self._request_sync, user_id, username, ttl, max_pending)
 
-    def pending(self) -> list[PairingRequest]:
+    async def approved_users(self) -> list[ApprovedUser]:
+        """Every admitted user (`bot migrate` copies them)."""
+        return (await asyncio.to_thread(self._read)).approved
+
+    async def pending(self) -> list[PairingRequest]:
         """Requests whose code still works, oldest first."""
         now = self._now()
-        return [request for request in self._read().pending if request.expires_at > now]
+        return [request for request in (await asyncio.to_thread(self._read)).pending if request.expires_at > now]
 
-    def approve(self, code: str) -> ApprovedUser:
+    async def approve(self, code: str) -> ApprovedUser:
         """Admit the sender of `code` (any case, spaces ignored); raises `PairingError` if it does not work."""
-        wanted = "".join(code.split()).upper()
+        return await asyncio.to_thread(self._approve_sync, code)
+
+    def _approve_sync(self, code: str) -> ApprovedUser:
+        wanted = normalized_code(code)
         with self._locked():
             state = self._read()
             request = next((item for item in state.pending if item.code == wanted), None)
@@ -163,7 +206,7 @@ class PairingStore:
             if len(live) >= max_pending:
                 return None
             taken = {item.code for item in live}
-            code = _new_code(taken)
+            code = new_code(taken)
             request = PairingRequest(code, user_id, username, now, now + ttl)
             state.pending = [*live, request]
             self._write(state)
@@ -201,10 +244,3 @@ class PairingStore:
 
     def _file_signature(self) -> FileSignature | None:
         return file_signature(self._path)
-
-
-def _new_code(taken: set[str]) -> str:
-    while True:
-        code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-        if code not in taken:
-            return code

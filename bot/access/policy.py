@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
-from bot.access.pairing import PairingStore
+from bot.access.pairing import PairingStorage
 from bot.domain.inbound import InboundMessage
 from bot.runtime_config import RuntimeConfigStore
 
@@ -46,7 +46,7 @@ def pairing_reply(code: str, minutes: int) -> str:
 class AccessPolicy:
     """The access check the router runs on every inbound message."""
 
-    def __init__(self, config_store: RuntimeConfigStore, pairing: PairingStore) -> None:
+    def __init__(self, config_store: RuntimeConfigStore, pairing: PairingStorage) -> None:
         self._config_store = config_store
         self._pairing = pairing
 

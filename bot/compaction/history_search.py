@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
 from bot.domain.message import Message, Role
-from bot.sessions.archive import MessageArchive
 from bot.tools.registry import Tool, ToolContext
 
 TOOL_NAME = "search_history"
@@ -108,14 +108,20 @@ def format_matches(
     return "\n".join(parts)
 
 
+class ArchiveReader(Protocol):
+    """Where a chat's whole history is read (`SessionService.read_archive`)."""
+
+    async def read_archive(self, session_id: str) -> list[Message]: ...
+
+
 class HistorySearch:
     """Searches one chat's archive."""
 
-    def __init__(self, archive: MessageArchive) -> None:
+    def __init__(self, archive: ArchiveReader) -> None:
         self._archive = archive
 
     async def search(self, session_id: str, query: str, *, limit: int, context: int, max_chars: int) -> str:
-        messages = await self._archive.read(session_id)
+        messages = await self._archive.read_archive(session_id)
         matches = find_matches(messages, query)
         return format_matches(messages, matches, query, limit=limit, context=context, max_chars=max_chars)
 

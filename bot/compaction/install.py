@@ -23,5 +23,5 @@ def install(
     pre_compaction: PreCompactionSink,
     tools: ToolRegistry,
 ) -> CompactionService:
-    tools.register(search_history_tool(HistorySearch(sessions.archive)))
+    tools.register(search_history_tool(HistorySearch(sessions)))
     return CompactionService(sessions, Summarizer(llm, models, planner), planner, config_store, pre_compaction)

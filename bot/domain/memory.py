@@ -186,12 +186,16 @@ class PackDiagnostics:
     dropped_for_budget: int = 0
     top_scores: tuple[float, ...] = ()
     embeddings_used: bool = False
+    # Lexical because the embedder was making another message's vector while more replies waited.
+    embedder_busy: bool = False
     # Wall time of the message's vector, the scoring and the rendering.
     elapsed_ms: float = 0.0
+    # The first candidates left out for the budget, best first: (item id, score, section).
+    missed: tuple[tuple[str, float, str], ...] = ()
 
     def describe(self) -> str:
         scores = ", ".join(f"{score:.2f}" for score in self.top_scores) or "-"
-        vectors = "hybrid" if self.embeddings_used else "lexical"
+        vectors = "hybrid" if self.embeddings_used else "lexical, embedder busy" if self.embedder_busy else "lexical"
         return (
             f"{self.candidates} candidates, {self.selected} selected, ~{self.tokens} tokens, "
             f"{self.dropped_for_budget} over budget, top scores {scores} ({vectors}, {self.elapsed_ms:.0f} ms)"

@@ -1,4 +1,4 @@
-"""`TurnLedger` and the `Turn` it hands out: exactly-once delivery, recorded in `state/turns.jsonl`.
+"""`TurnLedger` and the `Turn` it hands out: exactly-once delivery, recorded in a `store.LedgerStore`.
 
 A message someone may send us becomes a `Turn` when it is received (`TurnLedger.receive`), when the
 last stop left it open (`TurnLedger.reopen`), or when `/retry` asks for its question to be answered
@@ -7,7 +7,8 @@ decides: whether an edit still replaces its text (`edited`, before it is begun),
 without asking the model (`resume`), and it records its reply `answered` before the send and itself
 `delivered` after it (or when it ends without one). Nobody else keeps a marker of a turn's progress.
 
-Records, one compact JSON object per line (`records` reads and writes a message):
+Records, one compact JSON object each (`records` reads and writes a message), kept by the store: as lines
+of `state/turns.jsonl` (`store.LedgerFile`), or as rows of PostgreSQL (`postgres.LedgerTables`):
 
 - `{"seen": [[channelType, key], ...]}`: transport keys handed over (Telegram's update ids), so a
   redelivery after a crash is recognised. Those of a received message go with its record; those of
@@ -54,14 +55,10 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
 from bot.ledger.records import legacy_records, received_message, received_record
-from bot.storage.durability import DeferredSync
-from bot.storage.files import append_lines, write_atomic
-from bot.storage.jsonl import dumps_line, read_jsonl
+from bot.ledger.store import REMEMBERED_KEYS, LedgerStore
 
 log = logging.getLogger(__name__)
 
-# Far more than a transport redelivers after a crash (Telegram: one unacknowledged batch of at most 100).
-REMEMBERED_KEYS = 2000
 # Appended lines after which the file is rewritten with only what is open (about 3 per turn).
 COMPACT_AFTER_LINES = 1000
 
@@ -221,11 +218,8 @@ class Turn:
 class TurnLedger:
     """Received, answered, delivered: per turn, durable; hands out the `Turn` that records each step."""
 
-    def __init__(
-        self, path: Path, compact_after: int = COMPACT_AFTER_LINES, deferred: DeferredSync | None = None
-    ) -> None:
-        self._path = path
-        self._deferred = deferred
+    def __init__(self, store: LedgerStore, compact_after: int = COMPACT_AFTER_LINES) -> None:
+        self._store = store
         self._compact_after = compact_after
         self._open: dict[str, OpenTurn] = {}  # in arrival order
         self._delivered: OrderedDict[str, None] = OrderedDict()  # the newest delivered turn ids
@@ -239,19 +233,16 @@ class TurnLedger:
         self._appended = 0
         self._loaded = False
 
-    @property
-    def path(self) -> Path:
-        return self._path
+    async def load(self) -> list[OpenTurn]:
+        """Read the ledger (before anything is received), compact it, return the open turns.
 
-    async def load(self, legacy_state: Path | None = None) -> list[OpenTurn]:
-        """Read the ledger (before anything is received), rewrite it compacted, return the open turns.
-
-        `legacy_state`: the folder of the files kept before the ledger (`inbox.jsonl`,
-        `telegram-updates.json`), taken over once when there is no ledger yet, then removed.
+        A store that is empty and new takes over the files kept before the ledger (`inbox.jsonl`,
+        `telegram-updates.json` in its `legacy_state` folder) once, then they are removed.
         """
-        records = await read_jsonl(self._path)
+        records = await self._store.read()
         legacy: list[Path] = []
-        if not records and not self._path.exists() and legacy_state is not None:
+        legacy_state = self._store.legacy_state
+        if not records and legacy_state is not None:
             records, legacy = await asyncio.to_thread(legacy_records, legacy_state)
         self._open.clear()
         for record in records:
@@ -269,7 +260,7 @@ class TurnLedger:
         never begun, cut short, or answered without the delivery of the answer being recorded. A turn of a
         channel not running now waits for a start that has it."""
         turns: list[Turn] = []
-        for record in await self.load(legacy_state=self._path.parent):
+        for record in await self.load():
             if record.inbound.channel_type not in channel_types:
                 continue
             turn = Turn(self, record.turn_id, record.inbound, record.reply, reopened=True)
@@ -386,16 +377,14 @@ class TurnLedger:
         while self._queue:
             batch, self._queue = self._queue, []
             records = [record for records, _, _ in batch for record in records]
-            durable = self._deferred is None or any(must for _, must, _ in batch)
+            durable = any(must for _, must, _ in batch)
             try:
-                await append_lines(
-                    self._path, [dumps_line(record) for record in records], None if durable else self._deferred
-                )
+                await self._store.append(records, durable)
             except OSError as error:
-                log.error("[Ledger] Could not write %s: %s", self._path, error)
+                log.error("[Ledger] Could not write %s: %s", self._store.name, error)
                 for _, _, done in batch:
                     if not done.done():
-                        done.set_exception(OSError(error.errno, error.strerror, str(self._path)))
+                        done.set_exception(OSError(error.errno, error.strerror or str(error), self._store.name))
                 continue
             for record in records:
                 self._apply(record)
@@ -407,19 +396,19 @@ class TurnLedger:
                 await self._rewrite()
 
     async def _rewrite(self) -> None:
-        """Replace the file with what is open and the newest keys (nothing else is ever asked of it)."""
-        lines: list[str] = []
+        """Compact the store to what is open and the newest keys (nothing else is ever asked of it)."""
+        records: list[dict[str, Any]] = []
         if self._keys:
-            lines.append(dumps_line({"seen": [list(key) for key in self._keys]}))
+            records.append({"seen": [list(key) for key in self._keys]})
         for turn in self._open.values():
-            lines.append(dumps_line({"received": received_record(turn.turn_id, turn.inbound)}))
+            records.append({"received": received_record(turn.turn_id, turn.inbound)})
             if turn.reply is not None:
-                lines.append(dumps_line({"answered": turn.turn_id, "reply": turn.reply}))
+                records.append({"answered": turn.turn_id, "reply": turn.reply})
         self._appended = 0
         try:
-            await write_atomic(self._path, "".join(line + "\n" for line in lines).encode("utf-8", "backslashreplace"))
+            await self._store.compact(records)
         except OSError as error:
-            log.error("[Ledger] Could not compact %s: %s", self._path, error)
+            log.error("[Ledger] Could not compact %s: %s", self._store.name, error)
             return
         self._unflushed.clear()  # every key remembered is in the file now
 

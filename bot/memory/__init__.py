@@ -5,6 +5,8 @@ One module per concept:
 - `paths`: where a memory scope keeps its files (`memory.scope`: `global`, one per `chat`, or per `user`).
 - `long_term`, `daily_notes`, `legacy_context`, `file_cache`: MEMORY.md, the daily note lines, the
   legacy `## Today's Notes` / `## Recent Context` sections, and reading them only when changed.
+- `documents`, `postgres_documents`: where MEMORY.md and the notes are kept (the scope's files, or
+  PostgreSQL's `memory_documents` with `BOT_DATABASE_URL`).
 - `item_files`, `index_database`, `items_store`: reading the JSONL item files (bad lines kept), the
   SQLite index derived from them (items out of RAM), and the store over both: kept in step with hand
   edits, group-committed writes.

@@ -10,12 +10,8 @@ import asyncio
 import re
 from collections.abc import Iterable
 from datetime import date, datetime
-from pathlib import Path
 
-from bot.memory.file_cache import TextFileCache
-from bot.storage.durability import DeferredSync
-from bot.storage.files import append_lines, file_signature, line_bytes, write_atomic
-from bot.workspace import MemoryPaths
+from bot.memory.documents import MemoryDocuments, daily_note_name
 
 USER_TEXT_LIMIT = 200
 ASSISTANT_TEXT_LIMIT = 300
@@ -38,15 +34,10 @@ def note_body(user_text: str, assistant_text: str) -> str:
 
 
 class DailyNotes:
-    """The daily note files of one memory scope."""
+    """The daily notes of one memory scope."""
 
-    def __init__(
-        self, paths: MemoryPaths, cache: TextFileCache | None = None, deferred: DeferredSync | None = None
-    ) -> None:
-        """`deferred`: where an appended line leaves its fsync (the archive holds its exchange)."""
-        self._paths = paths
-        self._deferred = deferred
-        self._cache = cache or TextFileCache()
+    def __init__(self, documents: MemoryDocuments) -> None:
+        self._documents = documents
         # Chats sharing a scope append to the same file: a line appended while `remove_exchange` rewrites
         # the file would be lost, so the two never overlap.
         self._lock = asyncio.Lock()
@@ -54,11 +45,8 @@ class DailyNotes:
     async def append(self, at: datetime, user_text: str, assistant_text: str) -> str:
         """Append the exchange to `at`'s day; returns the line written."""
         line = format_note_line(at, user_text, assistant_text)
-        path = self._paths.daily_note_file(at.date())
         async with self._lock:
-            before = file_signature(path)
-            await append_lines(path, [line], self._deferred)
-            self._cache.appended(path, before, line_bytes(line))
+            await self._documents.append_line(daily_note_name(at.date()), line)
         return line
 
     async def remove_exchange(self, days: Iterable[date], user_text: str, assistant_text: str) -> bool:
@@ -71,26 +59,19 @@ class DailyNotes:
         body = note_body(user_text, assistant_text).encode("utf-8", "backslashreplace")
         async with self._lock:
             for day in dict.fromkeys(days):
-                path = self._paths.daily_note_file(day)
-                data = await asyncio.to_thread(_read_bytes, path)
+                name = daily_note_name(day)
+                data = await self._documents.read_bytes(name)
                 lines = data.split(b"\n")
                 for index in range(len(lines) - 1, -1, -1):
                     line = lines[index].rstrip(b"\r")
                     if (time := _NOTE_TIME.match(line)) is not None and line[time.end() :] == body:
                         del lines[index]
-                        await write_atomic(path, b"\n".join(lines))
+                        await self._documents.write(name, b"\n".join(lines))
                         return True
         return False
 
     async def read_days(self, days: list[date]) -> list[str | OSError]:
         """Each day's notes, stripped (empty when there are none; an unreadable file's error in its place),
         with one look at the folder's events for all of them."""
-        texts = await self._cache.read_all([self._paths.daily_note_file(day) for day in days])
+        texts = await self._documents.read_many([daily_note_name(day) for day in days])
         return [text if isinstance(text, OSError) else (text or "").strip() for text in texts]
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""

@@ -1,7 +1,9 @@
-"""`IndexDatabase`: the SQLite file beside a scope's item files that `MemoryItemStore` keeps what it read in.
+"""`IndexDatabase`: the connection to the SQLite file beside a scope's item files that `MemoryItemStore`
+keeps what it read in.
 
 Derived data (standard-library SQLite): the item files stay the truth, and this can always be rebuilt
-from them. The layout is `SCHEMA`; a database of another `SCHEMA_VERSION` or time zone is rebuilt.
+from them. The layout and every statement are `bot.memory.index_sql`; a database of another
+`SCHEMA_VERSION` or time zone is rebuilt.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import tzinfo
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Concatenate, ParamSpec, TypeVar
+
+from bot.memory import index_sql
 
 try:
     import fcntl
@@ -22,64 +27,11 @@ except ImportError:  # pragma: no cover (Windows)
 log = logging.getLogger(__name__)
 
 INDEX_FILE_NAME = "items.sqlite3"
-# Bumped when the database's layout changes: a database of another version is rebuilt from the files.
-SCHEMA_VERSION = "4"
+# What reading or writing the memory index (items or vectors) may raise, for those who catch it.
+INDEX_FAILURES: tuple[type[Exception], ...] = (OSError, sqlite3.Error)
 
-# The version and time zone of the database: read first, before the rest of `SCHEMA` is made.
-META_TABLE = "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
-SCHEMA = f"""
-{META_TABLE};
-CREATE TABLE IF NOT EXISTS files (
-    name TEXT PRIMARY KEY,
-    mtime_ns INTEGER, size INTEGER, inode INTEGER,  -- NULL: changes not yet written, re-read it
-    skipped INTEGER NOT NULL DEFAULT 0,
-    unterminated INTEGER NOT NULL DEFAULT 0,
-    next_pos INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS items (
-    id TEXT PRIMARY KEY,
-    file TEXT NOT NULL,
-    pos INTEGER NOT NULL,
-    layer TEXT NOT NULL,
-    active INTEGER NOT NULL,
-    pinned INTEGER NOT NULL,
-    shared INTEGER NOT NULL,
-    core INTEGER NOT NULL,
-    day_file INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    slot TEXT,
-    created REAL NOT NULL,
-    day INTEGER NOT NULL,  -- the day it was made in the bot's time zone (date.toordinal())
-    updated REAL NOT NULL,
-    salience REAL NOT NULL,
-    confidence REAL NOT NULL,
-    speaker TEXT,
-    line BLOB NOT NULL
-);
--- Covering (with id): a neighbour is looked up without reading its row.
-CREATE INDEX IF NOT EXISTS items_by_file ON items (file, pos, id);
--- Covering what retrieval scores an item by (`ItemFacts`) and finds its neighbours by: a candidate is scored
--- without reading its row, which its line makes ten times as large.
-CREATE INDEX IF NOT EXISTS items_facts
-    ON items (id, layer, active, day, speaker, updated, salience, confidence, day_file, file, pos);
-CREATE INDEX IF NOT EXISTS items_by_fingerprint ON items (fingerprint) WHERE active;
-CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot IS NOT NULL;
-CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
-CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
-CREATE INDEX IF NOT EXISTS items_shared ON items (id) WHERE active AND shared;
-CREATE INDEX IF NOT EXISTS items_by_speaker ON items (speaker) WHERE active AND speaker IS NOT NULL;
-CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
-CREATE TABLE IF NOT EXISTS kept (file TEXT NOT NULL, pos INTEGER NOT NULL, line BLOB NOT NULL,
-    PRIMARY KEY (file, pos)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS refs (ref TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (ref, id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS refs_by_id ON refs (id);
-"""
-
-INSERT_ITEM = (
-    "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, shared, core, day_file, fingerprint, slot,"
-    " created, day, updated, salience, confidence, speaker, line)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class IndexDatabase:
@@ -131,15 +83,15 @@ class IndexDatabase:
         if self.private:
             log.info("[Memory] Index %s is in use by another process: the files are read into memory", self.path)
             connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-            connection.executescript(SCHEMA)
+            index_sql.create_schema(connection)
             self._made_afresh = True
             return connection
         try:
             connection = self._open()
-            if self._meta(connection) == {"schema": SCHEMA_VERSION, "zone": self._zone_name}:
-                connection.executescript(SCHEMA)
+            if index_sql.read_meta(connection) == self._meta:
+                index_sql.create_schema(connection)
                 return connection
-            if self._meta(connection):
+            if index_sql.read_meta(connection):
                 log.info("[Memory] Index %s is of another version or time zone: rebuilt", self.path)
             connection.close()
             self._discard(aside=False)
@@ -147,12 +99,8 @@ class IndexDatabase:
             log.warning("[Memory] Index %s unreadable (%s): rebuilt from the item files", self.path, error)
             self._discard(aside=True)
         connection = self._open()
-        connection.executescript(SCHEMA)
-        with connection:
-            connection.executemany(
-                "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-                [("schema", SCHEMA_VERSION), ("zone", self._zone_name)],
-            )
+        index_sql.create_schema(connection)
+        index_sql.write_meta(connection, self._meta)
         self._made_afresh = True
         return connection
 
@@ -165,28 +113,18 @@ class IndexDatabase:
         return made_afresh
 
     def _open(self) -> sqlite3.Connection:
-        """The database at `path`, checked, with its `meta` table (the rest of `SCHEMA` is made once its
-        version is known to be this one: another version's tables may lack the columns its indexes name)."""
+        """The database at `path`, checked, with its `meta` table (`index_sql.own_connection`)."""
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         try:
-            # This process owns the file (the `flock` above): SQLite need not take and give back its own
-            # file locks around every query (two `fcntl` calls each, tens a message), nor share the WAL
-            # index with another process. Set before the WAL is first used, so it lives in this process.
-            connection.execute("PRAGMA locking_mode=EXCLUSIVE")
-            connection.execute("PRAGMA journal_mode=WAL")
-            # Derived data: a power cut may lose the last transactions, never the files, and a file whose
-            # signature the database lost is simply re-read.
-            connection.execute("PRAGMA synchronous=NORMAL")
-            connection.execute(META_TABLE)
-            connection.execute("PRAGMA quick_check(1)").fetchone()
+            index_sql.own_connection(connection)
         except sqlite3.DatabaseError:
             connection.close()
             raise
         return connection
 
-    @staticmethod
-    def _meta(connection: sqlite3.Connection) -> dict[str, str]:
-        return dict(connection.execute("SELECT name, value FROM meta").fetchall())
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {"schema": index_sql.SCHEMA_VERSION, "zone": self._zone_name}
 
     def _discard(self, aside: bool) -> None:
         """Remove the database (moved aside when unreadable, for a post-mortem) with its WAL files."""
@@ -205,6 +143,31 @@ class IndexDatabase:
             if not private:
                 self._discard(aside=True)
             self.broken = False
+
+    def read(self, query: Callable[Concatenate[sqlite3.Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`query` (an `index_sql` function) run on the connection under its lock; an error marks it broken."""
+        with self.lock:
+            try:
+                return query(self.connection, *args, **kwargs)
+            except sqlite3.DatabaseError:
+                self.broken = True
+                raise
+
+    def transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
+        """`work` in one transaction under the lock (rolled back when it raises); an error marks it broken."""
+        with self.lock:
+            connection = self.connection
+            try:
+                index_sql.begin(connection)
+                try:
+                    work(connection)
+                except BaseException:
+                    index_sql.rollback(connection)
+                    raise
+                index_sql.commit(connection)
+            except sqlite3.DatabaseError:
+                self.broken = True
+                raise
 
     @property
     def exists(self) -> bool:

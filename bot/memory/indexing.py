@@ -8,6 +8,11 @@ most, never for a batch), and stored a batch at a time. Vectors stored by an ear
 once: that embeds nothing, and the message's vector needs them to be compared with. Items left without
 a vector by a stop are embedded after the next start, the same way.
 
+In a burst the message's vector gives way too: the embedder makes one message's vector at a time, and a
+reply that would queue behind another's while more replies wait is answered from its words alone
+(`take_query_turn`), as retrieval does without an embedder. The replies of a burst then go at the pace of
+the lexical pipeline, and the engine makes what vectors it can beside them, on the other core.
+
 The embedder's state for each scope is here too: the background task, and the pause after a failure
 (lexical retrieval only meanwhile, one warning).
 """
@@ -18,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +34,7 @@ from bot.heap import settle_after_load
 from bot.llm.embedders import Embedder
 from bot.llm.errors import LlmError
 from bot.memory.embeddings import EMBED_BATCH_SIZE, Vector, as_float16, unit
+from bot.memory.index_database import INDEX_FAILURES
 from bot.memory.scopes import MemoryScope, MemoryScopes
 from bot.workspace import MemoryPaths
 
@@ -89,14 +94,32 @@ class VectorIndexing:
     def __init__(self, scopes: MemoryScopes) -> None:
         self._scopes = scopes
         self._states: dict[MemoryPaths, EmbedderState] = {}
-        self._replies_waiting: Callable[[], bool] = lambda: False
+        self._replies_waiting: Callable[[], int] = lambda: 0
+        # Messages' vectors being made (or waiting for the embedder): see `take_query_turn`.
+        self._queries_running = 0
         self._last_busy = -math.inf
         # Set by `settle`: what is pending is embedded without waiting for a quiet moment.
         self._hurry = asyncio.Event()
 
-    def follow_replies(self, replies_waiting: Callable[[], bool]) -> None:
-        """`replies_waiting`: whether any message is waiting for its reply or being answered."""
+    def follow_replies(self, replies_waiting: Callable[[], int]) -> None:
+        """`replies_waiting`: how many messages are waiting for their reply or being answered."""
         self._replies_waiting = replies_waiting
+
+    def take_query_turn(self) -> bool:
+        """Whether a message's vector is made now (False: its reply is built from its words alone).
+
+        Not while another message's vector is being made and other replies wait: the embedder makes one
+        vector at a time (the bundled one has one engine thread), so in a burst each reply would wait for
+        every vector queued before its own. True: the caller holds the turn until it calls `query_done`.
+        """
+        if self._queries_running and self._replies_waiting() > 1:
+            return False
+        self._queries_running += 1
+        return True
+
+    def query_done(self) -> None:
+        """A message's vector taken with `take_query_turn` is made, failed or no longer wanted."""
+        self._queries_running -= 1
 
     def reply_started(self) -> None:
         """A reply is being built: the stored items wait (memory sees this much even with nothing followed)."""
@@ -214,7 +237,7 @@ class VectorIndexing:
                         async with scope.lock:
                             scope.vectors.put(made)
                         embedded += len(made)
-        except (OSError, sqlite3.Error) as error:
+        except INDEX_FAILURES as error:
             log.warning("[Memory] Item vectors of %s could not be kept: %s", scope.paths.root, error)
         finally:
             if embedded:

@@ -10,6 +10,7 @@ from bot.context.estimator import TokenEstimator
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.memory.compaction_sink import PreCompactionMemory
+from bot.memory.documents import DocumentsInDatabase
 from bot.memory.service import MemoryService
 from bot.memory.tools import MemoryToolSource
 from bot.notices import OwnerNotices
@@ -37,6 +38,7 @@ def install(
     tools: ToolRegistry,
     deferred: DeferredSync,
     notices: OwnerNotices | None = None,
+    documents_in_database: DocumentsInDatabase | None = None,
 ) -> InstalledMemory:
     service = MemoryService(
         workspace,
@@ -47,6 +49,7 @@ def install(
         deferred,
         notices,
         lambda: config_store.in_force().access.allowed_users,
+        documents_in_database,
     )
     tools.add_source(MemoryToolSource(service, config_store.in_force))
     return InstalledMemory(service, PreCompactionMemory(service, config_store))

@@ -1,17 +1,16 @@
 """`LongTermMemory`: `MEMORY.md`, free Markdown the owner and the model curate.
 
-Checked on every message (cached only while the file is unchanged), so a hand edit takes effect on
-the next message. Writes are atomic rewrites. Markdown comments (`<!-- ... -->`) are the owner's notes
-to themselves (a new MEMORY.md starts with a guide in one): the model is never shown them.
+Checked on every message (a file is cached only while it is unchanged), so a hand edit takes effect on
+the next message. Writes replace it whole (`MemoryDocuments.write`: an atomic rewrite of the file).
+Markdown comments (`<!-- ... -->`) are the owner's notes to themselves (a new MEMORY.md starts with a
+guide in one): the model is never shown them.
 """
 
 from __future__ import annotations
 
 import re
 
-from bot.memory.file_cache import TextFileCache
-from bot.storage.files import write_atomic
-from bot.workspace import MemoryPaths
+from bot.memory.documents import LONG_TERM_NAME, MemoryDocuments
 
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
@@ -19,15 +18,14 @@ COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 class LongTermMemory:
     """MEMORY.md of one memory scope."""
 
-    def __init__(self, paths: MemoryPaths, cache: TextFileCache | None = None) -> None:
-        self._path = paths.long_term_file
-        self._cache = cache or TextFileCache()
+    def __init__(self, documents: MemoryDocuments) -> None:
+        self._documents = documents
         # The last text read and what the model is shown of it: asked on every message, changed rarely.
         self._shown: tuple[str, str] = ("", "")
 
     async def read(self) -> str:
         """The whole file, comments included: what an edit starts from."""
-        return (await self._cache.read(self._path) or "").strip()
+        return (await self._documents.read(LONG_TERM_NAME) or "").strip()
 
     async def for_model(self) -> str:
         """The file without its Markdown comments: what the model is shown."""
@@ -40,7 +38,7 @@ class LongTermMemory:
 
     async def write(self, content: str) -> None:
         text = content.strip()
-        await write_atomic(self._path, (text + "\n" if text else "").encode("utf-8"))
+        await self._documents.write(LONG_TERM_NAME, (text + "\n" if text else "").encode("utf-8"))
 
     async def append(self, content: str) -> None:
         current = await self.read()

@@ -55,6 +55,12 @@ LONG_TERM_RELEVANCE_MIN_TOKENS = 128
 LONG_TERM_INLINE_CHARS = 20_000
 
 
+def long_term_cap_tokens(config: MemoryConfig, room_tokens: int) -> int:
+    """What MEMORY.md may take of the memory section's `room_tokens` whole; beyond it, its beginning leads and
+    the pieces a message is about come from the rest."""
+    return max(int(room_tokens * config.long_term_max_share), min(room_tokens, LONG_TERM_MIN_TOKENS))
+
+
 @dataclass(frozen=True)
 class MemoryPrompt:
     """The `# Memory` section for one turn, in two parts, and the pack behind it (None when unused).
@@ -154,7 +160,7 @@ class MemoryPromptBuilder:
         if long_term:
             # MEMORY.md may not take the whole share: scored items keep the rest. Beyond its share, its beginning
             # leads and the pieces relevant to the message come from the rest.
-            cap = max(int(budget.remaining * config.long_term_max_share), min(budget.remaining, LONG_TERM_MIN_TOKENS))
+            cap = long_term_cap_tokens(config, budget.remaining)
             if budget.cost(long_term) <= cap:
                 fitted = whole_long_term(long_term)
             elif cap < LONG_TERM_RELEVANCE_MIN_TOKENS:
@@ -309,7 +315,15 @@ class MemoryPromptBuilder:
         # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
         # Without an embedder there is no vector to wait for, nor a read to do ahead of it: the scoring
         # starts at once.
-        vector_task = asyncio.ensure_future(self.query_vector(scope, embedder, text)) if embedder is not None else None
+        vector_task: asyncio.Future[Vector | None] | None = None
+        # In a burst, a message whose vector would wait behind another's is answered from its words.
+        embedder_busy = False
+        if embedder is not None:
+            if self._indexing.take_query_turn():
+                vector_task = asyncio.ensure_future(self.query_vector(scope, embedder, text))
+                vector_task.add_done_callback(lambda _: self._indexing.query_done())
+            else:
+                embedder_busy = True
         # Both holds of the lock below see the files as they were when the message came: the scoring after
         # the vector does not check them again (an edit made meanwhile is read for the next message).
         arrived = time.monotonic()
@@ -331,6 +345,7 @@ class MemoryPromptBuilder:
             diagnostics=dataclasses.replace(
                 pack.diagnostics,
                 embeddings_used=result.used_vectors,
+                embedder_busy=embedder_busy,
                 elapsed_ms=(time.perf_counter() - started) * 1000,
             ),
         )

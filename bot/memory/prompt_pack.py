@@ -38,6 +38,8 @@ ItemReader = Callable[[Iterable[str]], Mapping[str, MemoryItem]]
 
 ITEM_CHAR_LIMIT = 700
 TOP_SCORES_SHOWN = 5
+# The candidates left out for the budget that the diagnostics name (the console shows them as near misses).
+MISSED_SHOWN = 5
 # Items parsed at once when the pack reaches one not yet parsed: it and the next ones (one query).
 PARSE_AHEAD = 32
 # This many items in a row that are not worth their tokens end the pack: what is left is the ever smaller
@@ -152,6 +154,7 @@ class MemoryPromptPackService:
         for position in range(len(ranked) - 1, -1, -1):
             room_later[position] = max(room_later[position + 1], rooms[position])
         misses = 0  # items in a row that were not worth their tokens
+        missed: list[RankedItem] = []
         for position, scored in enumerate(ranked):
             limit = rooms[position]
             if used >= room_later[position]:
@@ -159,6 +162,8 @@ class MemoryPromptPackService:
                 break
             if used >= limit:
                 dropped += 1
+                if len(missed) < MISSED_SHOWN:
+                    missed.append(scored)
                 continue
             if scored.item_id not in read:
                 # This item and the next ones that may still be worth a line.
@@ -195,6 +200,8 @@ class MemoryPromptPackService:
                 misses = 0
             else:
                 dropped += 1
+                if len(missed) < MISSED_SHOWN:
+                    missed.append(scored)
                 misses += 1
                 if misses >= FULL_AFTER_MISSES and position >= owed:
                     dropped += len(ranked) - position - 1
@@ -218,6 +225,7 @@ class MemoryPromptPackService:
             tokens=self._estimator.text(rendered, model) if rendered else 0,
             dropped_for_budget=dropped,
             top_scores=tuple(top),
+            missed=tuple((entry.item_id, entry.score, entry.section) for entry in missed),
         )
         return MemoryPack(tuple(selected), rendered, diagnostics)
 

@@ -40,10 +40,11 @@ from typing import NamedTuple
 
 from bot.domain.conversation import kept_newest
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
-from bot.memory.embeddings import Vector, VectorIndex
-from bot.memory.items_store import ItemFacts, MemoryItemStore
+from bot.memory.embeddings import Vector
+from bot.memory.item_storage import ItemFacts, ItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.temporal import time_window
+from bot.memory.vector_index import VectorIndex
 
 W_RELEVANCE = 0.7
 W_RECENCY = 0.1
@@ -115,6 +116,18 @@ class RankedItem(NamedTuple):
 
 
 @dataclass(frozen=True)
+class ScoreParts:
+    """A ranked candidate's score in its parts (`MemoryRetrievalService.explain`): `lexical + dense + lifts` is
+    its relevance (pinned and working-set items are placed, not matched), which the score blends as
+    `W_RELEVANCE·relevance + W_RECENCY·recency + W_SALIENCE·salience + W_CONFIDENCE·confidence`."""
+
+    ranked: RankedItem
+    lexical: float
+    dense: float
+    lifts: float
+
+
+@dataclass(frozen=True)
 class RetrievalResult:
     """Every candidate, scored, best first (pinned and the working set first of all)."""
 
@@ -166,7 +179,7 @@ class LiveCoverage:
     any other conversation is looked up whole. An item changed later to refer to an older live message (a
     fact reinforced) is not seen here; retrieval still leaves it out of the ranked candidates."""
 
-    def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
+    def __init__(self, store: ItemStore, conversations: int = 256) -> None:
         self._store = store
         self._size = conversations
         self._kept: OrderedDict[int, tuple[Sequence[str], int, int, set[str]]] = OrderedDict()
@@ -196,7 +209,7 @@ class LiveCoverage:
 
 
 class WorkingSet:
-    """The newest EPISODIC items outside a live conversation (`MemoryItemStore.recent_episodic`), kept per
+    """The newest EPISODIC items outside a live conversation (`ItemStore.recent_episodic`), kept per
     conversation as it grows: while the store has only had items added since, each of them passed over
     (the conversation's own, which its coverage knows by then), the items found last time stand, less any
     now older than the window. Otherwise it is read again; in a long conversation that read passes over
@@ -204,7 +217,7 @@ class WorkingSet:
 
     Found by its ids in order, as `LiveCoverage` is."""
 
-    def __init__(self, store: MemoryItemStore, conversations: int = 256) -> None:
+    def __init__(self, store: ItemStore, conversations: int = 256) -> None:
         self._store = store
         self._size = conversations
         self._kept: OrderedDict[int, tuple[Sequence[str], int, datetime, int, list[str]]] = OrderedDict()
@@ -232,7 +245,7 @@ class WorkingSet:
 class MemoryRetrievalService:
     """Scores one scope's items for a query."""
 
-    def __init__(self, store: MemoryItemStore, lexical: Bm25Index, vectors: VectorIndex, zone: tzinfo) -> None:
+    def __init__(self, store: ItemStore, lexical: Bm25Index, vectors: VectorIndex, zone: tzinfo) -> None:
         self._store = store
         self._lexical = lexical
         self._vectors = vectors
@@ -290,13 +303,18 @@ class MemoryRetrievalService:
 
     def _match(self, text: str, query_vector: Vector | None) -> dict[str, float]:
         """Lexical plus dense relevance of the best candidates of each (unnormalised, 0..2)."""
+        match, dense = self._match_parts(text, query_vector)
+        for item_id, value in dense.items():
+            match[item_id] = match.get(item_id, 0.0) + value
+        return match
+
+    def _match_parts(self, text: str, query_vector: Vector | None) -> tuple[dict[str, float], dict[str, float]]:
+        """The lexical relevance (BM25 over the best match's) and the dense relevance of the best candidates of each."""
         lexical = self._lexical.search(text, LEXICAL_CANDIDATES)
         best = max(lexical.values(), default=0.0)
         match = {item_id: score / best for item_id, score in lexical.items()} if best > 0 else {}
-        if query_vector is not None:
-            for item_id, dense in self._vectors.relevance(query_vector, VECTOR_CANDIDATES).items():
-                match[item_id] = match.get(item_id, 0.0) + dense
-        return match
+        dense = {} if query_vector is None else self._vectors.relevance(query_vector, VECTOR_CANDIDATES)
+        return match, dense
 
     def _relevance(
         self, query: MemoryQuery, query_vector: Vector | None, covered: set[str]
@@ -304,6 +322,15 @@ class MemoryRetrievalService:
         """Each candidate's relevance 0..1: the match lifted by its day, its neighbours, time and skill
         (with the facts of the candidates read for it). When every candidate is in `covered` (the live
         conversation's own items, which are left out of the ranking), each is given 0 unscored."""
+        lifted, items = self._lifted(query, query_vector, covered)
+        best = max(lifted.values(), default=0.0)
+        relevance = {item_id: value / best for item_id, value in lifted.items()} if best > 0 else lifted
+        return relevance, items
+
+    def _lifted(
+        self, query: MemoryQuery, query_vector: Vector | None, covered: set[str]
+    ) -> tuple[dict[str, float], dict[str, ItemFacts]]:
+        """Each candidate's match with its lifts, before it is divided by the best (see `_relevance`)."""
         match = self._match(query.text, query_vector)
         items = self._store.facts_of(match, with_neighbours=True)
         named = names_in(query.text)
@@ -335,9 +362,7 @@ class MemoryRetrievalService:
             for item_id, item in items.items():
                 if first <= item.day <= last:
                     lifted[item_id] = lifted.get(item_id, 0.0) + TIME_WEIGHT
-        best = max(lifted.values(), default=0.0)
-        relevance = {item_id: value / best for item_id, value in lifted.items()} if best > 0 else lifted
-        return relevance, items
+        return lifted, items
 
     def _lift_by_day(self, items: dict[str, ItemFacts], match: dict[str, float], lifted: dict[str, float]) -> None:
         by_day: dict[date, list[float]] = defaultdict(list)
@@ -367,6 +392,23 @@ class MemoryRetrievalService:
             for neighbour in others:
                 own = base.get(neighbour.id, 0.0)
                 lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + lift)
+
+    def explain(self, query: MemoryQuery, query_vector: Vector | None = None) -> list[ScoreParts]:
+        """The ranking `retrieve` makes for `query`, each score in the parts that made it: the lexical and
+        dense match and the lifts, in the units of the relevance they add up to, then the blend."""
+        lexical, dense = self._match_parts(query.text, query_vector)
+        lifted, _ = self._lifted(query, query_vector, self._covered.items_of(query.live))
+        best = max(lifted.values(), default=0.0) or 1.0
+        explained = []
+        for entry in self.retrieve(query, query_vector).ranked:
+            match = lexical.get(entry.item_id, 0.0) + dense.get(entry.item_id, 0.0)
+            lifts = lifted.get(entry.item_id, 0.0) - match
+            explained.append(
+                ScoreParts(
+                    entry, lexical.get(entry.item_id, 0.0) / best, dense.get(entry.item_id, 0.0) / best, lifts / best
+                )
+            )
+        return explained
 
     def _ranked(self, item: ItemFacts, now: float, relevance: float, section: str | None = None) -> RankedItem:
         fresh = recency(item.updated, now)

@@ -22,8 +22,9 @@ from typing import TypeVar
 from bot.domain.memory import MemoryPack
 from bot.heap import settle_after_load
 from bot.memory.daily_notes import DailyNotes
-from bot.memory.embeddings import VectorCache, VectorIndex
+from bot.memory.documents import DocumentsInDatabase, MemoryDocuments, MemoryFiles
 from bot.memory.file_cache import TextFileCache
+from bot.memory.item_storage import ItemStore
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.legacy_context import NoteLines
 from bot.memory.lexical_index import Bm25Index
@@ -31,6 +32,8 @@ from bot.memory.long_term import LongTermMemory
 from bot.memory.long_term_pieces import LongTermIndex, LongTermUse
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.retrieval import MemoryRetrievalService
+from bot.memory.vector_cache import VectorCache
+from bot.memory.vector_index import VectorIndex
 from bot.memory.write_service import MemoryWriteService
 from bot.storage.durability import DeferredSync
 from bot.storage.folder_changes import FolderChanges
@@ -49,7 +52,7 @@ class MemoryScope:
     """Everything one memory root needs at run time; `lock` serialises its reads and writes."""
 
     paths: MemoryPaths
-    store: MemoryItemStore
+    store: ItemStore
     lexical: Bm25Index
     vectors: VectorIndex
     retrieval: MemoryRetrievalService
@@ -75,8 +78,16 @@ class MemoryScope:
 class MemoryScopes:
     """The scopes of one workspace, and memory's own thread for the reads done under a scope's lock."""
 
-    def __init__(self, workspace: Workspace, zone: tzinfo, deferred: DeferredSync | None) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        zone: tzinfo,
+        deferred: DeferredSync | None,
+        documents_in_database: DocumentsInDatabase | None = None,
+    ) -> None:
+        """`documents_in_database`: MEMORY.md and the notes of each scope are kept there (None: in its files)."""
         self._workspace = workspace
+        self._documents_in_database = documents_in_database
         self._zone = zone
         self._deferred = deferred
         self._scopes: dict[MemoryPaths, MemoryScope] = {}
@@ -94,8 +105,7 @@ class MemoryScopes:
             lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
-            # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
-            texts = TextFileCache(self._folder_changes)
+            documents = self._documents(paths)
             scope = MemoryScope(
                 paths=paths,
                 store=store,
@@ -103,12 +113,18 @@ class MemoryScopes:
                 vectors=vectors,
                 retrieval=MemoryRetrievalService(store, lexical, vectors, self._zone),
                 writer=MemoryWriteService(store),
-                notes=DailyNotes(paths, texts, self._deferred),
-                long_term=LongTermMemory(paths, texts),
+                notes=DailyNotes(documents),
+                long_term=LongTermMemory(documents),
                 vector_cache=VectorCache(paths.index_dir),
             )
             self._scopes[paths] = scope
         return scope
+
+    def _documents(self, paths: MemoryPaths) -> MemoryDocuments:
+        if self._documents_in_database is not None:
+            return self._documents_in_database(paths.root.relative_to(self._workspace.memory_dir).as_posix())
+        # One cache for the scope's folder (MEMORY.md and the notes), the one reader of its events.
+        return MemoryFiles(paths, TextFileCache(self._folder_changes), self._deferred)
 
     def in_use(self) -> list[MemoryScope]:
         """The scopes built so far."""

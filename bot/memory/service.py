@@ -9,7 +9,6 @@ own) and hands the work to the module of each concern: the scopes and their file
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -20,11 +19,13 @@ from typing import TypeVar
 from bot.access.policy import sees_owner_memory
 from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
-from bot.domain.memory import MemoryItem, MemoryPack, TurnMemoryEvent
+from bot.domain.memory import MemoryItem, MemoryLayer, MemoryPack, MemoryQuery, TurnMemoryEvent
 from bot.domain.message import Message
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedder, Embedders
 from bot.memory.audience import memory_scope_for, owner_memory_key, shared_long_term
+from bot.memory.documents import DocumentsInDatabase
+from bot.memory.index_database import INDEX_FAILURES
 from bot.memory.indexing import VectorIndexing
 from bot.memory.legacy_context import read_daily_notes
 from bot.memory.lexical_index import tokenize
@@ -36,6 +37,7 @@ from bot.memory.paths import memory_paths_for
 from bot.memory.prompt_building import MemoryPrompt as MemoryPrompt
 from bot.memory.prompt_building import MemoryPromptBuilder, PromptAudience, read_long_term
 from bot.memory.recording import TurnRecorder
+from bot.memory.retrieval import ScoreParts
 from bot.memory.scopes import MemoryScope, MemoryScopes
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.notices import OwnerNotices
@@ -66,6 +68,7 @@ class MemoryService:
         deferred: DeferredSync | None = None,
         notices: OwnerNotices | None = None,
         allowed_users: Callable[[], list[int]] | None = None,
+        documents_in_database: DocumentsInDatabase | None = None,
     ) -> None:
         """`deferred`: where the appends the archive can stand in for (daily-note lines, new items) leave
         their fsync; without one, every write is durable before it returns. `notices`: the owner is told
@@ -79,7 +82,7 @@ class MemoryService:
         self._clock = clock
         self._llm = llm
         self._estimator = estimator or TokenEstimator()
-        self._scopes = MemoryScopes(workspace, clock.zone, deferred)
+        self._scopes = MemoryScopes(workspace, clock.zone, deferred, documents_in_database)
         self._indexing = VectorIndexing(self._scopes)
         self._embedders = embedders or Embedders(llm)
         self._prompts = MemoryPromptBuilder(
@@ -163,9 +166,10 @@ class MemoryService:
         if embedder is not None:
             self._indexing.start(scope, embedder)
 
-    def follow_replies(self, replies_waiting: Callable[[], bool]) -> None:
-        """`replies_waiting`: whether any message is waiting for its reply or being answered; the items'
-        vectors are made only once it has been False for a moment."""
+    def follow_replies(self, replies_waiting: Callable[[], int]) -> None:
+        """`replies_waiting`: how many messages are waiting for their reply or being answered; the items'
+        vectors are made only once it has been 0 for a moment, and in a burst (more than one) a message
+        whose vector would queue behind another's is answered from its words."""
         self._indexing.follow_replies(replies_waiting)
 
     def warm_up(self, config: MemoryConfig) -> None:
@@ -256,6 +260,46 @@ class MemoryService:
         ]
         return found + [(item, 0.0) for item in matching[: limit - len(found)]]
 
+    async def explain(
+        self, config: MemoryConfig, session_id: str, text: str, limit: int
+    ) -> list[tuple[MemoryItem, ScoreParts]]:
+        """The best `limit` items retrieval would offer a message `text` in this chat, each with its score in
+        parts (`MemoryRetrievalService.explain`): the console shows why an item is recalled."""
+        scope = await self.scope(config, session_id)
+        embedder = self.embedder(config)
+        vector = None if embedder is None else await self._prompts.query_vector(scope, embedder, text)
+        query = MemoryQuery(
+            text=text,
+            session_id=session_id,
+            now=self._clock.now(),
+            working_top_k=config.working_top_k,
+            working_days=config.recent_days,
+            semantic_top_k=config.semantic_top_k,
+        )
+        async with self.fresh(scope):
+            explained = (await self.off_loop_if_large(scope, scope.retrieval.explain, query, vector))[:limit]
+            found = scope.store.get_many(entry.ranked.item_id for entry in explained)
+        return [(found[entry.ranked.item_id], entry) for entry in explained if entry.ranked.item_id in found]
+
+    async def newest_items(self, config: MemoryConfig, session_id: str, per_layer: int) -> MemoryListing:
+        """The chat's newest `per_layer` active items of each layer, each with the versions it superseded, and
+        how many active items each layer holds (the console lists them)."""
+        scope = await self.scope(config, session_id)
+
+        def read() -> MemoryListing:
+            store = scope.store
+            listed = [item for layer in MemoryLayer for item in store.newest_in_layer(layer, per_layer)]
+            replaced: dict[str, list[MemoryItem]] = {}
+            for older in store.superseded():
+                replaced.setdefault(older.superseded_by or "", []).append(older)
+            return MemoryListing(
+                {layer.value: count for layer, count in store.count_by_layer().items()},
+                [(item, _history(replaced, item)) for item in listed],
+            )
+
+        async with self.fresh(scope):
+            return await self.off_loop_if_large(scope, read)
+
     async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
         """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""
         scope = await self.scope(config, session_id)
@@ -293,7 +337,7 @@ class MemoryService:
             # they count, whenever `/status` is asked.
             try:
                 await self._indexing.read_stored(scope, embedder)
-            except (OSError, sqlite3.Error) as error:
+            except INDEX_FAILURES as error:
                 log.warning("[Memory] Item vectors of %s could not be read: %s", scope.paths.root, error)
         async with self.fresh(scope):
             counts = scope.store.count_by_layer()
@@ -315,6 +359,30 @@ class MemoryService:
 
     def now(self) -> datetime:
         return self._clock.now()
+
+
+@dataclass(frozen=True)
+class MemoryListing:
+    """Active items per layer, and the newest of them, each with its earlier versions (newest first)."""
+
+    counts: dict[str, int]
+    items: list[tuple[MemoryItem, list[MemoryItem]]]
+
+
+def _history(replaced: dict[str, list[MemoryItem]], item: MemoryItem) -> list[MemoryItem]:
+    """The versions `item` replaced (`replaced`: the superseded items by their successor's id), each back to
+    the first, newest first."""
+    found: list[MemoryItem] = []
+    waiting = list(replaced.get(item.id, ()))
+    seen = {item.id}
+    while waiting:
+        older = waiting.pop()
+        if older.id in seen:
+            continue
+        seen.add(older.id)
+        found.append(older)
+        waiting.extend(replaced.get(older.id, ()))
+    return sorted(found, key=lambda version: version.updated_at, reverse=True)
 
 
 @dataclass(frozen=True)

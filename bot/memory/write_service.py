@@ -19,7 +19,7 @@ from bot.domain.memory import MemoryItem, MemoryLayer, TurnMemoryEvent
 from bot.domain.text import fingerprint_of, normalized_words
 from bot.memory.daily_notes import one_line
 from bot.memory.extraction import MemoryCandidate
-from bot.memory.items_store import MemoryItemStore
+from bot.memory.item_storage import ItemStore
 from bot.settings import MemoryConfig
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class UnknownMemoryItem(KeyError):
 class MemoryWriteService:
     """Changes one memory scope's items in memory; callers hold the scope's lock and then `flush` the store."""
 
-    def __init__(self, store: MemoryItemStore) -> None:
+    def __init__(self, store: ItemStore) -> None:
         self._store = store
 
     def record_turn(

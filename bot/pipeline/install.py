@@ -30,6 +30,7 @@ from bot.pipeline.systems.context_building import ContextBuildingSystem
 from bot.pipeline.systems.memory_persist import MemoryPersistSystem
 from bot.pipeline.systems.rag_indexing import RagIndexingSystem
 from bot.pipeline.systems.tool_loop import ToolLoopExecutionSystem
+from bot.pipeline.traces import TurnTraces
 from bot.rag.service import RagService
 from bot.rag.uploads import DocumentReader
 from bot.runtime_config import RuntimeConfigStore
@@ -50,6 +51,8 @@ class InstalledPipeline:
     memory_persist: MemoryPersistSystem
     rag_indexing: RagIndexingSystem
     config_store: RuntimeConfigStore
+    # What went into each chat's recent replies (the console shows it).
+    traces: TurnTraces
 
     async def forget_exchange(self, session: AgentSession, dropped: list[Message]) -> None:
         """What the systems after the reply wrote for an exchange /retry or /undo dropped, each takes back."""
@@ -86,9 +89,10 @@ def install(
         memory_persist,
         rag_indexing,
     ]
-    runner = PipelineRunner(systems, sessions, config_store, metrics, tools)
+    traces = TurnTraces(lambda: config_store.in_force().console.turns_kept)
+    runner = PipelineRunner(systems, sessions, config_store, metrics, tools, traces)
     outbound = Outbound(metrics)
-    return InstalledPipeline(runner, ledger, outbound, memory_persist, rag_indexing, config_store)
+    return InstalledPipeline(runner, ledger, outbound, memory_persist, rag_indexing, config_store, traces)
 
 
 def install_router(

@@ -26,6 +26,7 @@ from bot.llm.errors import LlmError
 from bot.metrics import BotMetrics
 from bot.pipeline.outbound import TurnOutbound
 from bot.pipeline.system import PipelineSystem, UserFacingError
+from bot.pipeline.traces import TurnTraces
 from bot.pipeline.turn import TurnContext
 from bot.pipeline.turn_storage import store_turn_messages
 from bot.runtime_config import RuntimeConfigStore
@@ -59,8 +60,10 @@ class PipelineRunner:
         config_store: RuntimeConfigStore,
         metrics: BotMetrics | None = None,
         tools: ToolRegistry | None = None,
+        traces: TurnTraces | None = None,
     ) -> None:
         self._metrics = metrics or BotMetrics()
+        self._traces = traces
         self._tools = tools
         self._systems = sorted(systems, key=lambda system: system.order)
         self._sessions = sessions
@@ -168,6 +171,9 @@ class PipelineRunner:
                 await self._write_question(ctx)
             await self._deliver(ctx, outbound, failure_reply)
             if failure_reply is None:
+                if self._traces is not None:
+                    # Everything the reply was made of is known by now, and the reply is out.
+                    self._traces.record(ctx, time.monotonic() - started)
                 await self._run_systems(ctx, after_reply=True)
         log.info("[Pipeline] %s answered in %.0f ms", session.id, (time.monotonic() - started) * 1000)
         return ctx

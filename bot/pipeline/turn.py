@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from bot.context.plan import ContextPlan
 from bot.domain.inbound import InboundMessage
+from bot.domain.memory import MemoryPack
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
 from bot.domain.turn import PromptSection, ReplyStream, Usage
@@ -39,6 +40,8 @@ class TurnContext:
     # The turn's `ContextPlan`: the one AutoCompaction (18) checked, when it compacted nothing; ContextBuilding
     # (20) starts from it instead of planning again, and leaves it completed with what each part took.
     plan: ContextPlan | None = None
+    # The structured memory chosen for the prompt at 20 (None when memory was off or unread).
+    memory_pack: MemoryPack | None = None
     # Messages this turn added after the user's (assistant text, tool calls and results).
     new_messages: list[Message] = field(default_factory=list)
 

@@ -153,6 +153,12 @@ class RagDocumentStore:
             and ((wanted and wanted.intersection(doc.message_ids)) or (session_id and doc.session_id == session_id))
         ]
 
+    async def live(self) -> list[RagDocument]:
+        """Every document not forgotten, oldest first (the console lists them)."""
+        return sorted(
+            (doc for doc in (await self._loaded()).values() if doc.status != "forgotten"), key=lambda d: d.created_at
+        )
+
     async def counts(self) -> Counter[str]:
         return Counter(doc.status for doc in (await self._loaded()).values())
 

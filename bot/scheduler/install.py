@@ -18,6 +18,7 @@ from bot.memory.service import MemoryService
 from bot.rag.service import RagService
 from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore
 from bot.scheduler.idle_compaction import IdleCompactor
+from bot.scheduler.reminder_store import ReminderStore
 from bot.scheduler.reminder_tools import register_reminder_tools
 from bot.scheduler.reminders import ReminderService
 from bot.scheduler.service import BotScheduler
@@ -39,7 +40,7 @@ class InstalledScheduler:
 
 
 def install(
-    reminders_file: Path,
+    reminder_store: ReminderStore,
     runtime_config_file: Path,
     clock: Clock,
     sessions: SessionService,
@@ -63,7 +64,7 @@ def install(
 
     # A short tick that decides from the live configuration (`rag.idleFlushSeconds`, `flushIntervalSeconds`).
     scheduler.add_interval_job("rag indexing", RAG_TICK_SECONDS, flush_rag_queue)
-    reminders = ReminderService(reminders_file, clock.zone, str(clock.zone))
+    reminders = ReminderService(reminder_store, clock.zone, str(clock.zone))
     register_reminder_tools(tools, commands, reminders)
     scheduler_config = config_store.in_force().scheduler
     late_after = timedelta(seconds=scheduler_config.reminder_late_after_seconds)

@@ -38,7 +38,7 @@ def register_reminder_tools(tools: ToolRegistry, commands: CommandRegistry, remi
         return f"Scheduled {reminders.describe(reminder)}"
 
     async def list_pending(args: NoArgs, ctx: ToolContext) -> str:
-        return _listing(reminders, ctx.session_id)
+        return await _listing(reminders, ctx.session_id)
 
     async def cancel(args: CancelReminderArgs, ctx: ToolContext) -> str:
         if not await reminders.cancel(ctx.session_id, args.id):
@@ -46,7 +46,7 @@ def register_reminder_tools(tools: ToolRegistry, commands: CommandRegistry, remi
         return f"Cancelled reminder {args.id}."
 
     async def show(request: CommandRequest) -> str:
-        return _listing(reminders, request.inbound.session_id)
+        return await _listing(reminders, request.inbound.session_id)
 
     tools.register(Tool("schedule_reminder", "Remind the user of something later, once or repeating. "
                         "Give exactly one of at, delay or cron.", ScheduleReminderArgs, schedule))  # fmt: skip
@@ -55,8 +55,8 @@ def register_reminder_tools(tools: ToolRegistry, commands: CommandRegistry, remi
     commands.register(Command("reminders", "your pending reminders", show))
 
 
-def _listing(reminders: ReminderService, session_id: str) -> str:
-    pending = reminders.pending(session_id)
+async def _listing(reminders: ReminderService, session_id: str) -> str:
+    pending = await reminders.pending(session_id)
     if not pending:
         return "No reminders are pending."
     return "Pending reminders:\n" + "\n".join(reminders.describe(reminder) for reminder in pending)

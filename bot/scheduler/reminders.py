@@ -1,27 +1,22 @@
-"""Reminders the user asks for: stored in `workspace/reminders.json`, fired by the bot's scheduler.
+"""Reminders the user asks for: kept in `workspace/reminders.json` (or PostgreSQL), fired by the bot's scheduler.
 
 A reminder is due at an absolute time, after a delay, or on a cron schedule in the user's time
 zone. It is delivered to the chat that asked, as a normal bot message. Delivery is at most once: a
-reminder is marked fired on disk before it is sent, so a crash can never make it arrive twice; one
-whose time passed while the bot was down is delivered late, once, with a note saying so.
+reminder is marked fired in its store before it is sent (`ReminderStore.claim_due`), so a crash can
+never make it arrive twice; one whose time passed while the bot was down is delivered late, once, with
+a note saying so.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import re
-import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, tzinfo
-from pathlib import Path
-
-from pydantic import Field, ValidationError
 
 from bot.cron import InvalidCron, cron_trigger
-from bot.domain.model import CamelModel, utc_now
-from bot.storage.files import read_text_sync, write_atomic
+from bot.domain.model import utc_now
+from bot.scheduler.reminder_store import Reminder, ReminderStore
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +28,6 @@ _DELAY_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 
 class InvalidReminder(ValueError):
     """The time, delay or cron expression given for a reminder cannot be used; the message says why."""
-
-
-class Reminder(CamelModel):
-    """One reminder as stored. `due_at` is the next time it fires (UTC); `cron` repeats it."""
-
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])
-    session_id: str
-    channel_type: str
-    chat_id: str
-    text: str
-    created_at: datetime = Field(default_factory=utc_now)
-    due_at: datetime
-    cron: str | None = None
-    timezone: str = "UTC"
-    fired_count: int = 0
 
 
 def parse_delay(text: str) -> timedelta:
@@ -78,12 +58,10 @@ def next_cron_time(expression: str, zone: tzinfo, after: datetime) -> datetime:
 class ReminderService:
     """Keeps the reminders and delivers the ones that are due."""
 
-    def __init__(self, path: Path, zone: tzinfo, zone_name: str) -> None:
-        self._path = path
+    def __init__(self, store: ReminderStore, zone: tzinfo, zone_name: str) -> None:
+        self._store = store
         self._zone = zone
         self._zone_name = zone_name
-        self._reminders = self._load()
-        self._lock = asyncio.Lock()
         self._deliver: Deliver | None = None
         self._channel_types: set[str] = set()
 
@@ -92,21 +70,9 @@ class ReminderService:
         self._deliver = deliver
         self._channel_types = channel_types
 
-    def _load(self) -> dict[str, Reminder]:
-        text = read_text_sync(self._path)
-        if not text:
-            return {}
-        try:
-            records = json.loads(text)
-            reminders = [Reminder.model_validate(record) for record in records]
-        except (json.JSONDecodeError, ValidationError, TypeError) as error:
-            log.error("[Scheduler] %s is unreadable (%s); starting with no reminders", self._path, error)
-            return {}
-        return {reminder.id: reminder for reminder in reminders}
-
-    async def _save(self) -> None:
-        records = [reminder.to_json_dict() for reminder in self._reminders.values()]
-        await write_atomic(self._path, json.dumps(records, ensure_ascii=False, indent=1).encode("utf-8"))
+    async def load(self) -> None:
+        """Read the reminders kept (at start, before the first is fired)."""
+        await self._store.load()
 
     async def add(
         self,
@@ -136,25 +102,16 @@ class ReminderService:
             session_id=session_id, channel_type=channel_type, chat_id=chat_id, text=text.strip(),
             due_at=due, cron=cron, timezone=self._zone_name,
         )  # fmt: skip
-        async with self._lock:
-            self._reminders[reminder.id] = reminder
-            await self._save()
+        await self._store.put(reminder)
         log.info("[Scheduler] Reminder %s for %s due %s", reminder.id, session_id, due.isoformat())
         return reminder
 
-    def pending(self, session_id: str) -> list[Reminder]:
+    async def pending(self, session_id: str) -> list[Reminder]:
         """The chat's reminders that will still fire, soonest first."""
-        chosen = [r for r in self._reminders.values() if r.session_id == session_id]
-        return sorted(chosen, key=lambda reminder: reminder.due_at)
+        return await self._store.of_session(session_id)
 
     async def cancel(self, session_id: str, reminder_id: str) -> bool:
-        async with self._lock:
-            reminder = self._reminders.get(reminder_id)
-            if reminder is None or reminder.session_id != session_id:
-                return False
-            del self._reminders[reminder_id]
-            await self._save()
-        return True
+        return await self._store.remove(session_id, reminder_id)
 
     def describe(self, reminder: Reminder) -> str:
         local = reminder.due_at.astimezone(self._zone).strftime("%Y-%m-%d %H:%M")
@@ -168,13 +125,10 @@ class ReminderService:
         moment = now or utc_now()
         sent = 0
         # A reminder for a channel that is not running waits for it (and then arrives late, once).
-        due = [r for r in self._reminders.values() if r.due_at <= moment and r.channel_type in self._channel_types]
+        due = await self._store.claim_due(moment, self._channel_types, lambda due: self._advance(due, moment))
         for reminder in due:
             late = moment - reminder.due_at > late_after
             due_at = reminder.due_at
-            async with self._lock:
-                self._advance(reminder, moment)
-                await self._save()  # fired on disk before it is sent: never twice, whatever happens next
             note = self._late_note(due_at) if late else ""
             try:
                 await self._deliver(reminder.channel_type, reminder.chat_id, f"⏰ Reminder: {reminder.text}{note}")
@@ -183,16 +137,13 @@ class ReminderService:
                 log.error("[Scheduler] Reminder %s could not be delivered: %s", reminder.id, error)
         return sent
 
-    def _advance(self, reminder: Reminder, moment: datetime) -> None:
-        """A repeating reminder moves to its next time; a one-off one is gone."""
-        reminder.fired_count += 1
-        if reminder.cron:
-            # Strictly after the time just fired, which the cron expression itself also matches.
-            reminder.due_at = next_cron_time(
-                reminder.cron, self._zone, max(moment, reminder.due_at) + timedelta(seconds=1)
-            )
-        else:
-            del self._reminders[reminder.id]
+    def _advance(self, reminder: Reminder, moment: datetime) -> Reminder | None:
+        """A repeating reminder moved to its next time (a copy); None for a one-off one, which is gone."""
+        if not reminder.cron:
+            return None
+        # Strictly after the time just fired, which the cron expression itself also matches.
+        following = next_cron_time(reminder.cron, self._zone, max(moment, reminder.due_at) + timedelta(seconds=1))
+        return reminder.model_copy(update={"due_at": following, "fired_count": reminder.fired_count + 1})
 
     def _late_note(self, due_at: datetime) -> str:
         local = due_at.astimezone(self._zone).strftime("%Y-%m-%d %H:%M")

@@ -46,25 +46,26 @@ class MessageArchive:
 
     async def read(self, session_id: str) -> list[Message]:
         """Every message of the chat, oldest first, each once (by id)."""
-        return self._messages(session_id, await read_jsonl(self.path_for(session_id)))
+        return messages_of(session_id, await read_jsonl(self.path_for(session_id)))
 
     def read_from_sync(self, session_id: str, offset: int) -> list[Message]:
         """The messages appended from byte `offset` on (from the start of the line that holds it), oldest
         first, each once: what the session file, written when the archive was that long, may not hold."""
         path = self.path_for(session_id)
-        return self._messages(session_id, parse_jsonl(read_lines_from_sync(path, offset), path))
+        return messages_of(session_id, parse_jsonl(read_lines_from_sync(path, offset), path))
 
-    @staticmethod
-    def _messages(session_id: str, records: list[dict[str, Any]]) -> list[Message]:
-        messages: dict[str, Message] = {}
-        for record in records:
-            try:
-                message = Message.model_validate(record)
-            except ValidationError:
-                log.warning("[Session] Skipped an archive record of %s that is not a message", session_id)
-                continue
-            messages.setdefault(message.id, message)
-        return list(messages.values())
+
+def messages_of(session_id: str, records: list[dict[str, Any]]) -> list[Message]:
+    """The messages of archive records, oldest first, each once (the first copy of an id is kept)."""
+    messages: dict[str, Message] = {}
+    for record in records:
+        try:
+            message = Message.model_validate(record)
+        except ValidationError:
+            log.warning("[Session] Skipped an archive record of %s that is not a message", session_id)
+            continue
+        messages.setdefault(message.id, message)
+    return list(messages.values())
 
 
 def lines_of(messages: list[Message]) -> list[str]:

@@ -24,14 +24,14 @@ import contextlib
 import logging
 import weakref
 from collections import OrderedDict
-from pathlib import Path
 
 from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, session_id_for
-from bot.sessions.archive import MessageArchive, lines_of
+from bot.sessions.archive import lines_of
 from bot.sessions.rewrites import Rewrite, RewriteSchedule
-from bot.sessions.store import CorruptSession, SessionFileStore
+from bot.sessions.storage import ArchiveWriteFailed, SessionStorage
+from bot.sessions.store import CorruptSession
 from bot.storage.durability import DeferredSync
 from bot.storage.files import line_bytes
 
@@ -46,23 +46,14 @@ class SessionPersistError(Exception):
     stays in memory, and what was not written goes out with the next save that succeeds."""
 
 
-class _ArchiveFailed(Exception):
-    """The archive append of a save failed (the session file was left as it was)."""
-
-    def __init__(self, error: OSError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 class SessionService:
     """The live sessions of every chat: one cached `AgentSession` per id, persisted on every change."""
 
-    def __init__(self, sessions_dir: Path, deferred: DeferredSync | None = None) -> None:
-        """`deferred`: where a rewrite the archive can stand in for leaves its fsync (without one, every
-        write is durable before it returns)."""
+    def __init__(self, storage: SessionStorage, deferred: DeferredSync | None = None) -> None:
+        """`storage`: the workspace's files or PostgreSQL; `deferred`: where a rewrite the archive can stand
+        in for leaves its fsync (without one, every write is durable before it returns)."""
         self._deferred = deferred
-        self.store = SessionFileStore(sessions_dir)
-        self.archive = MessageArchive(sessions_dir / "archive")
+        self._storage = storage
         # Most recently used last; bounded by `CACHE_MAX_SESSIONS`.
         self._cache: OrderedDict[str, AgentSession] = OrderedDict()
         # Every session object still alive anywhere (a run holding one the cache dropped).
@@ -74,6 +65,11 @@ class SessionService:
         # next save so the archive stays whole.
         self._unarchived: dict[str, list[Message]] = {}
         self._rewrites = RewriteSchedule()
+
+    @property
+    def storage(self) -> SessionStorage:
+        """Where the sessions are kept (the workspace's files, or PostgreSQL)."""
+        return self._storage
 
     def lock_for(self, session_id: str) -> asyncio.Lock:
         """The chat's lock; the same object for as long as anyone holds or waits on it."""
@@ -107,7 +103,7 @@ class SessionService:
             session = await self._load(session_id, create=(channel_type, chat_id))
         except CorruptSession as corrupt:
             session = AgentSession.new(channel_type, chat_id)
-            session.metadata.recovered_from = corrupt.quarantined_as.name
+            session.metadata.recovered_from = corrupt.quarantined_as
         # Another task may have loaded it meanwhile; the first one in wins so there is one object.
         return self._cached(session_id) or self._keep(session or AgentSession.new(channel_type, chat_id))
 
@@ -126,38 +122,13 @@ class SessionService:
         """The session from its file, with the messages archived after the file was written; with no file,
         a new session for `create` (channel type, chat id), or None. Raises `CorruptSession` (after
         quarantining the file)."""
-        session, in_file, file_bytes, archive_bytes = await asyncio.to_thread(self._load_sync, session_id)
+        stored = await self._storage.load(session_id)
+        session = stored.session
         if session is None and create is not None:
             session = AgentSession.new(*create)
         if session is not None:
-            self._rewrites.loaded(session, in_file, file_bytes, archive_bytes)
+            self._rewrites.loaded(session, stored.in_document, stored.document_bytes, stored.archive_bytes)
         return session
-
-    def _load_sync(self, session_id: str) -> tuple[AgentSession | None, int, int, int | None]:
-        """(the stored session or None, how many messages its file holds, the file's size, the archive's
-        size or None when it cannot be read)."""
-        stored = self.store.load_sync(session_id)
-        session, file_bytes = stored if stored is not None else (None, 0)
-        in_file = len(session.messages) if session is not None else 0
-        mark = session.metadata.archived_bytes if session is not None else 0
-        try:
-            archive_bytes = self.archive.size_sync(session_id)
-            newer = self.archive.read_from_sync(session_id, mark) if 0 < mark < archive_bytes else []
-        except OSError as error:
-            # The session is still served from its file; the schedule rewrites that on every save until
-            # the archive can be read again (its length unknown, nothing is left to it alone).
-            log.error(
-                "[Session] %s: the archive cannot be read (%s); the session is as its file holds it", session_id, error
-            )
-            return session, in_file, file_bytes, None
-        if session is None:
-            return None, 0, 0, archive_bytes
-        known = {message.id for message in session.messages}
-        newer = [message for message in newer if message.id not in known]
-        session.messages.extend(newer)
-        if newer:
-            log.info("[Session] %s: read %d messages back from the archive", session_id, len(newer))
-        return session, in_file, file_bytes, archive_bytes
 
     def add_unwritten(self, session: AgentSession, messages: list[Message]) -> None:
         """Add messages to the live session in memory only; the next save writes them (archive and session).
@@ -202,14 +173,13 @@ class SessionService:
         how = Rewrite.DURABLE if rewrite else self._rewrites.due(session, appended)
         if how is not None:
             session.metadata.archived_bytes = self._rewrites.archive_mark(session, appended)
-            document = self.store.document(session)
+            document = self._storage.document(session)
         deferred = self._deferred if how is Rewrite.DEFERRED else None
         try:
-            archive_bytes = await self._write(session.id, lines, document, deferred)
-        except _ArchiveFailed as failed:
+            archive_bytes = await self._storage.write(session.id, lines, document, deferred)
+        except ArchiveWriteFailed as error:
             self._unarchived[session.id] = pending
             self._unsaved[session.id] = session
-            error = failed.error
             log.error("[Session] Could not archive %d messages of %s: %s", len(pending), session.id, error)
             raise SessionPersistError(_describe(error)) from error
         except OSError as error:
@@ -222,22 +192,6 @@ class SessionService:
         else:
             self._rewrites.written(session, len(document), archive_bytes)
         self._unsaved.pop(session.id, None)
-
-    async def _write(
-        self, session_id: str, archive_lines: list[str], document: bytes | None, deferred: DeferredSync | None
-    ) -> int | None:
-        """Append to the archive (durably), then replace the session file with `document` if there is one
-        (its fsync left to `deferred` if given). Returns the archive's length, None when neither was
-        written to."""
-        try:
-            archive_bytes = await self.archive.append_lines(session_id, archive_lines) if archive_lines else None
-        except OSError as error:
-            raise _ArchiveFailed(error) from error
-        if document is not None:
-            await self.store.write(session_id, document, deferred)
-            if archive_bytes is None:  # so the length the file records is checked against the archive
-                archive_bytes = self.archive.size_sync(session_id)
-        return archive_bytes
 
     async def replace_messages(
         self, session: AgentSession, messages: list[Message], new: list[Message] | None = None
@@ -262,7 +216,7 @@ class SessionService:
         self._alive.pop(session_id, None)
         self._unsaved.pop(session_id, None)
         self._unarchived.pop(session_id, None)
-        await self.store.delete(session_id)
+        await self._storage.delete(session_id)
 
     async def message_count(self, session_id: str) -> int:
         session = await self.get(session_id)
@@ -272,8 +226,12 @@ class SessionService:
         """The sessions in memory: the most recently used chats (idle compaction looks at these)."""
         return list(self._cache.values())
 
-    def stored_ids(self) -> list[str]:
-        return self.store.list_ids()
+    async def stored_ids(self) -> list[str]:
+        return await self._storage.list_ids()
+
+    async def read_archive(self, session_id: str) -> list[Message]:
+        """Every message the chat ever had, uncompacted, oldest first."""
+        return await self._storage.read_archive(session_id)
 
 
 def _describe(error: OSError) -> str:

@@ -30,10 +30,10 @@ log = logging.getLogger(__name__)
 
 
 class CorruptSession(Exception):
-    """A session file did not parse; it was moved aside to `quarantined_as`."""
+    """A stored session did not parse; it was put aside under the name `quarantined_as`."""
 
-    def __init__(self, session_id: str, quarantined_as: Path) -> None:
-        super().__init__(f"session {session_id} was unreadable and was moved to {quarantined_as.name}")
+    def __init__(self, session_id: str, quarantined_as: str) -> None:
+        super().__init__(f"session {session_id} was unreadable and was moved to {quarantined_as}")
         self.session_id = session_id
         self.quarantined_as = quarantined_as
 
@@ -81,6 +81,17 @@ class MessageJsonCache:
         return f'{head[:-1]},"messages":[{written.joined}]}}'.encode()
 
 
+def session_from_json(text: str, where: str) -> AgentSession:
+    """The session a stored document holds. Raises `ValidationError` when it is not one; a metadata value
+    of the wrong type is logged and dropped to its default, the session kept."""
+    problems: list[tuple[str, str]] = []
+    session = AgentSession.model_validate_json(text, context={METADATA_PROBLEMS: problems})
+    for key, reason in problems:
+        # The session is kept; only this value goes, and the next save writes the document without it.
+        log.warning("[Session] %s: metadata key %r ignored, its default used instead (%s)", where, key, reason)
+    return session
+
+
 class SessionFileStore:
     """Reads and atomically writes `sessions/{channelType}:{chatId}.json`."""
 
@@ -98,17 +109,13 @@ class SessionFileStore:
         text = read_text_sync(path)
         if text is None:
             return None
-        problems: list[tuple[str, str]] = []
         try:
-            session = AgentSession.model_validate_json(text, context={METADATA_PROBLEMS: problems})
+            session = session_from_json(text, str(path))
         except ValidationError as error:
             quarantined = path.with_name(f"{path.name}.corrupt-{utc_now().strftime('%Y%m%dT%H%M%S%fZ')}")
             path.rename(quarantined)
             log.error("[Session] %s is unreadable (%s); moved to %s", path, error.error_count(), quarantined)
-            raise CorruptSession(session_id, quarantined) from error
-        for key, reason in problems:
-            # The session is kept; only this value goes, and the next save writes the file without it.
-            log.warning("[Session] %s: metadata key %r ignored, its default used instead (%s)", path, key, reason)
+            raise CorruptSession(session_id, quarantined.name) from error
         return session, len(text.encode())
 
     def document(self, session: AgentSession) -> bytes:

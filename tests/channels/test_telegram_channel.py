@@ -17,6 +17,7 @@ from bot.channels.telegram_channel import TelegramStartError
 from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, render_markdown, utf16_len
 from bot.channels.telegram_updates import ALLOWED_UPDATES
 from bot.domain.inbound import InboundMessage
+from bot.ledger.store import LedgerFile
 from bot.ledger.turns import TurnLedger
 from tests.channels.telegram_harness import (
     GROUP,
@@ -468,11 +469,11 @@ async def test_pairing_approve_admits_the_stranger(pairing_bot: RunningBot, fake
     bot = pairing_bot
     await ask(fake_telegram, STRANGER, "hello?")
     store = PairingStore(pairing_file(bot.workspace))
-    [request] = store.pending()
+    [request] = await store.pending()
     assert request.user_id == STRANGER
-    store.approve(request.code.lower())
+    await store.approve(request.code.lower())
     assert await ask(fake_telegram, STRANGER, "hello again") == "echo: hello again"
-    assert store.pending() == []
+    assert await store.pending() == []
 
 
 async def test_with_allowed_users_set_a_stranger_gets_no_code(
@@ -564,7 +565,7 @@ async def test_shutdown_is_quick_and_saves_what_was_seen(bot: RunningBot, fake_t
     await asyncio.wait_for(bot.stop(), 10)
     assert time.monotonic() - started < 5
     path = bot.workspace / "state" / "turns.jsonl"
-    assert await TurnLedger(path).load() == []  # answered and recorded delivered
+    assert await TurnLedger(LedgerFile(path)).load() == []  # answered and recorded delivered
     [seen] = [json.loads(line)["seen"] for line in path.read_text().splitlines() if line.startswith('{"seen"')]
     assert len(seen) == 1  # its update id, so a redelivery is not answered again
 

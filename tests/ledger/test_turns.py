@@ -10,7 +10,8 @@ from pathlib import Path
 from bot.domain.inbound import Attachment, InboundMessage
 from bot.domain.message import Message, Quote
 from bot.domain.session import AgentSession
-from bot.ledger.turns import REMEMBERED_KEYS, OpenTurn, SessionLookup, Turn, TurnLedger, TurnState
+from bot.ledger.store import REMEMBERED_KEYS, LedgerFile
+from bot.ledger.turns import OpenTurn, SessionLookup, Turn, TurnLedger, TurnState
 
 DATA = Path(__file__).parent / "data"
 
@@ -30,13 +31,13 @@ def sessions(*stored: AgentSession) -> SessionLookup:
 
 
 async def restarted(path: Path) -> tuple[TurnLedger, list[OpenTurn]]:
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     return ledger, await ledger.load()
 
 
 async def test_a_turn_goes_received_answered_delivered_and_a_restart_finds_what_is_open(tmp_path: Path) -> None:
     path = tmp_path / "state" / "turns.jsonl"
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     assert await ledger.load() == []
     first = await ledger.receive(message("first", "10"))
     second = await ledger.receive(message("second", "11"))
@@ -63,7 +64,7 @@ async def test_a_turn_goes_received_answered_delivered_and_a_restart_finds_what_
 
 async def test_a_key_is_seen_once_and_made_durable_by_flush_or_by_its_turn(tmp_path: Path) -> None:
     path = tmp_path / "turns.jsonl"
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     await ledger.load()
     firsts = [ledger.first_sight("telegram", key) for key in ("5", "6", "5", "7", "6")]
     assert firsts == [True, True, False, True, False]
@@ -80,7 +81,7 @@ async def test_a_key_is_seen_once_and_made_durable_by_flush_or_by_its_turn(tmp_p
 
 async def test_a_retry_is_a_new_turn_for_a_delivered_question_and_a_crash_leaves_it_open(tmp_path: Path) -> None:
     # /retry answers a delivered message again under its own id: a crash meanwhile leaves it open.
-    ledger = TurnLedger(tmp_path / "turns.jsonl")
+    ledger = TurnLedger(LedgerFile(tmp_path / "turns.jsonl"))
     await ledger.load()
     turn = await ledger.receive(message("hello"))
     assert turn.id is not None
@@ -94,7 +95,7 @@ async def test_a_retry_is_a_new_turn_for_a_delivered_question_and_a_crash_leaves
 
 async def test_a_restart_hands_out_each_open_turn_with_what_it_is_to_send(tmp_path: Path) -> None:
     path = tmp_path / "turns.jsonl"
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     await ledger.load()
     await ledger.receive(message("never begun", chat="1", message_id="5"))
     stored = await ledger.receive(message("answer stored, not sent", chat="2"))
@@ -107,7 +108,7 @@ async def test_a_restart_hands_out_each_open_turn_with_what_it_is_to_send(tmp_pa
     chat2.messages += [Message.user("answer stored, not sent", stored.id), Message.assistant("Stored answer.")]
     chat4.messages += [Message.user("cut short after its question was written", cut_short.id)]
 
-    again = TurnLedger(path)
+    again = TurnLedger(LedgerFile(path))
     turns = await again.reopen(sessions(chat2, chat4), {"telegram"})
     assert [turn.inbound.text for turn in turns] == [
         "never begun", "answer stored, not sent", "reply recorded, not sent", "cut short after its question was written"
@@ -132,7 +133,7 @@ async def test_a_turn_the_disk_refused_is_answered_unrecorded_and_an_unrecorded_
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "turns.jsonl"
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     await ledger.load()
     refused_sender = await ledger.receive(message("from a stranger"), record=False)
     command = Turn.unrecorded(message("/stop"))
@@ -151,23 +152,23 @@ async def test_a_turn_the_disk_refused_is_answered_unrecorded_and_an_unrecorded_
 
 async def test_a_torn_last_line_is_skipped_and_cut_off_by_the_next_append(tmp_path: Path) -> None:
     path = tmp_path / "turns.jsonl"
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     await ledger.load()
     turn = await ledger.receive(message("kept"))
     assert turn.id is not None
     with path.open("a") as handle:
         handle.write('{"delivered": "' + turn.id[:10])  # a crash in the middle of an append
-    again = TurnLedger(path)
+    again = TurnLedger(LedgerFile(path))
     [reopened] = await again.reopen(sessions(), {"telegram"})
     assert reopened.inbound.text == "kept"
     await reopened.delivered()
     assert all(json.loads(line) for line in path.read_text().splitlines())
-    assert await TurnLedger(path).load() == []
+    assert await TurnLedger(LedgerFile(path)).load() == []
 
 
 async def test_the_file_is_compacted_when_it_grows_and_keeps_what_is_open(tmp_path: Path) -> None:
     path = tmp_path / "turns.jsonl"
-    ledger = TurnLedger(path, compact_after=30)
+    ledger = TurnLedger(LedgerFile(path), compact_after=30)
     await ledger.load()
     waiting = await ledger.receive(message("still waiting", "0"))
     for number in range(1, 40):
@@ -182,16 +183,16 @@ async def test_the_file_is_compacted_when_it_grows_and_keeps_what_is_open(tmp_pa
 
 async def test_appends_made_at_once_share_a_write_and_each_is_durable_when_it_returns(tmp_path: Path) -> None:
     path = tmp_path / "turns.jsonl"
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     await ledger.load()
     turns = await asyncio.gather(*(ledger.receive(message(f"m{n}", str(n), chat=str(n))) for n in range(50)))
     assert len(path.read_text().splitlines()) == 50
-    assert [t.inbound.text for t in await TurnLedger(path).load()] == [t.inbound.text for t in turns]
+    assert [t.inbound.text for t in await TurnLedger(LedgerFile(path)).load()] == [t.inbound.text for t in turns]
 
 
 async def test_a_failed_write_records_nothing_and_a_failed_flush_is_logged(tmp_path: Path) -> None:
     path = tmp_path / "turns.jsonl"
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     await ledger.load()
     path.unlink()
     path.mkdir()  # every append now fails the way a full disk does
@@ -203,7 +204,7 @@ async def test_a_failed_write_records_nothing_and_a_failed_flush_is_logged(tmp_p
 
 
 async def test_the_window_of_keys_is_bounded(tmp_path: Path) -> None:
-    ledger = TurnLedger(tmp_path / "turns.jsonl")
+    ledger = TurnLedger(LedgerFile(tmp_path / "turns.jsonl"))
     await ledger.load()
     for number in range(REMEMBERED_KEYS + 10):
         ledger.first_sight("telegram", str(number))
@@ -222,8 +223,8 @@ async def test_an_older_versions_inbox_and_update_ids_are_taken_over_once(tmp_pa
     (state / "inbox.jsonl").write_text(
         "\n".join(json.dumps(r) for r in ({"message": waiting}, {"message": handled}, {"done": "j2"})) + "\n"
     )
-    ledger = TurnLedger(state / "turns.jsonl")
-    assert [t.turn_id for t in await ledger.load(legacy_state=state)] == ["j1"]
+    ledger = TurnLedger(LedgerFile(state / "turns.jsonl"))
+    assert [t.turn_id for t in await ledger.load()] == ["j1"]
     assert not ledger.first_sight("telegram", "42")
     assert not (state / "inbox.jsonl").exists() and not (state / "telegram-updates.json").exists()
 
@@ -236,7 +237,7 @@ async def test_a_ledger_written_with_the_string_bag_is_resumed_with_typed_messag
     path.write_text((DATA / "turns-with-extra.jsonl").read_text())
     retried = AgentSession.new("telegram", "1")
     retried.messages.append(Message.user("again", "retried-question"))
-    ledger = TurnLedger(path)
+    ledger = TurnLedger(LedgerFile(path))
     turns = await ledger.reopen(sessions(retried), {"telegram"})
     assert [turn.inbound.text for turn in turns] == [
         "what is this?", "", "summarise it", "typo fixed", "hello", "", "again"
@@ -255,6 +256,6 @@ async def test_a_ledger_written_with_the_string_bag_is_resumed_with_typed_messag
     assert turns[6].id == "retried-question" and turns[6].begun_before  # its question is in the session
     assert len(turns) == 7
     # The rewrite at load writes the typed form, and reads back the same.
-    again = await TurnLedger(path).load()
+    again = await TurnLedger(LedgerFile(path)).load()
     assert [turn.inbound for turn in again] == [turn.inbound for turn in turns]
     assert "extra" not in path.read_text()

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from bot.app import Application
 from bot.memory.daily_notes import DailyNotes, format_note_line
+from bot.memory.documents import MemoryFiles
 from bot.workspace import MemoryPaths
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -56,7 +57,7 @@ async def test_a_failed_reply_writes_no_note(
 
 
 async def test_a_note_read_after_the_bots_own_append_shows_it_and_a_hand_edit_after_that(tmp_path: Path) -> None:
-    notes = DailyNotes(MemoryPaths(tmp_path / "memory"))
+    notes = DailyNotes(MemoryFiles(MemoryPaths(tmp_path / "memory")))
     at = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
 
     async def read() -> str | OSError:

@@ -51,7 +51,9 @@ def touch_later(path: Path) -> None:
 async def store_of(services: Application) -> MemoryItemStore:
     scope = await services.memory.scope(MemoryConfig(), "test:1")
     async with services.memory.fresh(scope):
-        return scope.store
+        store = scope.store
+    assert isinstance(store, MemoryItemStore)  # the files' store, whose reads are counted
+    return store
 
 
 async def test_a_restart_reads_no_unchanged_file_and_a_hand_edit_reaches_the_next_prompt(

@@ -9,12 +9,18 @@ what is embedded, and in which order beside the chat requests, is what the fake 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from bot.app import Application
 from bot.domain.memory import MemoryLayer
+from bot.memory.indexing import VectorIndexing
+from bot.memory.scopes import MemoryScopes
+from bot.workspace import Workspace
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Fault
 from tests.fakes.recording_channel import RecordingChannel
@@ -68,6 +74,31 @@ async def test_a_stored_items_vector_waits_for_the_reply_another_chat_is_waiting
     await wait_until_embedded(fake_openai, FACT)  # made once the bot is idle, with nothing asked of it
 
 
+async def test_in_a_burst_a_reply_is_not_kept_waiting_behind_another_messages_vector(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.memory")
+    configure_memory(services, embeddingsModel="fake-embedding")
+    chats = ("1", "2", "3")
+    for chat in chats:
+        await say(services, channel, chat, "hello")  # each chat's memory loaded, its vectors made
+    fake_openai.embedding_delay = 1.0  # the embedder is slow: one vector keeps it busy for a second
+    first = len(fake_openai.requests)
+    questions = {chat: f"what did we plant in field number {chat}?" for chat in chats}
+    for chat, question in questions.items():
+        await services.router.accept(channel.message(chat, question), channel)
+    for chat in chats:
+        await channel.wait_for(chat, 2)
+
+    # One message's vector was made; the other replies were built from their words meanwhile, and say so.
+    embedded = embedded_texts(fake_openai, first)
+    assert len([question for question in questions.values() if question in embedded]) == 1, embedded
+    packs = [
+        record.getMessage() for record in caplog.records if record.getMessage().startswith("[Context] Memory pack")
+    ]
+    assert sum("(lexical, embedder busy" in pack for pack in packs[-3:]) == 2, packs
+
+
 async def test_an_item_without_its_vector_yet_is_found_by_its_words(
     services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
@@ -107,3 +138,19 @@ async def test_items_left_without_a_vector_by_a_stop_get_it_after_the_next_start
         assert re.search(r"vectors (\d+)/\1 \(fake-embedding\)", status), status
     finally:
         await again.stop()
+
+
+async def test_the_embedder_makes_one_messages_vector_at_a_time_while_replies_wait(tmp_path: Path) -> None:
+    scopes = MemoryScopes(Workspace(tmp_path), UTC, None)
+    try:
+        indexing = VectorIndexing(scopes)
+        waiting = 3
+        indexing.follow_replies(lambda: waiting)
+        assert indexing.take_query_turn()  # the first of the burst gets its vector
+        assert not indexing.take_query_turn()  # the next ones would queue behind it: built from their words
+        indexing.query_done()
+        assert indexing.take_query_turn()  # the embedder is free again: the next message gets it
+        waiting = 1
+        assert indexing.take_query_turn()  # one reply at a time always waits for its own vector
+    finally:
+        await scopes.close()

@@ -11,11 +11,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
-from bot.memory.embeddings import VectorIndex
 from bot.memory.index_database import INDEX_FILE_NAME
-from bot.memory.items_store import ITEM_CACHE_SIZE, ItemFacts, MemoryItemStore
+from bot.memory.item_caches import ITEM_CACHE_SIZE
+from bot.memory.item_storage import ItemFacts
+from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage, MemoryRetrievalService, WorkingSet
+from bot.memory.vector_index import VectorIndex
 from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths
 from tests.memory.helpers import item, read_items, write_items
@@ -462,6 +464,33 @@ def test_an_earlier_turn_next_to_the_live_conversation_is_still_ranked_through_i
     assert ranked("tomatoes") == []
 
 
+def test_explain_gives_the_ranking_of_retrieve_with_each_relevance_in_its_parts(tmp_path: Path) -> None:
+    """What the console shows for a search: the order `retrieve` makes, and each relevance as its lexical
+    match, its dense match and its lifts (an answer that shares no word is lifted by its question)."""
+    paths = MemoryPaths(tmp_path)
+    day = NOW - timedelta(days=1)
+    write_items(
+        paths.episodic_file(day.date()),
+        [
+            item(MemoryLayer.EPISODIC, "we planned the trip to Lisbon", day, item_id="question"),
+            item(MemoryLayer.EPISODIC, "sounds good, see you then", day + timedelta(minutes=1), item_id="answer"),
+        ],
+    )
+    write_items(paths.semantic_file, [item(MemoryLayer.SEMANTIC, "the trip is in May", NOW, item_id="fact")])
+    _, retrieval = retrieval_over(paths)
+    query = MemoryQuery(text="trip to Lisbon", session_id="s", now=NOW, working_top_k=0)
+    explained = retrieval.explain(query)
+    assert [parts.ranked.item_id for parts in explained] == [
+        entry.item_id for entry in retrieval.retrieve(query).ranked
+    ]
+    by_id = {parts.ranked.item_id: parts for parts in explained}
+    for parts in explained:
+        assert parts.dense == 0.0  # no vectors: lexical only
+        assert abs(parts.lexical + parts.dense + parts.lifts - parts.ranked.relevance) < 1e-9
+    assert by_id["question"].lexical > by_id["fact"].lexical > 0
+    assert by_id["answer"].lexical == 0.0 and by_id["answer"].lifts > 0
+
+
 def test_hand_edits_are_seen_on_the_next_check_whatever_the_way_files_are_checked(tmp_path: Path) -> None:
     """With the folders' events (`FolderChanges`) or a `stat` of every file, the same edits are seen at
     once: an old day file edited in place (same size), a day file deleted, one added, the semantic file
@@ -519,7 +548,7 @@ def test_a_check_that_failed_leaves_the_next_one_to_look_at_every_file(
     def unreadable(path: Path, signature: object) -> None:
         raise OSError(5, "Input/output error", str(path))
 
-    monkeypatch.setattr(store, "_load_file", unreadable)
+    monkeypatch.setattr(store._reconciler, "_load_file", unreadable)
     with pytest.raises(OSError):
         store.refresh_sync()
     monkeypatch.undo()

@@ -128,6 +128,22 @@ def test_one_strong_match_with_a_weak_tail_gets_a_small_pack_many_strong_matches
     assert weak_read < 50
 
 
+def test_the_pack_names_the_candidates_it_left_out_for_the_budget() -> None:
+    stored = Stored()
+    items = [
+        stored.ranked("a high scoring fact about the garden", 0.9),
+        stored.ranked("a fact less than half as relevant as the best, about the garage", 0.4),
+        stored.ranked("low score and long enough to be left out of the pack", 0.2),
+    ]
+    offered = offered_order(items, MemoryQuery(text="", session_id="test:1", now=NOW, semantic_top_k=0))
+    pack = MemoryPromptPackService(TokenEstimator(), UTC).build(offered, stored.get_many, 3, 20, 20)
+    assert [scored.item.id for scored in pack.items] == [items[0].item_id]
+    assert pack.diagnostics.missed == (
+        (items[1].item_id, 0.4, Section.SEMANTIC),
+        (items[2].item_id, 0.2, Section.SEMANTIC),
+    )
+
+
 def test_the_pack_parses_only_the_items_it_reads_and_passes_over_one_no_longer_stored() -> None:
     stored = Stored()
     gone = stored.ranked("a fact forgotten since it was scored", 0.95)

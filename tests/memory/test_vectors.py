@@ -27,10 +27,12 @@ from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryLayer, MemoryQuery
 from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
-from bot.memory.embeddings import CACHE_FILE_NAME, VectorIndex, text_key, unit
+from bot.memory.embeddings import text_key, unit
 from bot.memory.scopes import MemoryScope
 from bot.memory.service import MemoryService
 from bot.memory.temporal import time_window
+from bot.memory.vector_cache import CACHE_FILE_NAME
+from bot.memory.vector_index import VectorIndex
 from bot.settings import MemoryConfig
 from bot.workspace import Workspace
 from tests.compaction.helpers import SMALL_MODEL, small_model_workspace

@@ -16,6 +16,7 @@ from bot.commands.registry import CommandRegistry
 from bot.context.plan import ContextPlan
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
+from bot.ledger.store import LedgerFile
 from bot.ledger.turns import Turn, TurnLedger
 from bot.pipeline.router import InboundRouter
 from bot.pipeline.runner import PipelineRunner
@@ -501,7 +502,7 @@ async def test_the_ledger_records_a_reply_delivered_as_soon_as_it_went_out_befor
 
     journal = tmp_path / "turns.jsonl"
     runner = PipelineRunner([Answer(), SlowMemory()], services.sessions, services.config_store)
-    router = InboundRouter(runner, CommandRegistry(), None, TurnLedger(journal))
+    router = InboundRouter(runner, CommandRegistry(), None, TurnLedger(LedgerFile(journal)))
     await router.accept(channel.message("1", "remember the milk"), channel)
     assert await channel.wait_for("1", 1) == ["noted"]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.domain.session import AgentSession
+from bot.ledger.store import LedgerFile
 from bot.ledger.turns import Turn, TurnLedger, TurnState
 from bot.pipeline import outbound
 from bot.pipeline.outbound import Outbound
@@ -21,7 +22,7 @@ def records(tmp_path: Path) -> list[str]:
 
 async def received_hello(tmp_path: Path, channel: RecordingChannel) -> tuple[TurnLedger, Turn, str]:
     """A ledger in `tmp_path` that has received "hello" in chat 1: the ledger, the turn and its id."""
-    ledger = TurnLedger(tmp_path / "turns.jsonl")
+    ledger = TurnLedger(LedgerFile(tmp_path / "turns.jsonl"))
     await ledger.load()
     turn = await ledger.receive(channel.message("1", "hello"))
     assert turn.id is not None
@@ -86,7 +87,7 @@ async def test_a_reply_recorded_before_a_stop_is_what_a_resumed_turn_is_sent(tmp
     channel = RecordingChannel()
     _, received, _ = await received_hello(tmp_path, channel)
     await received.answered("Hi!")
-    restarted = TurnLedger(tmp_path / "turns.jsonl")
+    restarted = TurnLedger(LedgerFile(tmp_path / "turns.jsonl"))
 
     async def no_session(session_id: str) -> AgentSession | None:
         return None
@@ -97,7 +98,7 @@ async def test_a_reply_recorded_before_a_stop_is_what_a_resumed_turn_is_sent(tmp
     assert reply == "Hi!" and not reopened.settled
     await turn.resend(reply)
     assert channel.sent["1"] == ["Hi!"] and reopened.settled
-    assert await TurnLedger(tmp_path / "turns.jsonl").load() == []
+    assert await TurnLedger(LedgerFile(tmp_path / "turns.jsonl")).load() == []
 
 
 async def test_a_typing_indicator_on_its_way_when_the_answer_is_ready_is_let_finish_not_cancelled() -> None:

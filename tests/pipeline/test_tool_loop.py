@@ -75,7 +75,7 @@ async def test_a_multi_step_loop_writes_then_reads_a_file(
     assert session is not None
     roles = [m.role.value for m in session.messages]
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
-    archived = await services.sessions.archive.read("test:1")
+    archived = await services.sessions.read_archive("test:1")
     assert [m.id for m in archived] == [m.id for m in session.messages]
     assert archived[1].tool_calls is not None and archived[1].tool_calls[0].name == "write_file"
 

@@ -1,22 +1,11 @@
-"""`rag.backend: postgres`: LightRAG's PostgreSQL storages against a real, throw-away PostgreSQL.
+"""`rag.backend: postgres`: LightRAG's PostgreSQL storages against a real PostgreSQL with pgvector.
 
-The server is a temporary cluster (`initdb` into the test's folder, a free port on 127.0.0.1, trust
-authentication), so the test needs PostgreSQL's server binaries (Debian: `postgresql`) and the
-`postgres` extra (asyncpg); it is skipped, saying which is missing, where they are not installed.
-Vectors in PostgreSQL need the `vector` extension (Debian: `postgresql-15-pgvector`); where it is not
-available the vectors-in-files variant (`rag.postgresVectors: files`) still runs.
+The server is the test process's own (`tests/postgres_server.py`), the database this module's; both
+variants run: vectors in PostgreSQL (`rag.postgresVectors: pgvector`) and vectors in files.
 """
 
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,64 +16,13 @@ from bot.rag.documents import RagDocument
 from bot.rag.embedded import EmbeddedLightRag
 from bot.settings import RagConfig
 from tests.fakes.openai_server import FakeOpenAI
+from tests.postgres_server import PostgresServer
 from tests.rag.helpers import FAST_RAG, lightrag_responder
-
-INITDB = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("asyncpg") is None, reason="the `postgres` extra is not installed"),
-    pytest.mark.skipif(not INITDB, reason="PostgreSQL server binaries are not installed (Debian: postgresql)"),
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _as_postgres(command: list[str]) -> list[str]:
-    # initdb refuses to run as root; the Debian package provides the `postgres` user.
-    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[dict[str, str]]:
-    if os.geteuid() == 0 and shutil.which("runuser") is None:
-        pytest.skip("running as root without runuser")
-    bin_dir = Path(INITDB[-1]).parent
-    # Not under pytest's temp folder: that is private to the user running the tests, not to `postgres`.
-    folder = Path(tempfile.mkdtemp(prefix="bot-rag-pg-"))
-    folder.chmod(0o777)
-    data = folder / "data"
-    port = _free_port()
-    subprocess.run(
-        _as_postgres([str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    options = f"-p {port} -k {data.parent} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(
-        _as_postgres([str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l", f"{data}.log", "start"]),
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    try:
-        yield {
-            "POSTGRES_HOST": "127.0.0.1",
-            "POSTGRES_PORT": str(port),
-            "POSTGRES_USER": "postgres",
-            "POSTGRES_PASSWORD": "unused-with-trust",
-            "POSTGRES_DATABASE": "postgres",
-        }
-    finally:
-        subprocess.run(
-            _as_postgres([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
-            capture_output=True, timeout=60,
-        )  # fmt: skip
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _pgvector_available(bin_dir: Path) -> bool:
-    share = subprocess.run([str(bin_dir / "pg_config"), "--sharedir"], capture_output=True, text=True)
-    return share.returncode == 0 and Path(share.stdout.strip(), "extension", "vector.control").exists()
+def postgres(postgres_server: PostgresServer, postgres_database: str) -> dict[str, str]:
+    return postgres_server.lightrag_environment(postgres_database.rsplit("/", 1)[-1])
 
 
 @pytest.mark.parametrize("vectors", ["files", "pgvector"])
@@ -95,8 +33,6 @@ async def test_documents_live_in_postgresql_per_chat_workspace(
     fake_openai: FakeOpenAI,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if vectors == "pgvector" and not _pgvector_available(Path(INITDB[-1]).parent):
-        pytest.skip("the pgvector extension is not installed (Debian: postgresql-15-pgvector)")
     for key, value in postgres.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("POSTGRES_WORKSPACE", raising=False)

@@ -61,10 +61,12 @@ import pytest
 
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
+from bot.ledger.store import LedgerFile
 from bot.ledger.turns import OpenTurn, TurnLedger, stored_answer, stored_question
 from bot.memory.item_files import parse_items
 from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
 from bot.storage.jsonl import parse_jsonl
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder
 from tests.fakes.telegram_server import FakeTelegram, Fault, SentMessage
@@ -227,7 +229,7 @@ def open_turns(workspace: Path) -> list[OpenTurn]:
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / "turns.jsonl"
         shutil.copyfile(path, copy)
-        return asyncio.run(TurnLedger(copy).load())
+        return asyncio.run(TurnLedger(LedgerFile(copy)).load())
 
 
 def inspect_after_kill(kill: Kill, workspace: Path, telegram: FakeTelegram) -> None:
@@ -390,7 +392,7 @@ def check_workspace_files(workspace: Path) -> FileReport:
 
 async def read_conversations(workspace: Path, run: CrashRun) -> tuple[dict[int, list[Message]], list[str]]:
     """Each chat's archive and session, through `SessionService` (as the bot reads them)."""
-    sessions = SessionService(workspace / "sessions")
+    sessions = SessionService(SessionFiles(workspace / "sessions"))
     archives: dict[int, list[Message]] = {}
     problems = []
     for chat in CHATS:
@@ -398,7 +400,7 @@ async def read_conversations(workspace: Path, run: CrashRun) -> tuple[dict[int, 
         # A chat the random users never wrote to has no session, rightly.
         if run.sent[chat] and await sessions.get(session_id) is None:
             problems.append(f"{session_id}: no readable session")
-        archives[chat] = await sessions.archive.read(session_id)
+        archives[chat] = await sessions.read_archive(session_id)
     return archives, problems
 
 

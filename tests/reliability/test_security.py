@@ -523,7 +523,7 @@ async def test_oversized_or_malicious_arguments_get_a_clear_error_and_the_turn_f
     }  # fmt: skip
     assert sent_calls["huge_content"] == '{"omitted": "5000039 characters of arguments of a refused call"}'
     assert sent_calls["long_name"] == attempts["long_name"].arguments_json()  # short ones are sent as they were
-    archived = {call.id: call for m in await services.sessions.archive.read("test:1") for call in m.tool_calls or []}
+    archived = {call.id: call for m in await services.sessions.read_archive("test:1") for call in m.tool_calls or []}
     assert len(archived["huge_content"].arguments) > FIVE_MB
 
     assert await say(services, channel, "1", "still there?") == "echo: still there?"
@@ -577,7 +577,7 @@ async def test_an_injected_memory_cannot_make_the_tools_reach_another_chat(
     fake_openai.script(Reply(tool_calls=[call("search_history", {"query": "passport"}, "b_history")]), "ok")
     await say(services, channel, "b", f"Passport {B_SECRET} " * 400)  # the history search is evicted
     b_item = json.loads((root / "memory/chats/test:b/items/semantic.jsonl").read_text().splitlines()[0])["id"]
-    [b_reminder] = services.reminders.pending("test:b")
+    [b_reminder] = await services.reminders.pending("test:b")
     chat_b_files = ["sessions/test:b.json", "sessions/archive/test:b.jsonl", "memory/chats/test:b",
                     "tool_results/test:b", "reminders.json", "preferences"]  # fmt: skip
     before = fingerprint(root, chat_b_files)
@@ -638,6 +638,6 @@ async def test_an_injected_memory_cannot_make_the_tools_reach_another_chat(
 
     # Nothing of chat B changed, and B still has all of it.
     assert fingerprint(root, chat_b_files) == before
-    assert [r.id for r in services.reminders.pending("test:b")] == [b_reminder.id]
+    assert [r.id for r in await services.reminders.pending("test:b")] == [b_reminder.id]
     await say(services, channel, "b", "What is my passport number?")
     assert B_SECRET in (fake_openai.system_prompts()[-1] or "")

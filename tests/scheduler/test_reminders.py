@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import json
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -10,10 +12,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.app import Application
+from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.scheduler.reminders import InvalidReminder, ReminderService, next_cron_time, parse_delay
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
+from tests.postgres_server import OpenDatabases
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -29,8 +33,37 @@ class Outbox:
         self.sent.append((channel_type, chat_id, text))
 
 
-def service(tmp_path: Path, outbox: Outbox | None = None) -> ReminderService:
-    reminders = ReminderService(tmp_path / "reminders.json", BERLIN, "Europe/Berlin")
+@dataclass
+class ReminderStoreCase:
+    open: Callable[[], Awaitable[ReminderStore]]  # the store as a new process opens it
+
+
+@pytest.fixture(params=["files", "postgres"])
+async def reminder_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ReminderStoreCase]:
+    """Each reminder test runs on `reminders.json` and on PostgreSQL's `reminders` table."""
+    if request.param == "files":
+
+        async def file() -> ReminderStore:
+            return ReminderFile(tmp_path / "reminders.json")
+
+        yield ReminderStoreCase(file)
+        return
+    url: str = request.getfixturevalue("postgres_database")
+    databases = OpenDatabases(url)
+
+    async def table() -> ReminderStore:
+        return ReminderTable(await databases.open())
+
+    try:
+        await (await databases.open()).fetch("DELETE FROM reminders RETURNING id")
+        yield ReminderStoreCase(table)
+    finally:
+        await databases.close()
+
+
+async def service(case: ReminderStoreCase, outbox: Outbox | None = None) -> ReminderService:
+    reminders = ReminderService(await case.open(), BERLIN, "Europe/Berlin")
+    await reminders.load()
     if outbox is not None:
         reminders.connect(outbox, {"telegram"})
     return reminders
@@ -48,24 +81,28 @@ def test_delays_and_cron_expressions() -> None:
         next_cron_time("every day", BERLIN, after)
 
 
-async def test_a_reminder_is_delivered_once_at_its_time_and_survives_a_restart(tmp_path: Path) -> None:
-    reminders = service(tmp_path)
+async def test_a_reminder_is_delivered_once_at_its_time_and_survives_a_restart(
+    reminder_store: ReminderStoreCase,
+) -> None:
+    reminders = await service(reminder_store)
     reminder = await reminders.add("telegram:1", "telegram", "1", "call mum", delay="10m")
 
     outbox = Outbox()
-    restarted = service(tmp_path, outbox)  # a new process reads the same file
-    assert [r.id for r in restarted.pending("telegram:1")] == [reminder.id]
+    restarted = await service(reminder_store, outbox)  # a new process reads the same store
+    assert [r.id for r in (await restarted.pending("telegram:1"))] == [reminder.id]
     assert await restarted.fire_due(now=reminder.due_at - timedelta(seconds=1)) == 0
     assert await restarted.fire_due(now=reminder.due_at + timedelta(seconds=3)) == 1
     assert outbox.sent == [("telegram", "1", "⏰ Reminder: call mum")]
     assert await restarted.fire_due(now=reminder.due_at + timedelta(minutes=5)) == 0
-    assert service(tmp_path).pending("telegram:1") == []
+    assert await (await service(reminder_store)).pending("telegram:1") == []
 
 
-async def test_a_reminder_missed_while_down_comes_late_once_with_a_note(tmp_path: Path) -> None:
-    reminder = await service(tmp_path).add("telegram:1", "telegram", "1", "water the plants", at="2030-01-01T08:00")
+async def test_a_reminder_missed_while_down_comes_late_once_with_a_note(reminder_store: ReminderStoreCase) -> None:
+    reminder = await (await service(reminder_store)).add(
+        "telegram:1", "telegram", "1", "water the plants", at="2030-01-01T08:00"
+    )
     outbox = Outbox()
-    after_downtime = service(tmp_path, outbox)
+    after_downtime = await service(reminder_store, outbox)
     await after_downtime.fire_due(now=reminder.due_at + timedelta(hours=3))
     await after_downtime.fire_due(now=reminder.due_at + timedelta(hours=4))
     assert len(outbox.sent) == 1
@@ -74,27 +111,27 @@ async def test_a_reminder_missed_while_down_comes_late_once_with_a_note(tmp_path
     )
 
 
-async def test_a_failed_delivery_is_never_repeated(tmp_path: Path) -> None:
-    reminder = await service(tmp_path).add("telegram:1", "telegram", "1", "once only", delay="1m")
-    failing = service(tmp_path, Outbox(fail=True))
+async def test_a_failed_delivery_is_never_repeated(reminder_store: ReminderStoreCase) -> None:
+    reminder = await (await service(reminder_store)).add("telegram:1", "telegram", "1", "once only", delay="1m")
+    failing = await service(reminder_store, Outbox(fail=True))
     assert await failing.fire_due(now=reminder.due_at) == 0
     outbox = Outbox()
-    assert await service(tmp_path, outbox).fire_due(now=reminder.due_at + timedelta(minutes=1)) == 0
+    assert await (await service(reminder_store, outbox)).fire_due(now=reminder.due_at + timedelta(minutes=1)) == 0
     assert outbox.sent == []
 
 
-async def test_repeating_reminders_move_to_their_next_time(tmp_path: Path) -> None:
+async def test_repeating_reminders_move_to_their_next_time(reminder_store: ReminderStoreCase) -> None:
     outbox = Outbox()
-    reminders = service(tmp_path, outbox)
+    reminders = await service(reminder_store, outbox)
     reminder = await reminders.add("telegram:1", "telegram", "1", "stand-up", cron="0 9 * * 1-5")
     first = reminder.due_at
     await reminders.fire_due(now=first)
-    assert reminders.pending("telegram:1")[0].due_at > first
-    assert json.loads((tmp_path / "reminders.json").read_text())[0]["firedCount"] == 1
+    assert (await reminders.pending("telegram:1"))[0].due_at > first
+    assert (await reminders.pending("telegram:1"))[0].fired_count == 1
 
 
-async def test_only_the_chat_that_asked_can_cancel(tmp_path: Path) -> None:
-    reminders = service(tmp_path)
+async def test_only_the_chat_that_asked_can_cancel(reminder_store: ReminderStoreCase) -> None:
+    reminders = await service(reminder_store)
     reminder = await reminders.add("telegram:1", "telegram", "1", "mine", delay="1h")
     assert not await reminders.cancel("telegram:2", reminder.id)
     assert await reminders.cancel("telegram:1", reminder.id)
@@ -160,3 +197,27 @@ async def test_a_bad_maintenance_schedule_is_refused_alone_and_the_default_runs(
         assert problem.key == "scheduler.maintenanceCron" and "5-field cron expression" in problem.problem
     finally:
         await app.stop()
+
+
+async def test_processes_sharing_the_database_fire_a_reminder_once(postgres_database: str) -> None:
+    processes = OpenDatabases(postgres_database)
+    try:
+        databases = [await processes.open() for _ in range(3)]
+        outboxes = [Outbox() for _ in databases]
+        replicas = [ReminderService(ReminderTable(db), BERLIN, "Europe/Berlin") for db in databases]
+        for replica, outbox in zip(replicas, outboxes, strict=True):
+            replica.connect(outbox, {"telegram"})
+        reminder = await replicas[0].add("telegram:7", "telegram", "7", "once, whoever fires it", delay="1m")
+        # A hand edit that left a row unreadable: it is logged and left, the others fire.
+        await databases[0].fetch(
+            "INSERT INTO reminders (id, session_id, channel_type, due_at, reminder)"
+            " VALUES ('spoiled', 'telegram:7', 'telegram', now() - interval '1 hour', '{\"text\": 1}') RETURNING id"
+        )
+        moment = reminder.due_at + timedelta(seconds=1)
+        sent = await asyncio.gather(*(replica.fire_due(now=moment) for replica in replicas))
+        assert sorted(sent) == [0, 0, 1]
+        assert [text for outbox in outboxes for _, _, text in outbox.sent] == ["⏰ Reminder: once, whoever fires it"]
+        kept = [row["id"] for row in await databases[0].fetch("SELECT id FROM reminders")]
+        assert kept == ["spoiled"]  # the unreadable row is kept, not deleted
+    finally:
+        await processes.close()

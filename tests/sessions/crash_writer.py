@@ -3,6 +3,8 @@
 `short` (default): the live session stays short (a compaction stand-in drops old messages), so its file
 is rewritten on every save. `long`: the session is long, so its file is rewritten only every so many
 saves; the id of each message is printed once its save returned (acknowledged).
+
+`python -m tests.sessions.crash_writer WHERE [long]`: WHERE is the sessions folder, or a PostgreSQL URL.
 """
 
 from __future__ import annotations
@@ -11,14 +13,24 @@ import asyncio
 import sys
 from pathlib import Path
 
+from bot.database.connection import Database
 from bot.domain.message import Message
+from bot.sessions.postgres import SessionTables
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles, SessionStorage
 
 LONG_SESSION_MESSAGES = 1200
 
 
-async def main(folder: Path, long: bool) -> None:
-    sessions = SessionService(folder)
+async def main(where: str, long: bool) -> None:
+    storage: SessionStorage
+    if where.startswith("postgresql://"):
+        database = Database(where)
+        await database.start()
+        storage = SessionTables(database)
+    else:
+        storage = SessionFiles(Path(where))
+    sessions = SessionService(storage)
     session = await sessions.get_or_create("telegram", "42")
     if long and not session.messages:
         filler = "what about the garden shed and the keys under the blue pot? " * 4
@@ -42,4 +54,4 @@ async def main(folder: Path, long: bool) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), long=sys.argv[2:] == ["long"]))
+    asyncio.run(main(sys.argv[1], long=sys.argv[2:] == ["long"]))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bot.domain.session import AgentSession
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
 from bot.storage.jsonl import read_jsonl_sync
 
 KILLS = 25
@@ -66,7 +67,7 @@ def test_sigkill_while_a_long_session_is_saved_loses_no_acknowledged_message(tmp
         writer.wait()
 
         in_file = AgentSession.model_validate_json((folder / "telegram:42.json").read_text(encoding="utf-8"))
-        session = asyncio.run(SessionService(folder).get_or_create("telegram", "42"))
+        session = asyncio.run(SessionService(SessionFiles(folder)).get_or_create("telegram", "42"))
         kills_with_the_file_behind += len(in_file.messages) < len(session.messages)
         ids = [message.id for message in session.messages]
         assert len(ids) == len(set(ids))

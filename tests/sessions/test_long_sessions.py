@@ -9,7 +9,9 @@ from pathlib import Path
 from bot.domain.message import Message
 from bot.sessions.rewrites import REWRITE_AFTER_SHARE, REWRITE_EVERY_SAVE_BELOW_BYTES
 from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
 from bot.storage.durability import DeferredSync
+from tests.sessions.files import sessions_files
 
 # Messages of about 300 bytes on disk: 1,200 of them make a file past `REWRITE_EVERY_SAVE_BELOW_BYTES`.
 LONG = 1200
@@ -23,13 +25,13 @@ def exchange(number: int) -> list[Message]:
 
 
 async def long_session(folder: Path) -> tuple[SessionService, Path]:
-    sessions = SessionService(folder)
+    sessions = SessionService(SessionFiles(folder))
     session = await sessions.get_or_create("telegram", "1")
     for number in range(LONG // 2):
         sessions.add_unwritten(session, exchange(number))
     await sessions.save(session)  # written once, short: the next save writes the archive's length in it
     await sessions.append_messages(session, exchange(LONG // 2))
-    path = sessions.store.path_for(session.id)
+    path = sessions_files(sessions).store.path_for(session.id)
     assert path.stat().st_size > REWRITE_EVERY_SAVE_BELOW_BYTES
     return sessions, path
 
@@ -47,7 +49,7 @@ async def test_a_long_session_is_read_back_whole_with_the_turns_its_file_does_no
 
     assert path.read_bytes() == written  # twenty turns, one archive append each, no rewrite
     assert json.loads(written)["metadata"]["archivedBytes"] > 0
-    restarted = await SessionService(tmp_path).get_or_create("telegram", "1")
+    restarted = await SessionService(SessionFiles(tmp_path)).get_or_create("telegram", "1")
     assert contents(restarted.messages) == contents(session.messages)
     assert len(restarted.messages) == LONG + 2 + 40
     assert [m.id for m in restarted.messages] == [m.id for m in session.messages]
@@ -93,7 +95,7 @@ async def test_messages_compacted_away_never_come_back(tmp_path: Path) -> None:
     for number in range(2000, 2010):
         await sessions.append_messages(session, exchange(number))
 
-    restarted = await SessionService(tmp_path).get_or_create("telegram", "1")
+    restarted = await SessionService(SessionFiles(tmp_path)).get_or_create("telegram", "1")
     assert contents(restarted.messages) == contents(session.messages)
 
 
@@ -102,16 +104,16 @@ async def test_a_torn_archive_tail_costs_nothing_that_was_saved(tmp_path: Path) 
     session = await sessions.get_or_create("telegram", "1")
     for number in range(1000, 1005):
         await sessions.append_messages(session, exchange(number))
-    archive = sessions.archive.path_for(session.id)
+    archive = sessions_files(sessions).archive.path_for(session.id)
     with archive.open("a", encoding="utf-8") as handle:
         handle.write('{"id": "torn", "role": "user", "content": "a crash cut th')
 
-    restarted = SessionService(tmp_path)
+    restarted = SessionService(SessionFiles(tmp_path))
     again = await restarted.get_or_create("telegram", "1")
     assert contents(again.messages) == contents(session.messages)
     await restarted.append_messages(again, exchange(3000))  # cuts the torn tail off, then appends
 
-    third = await SessionService(tmp_path).get_or_create("telegram", "1")
+    third = await SessionService(SessionFiles(tmp_path)).get_or_create("telegram", "1")
     assert contents(third.messages) == contents(session.messages) + contents(exchange(3000))
 
 
@@ -131,24 +133,26 @@ async def test_a_stop_brings_the_file_up_to_date(tmp_path: Path) -> None:
 
 
 async def test_a_short_session_file_is_current_after_every_save(tmp_path: Path) -> None:
-    sessions = SessionService(tmp_path, DeferredSync())
+    sessions = SessionService(SessionFiles(tmp_path), DeferredSync())
     session = await sessions.get_or_create("telegram", "2")
-    path = sessions.store.path_for(session.id)
+    path = sessions_files(sessions).store.path_for(session.id)
     for number in range(30):
         await sessions.append_messages(session, exchange(number))
         on_disk = json.loads(path.read_text())
         assert len(on_disk["messages"]) == len(session.messages)
         # What the archive held when the file was written: a file a power cut left behind catches up from there.
-        assert on_disk["metadata"]["archivedBytes"] == sessions.archive.path_for(session.id).stat().st_size
+        assert (
+            on_disk["metadata"]["archivedBytes"] == sessions_files(sessions).archive.path_for(session.id).stat().st_size
+        )
 
 
 async def test_a_session_file_a_power_cut_left_behind_catches_up_from_the_archive(tmp_path: Path) -> None:
     """Only the archive append of a turn waits for its fsync; a power cut may leave the session file as
     it was some turns before (whole: it is replaced by a rename). Those turns come back from the archive."""
     deferred = DeferredSync()
-    sessions = SessionService(tmp_path, deferred)
+    sessions = SessionService(SessionFiles(tmp_path), deferred)
     session = await sessions.get_or_create("telegram", "3")
-    path = sessions.store.path_for(session.id)
+    path = sessions_files(sessions).store.path_for(session.id)
     for number in range(5):
         await sessions.append_messages(session, exchange(number))
     left_behind = path.read_bytes()
@@ -157,7 +161,7 @@ async def test_a_session_file_a_power_cut_left_behind_catches_up_from_the_archiv
     assert deferred.pending > 0  # the rewrites after appends wait for the next round of fsyncs
     path.write_bytes(left_behind)  # what the disk holds after a power cut before that round
 
-    restarted = await SessionService(tmp_path).get_or_create("telegram", "3")
+    restarted = await SessionService(SessionFiles(tmp_path)).get_or_create("telegram", "3")
     assert contents(restarted.messages) == contents(session.messages)
     await deferred.sync()
     assert deferred.pending == 0
@@ -165,7 +169,7 @@ async def test_a_session_file_a_power_cut_left_behind_catches_up_from_the_archiv
 
 async def test_a_change_that_is_not_an_append_does_not_wait_for_a_later_fsync(tmp_path: Path) -> None:
     deferred = DeferredSync()
-    sessions = SessionService(tmp_path, deferred)
+    sessions = SessionService(SessionFiles(tmp_path), deferred)
     session = await sessions.get_or_create("telegram", "4")
     for number in range(3):
         await sessions.append_messages(session, exchange(number))

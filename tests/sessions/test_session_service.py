@@ -13,11 +13,13 @@ from bot.domain.message import Message, Role, ToolCall
 from bot.domain.session import InvalidSessionId
 from bot.sessions import service as session_service
 from bot.sessions.service import SessionPersistError, SessionService
+from bot.sessions.storage import SessionFiles
+from tests.sessions.files import sessions_files
 
 
 @pytest.fixture
 def sessions(tmp_path: Path) -> SessionService:
-    return SessionService(tmp_path / "sessions")
+    return SessionService(SessionFiles(tmp_path / "sessions"))
 
 
 async def test_session_file_has_the_contract_shape(sessions: SessionService, tmp_path: Path) -> None:
@@ -47,11 +49,11 @@ async def test_session_file_has_the_contract_shape(sessions: SessionService, tmp
 
 
 async def test_a_restart_loads_what_was_saved(tmp_path: Path) -> None:
-    first = SessionService(tmp_path / "sessions")
+    first = SessionService(SessionFiles(tmp_path / "sessions"))
     session = await first.get_or_create("console", "local")
     await first.append_messages(session, [Message.user("remember me"), Message.assistant("sure")])
 
-    second = SessionService(tmp_path / "sessions")
+    second = SessionService(SessionFiles(tmp_path / "sessions"))
     reloaded = await second.get_or_create("console", "local")
     assert [m.content for m in reloaded.messages] == ["remember me", "sure"]
     assert reloaded.messages[0].role is Role.USER
@@ -63,7 +65,7 @@ async def test_clear_keeps_the_archive(sessions: SessionService) -> None:
     await sessions.append_messages(session, [Message.user("a"), Message.assistant("b")])
     assert await sessions.clear_messages(session) == 2
     assert await sessions.message_count(session.id) == 0
-    assert [m.content for m in await sessions.archive.read(session.id)] == ["a", "b"]
+    assert [m.content for m in await sessions.read_archive(session.id)] == ["a", "b"]
 
 
 async def test_delete_removes_the_file(sessions: SessionService, tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ async def test_torn_archive_line_is_skipped_then_repaired(sessions: SessionServi
     archive = tmp_path / "sessions" / "archive" / "telegram:7.jsonl"
     with archive.open("a", encoding="utf-8") as handle:
         handle.write('{"id": "x", "role": "user", "content": "cut sh')  # a crash mid-append
-    assert [m.content for m in await sessions.archive.read(session.id)] == ["whole"]
+    assert [m.content for m in await sessions.read_archive(session.id)] == ["whole"]
 
     await sessions.append_messages(session, [Message.user("after")])
     lines = archive.read_text().splitlines()
@@ -91,17 +93,17 @@ async def test_a_message_stored_again_after_a_crash_is_read_once(sessions: Sessi
     # A crash after the archive append and before the session save: the restart stores the message again.
     question = Message.user("is it raining?", "journal-1")
     session = await sessions.get_or_create("telegram", "8")
-    await sessions.archive.append(session.id, [question])
+    await sessions_files(sessions).archive.append(session.id, [question])
     await sessions.append_messages(session, [question, Message.assistant("No.")])
     assert len((tmp_path / "sessions" / "archive" / "telegram:8.jsonl").read_text().splitlines()) == 3
-    assert [m.content for m in await sessions.archive.read(session.id)] == ["is it raining?", "No."]
+    assert [m.content for m in await sessions.read_archive(session.id)] == ["is it raining?", "No."]
 
 
 async def test_corrupt_session_is_quarantined_and_a_fresh_one_started(tmp_path: Path) -> None:
     folder = tmp_path / "sessions"
     folder.mkdir()
     (folder / "telegram:9.json").write_text('{"id": "telegram:9", "messages": [')
-    sessions = SessionService(folder)
+    sessions = SessionService(SessionFiles(folder))
     session = await sessions.get_or_create("telegram", "9")
     assert session.messages == []
     quarantined = list(folder.glob("telegram:9.json.corrupt-*"))
@@ -113,7 +115,9 @@ async def test_corrupt_session_is_quarantined_and_a_fresh_one_started(tmp_path: 
 async def test_lone_surrogates_are_stored_safely(sessions: SessionService) -> None:
     session = await sessions.get_or_create("telegram", "5")
     await sessions.append_messages(session, [Message.user("bad \ud800 text 👩‍👩‍👧")])
-    reloaded = await SessionService(sessions.store.path_for("x:y").parent).get_or_create("telegram", "5")
+    reloaded = await SessionService(SessionFiles(sessions_files(sessions).store.path_for("x:y").parent)).get_or_create(
+        "telegram", "5"
+    )
     assert reloaded.messages[0].content == "bad \ufffd text 👩‍👩‍👧"
 
 
@@ -141,7 +145,7 @@ async def test_the_cache_keeps_the_most_recent_chats_and_reads_older_ones_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(session_service, "CACHE_MAX_SESSIONS", 3)
-    sessions = SessionService(tmp_path / "sessions")
+    sessions = SessionService(SessionFiles(tmp_path / "sessions"))
     for chat in range(10):
         session = await sessions.get_or_create("telegram", str(chat))
         await sessions.append_messages(session, [Message.user(f"hello from chat {chat}")])
@@ -155,7 +159,7 @@ async def test_the_cache_keeps_the_most_recent_chats_and_reads_older_ones_again(
 
 async def test_a_session_still_in_use_is_never_loaded_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session_service, "CACHE_MAX_SESSIONS", 1)
-    sessions = SessionService(tmp_path / "sessions")
+    sessions = SessionService(SessionFiles(tmp_path / "sessions"))
     held = await sessions.get_or_create("telegram", "1")  # a run holds it...
     await sessions.append_messages(held, [Message.user("first")])
     await sessions.get_or_create("telegram", "2")  # ...while another chat pushes it out of the cache
@@ -167,10 +171,10 @@ async def test_a_session_whose_save_failed_is_kept_until_a_save_succeeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(session_service, "CACHE_MAX_SESSIONS", 1)
-    sessions = SessionService(tmp_path / "sessions")
+    sessions = SessionService(SessionFiles(tmp_path / "sessions"))
     session = await sessions.get_or_create("telegram", "1")
     await sessions.append_messages(session, [Message.user("kept on disk")])
-    target = sessions.store.path_for(session.id)
+    target = sessions_files(sessions).store.path_for(session.id)
     target.unlink()
     target.mkdir()  # the next rewrite cannot replace it (as root, permissions would not stop it)
     with pytest.raises(SessionPersistError):
@@ -211,12 +215,12 @@ async def test_messages_added_unwritten_go_out_with_the_next_save(sessions: Sess
     sessions.add_unwritten(session, [question])
     assert sessions.has_unwritten(session)
     assert not (tmp_path / "sessions" / f"{session.id}.json").exists()
-    assert await sessions.archive.read(session.id) == []
+    assert await sessions.read_archive(session.id) == []
     await sessions.append_messages(session, [Message.assistant("the dentist at ten")])
     assert not sessions.has_unwritten(session)
     on_disk = json.loads(stored_json(tmp_path, session.id))
     assert [m["content"] for m in on_disk["messages"]] == ["what is on today?", "the dentist at ten"]
-    assert [m.content for m in await sessions.archive.read(session.id)] == ["what is on today?", "the dentist at ten"]
+    assert [m.content for m in await sessions.read_archive(session.id)] == ["what is on today?", "the dentist at ten"]
 
 
 async def test_a_stop_writes_what_was_added_unwritten(sessions: SessionService, tmp_path: Path) -> None:
@@ -225,4 +229,4 @@ async def test_a_stop_writes_what_was_added_unwritten(sessions: SessionService, 
     await sessions.write_unwritten()
     on_disk = json.loads(stored_json(tmp_path, session.id))
     assert [m["content"] for m in on_disk["messages"]] == ["a question the stop cut short"]
-    assert len(await sessions.archive.read(session.id)) == 1
+    assert len(await sessions.read_archive(session.id)) == 1

@@ -85,6 +85,8 @@ class ContextBuildingSystem(PipelineSystem):
         memory = await self._memory_part(ctx, skill, plan.given(MEMORY))
         if memory is not None and memory.stable:
             ctx.system_prompt_parts[PromptSection.LONG_TERM] = memory.stable
+        if memory is not None:
+            ctx.memory_pack = memory.pack
         if memory is not None and memory.turn:
             section = PromptSection.MEMORY_PACK if memory.shows_pack else PromptSection.DAILY_NOTES
             ctx.system_prompt_parts[section] = memory.turn

@@ -1,0 +1,118 @@
+"""`Database`: a pool of connections to PostgreSQL, opened at start with the schema brought up to date.
+
+Every failure of the server or the network reaches the stores as a `DatabaseError`, an `OSError`: the
+stores already answer a disk that refuses a write (logged, the turn answered anyway, nothing lost that
+was written before), and a database that refuses one is answered the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from bot.database.migrations import SchemaTooNew, apply_migrations
+
+log = logging.getLogger(__name__)
+
+# Connections each process keeps: a turn's writes are a few short statements, so a handful serve many chats.
+POOL_MIN_SIZE = 1
+POOL_MAX_SIZE = 10
+CONNECT_TIMEOUT_SECONDS = 10.0
+# How often an idle process asks the server whether it answers (`/healthz` reports the last answer).
+HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_TIMEOUT_SECONDS = 3.0
+
+
+class DatabaseError(OSError):
+    """PostgreSQL could not be reached or refused a statement."""
+
+
+def _driver() -> Any:
+    try:
+        import asyncpg  # type: ignore[import-untyped]
+    except ImportError as error:
+        raise DatabaseError(
+            "BOT_DATABASE_URL is set but the PostgreSQL driver (asyncpg) is not installed: pip install -e '.[postgres]'"
+        ) from error
+    return asyncpg
+
+
+def _failures(asyncpg: Any) -> tuple[type[Exception], ...]:
+    return (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+class Database:
+    """The pool of one `BOT_DATABASE_URL`: `start` opens it and applies the migrations, `close` closes it."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._pool: Any = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        # Whether the last statement or heartbeat reached the server (False until the pool is open).
+        self.reachable = False
+
+    async def start(self) -> None:
+        asyncpg = _driver()
+        failures: tuple[type[Exception], ...] = (SchemaTooNew, *_failures(asyncpg))
+        try:
+            self._pool = await asyncpg.create_pool(
+                self._url, min_size=POOL_MIN_SIZE, max_size=POOL_MAX_SIZE, timeout=CONNECT_TIMEOUT_SECONDS
+            )
+            async with self._pool.acquire() as connection:
+                await apply_migrations(connection)
+        except failures as error:
+            await self.close()
+            raise DatabaseError(f"PostgreSQL (BOT_DATABASE_URL): {type(error).__name__}: {error}") from error
+        self.reachable = True
+        self._heartbeat = asyncio.create_task(self._beat(), name="database heartbeat")
+        log.info("[Database] Connected; the schema is up to date")
+
+    async def close(self) -> None:
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+        pool, self._pool = self._pool, None
+        self.reachable = False
+        if pool is not None:
+            await pool.close()
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                await asyncio.wait_for(self.fetch("SELECT 1"), HEARTBEAT_TIMEOUT_SECONDS)
+            except (OSError, TimeoutError) as error:
+                self._lost(error)
+
+    def _lost(self, error: BaseException) -> None:
+        if self.reachable:
+            log.error("[Database] PostgreSQL does not answer: %s", error)
+        self.reachable = False
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A connection inside a transaction, committed when the block ends, rolled back when it raises."""
+        asyncpg = _driver()
+        if self._pool is None:
+            raise DatabaseError("the database is not open")
+        try:
+            async with self._pool.acquire() as connection, connection.transaction():
+                yield connection
+        except _failures(asyncpg) as error:
+            if isinstance(error, DatabaseError):
+                raise
+            if not isinstance(error, asyncpg.PostgresError) or isinstance(error, asyncpg.PostgresConnectionError):
+                self._lost(error)  # the server is out of reach (a refused statement is not that)
+            raise DatabaseError(f"PostgreSQL: {type(error).__name__}: {error}") from error
+        if not self.reachable:
+            log.info("[Database] PostgreSQL answers again")
+            self.reachable = True
+
+    async def fetch(self, query: str, *args: object) -> list[Any]:
+        """The rows of one statement (each a mapping by column name)."""
+        async with self.transaction() as connection:
+            return list(await connection.fetch(query, *args))

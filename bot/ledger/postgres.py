@@ -1,0 +1,130 @@
+"""The turn ledger's records as rows of PostgreSQL (`BOT_DATABASE_URL`): `ledger_seen` and `ledger_turns`.
+
+A transport key is a row of `ledger_seen` (unique per channel), a turn a row of `ledger_turns` whose
+columns say how far it got (its reply once answered, `delivered_at` once delivered). Each append is one
+transaction: all its records are kept or none. Reading gives back the records the ledger loads from,
+as the file would after a compaction: the newest keys, the newest delivered turns, the open ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from bot.database.connection import Database
+from bot.ledger.store import REMEMBERED_KEYS, Record
+
+log = logging.getLogger(__name__)
+
+
+class LedgerTables:
+    """The ledger's records in PostgreSQL."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    @property
+    def name(self) -> str:
+        return "PostgreSQL (ledger_seen, ledger_turns)"
+
+    @property
+    def legacy_state(self) -> Path | None:
+        return None
+
+    async def read(self) -> list[Record]:
+        async with self._database.transaction() as connection:
+            keys = await connection.fetch(
+                "SELECT channel_type, key FROM (SELECT channel_type, key, seq FROM ledger_seen ORDER BY seq DESC"
+                " LIMIT $1) newest ORDER BY seq",
+                REMEMBERED_KEYS,
+            )
+            delivered = await connection.fetch(
+                "SELECT turn_id FROM (SELECT turn_id, delivered_at, seq FROM ledger_turns"
+                " WHERE delivered_at IS NOT NULL ORDER BY delivered_at DESC, seq DESC LIMIT $1) newest"
+                " ORDER BY delivered_at, seq",
+                REMEMBERED_KEYS,
+            )
+            open_turns = await connection.fetch(
+                "SELECT turn_id, received, reply FROM ledger_turns WHERE delivered_at IS NULL ORDER BY seq"
+            )
+        records: list[Record] = []
+        if keys:
+            records.append({"seen": [[row["channel_type"], row["key"]] for row in keys]})
+        records.extend({"delivered": row["turn_id"]} for row in delivered)
+        for row in open_turns:
+            received = json.loads(row["received"])
+            if isinstance(received, dict):
+                received["journal_id"] = row["turn_id"]
+            records.append({"received": received})
+            if row["reply"] is not None:
+                records.append({"answered": row["turn_id"], "reply": row["reply"]})
+        return records
+
+    async def append(self, records: list[Record], durable: bool) -> None:
+        async with self._database.transaction() as connection:
+            if not durable:
+                # A power cut may lose a delivery mark (the reply would go again); a crash of this process may not.
+                await connection.execute("SET LOCAL synchronous_commit = off")
+            for record in records:
+                await _write(connection, record)
+
+    async def compact(self, still_asked: list[Record]) -> None:
+        # Other processes may share the tables: what is dropped is by age, never "all but what this one holds".
+        async with self._database.transaction() as connection:
+            await connection.execute(
+                "DELETE FROM ledger_seen WHERE seq <= (SELECT seq FROM ledger_seen ORDER BY seq DESC"
+                " OFFSET $1 LIMIT 1)",
+                REMEMBERED_KEYS,
+            )
+            await connection.execute(
+                "DELETE FROM ledger_turns WHERE delivered_at IS NOT NULL AND seq <= (SELECT seq FROM ledger_turns"
+                " WHERE delivered_at IS NOT NULL ORDER BY seq DESC OFFSET $1 LIMIT 1)",
+                REMEMBERED_KEYS,
+            )
+
+
+async def _write(connection: Any, record: Record) -> None:
+    if isinstance(record.get("seen"), list):
+        keys = [key for key in record["seen"] if isinstance(key, list) and len(key) == 2]
+        await _remember(connection, [str(key[0]) for key in keys], [str(key[1]) for key in keys])
+    elif isinstance(record.get("received"), dict):
+        received = record["received"]
+        await connection.execute(
+            "INSERT INTO ledger_turns (turn_id, received) VALUES ($1, $2::jsonb) ON CONFLICT (turn_id)"
+            " DO UPDATE SET received = excluded.received, reply = NULL, delivered_at = NULL",
+            str(received["journal_id"]),
+            json.dumps(received, ensure_ascii=False),
+        )
+        if received.get("dedup_key") is not None:
+            await _remember(connection, [str(received["channel_type"])], [str(received["dedup_key"])])
+    elif "edited" in record:
+        await connection.execute(
+            "UPDATE ledger_turns SET received = jsonb_set(received, '{text}', to_jsonb($2::text))"
+            " WHERE turn_id = $1 AND delivered_at IS NULL",
+            str(record["edited"]),
+            str(record.get("text", "")),
+        )
+    elif "answered" in record:
+        await connection.execute(
+            "UPDATE ledger_turns SET reply = $2 WHERE turn_id = $1 AND delivered_at IS NULL",
+            str(record["answered"]),
+            str(record.get("reply", "")),
+        )
+    elif "delivered" in record:
+        await connection.execute(
+            "UPDATE ledger_turns SET delivered_at = now() WHERE turn_id = $1 AND delivered_at IS NULL",
+            str(record["delivered"]),
+        )
+    else:
+        log.warning("[Ledger] Not kept: a record of no known kind (%s)", ", ".join(sorted(record)))
+
+
+async def _remember(connection: Any, channel_types: list[str], keys: list[str]) -> None:
+    await connection.execute(
+        "INSERT INTO ledger_seen (channel_type, key) SELECT * FROM unnest($1::text[], $2::text[])"
+        " ON CONFLICT DO NOTHING",
+        channel_types,
+        keys,
+    )

@@ -1,0 +1,152 @@
+"""What the memory asks of an item store: `ItemStore`, the interface `MemoryItemStore` implements over the
+JSONL files and their SQLite index, and that another backend implements to take its place.
+
+The pipeline and the memory service see items only through it: lookups by id, the queries retrieval and
+the pack need (`ItemFacts` for scoring without parsing), the write path (append, replace, relocate,
+remove, then `flush` to make it durable), and the version that lets derived results be kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from collections.abc import Set as AbstractSet
+from datetime import date, datetime
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+from bot.domain.memory import MemoryItem, MemoryLayer
+
+
+class ItemFacts(NamedTuple):
+    """What retrieval ranks an item by, read from its columns in the index without parsing its line."""
+
+    id: str
+    layer: MemoryLayer
+    active: bool
+    day: date  # the day it was made, in the bot's time zone
+    speaker: str | None
+    updated: float  # `updated_at`, in seconds since the epoch
+    salience: float
+    confidence: float
+
+
+class ItemIndex(Protocol):
+    """Something derived from the items (a search index) that follows every change."""
+
+    def add(self, item: MemoryItem) -> None: ...
+
+    def add_many(self, items: list[MemoryItem]) -> None: ...
+
+    def remove(self, item_id: str) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class ItemStore(Protocol):
+    """Every item of one memory scope. Reads and changes are serialised by the scope's lock; `flush` is
+    awaited after it is released, so that concurrent turns share one durable write."""
+
+    # -- following changes ---------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Bumped by every change of the items."""
+        ...
+
+    def appended_since(self, version: int) -> list[str] | None:
+        """The ids of the items added since `version` when nothing else changed meanwhile; None otherwise."""
+        ...
+
+    def subscribe(self, index: ItemIndex) -> None:
+        """Keep `index` in step from now on (it is given every item already loaded)."""
+        ...
+
+    def refresh_sync(self) -> bool:
+        """Take up changes made to the store from outside (hand edits); True when anything changed."""
+        ...
+
+    @property
+    def skipped_lines(self) -> int:
+        """Stored lines that are not valid items (kept, left out of memory)."""
+        ...
+
+    def close(self) -> None: ...
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def __len__(self) -> int: ...
+
+    def get(self, item_id: str) -> MemoryItem | None: ...
+
+    def get_many(self, item_ids: Iterable[str]) -> dict[str, MemoryItem]:
+        """The stored items of `item_ids` in that order (those not stored are left out)."""
+        ...
+
+    def items(self) -> Iterable[MemoryItem]:
+        """Every item, active or not."""
+        ...
+
+    def in_layer(self, layer: MemoryLayer) -> list[MemoryItem]: ...
+
+    def recently_updated(self, limit: int) -> list[MemoryItem]: ...
+
+    def recent_episodic(self, limit: int, since: datetime, skip: Callable[[str], bool]) -> list[MemoryItem]: ...
+
+    def newest_in_layer(self, layer: MemoryLayer, limit: int) -> list[MemoryItem]:
+        """The `limit` active items of one layer changed last, newest first."""
+        ...
+
+    def superseded(self) -> list[MemoryItem]:
+        """Every item a newer version replaced (kept for history)."""
+        ...
+
+    def count_by_layer(self) -> dict[MemoryLayer, int]: ...
+
+    def find_by_fingerprint(self, fingerprint: str, layer: MemoryLayer | None = None) -> MemoryItem | None: ...
+
+    def find_by_key(self, key: str, layer: MemoryLayer) -> list[MemoryItem]: ...
+
+    def superseded_by(self, newer: MemoryItem) -> list[MemoryItem]: ...
+
+    def referring_to(self, references: Iterable[str]) -> list[MemoryItem]: ...
+
+    def ids_referring_to(self, references: Iterable[str]) -> list[str]: ...
+
+    def referring_among(self, item_ids: Collection[str], references: AbstractSet[str]) -> set[str]: ...
+
+    def is_referenced(self, reference: str) -> bool: ...
+
+    def core(self, limit: int) -> list[MemoryItem]: ...
+
+    def pinned(self) -> list[MemoryItem]: ...
+
+    def shared(self) -> list[MemoryItem]: ...
+
+    def speakers_among(self, names: Iterable[str]) -> set[str]: ...
+
+    def facts_of(self, item_ids: Iterable[str], with_neighbours: bool = False) -> dict[str, ItemFacts]: ...
+
+    def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]: ...
+
+    def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]: ...
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    def file_for(self, item: MemoryItem) -> Path:
+        """Where a new item belongs (its layer's file, or day file)."""
+        ...
+
+    def append(self, items: list[MemoryItem]) -> None: ...
+
+    def replace(self, items: list[MemoryItem]) -> None: ...
+
+    def relocate(self, item: MemoryItem) -> None: ...
+
+    def remove(self, item_ids: list[str]) -> list[MemoryItem]: ...
+
+    @property
+    def dirty(self) -> bool:
+        """Whether changes wait for `flush`."""
+        ...
+
+    async def flush(self, durable: bool = True) -> None: ...

@@ -1,0 +1,209 @@
+"""The console in a real browser (headless Chromium from the machine's packages, driven by selenium): log in
+through the link `/console` sends on Telegram, find an item and read its score's parts, edit MEMORY.md and
+see the next reply's prompt use it, read why a reply said what it said, forget an item, open the graph,
+change a setting; a screenshot of each page (and of one at a phone's 390 px) goes to `test-artifacts/console/`.
+
+One browser for the module; the bot runs on the test's event loop, so every browser call is made from a
+thread (a blocking call on the loop would keep the bot from answering the browser)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.channels.telegram_harness import OWNER
+from tests.console.helpers import login_link, say, start_console_bot
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+WAIT_SECONDS = 60  # a loaded machine (the suite on several workers) is slow to render
+T = TypeVar("T")
+
+GRAPHML = """<?xml version='1.0' encoding='utf-8'?>
+<graphml xmlns="http://graphml.graphdrawing.org/xmlns">
+<key id="d0" for="node" attr.name="entity_id" attr.type="string"/>
+<key id="d1" for="node" attr.name="entity_type" attr.type="string"/>
+<key id="d2" for="node" attr.name="description" attr.type="string"/>
+<key id="d3" for="node" attr.name="source_id" attr.type="string"/>
+<key id="d4" for="edge" attr.name="description" attr.type="string"/>
+<key id="d5" for="edge" attr.name="keywords" attr.type="string"/>
+<graph edgedefault="undirected">
+<node id="Ann"><data key="d0">Ann</data><data key="d1">person</data>
+<data key="d2">Ann is the owner of the bot.&lt;SEP&gt;Ann sails on weekends.</data><data key="d3">chunk-1</data></node>
+<node id="Nautilus"><data key="d0">Nautilus</data><data key="d1">boat</data>
+<data key="d2">Nautilus is Ann's boat.</data><data key="d3">chunk-1</data></node>
+<edge source="Ann" target="Nautilus"><data key="d4">Ann owns the boat Nautilus.</data><data key="d5">owns</data></edge>
+</graph></graphml>
+"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail(
+            "The browser tests need Debian's chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver): "
+            "scripts/check.sh installs them when run as root, or: apt-get install -y chromium chromium-driver"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+async def off_loop(call: Callable[..., T], *args: Any) -> T:
+    return await asyncio.to_thread(call, *args)
+
+
+async def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any]) -> Any:
+    return await off_loop(WebDriverWait(driver, WAIT_SECONDS).until, condition)
+
+
+async def open_page(driver: WebDriver, url: str, screenshot: str = "") -> None:
+    await off_loop(driver.get, url)
+    await wait_for(driver, lambda d: d.execute_script("return document.readyState") == "complete")
+    if screenshot:
+        await off_loop(driver.save_screenshot, str(ARTIFACTS / screenshot))
+
+
+def text_of(driver: WebDriver) -> str:
+    return str(driver.find_element(By.TAG_NAME, "main").text)
+
+
+async def test_the_owner_uses_the_console_in_a_browser(
+    browser: WebDriver, workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        await say(fake_telegram, OWNER, "Remember that the bike lock code is 4242.")
+        link = await login_link(fake_telegram, OWNER)
+        root = link.split("/console/", 1)[0] + "/console"
+
+        # Log in: opening the link signs in and lands on the memory page.
+        await off_loop(browser.get, link)
+        await wait_for(browser, lambda d: d.current_url.endswith("/console/memory"))
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "memory.png"))
+        assert "the bike lock code is 4242." in await off_loop(text_of, browser)
+
+        # Search, and the score of the item found in its parts.
+        await open_page(browser, f"{root}/memory?q=bike+lock+code", "search.png")
+        row = await off_loop(
+            browser.find_element,
+            By.XPATH,
+            "//table[contains(@class, 'results')]//tr[td[1][.='the bike lock code is 4242.']]",
+        )
+        parts = re.search(r"lexical (\d\.\d\d) \+ dense 0\.00 \+ lifts (\d\.\d\d) = relevance (\d\.\d\d)", row.text)
+        assert parts, row.text
+        lexical, lifts, relevance = (float(part) for part in parts.groups())
+        assert lexical > 0 and abs(lexical + lifts - relevance) < 0.02
+        assert "recency" in row.text and "salience" in row.text and "confidence" in row.text
+
+        # MEMORY.md edited in the browser, and the next reply's prompt carries it.
+        await open_page(browser, f"{root}/long-term")
+        editor = await off_loop(browser.find_element, By.ID, "long-term")
+        await off_loop(editor.clear)
+        await off_loop(editor.send_keys, "My boat is called Nautilus.")
+        fit = await off_loop(browser.find_element, By.ID, "long-term-fit")
+        assert "tokens of its" in fit.text
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "long-term.png"))
+        await off_loop(browser.find_element(By.CSS_SELECTOR, "form.editor button").click)
+        await wait_for(browser, lambda d: "Saved MEMORY.md" in text_of(d))
+        await say(fake_telegram, OWNER, "What is my boat called?")
+        assert "My boat is called Nautilus." in (fake_openai.system_prompts()[-1] or "")
+
+        # Why this reply: the plan, drawn, and the tokens of the last turn.
+        # The turn's trace is kept just after its reply reached the chat: reloaded until it shows.
+        async def why_shows_the_question() -> str:
+            while True:
+                await open_page(browser, f"{root}/why")
+                shown = await off_loop(text_of, browser)
+                if "What is my boat called?" in shown:
+                    return shown
+                await asyncio.sleep(0.1)
+
+        why = await asyncio.wait_for(why_shows_the_question(), WAIT_SECONDS)
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "why.png"))
+        assert "What is my boat called?" in why and "Prompt plan" in why and "MEMORY.md" in why
+        assert await off_loop(browser.find_elements, By.CSS_SELECTOR, "table.plan svg.bar")
+
+        # Forget the item from its card.
+        await open_page(browser, f"{root}/memory")
+        card = await off_loop(
+            browser.find_element, By.XPATH, "//article[p[@class='content'][.='the bike lock code is 4242.']]"
+        )
+        await off_loop(card.find_element(By.CSS_SELECTOR, "form.danger button").click)
+        await wait_for(browser, lambda d: "Forgotten: the bike lock code is 4242." in text_of(d))
+        config = (await bot.app.config_store.current()).memory
+        assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1) == []
+
+        # The graph: drawn, searched, a node selected.
+        graph_dir = bot.app.workspace.rag_dir / "telegram"
+        graph_dir.mkdir(parents=True, exist_ok=True)
+        (graph_dir / "graph_chunk_entity_relation.graphml").write_text(GRAPHML)
+        (graph_dir / "kv_store_text_chunks.json").write_text(
+            json.dumps({"chunk-1": {"content": "Ann: my boat is Nautilus"}})
+        )
+        await open_page(browser, f"{root}/graph")
+        await wait_for(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph circle")) == 2)
+        search = await off_loop(browser.find_element, By.ID, "graph-search")
+        await off_loop(search.send_keys, "nauti")
+        panel = await wait_for(browser, lambda d: "Nautilus is Ann's boat." in d.find_element(By.ID, "graph-node").text)
+        assert panel
+        await off_loop(browser.find_element(By.CSS_SELECTOR, "#graph circle[data-id='Ann']").click)
+        await wait_for(browser, lambda d: "Ann sails on weekends." in d.find_element(By.ID, "graph-node").text)
+        assert "Ann: my boat is Nautilus" in await off_loop(lambda: browser.find_element(By.ID, "graph-node").text)
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "graph.png"))
+
+        # A setting: a refused value is named and nothing written; a good one is written and in force.
+        await open_page(browser, f"{root}/settings")
+        field = await off_loop(browser.find_element, By.ID, "memory.recentDays")
+        await off_loop(field.clear)
+        await off_loop(field.send_keys, "seven")
+        await off_loop(browser.find_element(By.CSS_SELECTOR, "form.settings > button").click)
+        await wait_for(browser, lambda d: "Nothing was written" in text_of(d))
+        assert "memory.recentDays" in await off_loop(
+            lambda: browser.find_element(By.CSS_SELECTOR, ".setting.refused").text
+        )
+        field = await off_loop(browser.find_element, By.ID, "memory.recentDays")
+        await off_loop(field.clear)
+        await off_loop(field.send_keys, "3")
+        await off_loop(browser.find_element(By.CSS_SELECTOR, "form.settings > button").click)
+        await wait_for(browser, lambda d: "Saved: memory.recentDays = 3" in text_of(d))
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "settings.png"))
+        assert (await bot.app.config_store.current()).memory.recent_days == 3
+        written = json.loads((workspace_dir / "preferences" / "runtime-config.json").read_text())
+        assert written["memory"]["recentDays"] == 3
+
+        await open_page(browser, f"{root}/health", "health.png")
+        assert "messages in" in await off_loop(text_of, browser)
+        await open_page(browser, f"{root}/notes", "notes.png")
+        assert "User: What is my boat called?" in await off_loop(text_of, browser)
+
+        # On a phone's width every page fits without sideways scrolling (wide tables scroll in their box).
+        await off_loop(browser.set_window_size, 390, 844)
+        for name in ("memory", "long-term", "notes", "why", "graph", "settings", "health"):
+            await open_page(browser, f"{root}/{name}", f"{name}-390px.png")
+            width = await off_loop(browser.execute_script, "return document.documentElement.scrollWidth")
+            assert width <= 390, (name, width)
+    finally:
+        await off_loop(browser.set_window_size, 1280, 900)
+        await bot.stop()

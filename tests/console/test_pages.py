@@ -1,0 +1,161 @@
+"""What the console's pages show, over plain HTTP: why a reply said what it said (the plan, the memory
+packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns),
+and the knowledge graph LightRAG really built from a conversation, with a document forgotten from it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.channels.telegram_harness import OWNER
+from tests.console.helpers import (
+    csrf_of,
+    log_in,
+    login_link,
+    new_client,
+    page_showing,
+    root_of,
+    say,
+    start_console_bot,
+)
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec, Usage, echo_responder
+from tests.fakes.telegram_server import FakeTelegram
+from tests.rag.helpers import FAST_RAG, lightrag_responder
+
+QUESTION = "What is the bike lock code?"
+
+
+def answer_with_memory_search(request: dict[str, Any]) -> Reply:
+    """The question is answered after a `memory_search` call, with a cached share reported; anything else is echoed."""
+    messages = request.get("messages", [])
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        return Reply(text="It is 4242.", usage=Usage(prompt_tokens=12000, completion_tokens=5, cached_tokens=9000))
+    if last.get("role") == "user" and last.get("content") == QUESTION and request.get("tools"):
+        return Reply(
+            tool_calls=[ToolCallSpec("memory_search", {"query": "bike lock"})],
+            usage=Usage(prompt_tokens=10000, completion_tokens=10, cached_tokens=6000),
+        )
+    return echo_responder(request)
+
+
+async def test_why_this_reply_shows_the_plan_the_pack_the_tools_and_the_tokens(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.set_responder(answer_with_memory_search)
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram, {"console": {"turnsKept": 2}})
+    try:
+        await say(fake_telegram, OWNER, "Hello there.")
+        await say(fake_telegram, OWNER, "Remember that the bike lock code is 4242.")
+        await say(fake_telegram, OWNER, "/new")  # out of the live conversation: memory brings it back
+        assert await say(fake_telegram, OWNER, QUESTION) == "It is 4242."
+        link = await login_link(fake_telegram, OWNER)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            text = await page_showing(client, f"{root_of(link)}/console/why", "It is 4242.")
+        turns = re.findall(r'<ul class="turns">(.*?)</ul>', text, re.S)[0]
+        assert QUESTION in turns and "Remember that the bike lock code" in turns
+        assert "Hello there." not in turns  # only the last two turns are kept
+        shown = text.split('<section class="turn"', 1)[1]
+        assert QUESTION in shown and "It is 4242." in shown
+        assert re.search(r"Prompt plan: [\d,]+ of [\d,]+ tokens", shown)
+        assert "persona and instructions" in shown and '<svg class="bar' in shown
+        assert re.search(r'<span class="packed" data-item="m[0-9a-f]+">the bike lock code is 4242\.</span>', shown)
+        tools = shown.split("<h3>Tools</h3>", 1)[1].split("<h3>", 1)[0]
+        assert "memory_search" in tools and "bike lock" in tools and "the bike lock code is 4242." in tools
+        tokens = shown.split("<h3>Tokens</h3>", 1)[1]
+        async with new_client() as client:
+            (await log_in(client, await login_link(fake_telegram, OWNER))).release()
+            async with client.get(f"{root_of(link)}/console/health") as page:
+                health = await page.text()
+        spent = health.split('<table class="spent">', 1)[1].split("</table>", 1)[0]
+        # The question's two calls alone: 22,000 prompt tokens, 15,000 cached (the other replies add a few more).
+        reply = re.search(r"<td>today</td><td>reply</td><td>([\d,]+)</td><td>[\d,]+</td><td>(\d+)%", spent)
+        assert reply, spent
+        assert int(reply.group(1).replace(",", "")) >= 22000 and int(reply.group(2)) >= 60
+        assert "<td>10,000</td><td>6,000</td><td>60%</td>" in tokens
+        assert "<td>12,000</td><td>9,000</td><td>75%</td>" in tokens
+    finally:
+        await bot.stop()
+
+
+async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.set_responder(lightrag_responder)
+    rag = {**FAST_RAG, "embeddingModel": "text-embedding-3-small"}
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram, {"rag": rag, "memory": {"enabled": False}})
+    try:
+        await say(fake_telegram, OWNER, "My sister Marta lives in Lisbon near the river.")
+        store = bot.app.rag.store
+        for _ in range(500):
+            if (await store.counts())["queued"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert await bot.app.rag.flush() == 1
+        link = await login_link(fake_telegram, OWNER)
+        root = root_of(link)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            async with client.get(f"{root}/console/graph.json") as data:
+                graph = await data.json()
+            nodes = {node["id"]: node for node in graph["nodes"]}
+            assert {"Marta", "Lisbon"} <= set(nodes)
+            assert any("Marta lives in Lisbon" in text for text in nodes["Marta"]["descriptions"])
+            assert any("Marta lives in Lisbon" in source for source in nodes["Marta"]["sources"])
+            assert any({edge["source"], edge["target"]} == {"Marta", "Lisbon"} for edge in graph["edges"])
+
+            async with client.get(f"{root}/console/graph") as page:
+                text = await page.text()
+            assert "Documents indexed · 1" in text and "My sister Marta lives in Lisbon" in text
+            [doc] = await store.live()
+            async with client.post(f"{root}/console/graph/forget", data={"doc": doc.id, "csrf": csrf_of(text)}) as done:
+                assert "Forgotten: 1 document(s)" in await done.text()
+            async with client.get(f"{root}/console/graph.json") as data:
+                assert "Marta" not in {node["id"] for node in (await data.json())["nodes"]}
+            assert await store.live() == []
+    finally:
+        await bot.stop()
+
+
+async def test_an_item_edited_keeps_its_earlier_version_and_a_pinned_one_goes_into_every_prompt(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        await say(fake_telegram, OWNER, "Remember that the bike lock code is 4242.")
+        config = (await bot.app.config_store.current()).memory
+        [(item, _)] = await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
+        link = await login_link(fake_telegram, OWNER)
+        root = root_of(link)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            async with client.get(f"{root}/console/memory") as page:
+                csrf = csrf_of(await page.text())
+            edit = {"action": "edit", "id": item.id, "content": "the bike lock code is 1234.", "csrf": csrf}
+            async with client.post(f"{root}/console/memory", data=edit) as done:
+                text = await done.text()
+            assert "Saved: the bike lock code is 1234." in text
+            card = re.search(
+                r'<article class="item"[^>]*>(?:(?!</article>).)*the bike lock code is 1234\.(?:(?!</article>).)*',
+                text,
+                re.S,
+            )
+            assert card, text
+            assert "1 earlier version" in card.group(0) and "<s>the bike lock code is 4242.</s>" in card.group(0)
+            [(edited, _)] = await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
+            async with client.post(
+                f"{root}/console/memory", data={"action": "pin", "id": edited.id, "csrf": csrf}
+            ) as done:
+                assert "Pinned: the bike lock code is 1234." in await done.text()
+            async with client.post(
+                f"{root}/console/memory", data={"action": "edit", "id": edited.id, "content": " ", "csrf": csrf}
+            ) as done:
+                assert "An item cannot be empty: forget it instead." in await done.text()
+        await say(fake_telegram, OWNER, "/new")
+        await say(fake_telegram, OWNER, "Good morning")
+        assert "## Pinned Memory\n- the bike lock code is 1234." in (fake_openai.system_prompts()[-1] or "")
+    finally:
+        await bot.stop()
