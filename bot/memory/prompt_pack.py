@@ -159,6 +159,7 @@ class MemoryPromptPackService:
             limit = rooms[position]
             if used >= room_later[position]:
                 dropped += len(ranked) - position
+                missed += ranked[position : position + MISSED_SHOWN - len(missed)]
                 break
             if used >= limit:
                 dropped += 1
