@@ -9,11 +9,15 @@ categories 1-4 as the owner's Telegram message, collects every `[D<n>:<m>]` in t
 developer) messages of the model request that carries it, and scores the fraction of the question's
 evidence found there. After each question: `/new`, and the memory folder is put back as it was.
 
-Printed: R_frac overall and per category, the median size of the system messages in characters, the
-median round trip (message pushed to reply seen) and the median memory retrieval time (the bot's own
-`[Context] Memory pack` log line). `--json` adds one JSON line of figures.
+Printed: R_frac overall and per category, the median size of the system messages in characters (and
+their quartiles and largest), the median round trip (message pushed to reply seen) and the median memory
+retrieval time (the bot's own `[Context] Memory pack` log line). `--json` adds one JSON line of figures.
 
-Run: `.venv/bin/python -m bench.locomo [--conversations N] [--questions N] [--json]`.
+`--data` takes any file in LoCoMo's format, such as the synthetic conversations of
+`bench.synthetic_conversations`.
+
+Run: `.venv/bin/python -m bench.locomo [--conversations N] [--only conv-44,...] [--questions N] [--json]
+[--data FILE]`.
 """
 
 from __future__ import annotations
@@ -209,10 +213,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
     parser.add_argument("--questions", type=int, default=None, help="only the first N questions of each")
+    parser.add_argument("--only", default="", help="only these conversations (sample ids, comma-separated)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args()
-    conversations = json.loads(args.data.read_text())[: args.conversations]
+    conversations = json.loads(args.data.read_text())
+    if args.only:
+        conversations = [c for c in conversations if c["sample_id"] in args.only.split(",")]
+    conversations = conversations[: args.conversations]
     results = []
     with tempfile.TemporaryDirectory(prefix="locomo-") as folder:
         for conversation in conversations:
@@ -220,7 +228,8 @@ def main() -> int:
             results.append(result)
             mean = statistics.mean(score for _, score in result["scores"])
             print(
-                f"{result['sample']}: {len(result['scores'])} questions, R_frac {mean:.3f}, "
+                f"{result['sample']}: {len(result['scores'])} questions, R_frac {mean:.3f}, system messages p50 "
+                f"{statistics.median(result['system_chars']):.0f} chars, "
                 f"{result['items']} items embedded in {result['warm_up_s']:.0f} s",
                 file=sys.stderr,
             )
@@ -232,7 +241,9 @@ def main() -> int:
         for number, name in CATEGORIES.items()
         if any(category == number for category, _ in scores)
     }
-    chars = statistics.median(c for result in results for c in result["system_chars"])
+    sizes = [c for result in results for c in result["system_chars"]]
+    chars = statistics.median(sizes)
+    quartiles = statistics.quantiles(sizes, n=4) if len(sizes) > 1 else [chars, chars, chars]
     round_trip = statistics.median(t for result in results for t in result["round_trips"]) * 1000
     retrieval = [ms for result in results for ms in result["retrieval_ms"]]
     retrieval_p50 = statistics.median(retrieval) if retrieval else float("nan")
@@ -241,7 +252,8 @@ def main() -> int:
     for name, value in per_category.items():
         print(f"  R_frac {name:<11} {value:.3f}")
     print(
-        f"  system messages p50 {chars:.0f} chars; round trip p50 {round_trip:.0f} ms; "
+        f"  system messages p50 {chars:.0f} chars (quartiles {quartiles[0]:.0f} / {quartiles[2]:.0f}, largest "
+        f"{max(sizes)}); round trip p50 {round_trip:.0f} ms; "
         f"retrieval p50 {retrieval_p50:.1f} ms"
     )
     if args.json:
@@ -253,6 +265,8 @@ def main() -> int:
                     "r_frac": round(overall, 4),
                     "per_category": {name: round(value, 4) for name, value in per_category.items()},
                     "system_chars_p50": chars,
+                    "system_chars_quartiles": [round(quartiles[0]), round(quartiles[2])],
+                    "system_chars_max": max(sizes),
                     "round_trip_ms_p50": round(round_trip, 1),
                     "retrieval_ms_p50": round(retrieval_p50, 1),
                 }

@@ -38,8 +38,8 @@ GRID: dict[str, tuple[float, ...]] = {
     "SPEAKER_WEIGHT": (0.3, 0.6, 0.9),
     "TIME_WEIGHT": (0.15, 0.3, 0.45),
 }
-# Not here: the pack's `HIGH_RELEVANCE`, which trades recall for pack size (a lower value always recalls
-# more, with a larger prompt: README "Memory"), so recall alone would always pick the lowest.
+# Not here: the pack's size (the budgets), which trades recall for prompt size (a larger pack always
+# recalls more), so recall alone would always pick the largest.
 
 
 async def recall_of(conversation: dict[str, Any], root: Path) -> float:

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from bot.domain.memory import MemoryItem
 from bot.domain.text import STOPWORDS
+from bot.memory.search_keys import search_keys
 
 K1 = 1.2
 B = 0.75
@@ -111,7 +112,10 @@ class Bm25Index:
         for item in items:
             if not item.active:
                 continue
-            with_none = Counter(map(_term, _WORD.findall(f"{item.content} {' '.join(item.tags)}".lower())))
+            # Its words, its tags and its search keys (the regions of the places it names, the dates its
+            # relative dates meant): found by any, shown by its words alone.
+            indexed = f"{item.content} {' '.join(item.tags)} {search_keys(item)}"
+            with_none = Counter(map(_term, _WORD.findall(indexed.lower())))
             with_none.pop(None, None)
             counts = cast(Counter[str], with_none)
             slot = self._new_slot(item.id, sum(counts.values()))

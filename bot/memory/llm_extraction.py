@@ -30,7 +30,9 @@ EXTRACTION_INSTRUCTIONS = (
     'Answer with JSON only, no prose: {"items": [{"layer": "SEMANTIC" or "EPISODIC", '
     '"type": "identity" | "preference" | "constraint" | "decision" | "fact", "content": "one short sentence", '
     '"key": "slot name such as name or lives in, or null", "confidence": 0.0-1.0}]}. '
-    'Use SEMANTIC for clearly stated lasting facts, EPISODIC for tentative ones. {"items": []} when nothing.'
+    'Use SEMANTIC for clearly stated lasting facts, EPISODIC for tentative ones. {"items": []} when nothing. '
+    "The exchange's date is given first: write a relative date (yesterday, last Friday, next month) as the "
+    "date it means on that day."
 )
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 
@@ -59,7 +61,9 @@ class LlmMemoryExtractor:
         self._model = model
 
     async def extract(self, event: TurnMemoryEvent) -> list[MemoryCandidate] | None:
-        exchange = f"User: {event.user_text}\n\nAssistant: {event.assistant_text}"
+        # Relative dates are resolved against when the exchange was said, which may be long before now.
+        said = f"Said on {event.timestamp:%A %d %B %Y}."
+        exchange = f"{said}\n\nUser: {event.user_text}\n\nAssistant: {event.assistant_text}"
         request = ChatRequest(
             model=self._model,
             messages=[

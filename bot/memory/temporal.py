@@ -7,6 +7,7 @@ when the words differ. English cues only; a message without one gives no window 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 MONTHS = {
@@ -97,3 +98,100 @@ def time_window(text: str, now: datetime) -> DateWindow | None:
         year = int(found[1])
         return date(year, 1, 1), date(year, 12, 31)
     return None
+
+
+# Relative dates in what was said, resolved against when it was said (`said_dates`).
+_SAID_DAY = re.compile(r"\b(yesterday|last night|today|tonight|this morning|tomorrow)\b", re.IGNORECASE)
+_SAID_UNIT = re.compile(r"\b(last|this|next|past|previous)\s+(week|weekend|month|year)\b", re.IGNORECASE)
+_SAID_WEEKDAY = re.compile(r"\b(last|next|this past|this coming)\s+(" + "|".join(WEEKDAYS) + r")\b", re.IGNORECASE)
+_SAID_AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago\b", re.IGNORECASE)
+# Every relative date above holds one of these ("yesterday" and the weekdays hold "day").
+_SAID_WORDS = ("day", "night", "morning", "tomorrow", "week", "month", "year", " ago")
+_DAY_OFFSETS = {"yesterday": -1, "last night": -1, "today": 0, "tonight": 0, "this morning": 0, "tomorrow": 1}
+
+
+@dataclass(frozen=True)
+class SaidDate:
+    """A relative date in a text (`text[start:end]`), as the dates it meant when it was said."""
+
+    start: int
+    end: int
+    first: date
+    last: date
+
+    def label(self) -> str:
+        """The dates in words: "5 May 2023", "1-7 May 2023", "May 2023", "2023"."""
+        first, last = self.first, self.last
+        if first == last:
+            return f"{first.day} {first:%B %Y}"
+        if (first.month, first.day, last.month, last.day) == (1, 1, 12, 31) and first.year == last.year:
+            return str(first.year)
+        if first.day == 1 and last == _month_window(first.year, first.month)[1]:
+            return f"{first:%B %Y}"
+        if first.month == last.month:
+            return f"{first.day}-{last.day} {last:%B %Y}"
+        return f"{first.day} {first:%B} - {last.day} {last:%B %Y}"
+
+
+def _unit_window(word: str, unit: str, today: date) -> DateWindow:
+    step = {"last": -1, "past": -1, "previous": -1, "this": 0, "next": 1}[word]
+    if unit == "weekend":
+        saturday = today + timedelta(days=(5 - today.weekday()) % 7 - (7 if step < 0 else 0) + (7 if step > 0 else 0))
+        return saturday, saturday + timedelta(days=1)
+    if unit == "week":
+        monday = today - timedelta(days=today.weekday()) + timedelta(days=7 * step)
+        return monday, monday + timedelta(days=6)
+    if unit == "month":
+        month = today.month - 1 + step
+        return _month_window(today.year + month // 12, month % 12 + 1)
+    return date(today.year + step, 1, 1), date(today.year + step, 12, 31)
+
+
+def said_dates(text: str, said: datetime) -> list[SaidDate]:
+    """The relative dates of `text` ("yesterday", "last Friday", "next month", "two weeks ago") as the dates
+    they meant on the day `said` (in its own zone): when it was said, never when it is read."""
+    lowered = text.lower()
+    if not any(word in lowered for word in _SAID_WORDS):
+        return []  # most texts name no time: one pass of substring checks instead of four searches
+    today = said.date()
+    found: list[SaidDate] = []
+    for match in _SAID_DAY.finditer(text):
+        day = today + timedelta(days=_DAY_OFFSETS[match[1].lower()])
+        found.append(SaidDate(match.start(), match.end(), day, day))
+    for match in _SAID_UNIT.finditer(text):
+        found.append(SaidDate(match.start(), match.end(), *_unit_window(match[1].lower(), match[2].lower(), today)))
+    for match in _SAID_WEEKDAY.finditer(text):
+        weekday = WEEKDAYS.index(match[2].lower())
+        if match[1].lower() in ("next", "this coming"):
+            day = today + timedelta(days=(weekday - today.weekday()) % 7 or 7)
+        else:
+            day = today - timedelta(days=(today.weekday() - weekday) % 7 or 7)
+        found.append(SaidDate(match.start(), match.end(), day, day))
+    for match in _SAID_AGO.finditer(text):
+        count = int(match[1]) if match[1].isdigit() else _NUMBERS[match[1].lower()]
+        unit = match[2].lower()
+        if unit == "day":
+            day = today - timedelta(days=count)
+            found.append(SaidDate(match.start(), match.end(), day, day))
+        elif unit == "week":
+            monday = today - timedelta(days=today.weekday() + 7 * count)
+            found.append(SaidDate(match.start(), match.end(), monday, monday + timedelta(days=6)))
+        elif unit == "month":
+            month = today.month - 1 - count
+            found.append(SaidDate(match.start(), match.end(), *_month_window(today.year + month // 12, month % 12 + 1)))
+        else:
+            year = today.year - count
+            found.append(SaidDate(match.start(), match.end(), date(year, 1, 1), date(year, 12, 31)))
+    found.sort(key=lambda said_date: said_date.start)
+    return [each for n, each in enumerate(found) if n == 0 or each.start >= found[n - 1].end]
+
+
+def with_said_dates(text: str, said: datetime) -> str:
+    """`text` with each relative date followed by the dates it meant when it was said: "last Friday (5 May
+    2023)". The words said stay as they were."""
+    pieces = []
+    position = 0
+    for each in said_dates(text, said):
+        pieces += [text[position : each.end], f" ({each.label()})"]
+        position = each.end
+    return "".join(pieces) + text[position:]
