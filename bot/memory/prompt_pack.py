@@ -159,7 +159,6 @@ class MemoryPromptPackService:
             limit = rooms[position]
             if used >= room_later[position]:
                 dropped += len(ranked) - position
-                missed += ranked[position : position + MISSED_SHOWN - len(missed)]
                 break
             if used >= limit:
                 dropped += 1
