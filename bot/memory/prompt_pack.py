@@ -1,20 +1,18 @@
 """`MemoryPromptPackService`: renders the retrieved items as prompt sections within the token budgets.
 
-The pack is filled by value, not by a fixed count. What every message is owed comes first and is
-held by `softPromptBudgetTokens`: pinned items (these up to `maxPromptBudgetTokens`), the working set
-(the last `workingTopK` exchanges outside the live session) and the best `…TopK` of each layer. Every
-other candidate is worth its relevance (0..1, against the message's best match) and costs its tokens,
-and the price of a token rises with the pack: the pack's `n`-th token is worth buying only for an item
-at least `n / maxPromptBudgetTokens` as relevant as the best. So an item comes in while the pack with
-it stays within `relevance × maxPromptBudgetTokens` tokens: a question with one strong match and a tail
-of weak ones gets a small pack, one with many strong matches a large one, on any memory, and no
-threshold decides it. The pack is full once `FULL_AFTER_MISSES` items in a row no longer fit, or once
-no item left is relevant enough for the room used; stopping early spares reading the rest of a large
-memory. The same text twice (up to case, punctuation and spacing) is shown once. A single item longer
-than `ITEM_CHAR_LIMIT` is cut with a visible marker. A relative date in an item ("yesterday", "last
+The pack is filled by score, not by a fixed count: pinned items first, then the working set (the
+last `workingTopK` exchanges outside the live session), then the best `…TopK` of each layer, then
+everything else best first, while the pack stays within `softPromptBudgetTokens`. Past it, only items
+at least `HIGH_RELEVANCE` as relevant as the best match go in, and never past `maxPromptBudgetTokens`
+(headers count): the extra tokens go to questions with many strong matches rather than to every one
+(on LoCoMo this recalls more than a larger soft budget at the same mean pack size). The pack is full
+once `FULL_AFTER_MISSES` such items in a row no longer fit: recall does not depend on that number, and
+stopping early spares reading the rest of a large memory. The
+same text twice (up to case, punctuation and spacing) is shown once. A single item longer than
+`ITEM_CHAR_LIMIT` is cut with a visible marker. A relative date in an item ("yesterday", "last
 Friday") is followed by the dates it meant on the day the item was made. Exchanges are shown under a
-heading per day with their time, so "when did …" can be answered; how many items did not fit is kept in
-the diagnostics.
+heading per day with their time, so "when did …" can be answered; how many items did not fit is kept
+in the diagnostics.
 
 The candidates come ranked but not parsed (`RankedItem`): the pack parses an item only when it reads
 it, `PARSE_AHEAD` at a time, so the hundreds it never reaches cost nothing.
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import tzinfo
-from typing import NamedTuple
 
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
@@ -36,15 +33,16 @@ from bot.memory.temporal import with_said_dates
 # The items a pack reads, by id (`MemoryItemStore.get_many`: those no longer stored are left out).
 ItemReader = Callable[[Iterable[str]], Mapping[str, MemoryItem]]
 
+HIGH_RELEVANCE = 0.45
 ITEM_CHAR_LIMIT = 700
 TOP_SCORES_SHOWN = 5
 # The candidates left out for the budget that the diagnostics name (the console shows them as near misses).
 MISSED_SHOWN = 5
 # Items parsed at once when the pack reaches one not yet parsed: it and the next ones (one query).
 PARSE_AHEAD = 32
-# This many items in a row that are not worth their tokens end the pack: what is left is the ever smaller
-# room of a full pack, and reading on (at 100,000 items, ~190 more parsed per message for one short line
-# now and then) costs more than that line is worth.
+# Once the soft budget is full, this many high items in a row that do not fit under the max end the
+# pack: what is left is the ever smaller room of a full pack, and reading on (at 100,000 items, ~190 more
+# parsed per message for one short line now and then) costs more than that line is worth.
 FULL_AFTER_MISSES = 8
 DATED_SECTIONS = (Section.EPISODIC, Section.WORKING)
 
@@ -57,15 +55,8 @@ SECTION_HEADERS = {
 }
 
 
-class Offered(NamedTuple):
-    """The candidates in the order the pack reads them; the first `owed` are what every message is owed."""
-
-    items: list[RankedItem]
-    owed: int
-
-
-def offered_order(items: list[RankedItem], query: MemoryQuery) -> Offered:
-    """Pinned, the working set, each layer's top k (these owed), then the rest: each group best first."""
+def offered_order(items: list[RankedItem], query: MemoryQuery) -> list[RankedItem]:
+    """Pinned, the working set, each layer's top k, then the rest: each group best first."""
     top_k = {
         MemoryLayer.EPISODIC: query.episodic_top_k,
         MemoryLayer.SEMANTIC: query.semantic_top_k,
@@ -83,24 +74,7 @@ def offered_order(items: list[RankedItem], query: MemoryQuery) -> Offered:
         else:
             rest.append(scored)
     first.sort(key=lambda entry: entry.section != Section.PINNED)
-    return Offered(first + guaranteed + rest, len(first) + len(guaranteed))
-
-
-def best_relevance(ranked: Sequence[RankedItem]) -> float:
-    """The relevance of the message's best match (pinned items and the working set are not matches)."""
-    return max(
-        (entry.relevance for entry in ranked if entry.section not in (Section.PINNED, Section.WORKING)), default=0.0
-    )
-
-
-def allowance(scored: RankedItem, owed: bool, best: float, soft_tokens: int, max_tokens: int) -> float:
-    """The size in tokens the pack may reach with this item in it: the pinned up to the max, what is owed up
-    to the soft budget, any other item up to its relevance (against the `best` match's) times the max: the
-    price of a token rises with the pack."""
-    if scored.section == Section.PINNED:
-        return max_tokens
-    value = min(scored.relevance / best, 1.0) if best > 0 else 0.0
-    return max(soft_tokens, value * max_tokens) if owed else value * max_tokens
+    return first + guaranteed + rest
 
 
 class MemoryPromptPackService:
@@ -118,6 +92,11 @@ class MemoryPromptPackService:
             content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(content) - ITEM_CHAR_LIMIT)
         return "- " + content.replace("\n", "\n  ")
 
+    @staticmethod
+    def worth_more(scored: RankedItem) -> bool:
+        """Whether an item may go past the soft budget: pinned, or at least `HIGH_RELEVANCE` of the best match."""
+        return scored.section == Section.PINNED or scored.relevance >= HIGH_RELEVANCE
+
     def when(self, item: MemoryItem) -> tuple[str, str]:
         """The item's day heading and clock time (one conversion to the bot's zone for both)."""
         local = item.created_at.astimezone(self._zone)
@@ -125,19 +104,16 @@ class MemoryPromptPackService:
 
     def build(
         self,
-        offered: Offered | Sequence[RankedItem],
+        offered: Sequence[RankedItem],
         items: ItemReader,
         candidates: int,
         soft_tokens: int,
         max_tokens: int,
         model: str | None = None,
     ) -> MemoryPack:
-        """The pack of `offered` (`offered_order`; a plain list owes nothing) within the budgets, counted in
-        `model`'s tokens; `items` reads the items it gets to (one left out by it, no longer stored, is passed
-        over)."""
-        ranked, owed = (offered.items, offered.owed) if isinstance(offered, Offered) else (list(offered), 0)
+        """The pack of `offered` (in `offered_order`) within the budgets, counted in `model`'s tokens; `items`
+        reads the items it gets to (one left out by it, no longer stored, is passed over)."""
         soft_tokens = min(soft_tokens, max_tokens)
-        best = best_relevance(ranked)
         chosen: dict[str, list[tuple[ScoredItem, str]]] = {section: [] for section in Section.ORDER}
         read: dict[str, MemoryItem] = {}
         # Day headings, and the clock times, already paid for: each is shown once.
@@ -145,32 +121,29 @@ class MemoryPromptPackService:
         seen: set[str] = set()
         used = 0
         dropped = 0
-        rooms = [
-            min(allowance(entry, position < owed, best, soft_tokens, max_tokens), max_tokens)
-            for position, entry in enumerate(ranked)
-        ]
-        # The largest allowance of any item from position i on: once the pack is past it, nothing later fits.
-        room_later = [0.0] * (len(ranked) + 1)
-        for position in range(len(ranked) - 1, -1, -1):
-            room_later[position] = max(room_later[position + 1], rooms[position])
-        misses = 0  # items in a row that were not worth their tokens
         missed: list[RankedItem] = []
-        for position, scored in enumerate(ranked):
-            limit = rooms[position]
-            if used >= room_later[position]:
-                dropped += len(ranked) - position
-                break
-            if used >= limit:
+        # Whether anything from position i on may still go past the soft budget (pinned or a high score).
+        worth_later = [False] * (len(offered) + 1)
+        for position in range(len(offered) - 1, -1, -1):
+            scored = offered[position]
+            worth_later[position] = worth_later[position + 1] or self.worth_more(scored)
+        soft_full = False  # the first item that does not fit in the soft budget fills it
+        misses = 0  # high items in a row that did not fit under the max, once the soft budget is full
+        for position, scored in enumerate(offered):
+            if soft_full and not self.worth_more(scored):
                 dropped += 1
                 if len(missed) < MISSED_SHOWN:
                     missed.append(scored)
+                if not worth_later[position]:
+                    dropped += len(offered) - position - 1
+                    break
                 continue
             if scored.item_id not in read:
-                # This item and the next ones that may still be worth a line.
+                # This item and the next ones the loop will read (once the soft budget is full, the high ones).
                 ahead = [
-                    ranked[number].item_id
-                    for number in range(position, min(position + PARSE_AHEAD, len(ranked)))
-                    if ranked[number].item_id not in read and rooms[number] > used
+                    entry.item_id
+                    for entry in offered[position : position + PARSE_AHEAD]
+                    if entry.item_id not in read and (not soft_full or self.worth_more(entry))
                 ]
                 read.update(items(ahead))
             item = read.get(scored.item_id)
@@ -189,7 +162,8 @@ class MemoryPromptPackService:
             stamp = (scored.section, heading, clock) if heading else None
             if stamp is not None and stamp not in headings:
                 cost += self._estimator.text(stamp[2], model)
-            if used + cost <= limit:
+            within_soft = used + cost <= soft_tokens
+            if within_soft or (self.worth_more(scored) and used + cost <= max_tokens):
                 chosen[scored.section].append((ScoredItem(item, scored.score, scored.section, scored.parts), text))
                 seen.add(same_text)
                 if heading:
@@ -202,9 +176,10 @@ class MemoryPromptPackService:
                 dropped += 1
                 if len(missed) < MISSED_SHOWN:
                     missed.append(scored)
-                misses += 1
-                if misses >= FULL_AFTER_MISSES and position >= owed:
-                    dropped += len(ranked) - position - 1
+                misses += soft_full
+                soft_full = True
+                if misses >= FULL_AFTER_MISSES:
+                    dropped += len(offered) - position - 1
                     break
         blocks = []
         selected: list[ScoredItem] = []

@@ -245,8 +245,7 @@ async def test_the_pack_is_counted_in_the_tokens_the_chat_model_really_uses(work
     )
     config = MemoryConfig(embeddings_model=None)
     question = "what did we plan for the kitchen tiles, the tax forms and the train to Lyon?"
-    # Small enough that the best matches alone fill it: the budget, not the relevance, ends the pack.
-    share = 500
+    share = 1500
     try:
         default = await service.build_prompt(config, "test:1", question, share_tokens=share)
         calibrated = await service.build_prompt(config, "test:1", question, share_tokens=share, model="chat-model")
