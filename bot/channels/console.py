@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import socket
+import stat
 import sys
+import threading
 from pathlib import Path
 from typing import TextIO
 
@@ -26,6 +30,8 @@ CONSOLE_CHAT_ID = "local"
 CONSOLE_USER_ID = "owner"
 # A piped line may be this long; a longer one is refused with a message, never cut.
 MAX_PIPED_LINE_BYTES = 16 * 1024 * 1024
+# How much of a file given as standard input the relay reads at once.
+RELAY_CHUNK_BYTES = 64 * 1024
 # Escape sequences (a function key readline does not know, colours in a pasted text) and control
 # characters other than tab and newline: never part of what the person meant to say.
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
@@ -34,6 +40,41 @@ _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1
 def typed_text(line: str) -> str:
     """A typed or piped line as a message: its line ending, escape sequences and control characters gone."""
     return _CONTROL.sub("", line.rstrip("\r\n"))
+
+
+def _watchable(stream: TextIO) -> bool:
+    """Whether the event loop can wait on the stream: a pipe, a socket or a terminal. A regular file
+    (`bot chat < notes.txt`) and `/dev/null` cannot be waited on by epoll."""
+    try:
+        descriptor = stream.fileno()
+        mode = os.fstat(descriptor).st_mode
+    except (OSError, ValueError):  # no descriptor (io.UnsupportedOperation is both)
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(descriptor)
+
+
+def _relayed(stream: TextIO) -> socket.socket:
+    """A socket that carries what `stream` holds, copied by a thread: the loop reads it as it reads a
+    pipe, a full socket buffer holds the copy back (a large file is not read into memory ahead of the
+    chat), and the end of the stream closes it."""
+    ours, theirs = socket.socketpair()
+
+    def read_chunk() -> bytes:
+        try:
+            return os.read(stream.fileno(), RELAY_CHUNK_BYTES)
+        except (OSError, ValueError):
+            return stream.read(RELAY_CHUNK_BYTES).encode("utf-8", "surrogateescape")
+
+    def copy() -> None:
+        with theirs:
+            try:
+                while chunk := read_chunk():
+                    theirs.sendall(chunk)
+            except OSError:  # the chat stopped and closed its end
+                return
+
+    threading.Thread(target=copy, name="console-input", daemon=True).start()
+    return ours
 
 
 class ConsoleChannel(Channel):
@@ -69,7 +110,8 @@ class ConsoleChannel(Channel):
             return
         reader = asyncio.StreamReader(limit=MAX_PIPED_LINE_BYTES)
         loop = asyncio.get_running_loop()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._stdin)
+        source = self._stdin if _watchable(self._stdin) else _relayed(self._stdin)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), source)
         self._reader_task = asyncio.create_task(self._read_lines(reader, handler))
 
     async def _start_terminal(self, handler: InboundHandler) -> None:

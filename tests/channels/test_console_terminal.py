@@ -19,6 +19,7 @@ import termios
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
@@ -203,3 +204,37 @@ async def test_a_piped_line_past_the_limit_is_not_sent_and_says_so_and_the_next_
     await channel.stop()
     assert received == ["next line"]
     assert shown.getvalue() == "That line is longer than 1,000 bytes; it was not sent.\n"
+
+
+LINES = "first line\n\nsecond line, no newline at the end"
+
+
+def standard_input(given: str, folder: Path) -> tuple[TextIO, list[str]]:
+    """The stream given as standard input, and the messages it holds."""
+    expected = ["first line", "second line, no newline at the end"]
+    if given == "a file":
+        (folder / "notes.txt").write_text(LINES)
+        return open(folder / "notes.txt"), expected
+    if given == "/dev/null":
+        return open(os.devnull), []
+    return io.StringIO(LINES), expected
+
+
+@pytest.mark.parametrize("given", ["a file", "/dev/null", "text in memory"])
+async def test_a_file_or_dev_null_as_standard_input_is_read_to_its_end(given: str, tmp_path: Path) -> None:
+    """`bot chat < notes.txt` and `bot chat < /dev/null`: the event loop cannot wait on either, so each
+    is read through a relay and the chat closes at its end."""
+    stdin, expected = standard_input(given, tmp_path)
+    channel = ConsoleChannel(stdin=stdin, stdout=io.StringIO())
+    received: list[str] = []
+
+    async def handler(inbound: InboundMessage) -> None:
+        received.append(inbound.text)
+
+    try:
+        await channel.start(handler)
+        await asyncio.wait_for(channel.input_closed.wait(), 10)
+        await channel.stop()
+    finally:
+        stdin.close()
+    assert received == expected
