@@ -173,7 +173,8 @@ def test_the_history_is_there_in_the_next_chat_and_ctrl_c_leaves(tmp_path: Path,
     try:
         second.read_until(lambda s: s.endswith(b"> "))
         second.type(UP + b"\r")
-        second.read_until(lambda s: s.count(b"echo: remember this line") >= 1)
+        # The reply, then the prompt drawn again: what is typed before it is echoed ahead of it.
+        second.read_until(lambda s: b"echo: remember this line" in s and s.endswith(b"> "))
         assert user_messages(fake_openai)[-1] == "remember this line"
         # Ctrl-C in the middle of a line leaves too, and gives the terminal back as it was.
         second.type(b"half a line")
