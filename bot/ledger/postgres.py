@@ -2,8 +2,10 @@
 
 A transport key is a row of `ledger_seen` (unique per channel), a turn a row of `ledger_turns` whose
 columns say how far it got (its reply once answered, `delivered_at` once delivered). Each append is one
-transaction: all its records are kept or none. Reading gives back the records the ledger loads from,
-as the file would after a compaction: the newest keys, the newest delivered turns, the open ones.
+transaction: all its records are kept or none. A transport key is claimed by one insert, so of the
+processes sharing the tables that are handed the same update, one answers it. Reading gives back the
+records the ledger loads from, as the file would after a compaction: the newest keys, the newest
+delivered turns, the open ones.
 """
 
 from __future__ import annotations
@@ -32,6 +34,19 @@ class LedgerTables:
     @property
     def legacy_state(self) -> Path | None:
         return None
+
+    @property
+    def shared(self) -> bool:
+        return True
+
+    async def claim(self, channel_type: str, key: str) -> bool:
+        # The primary key decides: of processes inserting the same key at once, one gets the row back.
+        rows = await self._database.fetch(
+            "INSERT INTO ledger_seen (channel_type, key) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING key",
+            channel_type,
+            key,
+        )
+        return bool(rows)
 
     async def read(self) -> list[Record]:
         async with self._database.transaction() as connection:

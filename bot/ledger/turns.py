@@ -295,6 +295,26 @@ class TurnLedger:
         self._unflushed[seen] = None
         return True
 
+    async def claim(self, channel_type: str, key: str) -> bool:
+        """`first_sight` across every process sharing the store: True for the one that takes the key first.
+
+        A store one process keeps needs no write here (`flush` makes the key durable). A shared store that
+        cannot be reached is logged and the update answered: a repeated answer is better than a lost one."""
+        if not self._store.shared:
+            return self.first_sight(channel_type, key)
+        seen = (channel_type, key)
+        if seen in self._keys:
+            return False
+        # Remembered, not left to `flush`: a flush writing the key before the claim would make every claim fail.
+        self._remember(seen)
+        try:
+            first = await self._store.claim(channel_type, key)
+        except OSError as error:
+            log.error("[Ledger] Could not claim update %s (%s); another process may answer it too", key, error)
+            self._unflushed[seen] = None
+            return True
+        return first
+
     async def flush(self) -> None:
         """Make every key seen so far durable; the transport awaits this before it acknowledges them.
 
