@@ -24,6 +24,7 @@ from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.heap import settle_after_load
 from bot.http.listener import HttpListener
+from bot.ledger.postgres import LedgerTables
 from bot.ledger.turns import Turn, TurnLedger
 from bot.llm import install as llm_install
 from bot.media import install as media_install
@@ -42,7 +43,7 @@ from bot.setup.workspace import prepare_workspace
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
-from bot.stores import choose_stores
+from bot.stores import choose_stores, shared_chat_lock
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
 
@@ -169,6 +170,9 @@ class Application:
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
+        if stores.database is not None and isinstance(stores.ledger, LedgerTables):
+            # Processes sharing the database answer a chat one at a time, in the order its messages came.
+            router.dispatcher.chat_lock = shared_chat_lock(stores.database, stores.ledger, sessions)
         # Stored items' vectors are made while no message waits for its reply or is being answered.
         memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(

@@ -48,6 +48,21 @@ class LedgerTables:
         )
         return bool(rows)
 
+    async def waits_behind(self, turn_id: str, channel_type: str, chat_id: str, within_seconds: float) -> bool:
+        """Whether an older turn of the same chat, received in the last `within_seconds`, is not delivered yet
+        (another process holds it, or is about to take it)."""
+        rows = await self._database.fetch(
+            "SELECT 1 FROM ledger_turns older WHERE older.delivered_at IS NULL"
+            " AND older.seq < (SELECT seq FROM ledger_turns WHERE turn_id = $1)"
+            " AND older.received->>'channel_type' = $2 AND older.received->>'chat_id' = $3"
+            " AND older.received_at > now() - make_interval(secs => $4) LIMIT 1",
+            turn_id,
+            channel_type,
+            chat_id,
+            within_seconds,
+        )
+        return bool(rows)
+
     async def read(self) -> list[Record]:
         async with self._database.transaction() as connection:
             keys = await connection.fetch(
