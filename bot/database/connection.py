@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,6 +30,11 @@ HEARTBEAT_TIMEOUT_SECONDS = 3.0
 LOCK_POOL_MAX_SIZE = 50
 # The first key of every named lock ("bot-lock" in ASCII, cut to 32 bits): apart from other users' locks.
 NAMED_LOCK_CLASS = 0x6C6F636B
+
+
+def presence_lock(process_id: str) -> str:
+    """The name of the lock a process holds while its database is open (free: the process is gone)."""
+    return f"process:{process_id}"
 
 
 class DatabaseError(OSError):
@@ -56,6 +62,9 @@ class Database:
         self._url = url
         self._pool: Any = None
         self._lock_pool: Any = None
+        # This process among those sharing the database: its presence lock is held while the database is open.
+        self.process_id = uuid.uuid4().hex
+        self._presence: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
         # Whether the last statement or heartbeat reached the server (False until the pool is open).
         self.reachable = False
@@ -72,6 +81,10 @@ class Database:
             self._lock_pool = await asyncpg.create_pool(
                 self._url, min_size=0, max_size=LOCK_POOL_MAX_SIZE, timeout=CONNECT_TIMEOUT_SECONDS
             )
+            self._presence = await self._lock_pool.acquire()
+            await self._presence.execute(
+                "SELECT pg_advisory_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(self.process_id)
+            )
         except failures as error:
             await self.close()
             raise DatabaseError(f"PostgreSQL (BOT_DATABASE_URL): {type(error).__name__}: {error}") from error
@@ -86,6 +99,11 @@ class Database:
             await asyncio.gather(heartbeat, return_exceptions=True)
         pool, self._pool = self._pool, None
         lock_pool, self._lock_pool = self._lock_pool, None
+        presence, self._presence = self._presence, None
+        if presence is not None and lock_pool is not None:
+            # Let go of the presence lock: the turns this process leaves open go to another.
+            with contextlib.suppress(*_failures(_driver())):
+                await lock_pool.release(presence)
         self.reachable = False
         for each in (lock_pool, pool):
             if each is not None:

@@ -45,7 +45,13 @@ class LedgerStore(Protocol):
         ...
 
     async def read(self) -> list[Record]:
-        """Every record kept, oldest first (an unreadable one is left out, logged)."""
+        """Every record kept, oldest first (an unreadable one is left out, logged); of a `shared` store, the
+        open turns are those it `adopt`s."""
+        ...
+
+    async def adopt(self) -> list[Record]:
+        """The records of the open turns whose process is gone (stopped or died), now this process's to
+        answer: each taken by one process (a store only this process uses has none)."""
         ...
 
     async def append(self, records: list[Record], durable: bool) -> None:
@@ -83,6 +89,9 @@ class LedgerFile:
 
     async def read(self) -> list[Record]:
         return await read_jsonl(self._path)
+
+    async def adopt(self) -> list[Record]:
+        return []
 
     async def append(self, records: list[Record], durable: bool) -> None:
         await append_lines(self._path, [dumps_line(record) for record in records], None if durable else self._deferred)

@@ -2,7 +2,7 @@
 
 Updates are posted to the replicas' webhooks as a load balancer (or Telegram retrying) would: each
 update answered once, every chat's replies in the order of its messages, a fact told through one
-replica known to the other.
+replica known to the other, a turn of a replica killed while the model answers finished by the other.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from tests.channels.telegram_harness import TEST_RUNTIME_CONFIG, WEBHOOK_SECRET, free_port
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Fault
 from tests.fakes.telegram_server import FakeTelegram
 from tests.postgres_server import PostgresServer, create_database
 from tests.reliability.bot_process import bad_log_lines, stop
@@ -140,3 +140,25 @@ async def test_a_fact_told_through_one_replica_is_known_through_the_other_after_
     assert history == ["what is my locker code?"]  # /new cleared the conversation on the other replica
     system = "\n".join(str(m["content"]) for m in request["messages"] if m["role"] == "system")
     assert "7319" in system  # the daily note the first replica wrote, in the database
+
+
+async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[1]
+    fake_openai.script(Fault.hang(20))  # the first replica's model call: held until it is killed
+    asked_before = len(fake_openai.chat_requests())
+    question = "which platform does the night train leave from?"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        assert await post(http, replicas[0], fake_telegram.update(fake_telegram.push_message(chat, question))) == 200
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while len(fake_openai.chat_requests()) == asked_before:
+        assert loop.time() < deadline, "the first replica never asked the model"
+        await asyncio.sleep(0.05)
+    replicas[0].process.kill()
+    await asyncio.to_thread(replicas[0].process.wait)
+    assert fake_telegram.sent_messages(chat) == []
+    await fake_telegram.await_messages(chat, 1, timeout=30)
+    await asyncio.sleep(1.0)  # a second answer would come now
+    assert [m.text for m in fake_telegram.sent_messages(chat)] == [f"echo: {question}"]
