@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 RELEVANT_MEMORY_HEADER = "# Relevant Memory"
 _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _LABEL = re.compile(r"^\s*(user|assistant)\s*:\s*", re.IGNORECASE)
+# An aside in brackets: the memory part follows a relative date with the date it meant ("last Friday
+# (5 May 2023)"), which the graph's copy of the words does not have; both sides are compared without.
+_ASIDE = re.compile(r"\([^()]*\)")
 # A segment shorter than this says too little to call it shown already.
 MIN_DEDUP_SEGMENT_CHARS = 12
 # An excerpt cut shorter than this is not worth its place.
@@ -351,7 +354,7 @@ class RagService:
         fresh = snippets
         if snippets:
             # Once, not once per snippet (a few ms with a full memory part and a long conversation).
-            shown_words = normalized(shown())
+            shown_words = normalized(_ASIDE.sub(" ", shown()))
             fresh = [snippet for snippet in snippets if not already_shown(snippet.text, shown_words)]
         text = self.render(fresh, max_tokens, RELEVANT_MEMORY_HEADER)
         log.info(
@@ -475,7 +478,7 @@ def normalized(text: str) -> str:
 
 def already_shown(snippet: str, shown_words: str) -> bool:
     """Whether everything a snippet says is already in the memory part (as a daily note, an item...),
-    given as `normalized(memory part)`.
+    given as `normalized` with its asides in brackets taken out.
 
     A snippet is cut into segments (lines, and `User: ... | Assistant: ...` halves); it is shown when
     each segment long enough to mean something appears, by its first words, in the memory text.
@@ -486,7 +489,7 @@ def already_shown(snippet: str, shown_words: str) -> bool:
     for line in snippet.replace(" | ", "\n").splitlines():
         if line.lower().startswith("conversation in chat "):
             continue  # the document's date-and-chat header, never in the memory pack as such
-        segment = normalized(_LABEL.sub("", line))
+        segment = normalized(_ASIDE.sub(" ", _LABEL.sub("", line)))
         if len(segment) >= MIN_DEDUP_SEGMENT_CHARS:
             segments.append(
                 segment[:DEDUP_PREFIX_CHARS].rsplit(" ", 1)[0] if len(segment) > DEDUP_PREFIX_CHARS else segment
