@@ -22,8 +22,10 @@ from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
+from bot.domain.session import AgentSession
 from bot.heap import settle_after_load
 from bot.http.listener import HttpListener
+from bot.ledger.postgres import LedgerTables
 from bot.ledger.turns import Turn, TurnLedger
 from bot.llm import install as llm_install
 from bot.media import install as media_install
@@ -42,7 +44,7 @@ from bot.setup.workspace import prepare_workspace
 from bot.shipped import shipped_path
 from bot.skills import install as skills_install
 from bot.storage.durability import DeferredSync
-from bot.stores import choose_stores
+from bot.stores import choose_stores, shared_chat_lock
 from bot.tools import install as tools_install
 from bot.workspace import Workspace
 
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 # the whole stop STOP_DEADLINE_SECONDS; a stage still stopping then is left, and each stage after it still
 # gets STAGE_STOP_MIN_SECONDS (closing a client or a file takes less).
 SHUTDOWN_GRACE_SECONDS = 7.0
+# How often a process sharing the database looks for turns that a process gone (stopped, died) left open.
+ADOPT_EVERY_SECONDS = 2.0
 STOP_DEADLINE_SECONDS = 9.0
 STAGE_STOP_MIN_SECONDS = 0.1
 DEFAULT_LISTEN_PORT = 8080
@@ -169,6 +173,9 @@ class Application:
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
+        if stores.database is not None and isinstance(stores.ledger, LedgerTables):
+            # Processes sharing the database answer a chat one at a time, in the order its messages came.
+            router.dispatcher.chat_lock = shared_chat_lock(stores.database, stores.ledger, sessions)
         # Stored items' vectors are made while no message waits for its reply or is being answered.
         memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(
@@ -189,6 +196,7 @@ class Application:
         self._backlog: list[Turn] = []
         self._stopped = False
         self._syncing: asyncio.Task[None] | None = None
+        self._adopting: asyncio.Task[None] | None = None
         self.stages = [
             Stage("model client", _nothing, self.llm.close),
             # Stopped after every store: its last round makes what they wrote last durable.
@@ -318,8 +326,31 @@ class Application:
     async def _answer_backlog(self) -> None:
         self.router.resume(self._backlog, self.channels)
         self._backlog = []
+        if self.stores.ledger.shared:
+            self._adopting = asyncio.create_task(self._adopt_left_turns(), name="turns left by other processes")
+
+    async def _adopt_left_turns(self) -> None:
+        """Answer the turns another process sharing the database left open when it stopped or died."""
+        while True:
+            await asyncio.sleep(ADOPT_EVERY_SECONDS)
+            try:
+                turns = await self.ledger.adopt(self._session_read_again, self._channel_types())
+            except OSError as error:
+                log.error("[App] Could not look for turns other processes left open: %s", error)
+                continue
+            self.router.resume(turns, self.channels)
+
+    async def _session_read_again(self, session_id: str) -> AgentSession | None:
+        # Another process answered the chat last; a chat this one is answering now keeps the session it holds.
+        if session_id not in self.router.dispatcher.queue_depths():
+            self.sessions.reread(session_id)
+        return await self.sessions.get(session_id)
 
     async def _stop_taking_messages(self) -> None:
+        adopting, self._adopting = self._adopting, None
+        if adopting is not None:
+            adopting.cancel()
+            await asyncio.gather(adopting, return_exceptions=True)
         for channel in self.channels:
             await channel.stop_receiving()
         await self.router.dispatcher.close(SHUTDOWN_GRACE_SECONDS)

@@ -4,21 +4,35 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from bot.access.pairing import PairingStorage, PairingStore, pairing_file
 from bot.access.pairing_db import PairingTables
-from bot.database.connection import Database
+from bot.database.connection import Database, DatabaseError
 from bot.ledger.postgres import LedgerTables
 from bot.ledger.store import LedgerFile, LedgerStore
+from bot.ledger.turns import Turn
 from bot.memory.documents import DocumentsInDatabase, MemoryDocuments
 from bot.memory.postgres_documents import MemoryDocumentRows
 from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.sessions.postgres import SessionTables
+from bot.sessions.service import SessionService
 from bot.sessions.storage import SessionFiles, SessionStorage
 from bot.settings import EnvSettings
 from bot.storage.durability import DeferredSync
 from bot.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+# How long a chat's message waits for an older one another process received (past it, that process is gone).
+ORDER_WAIT_SECONDS = 10.0
+ORDER_POLL_SECONDS = 0.05
 
 
 @dataclass
@@ -67,3 +81,45 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
         ReminderTable(database),
         PairingTables(database),
     )
+
+
+def shared_chat_lock(
+    database: Database, ledger: LedgerTables, sessions: SessionService
+) -> Callable[[Turn], AbstractAsyncContextManager[None]]:
+    """The lock of a turn's chat among every process of the database, held while the turn runs.
+
+    Once taken, an older message of the chat that another process received and has not answered yet
+    goes first (the lock is let go and taken again), for up to `ORDER_WAIT_SECONDS`: past that its
+    process is taken to be gone. The chat's session is then read again, since another process may have
+    answered the chat meanwhile."""
+
+    async def take(turn: Turn) -> contextlib.AsyncExitStack:
+        deadline = time.monotonic() + ORDER_WAIT_SECONDS
+        while True:
+            stack = contextlib.AsyncExitStack()
+            try:
+                await stack.enter_async_context(database.lock(f"chat:{turn.session_id}"))
+            except DatabaseError as error:
+                log.error("[Database] Answering %s without its lock (%s)", turn.session_id, error)
+                return stack
+            try:
+                if turn.id is None or not turn.recorded or time.monotonic() >= deadline:
+                    return stack
+                inbound = turn.inbound
+                if not await ledger.waits_behind(turn.id, inbound.channel_type, inbound.chat_id, ORDER_WAIT_SECONDS):
+                    return stack
+            except DatabaseError:
+                return stack
+            except BaseException:
+                await stack.aclose()
+                raise
+            await stack.aclose()
+            await asyncio.sleep(ORDER_POLL_SECONDS)
+
+    @contextlib.asynccontextmanager
+    async def held(turn: Turn) -> AsyncIterator[None]:
+        async with await take(turn):
+            sessions.reread(turn.session_id)
+            yield
+
+    return held

@@ -159,7 +159,7 @@ class TelegramChannel(Channel):
         if not self._receiving or self._handler is None or self._identity is None:
             return
         update_id = update.get("update_id")
-        if isinstance(update_id, int) and not self._ledger.first_sight(CHANNEL_TYPE, str(update_id)):
+        if isinstance(update_id, int) and not await self._ledger.claim(CHANNEL_TYPE, str(update_id)):
             log.info("[Telegram] Update %d was delivered again; already handled", update_id)
             return
         query = update.get("callback_query")

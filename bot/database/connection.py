@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,16 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 # How often an idle process asks the server whether it answers (`/healthz` reports the last answer).
 HEARTBEAT_SECONDS = 5.0
 HEARTBEAT_TIMEOUT_SECONDS = 3.0
+# Connections that hold a named lock (`Database.lock`), each for as long as its holder runs: a pool of their
+# own, so holders waiting for a lock never take the connections their writes need.
+LOCK_POOL_MAX_SIZE = 50
+# The first key of every named lock ("bot-lock" in ASCII, cut to 32 bits): apart from other users' locks.
+NAMED_LOCK_CLASS = 0x6C6F636B
+
+
+def presence_lock(process_id: str) -> str:
+    """The name of the lock a process holds while its database is open (free: the process is gone)."""
+    return f"process:{process_id}"
 
 
 class DatabaseError(OSError):
@@ -50,6 +61,10 @@ class Database:
     def __init__(self, url: str) -> None:
         self._url = url
         self._pool: Any = None
+        self._lock_pool: Any = None
+        # This process among those sharing the database: its presence lock is held while the database is open.
+        self.process_id = uuid.uuid4().hex
+        self._presence: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
         # Whether the last statement or heartbeat reached the server (False until the pool is open).
         self.reachable = False
@@ -63,6 +78,13 @@ class Database:
             )
             async with self._pool.acquire() as connection:
                 await apply_migrations(connection)
+            self._lock_pool = await asyncpg.create_pool(
+                self._url, min_size=0, max_size=LOCK_POOL_MAX_SIZE, timeout=CONNECT_TIMEOUT_SECONDS
+            )
+            self._presence = await self._lock_pool.acquire()
+            await self._presence.execute(
+                "SELECT pg_advisory_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(self.process_id)
+            )
         except failures as error:
             await self.close()
             raise DatabaseError(f"PostgreSQL (BOT_DATABASE_URL): {type(error).__name__}: {error}") from error
@@ -76,9 +98,16 @@ class Database:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
         pool, self._pool = self._pool, None
+        lock_pool, self._lock_pool = self._lock_pool, None
+        presence, self._presence = self._presence, None
+        if presence is not None and lock_pool is not None:
+            # Let go of the presence lock: the turns this process leaves open go to another.
+            with contextlib.suppress(*_failures(_driver())):
+                await lock_pool.release(presence)
         self.reachable = False
-        if pool is not None:
-            await pool.close()
+        for each in (lock_pool, pool):
+            if each is not None:
+                await each.close()
 
     async def _beat(self) -> None:
         while True:
@@ -111,6 +140,34 @@ class Database:
         if not self.reachable:
             log.info("[Database] PostgreSQL answers again")
             self.reachable = True
+
+    @contextlib.asynccontextmanager
+    async def lock(self, name: str) -> AsyncIterator[None]:
+        """Hold the lock named `name` among every process of the database for the block (waiting while
+        another holds it): a PostgreSQL advisory lock on a connection of its own, released when the block
+        ends and lost with the connection when this process dies. Raises `DatabaseError` when it cannot
+        be taken (the block does not run then)."""
+        asyncpg = _driver()
+        if self._lock_pool is None:
+            raise DatabaseError("the database is not open")
+        try:
+            connection = await self._lock_pool.acquire()
+        except _failures(asyncpg) as error:
+            raise DatabaseError(f"PostgreSQL: {type(error).__name__}: {error}") from error
+        try:
+            try:
+                await connection.execute("SELECT pg_advisory_lock($1, hashtext($2))", NAMED_LOCK_CLASS, name)
+            except _failures(asyncpg) as error:
+                raise DatabaseError(f"PostgreSQL: {type(error).__name__}: {error}") from error
+            try:
+                yield
+            finally:
+                with contextlib.suppress(*_failures(asyncpg)):
+                    # A connection that broke meanwhile took the lock with it.
+                    await connection.execute("SELECT pg_advisory_unlock($1, hashtext($2))", NAMED_LOCK_CLASS, name)
+        finally:
+            # Released on a cancel too: the pool's reset lets go of any lock the connection still holds.
+            await self._lock_pool.release(connection)
 
     async def fetch(self, query: str, *args: object) -> list[Any]:
         """The rows of one statement (each a mapping by column name)."""

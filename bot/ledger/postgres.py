@@ -2,8 +2,10 @@
 
 A transport key is a row of `ledger_seen` (unique per channel), a turn a row of `ledger_turns` whose
 columns say how far it got (its reply once answered, `delivered_at` once delivered). Each append is one
-transaction: all its records are kept or none. Reading gives back the records the ledger loads from,
-as the file would after a compaction: the newest keys, the newest delivered turns, the open ones.
+transaction: all its records are kept or none. A transport key is claimed by one insert, so of the
+processes sharing the tables that are handed the same update, one answers it. Reading gives back the
+records the ledger loads from, as the file would after a compaction: the newest keys, the newest
+delivered turns, the open ones.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from bot.database.connection import Database
+from bot.database.connection import NAMED_LOCK_CLASS, Database, presence_lock
 from bot.ledger.store import REMEMBERED_KEYS, Record
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,34 @@ class LedgerTables:
     def legacy_state(self) -> Path | None:
         return None
 
+    @property
+    def shared(self) -> bool:
+        return True
+
+    async def claim(self, channel_type: str, key: str) -> bool:
+        # The primary key decides: of processes inserting the same key at once, one gets the row back.
+        rows = await self._database.fetch(
+            "INSERT INTO ledger_seen (channel_type, key) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING key",
+            channel_type,
+            key,
+        )
+        return bool(rows)
+
+    async def waits_behind(self, turn_id: str, channel_type: str, chat_id: str, within_seconds: float) -> bool:
+        """Whether an older turn of the same chat, received in the last `within_seconds`, is not delivered yet
+        (another process holds it, or is about to take it)."""
+        rows = await self._database.fetch(
+            "SELECT 1 FROM ledger_turns older WHERE older.delivered_at IS NULL"
+            " AND older.seq < (SELECT seq FROM ledger_turns WHERE turn_id = $1)"
+            " AND older.received->>'channel_type' = $2 AND older.received->>'chat_id' = $3"
+            " AND older.received_at > now() - make_interval(secs => $4) LIMIT 1",
+            turn_id,
+            channel_type,
+            chat_id,
+            within_seconds,
+        )
+        return bool(rows)
+
     async def read(self) -> list[Record]:
         async with self._database.transaction() as connection:
             keys = await connection.fetch(
@@ -46,14 +76,37 @@ class LedgerTables:
                 " ORDER BY delivered_at, seq",
                 REMEMBERED_KEYS,
             )
-            open_turns = await connection.fetch(
-                "SELECT turn_id, received, reply FROM ledger_turns WHERE delivered_at IS NULL ORDER BY seq"
-            )
         records: list[Record] = []
         if keys:
             records.append({"seen": [[row["channel_type"], row["key"]] for row in keys]})
         records.extend({"delivered": row["turn_id"]} for row in delivered)
-        for row in open_turns:
+        return records + await self.adopt()
+
+    async def adopt(self) -> list[Record]:
+        # Each gone owner's presence lock is held for the transaction: of processes adopting at once, one
+        # takes its turns.
+        async with self._database.transaction() as connection:
+            owners = await connection.fetch(
+                "SELECT DISTINCT owner FROM ledger_turns WHERE delivered_at IS NULL AND owner IS DISTINCT FROM $1",
+                self._database.process_id,
+            )
+            gone: list[str | None] = []
+            for row in owners:
+                owner = row["owner"]
+                if owner is None or await connection.fetchval(
+                    "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(owner)
+                ):
+                    gone.append(owner)
+            if not gone:
+                return []
+            open_turns = await connection.fetch(
+                "UPDATE ledger_turns SET owner = $1 WHERE delivered_at IS NULL"
+                " AND (owner IS NULL OR owner = ANY($2::text[])) RETURNING turn_id, received, reply, seq",
+                self._database.process_id,
+                [owner for owner in gone if owner is not None],
+            )
+        records: list[Record] = []
+        for row in sorted(open_turns, key=lambda row: int(row["seq"])):
             received = json.loads(row["received"])
             if isinstance(received, dict):
                 received["journal_id"] = row["turn_id"]
@@ -68,7 +121,7 @@ class LedgerTables:
                 # A power cut may lose a delivery mark (the reply would go again); a crash of this process may not.
                 await connection.execute("SET LOCAL synchronous_commit = off")
             for record in records:
-                await _write(connection, record)
+                await _write(connection, record, self._database.process_id)
 
     async def compact(self, still_asked: list[Record]) -> None:
         # Other processes may share the tables: what is dropped is by age, never "all but what this one holds".
@@ -85,17 +138,18 @@ class LedgerTables:
             )
 
 
-async def _write(connection: Any, record: Record) -> None:
+async def _write(connection: Any, record: Record, owner: str) -> None:
     if isinstance(record.get("seen"), list):
         keys = [key for key in record["seen"] if isinstance(key, list) and len(key) == 2]
         await _remember(connection, [str(key[0]) for key in keys], [str(key[1]) for key in keys])
     elif isinstance(record.get("received"), dict):
         received = record["received"]
         await connection.execute(
-            "INSERT INTO ledger_turns (turn_id, received) VALUES ($1, $2::jsonb) ON CONFLICT (turn_id)"
-            " DO UPDATE SET received = excluded.received, reply = NULL, delivered_at = NULL",
+            "INSERT INTO ledger_turns (turn_id, received, owner) VALUES ($1, $2::jsonb, $3) ON CONFLICT (turn_id)"
+            " DO UPDATE SET received = excluded.received, reply = NULL, delivered_at = NULL, owner = excluded.owner",
             str(received["journal_id"]),
             json.dumps(received, ensure_ascii=False),
+            owner,
         )
         if received.get("dedup_key") is not None:
             await _remember(connection, [str(received["channel_type"])], [str(received["dedup_key"])])

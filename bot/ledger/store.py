@@ -34,8 +34,24 @@ class LedgerStore(Protocol):
         """The folder whose files from before the ledger are taken over when the store is empty (None: none)."""
         ...
 
+    @property
+    def shared(self) -> bool:
+        """Whether several processes may keep their records here (then each transport key is `claim`ed)."""
+        ...
+
+    async def claim(self, channel_type: str, key: str) -> bool:
+        """Record the transport key as taken by this process, in one atomic write: False when a process
+        sharing the store took it first (only a `shared` store is asked)."""
+        ...
+
     async def read(self) -> list[Record]:
-        """Every record kept, oldest first (an unreadable one is left out, logged)."""
+        """Every record kept, oldest first (an unreadable one is left out, logged); of a `shared` store, the
+        open turns are those it `adopt`s."""
+        ...
+
+    async def adopt(self) -> list[Record]:
+        """The records of the open turns whose process is gone (stopped or died), now this process's to
+        answer: each taken by one process (a store only this process uses has none)."""
         ...
 
     async def append(self, records: list[Record], durable: bool) -> None:
@@ -63,8 +79,19 @@ class LedgerFile:
     def legacy_state(self) -> Path | None:
         return self._path.parent if not self._path.exists() else None
 
+    @property
+    def shared(self) -> bool:
+        return False
+
+    async def claim(self, channel_type: str, key: str) -> bool:
+        await self.append([{"seen": [[channel_type, key]]}], durable=True)
+        return True
+
     async def read(self) -> list[Record]:
         return await read_jsonl(self._path)
+
+    async def adopt(self) -> list[Record]:
+        return []
 
     async def append(self, records: list[Record], durable: bool) -> None:
         await append_lines(self._path, [dumps_line(record) for record in records], None if durable else self._deferred)

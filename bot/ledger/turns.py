@@ -259,8 +259,31 @@ class TurnLedger:
         """Load the ledger and hand out the turns the last stop left open on these channels, in arrival order:
         never begun, cut short, or answered without the delivery of the answer being recorded. A turn of a
         channel not running now waits for a start that has it."""
+        turns = await self._reopened(await self.load(), session_of, channel_types)
+        if turns:
+            log.info("[Ledger] %d messages were left unanswered by the last stop; answering them", len(turns))
+        return turns
+
+    async def adopt(self, session_of: SessionLookup, channel_types: set[str]) -> list[Turn]:
+        """The turns another process sharing the store left open when it stopped or died, taken over to be
+        answered here (as `reopen` hands out this process's own)."""
+        records = await self._store.adopt()
+        for record in records:
+            self._apply(record)
+        turn_ids = [
+            str(record["received"].get("journal_id")) for record in records if isinstance(record.get("received"), dict)
+        ]
+        adopted = [self._open[turn_id] for turn_id in turn_ids if turn_id in self._open]
+        turns = await self._reopened(adopted, session_of, channel_types)
+        if turns:
+            log.info("[Ledger] %d messages left unanswered by a process that is gone; answering them", len(turns))
+        return turns
+
+    async def _reopened(
+        self, records: list[OpenTurn], session_of: SessionLookup, channel_types: set[str]
+    ) -> list[Turn]:
         turns: list[Turn] = []
-        for record in await self.load():
+        for record in records:
             if record.inbound.channel_type not in channel_types:
                 continue
             turn = Turn(self, record.turn_id, record.inbound, record.reply, reopened=True)
@@ -269,8 +292,6 @@ class TurnLedger:
             if not turn.begun_before:
                 self._wait(turn)  # still to be begun: an edit arriving before its turn replaces its text
             turns.append(turn)
-        if turns:
-            log.info("[Ledger] %d messages were left unanswered by the last stop; answering them", len(turns))
         return turns
 
     def open_turns(self) -> list[OpenTurn]:
@@ -294,6 +315,26 @@ class TurnLedger:
         self._remember(seen)
         self._unflushed[seen] = None
         return True
+
+    async def claim(self, channel_type: str, key: str) -> bool:
+        """`first_sight` across every process sharing the store: True for the one that takes the key first.
+
+        A store one process keeps needs no write here (`flush` makes the key durable). A shared store that
+        cannot be reached is logged and the update answered: a repeated answer is better than a lost one."""
+        if not self._store.shared:
+            return self.first_sight(channel_type, key)
+        seen = (channel_type, key)
+        if seen in self._keys:
+            return False
+        # Remembered, not left to `flush`: a flush writing the key before the claim would make every claim fail.
+        self._remember(seen)
+        try:
+            first = await self._store.claim(channel_type, key)
+        except OSError as error:
+            log.error("[Ledger] Could not claim update %s (%s); another process may answer it too", key, error)
+            self._unflushed[seen] = None
+            return True
+        return first
 
     async def flush(self) -> None:
         """Make every key seen so far durable; the transport awaits this before it acknowledges them.

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ from bot.ledger.turns import Turn
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Turn, Channel], Coroutine[Any, Any, None]]
+# The lock of a turn's chat, held while the turn runs.
+ChatLock = Callable[[Turn], AbstractAsyncContextManager[object]]
 
 
 @dataclass
@@ -32,8 +35,9 @@ class _ChatQueue:
 class ChatDispatcher:
     """Queues turns per chat and runs `handler` on each, in arrival order."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, chat_lock: ChatLock | None = None) -> None:
         self._handler = handler
+        self.chat_lock = chat_lock
         self._chats: dict[str, _ChatQueue] = {}
         self._accepting = True
         self._idle = asyncio.Event()
@@ -83,7 +87,7 @@ class ChatDispatcher:
         try:
             while not chat.items.empty():
                 turn, channel = chat.items.get_nowait()
-                chat.current = asyncio.create_task(self._handler(turn, channel))
+                chat.current = asyncio.create_task(self._run(turn, channel))
                 try:
                     await chat.current
                 except asyncio.CancelledError:
@@ -98,6 +102,13 @@ class ChatDispatcher:
             del self._chats[session_id]
             if not self._chats:
                 self._idle.set()
+
+    async def _run(self, turn: Turn, channel: Channel) -> None:
+        if self.chat_lock is None:
+            await self._handler(turn, channel)
+            return
+        async with self.chat_lock(turn):
+            await self._handler(turn, channel)
 
     @staticmethod
     def _worker_is_cancelled() -> bool:

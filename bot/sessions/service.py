@@ -211,6 +211,14 @@ class SessionService:
         log.info("[Session] Cleared %s (%d messages)", session.id, removed)
         return removed
 
+    def reread(self, session_id: str) -> None:
+        """Read the chat's session from the store on its next use: another process sharing the database may
+        have changed it. A session holding a change not written yet stays (dropping it would lose that)."""
+        if session_id in self._unsaved or session_id in self._unarchived:
+            return
+        self._cache.pop(session_id, None)
+        self._alive.pop(session_id, None)
+
     async def delete(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
         self._alive.pop(session_id, None)

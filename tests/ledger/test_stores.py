@@ -22,7 +22,7 @@ from bot.ledger.postgres import LedgerTables
 from bot.ledger.store import REMEMBERED_KEYS, LedgerFile, LedgerStore
 from bot.ledger.turns import TurnLedger, TurnState
 from tests.ledger.store_child import BATCH
-from tests.postgres_server import OpenDatabases
+from tests.postgres_server import OpenDatabases, PostgresServer, create_database
 
 CHILD_READY_SECONDS = 60
 
@@ -70,6 +70,8 @@ async def ledger_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     databases = OpenDatabases(url)
 
     async def tables() -> LedgerStore:
+        # A new store is a restarted process: the one before it is gone (its open turns are taken over).
+        await databases.close()
         return LedgerTables(await databases.open())
 
     async def spoil_row(turn_id: str) -> None:
@@ -89,7 +91,6 @@ async def ledger_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         yield StoreCase("postgres", url, tables, spoil_row, refuse)
     finally:
         await databases.close()
-        await connection.close()
 
 
 async def opened(case: StoreCase) -> TurnLedger:
@@ -187,3 +188,28 @@ async def test_a_store_that_refuses_writes_answers_the_turn_unrecorded(ledger_st
     await turn.delivered()
     ledger.first_sight("telegram", "5")
     await ledger.flush()  # logged, not raised: the transport keeps receiving
+
+
+async def test_open_turns_of_a_live_process_stay_its_own_and_one_other_takes_them_once_it_is_gone(
+    postgres_server: PostgresServer,
+) -> None:
+    async def no_session(_session_id: str) -> None:
+        return None
+
+    databases = OpenDatabases(await asyncio.to_thread(create_database, postgres_server, "ledger_owners"))
+    try:
+        owner_database = await databases.open()
+        owner = TurnLedger(LedgerTables(owner_database))
+        await owner.load()
+        turn = await owner.receive(message("still being answered"))
+        others = [TurnLedger(LedgerTables(await databases.open())) for _ in range(2)]
+        for other in others:
+            assert await other.load() == []  # its process is alive: not taken at a start either
+        assert [await other.adopt(no_session, {"telegram"}) for other in others] == [[], []]
+        await owner_database.close()  # the process is gone: its lock goes with its connection
+        adopted = await asyncio.gather(*(other.adopt(no_session, {"telegram"}) for other in others))
+        assert sorted(len(turns) for turns in adopted) == [0, 1]
+        [taken] = [each for turns in adopted for each in turns]
+        assert (taken.id, taken.inbound.text, taken.reopened) == (turn.id, "still being answered", True)
+    finally:
+        await databases.close()

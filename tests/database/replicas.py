@@ -1,0 +1,75 @@
+"""`bot run` processes sharing one database, each behind a webhook port of its own (replicas): started,
+waited for, and posted updates as a load balancer sends them (the tests and `bench.replicas`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.channels.telegram_harness import TEST_RUNTIME_CONFIG, WEBHOOK_SECRET, free_port
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+from tests.test_cli import bot_env
+
+START_SECONDS = 60.0
+
+
+@dataclass
+class Replica:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def webhook(self) -> str:
+        return f"http://127.0.0.1:{self.port}/telegram/webhook"
+
+
+def start_replica(
+    workspace: Path, database_url: str, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, users: list[int]
+) -> Replica:
+    """A `bot run` on `workspace` and the database, in webhook mode on a free port, admitting `users`."""
+    port = free_port()
+    config = dict(TEST_RUNTIME_CONFIG, access={"allowedUsers": users})
+    (workspace / "preferences").mkdir(parents=True, exist_ok=True)
+    (workspace / "preferences" / "runtime-config.json").write_text(json.dumps(config))
+    env = bot_env(
+        workspace, fake_openai, BOT_DATABASE_URL=database_url, TELEGRAM_BOT_TOKEN=fake_telegram.token,
+        TELEGRAM_API_BASE_URL=fake_telegram.root, TELEGRAM_MODE="webhook", TELEGRAM_WEBHOOK_SECRET=WEBHOOK_SECRET,
+        TELEGRAM_WEBHOOK_URL=f"http://127.0.0.1:{port}/telegram/webhook", BOT_LISTEN_PORT=str(port),
+    )  # fmt: skip
+    log = workspace.parent / f"{workspace.name}.log"
+    with log.open("ab") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "run"], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    return Replica(process, port, log)
+
+
+async def wait_until_healthy(replica: Replica) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_SECONDS
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while loop.time() < deadline:
+            assert replica.process.poll() is None, replica.log.read_text(errors="replace")
+            try:
+                async with http.get(f"http://127.0.0.1:{replica.port}/healthz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"replica on port {replica.port} did not answer /healthz")
+
+
+async def post(http: aiohttp.ClientSession, replica: Replica, update: dict[str, Any]) -> int:
+    headers = {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}
+    async with http.post(replica.webhook, json=update, headers=headers) as response:
+        return response.status

@@ -1,0 +1,106 @@
+"""Two `python -m bot run` processes on one database, each behind its own webhook port: replicas.
+
+Updates are posted to the replicas' webhooks as a load balancer (or Telegram retrying) would: each
+update answered once, every chat's replies in the order of its messages, a fact told through one
+replica known to the other, a turn of a replica killed while the model answers finished by the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.database.replicas import Replica, post, start_replica, wait_until_healthy
+from tests.fakes.openai_server import FakeOpenAI, Fault
+from tests.fakes.telegram_server import FakeTelegram
+from tests.postgres_server import PostgresServer, create_database
+from tests.reliability.bot_process import bad_log_lines, stop
+
+CHATS = [5101, 5102, 5103, 5104]
+MESSAGES_PER_CHAT = 6
+
+_names = itertools.count(1)
+
+
+@pytest.fixture
+async def replicas(
+    postgres_server: PostgresServer, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> AsyncIterator[list[Replica]]:
+    url = await asyncio.to_thread(create_database, postgres_server, f"replicas_{next(_names)}")
+    started = [start_replica(tmp_path / f"replica-{n}", url, fake_openai, fake_telegram, CHATS) for n in (1, 2)]
+    try:
+        await asyncio.gather(*(wait_until_healthy(replica) for replica in started))
+        yield started
+    finally:
+        for replica in started:
+            await asyncio.to_thread(stop, replica.process)
+    for replica in started:
+        assert bad_log_lines(replica.log) == []
+
+
+async def test_updates_spread_over_two_replicas_are_answered_once_each_chat_in_order(
+    replicas: list[Replica], fake_telegram: FakeTelegram
+) -> None:
+    texts = {chat: [f"message {n} of chat {chat}" for n in range(MESSAGES_PER_CHAT)] for chat in CHATS}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        for n in range(MESSAGES_PER_CHAT):
+            for index, chat in enumerate(CHATS):
+                update = fake_telegram.update(fake_telegram.push_message(chat, texts[chat][n]))
+                first = replicas[(index + n) % 2]
+                # Delivered to both replicas at once (Telegram retrying through the load balancer): answered once.
+                statuses = await asyncio.gather(*(post(http, replica, update) for replica in (first, *replicas)))
+                assert statuses == [200, 200, 200]
+    for chat in CHATS:
+        await fake_telegram.await_messages(chat, MESSAGES_PER_CHAT, timeout=60)
+    await asyncio.sleep(1.0)  # a duplicate reply would come now
+    for chat in CHATS:
+        assert [m.text for m in fake_telegram.sent_messages(chat)] == [f"echo: {text}" for text in texts[chat]]
+
+
+async def test_a_fact_told_through_one_replica_is_known_through_the_other_after_new(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[0]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        told = fake_telegram.update(fake_telegram.push_message(chat, "Remember that my locker code is 7319."))
+        assert await post(http, replicas[0], told) == 200
+        await fake_telegram.await_messages(chat, 1, timeout=30)
+        new = fake_telegram.update(fake_telegram.push_message(chat, "/new"))
+        assert await post(http, replicas[1], new) == 200
+        await fake_telegram.await_messages(chat, 2, timeout=30)
+        asked = fake_telegram.update(fake_telegram.push_message(chat, "what is my locker code?"))
+        assert await post(http, replicas[1], asked) == 200
+        replies = await fake_telegram.await_messages(chat, 3, timeout=30)
+    assert replies[-1].text == "echo: what is my locker code?"
+    request = fake_openai.last_chat_request()
+    history = [m["content"] for m in request["messages"] if m["role"] != "system"]
+    assert history == ["what is my locker code?"]  # /new cleared the conversation on the other replica
+    system = "\n".join(str(m["content"]) for m in request["messages"] if m["role"] == "system")
+    assert "7319" in system  # the daily note the first replica wrote, in the database
+
+
+async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[1]
+    fake_openai.script(Fault.hang(20))  # the first replica's model call: held until it is killed
+    asked_before = len(fake_openai.chat_requests())
+    question = "which platform does the night train leave from?"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        assert await post(http, replicas[0], fake_telegram.update(fake_telegram.push_message(chat, question))) == 200
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while len(fake_openai.chat_requests()) == asked_before:
+        assert loop.time() < deadline, "the first replica never asked the model"
+        await asyncio.sleep(0.05)
+    replicas[0].process.kill()
+    await asyncio.to_thread(replicas[0].process.wait)
+    assert fake_telegram.sent_messages(chat) == []
+    await fake_telegram.await_messages(chat, 1, timeout=30)
+    await asyncio.sleep(1.0)  # a second answer would come now
+    assert [m.text for m in fake_telegram.sent_messages(chat)] == [f"echo: {question}"]
