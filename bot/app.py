@@ -59,6 +59,8 @@ ADOPT_EVERY_SECONDS = 2.0
 STOP_DEADLINE_SECONDS = 9.0
 STAGE_STOP_MIN_SECONDS = 0.1
 DEFAULT_LISTEN_PORT = 8080
+# The lock among the processes sharing the database that the one polling Telegram holds.
+POLLER_LEASE = "telegram:poller"
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,12 @@ class Application:
     def configured_channels(self) -> list[Channel]:
         """The channels the environment configures (Telegram when `TELEGRAM_BOT_TOKEN` is set), not added."""
         menu = [(command.name, command.description) for command in self.commands.commands()]
-        return channels_install.install(self.env, self.config_store.current_sync, menu, self.ledger, self.listener)
+        database = self.stores.database
+        # Processes sharing the database poll Telegram one at a time (two pollers of one token get 409s).
+        lease = (lambda: database.lock(POLLER_LEASE)) if database is not None else None
+        return channels_install.install(
+            self.env, self.config_store.current_sync, menu, self.ledger, self.listener, poller_lease=lease
+        )
 
     async def start(self) -> None:
         """Run every stage's start, in order; on a failure the caller stops (`stop` undoes what started)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from bot.channels.base import Channel
 from bot.channels.telegram_api import TelegramBackend
@@ -23,9 +24,11 @@ def install(
     commands: list[tuple[str, str]],
     ledger: TurnLedger,
     listener: HttpListener | None,
+    poller_lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
 ) -> list[Channel]:
     """The configured channels, not started; `commands` (name, description) is the menu Telegram shows;
-    `ledger` tells the channel which updates it has seen (and is flushed before they are acknowledged)."""
+    `ledger` tells the channel which updates it has seen (and is flushed before they are acknowledged);
+    `poller_lease`, given when processes share a database, lets one of them poll at a time."""
     if env.telegram_bot_token is None:
         log.warning(
             "[App] No channel configured: set TELEGRAM_BOT_TOKEN (in the environment or a .env file in the "
@@ -41,7 +44,7 @@ def install(
         secret = env.telegram_webhook_secret.get_secret_value() if env.telegram_webhook_secret else None
         webhook = WebhookSetup(env.telegram_webhook_url, secret or secrets.token_urlsafe(32), listener)
     backend = telegram_backend(env.telegram_backend, token, env.telegram_api_base_url)
-    return [TelegramChannel(backend, config, commands, ledger, webhook)]
+    return [TelegramChannel(backend, config, commands, ledger, webhook, poller_lease=poller_lease)]
 
 
 def telegram_backend(name: str, token: str, api_root: str) -> TelegramBackend:

@@ -20,6 +20,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -75,15 +76,17 @@ class TelegramChannel(Channel):
         ledger: TurnLedger,
         webhook: WebhookSetup | None = None,
         clock: Clock | None = None,
+        poller_lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         """`config` gives the runtime-config in force; `webhook` None means long polling; `clock` times the
-        live updates of streamed replies."""
+        live updates of streamed replies; `poller_lease` (processes sharing a database) is held while polling."""
         self._backend = backend
         self.clock = clock or Clock()
         self._config = config
         self._commands = commands
         self._ledger = ledger
         self._webhook = webhook
+        self._poller_lease = poller_lease
         self._delivery = TelegramDelivery(backend)
         self._handler: InboundHandler | None = None
         self._identity: BotIdentity | None = None
@@ -120,6 +123,7 @@ class TelegramChannel(Channel):
                 self._ledger.flush,
                 lambda: self._config().telegram.polling_timeout_seconds,
                 ALLOWED_UPDATES,
+                self._poller_lease,
             )
             self._polling.start()
             log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)

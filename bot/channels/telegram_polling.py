@@ -10,6 +10,10 @@ in the ledger, or unacknowledged and delivered again.
 Polling starts by deleting any webhook (Telegram answers getUpdates with 409 while one is set). The loop
 waits out 429s as asked, backs off on network errors, 5xx and refusals (another instance
 polling the same token gets 409), and recovers by itself once Telegram answers again.
+
+Processes sharing one database poll one at a time: given a `lease` (a lock held among them, lost with the
+holder's connection when it dies), a process polls only while it holds it, and the others stand by,
+waiting for it, so one takes over within moments when the poller stops or dies.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from bot.channels.telegram_api import RetryAfter, TelegramApiError, TelegramBackend, UpdateHandler
@@ -40,13 +45,17 @@ class LongPolling:
         before_acknowledge: Callable[[], Awaitable[None]],
         timeout_seconds: Callable[[], int],
         allowed_updates: list[str],
+        lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
-        """`before_acknowledge` makes what was handed over durable (the ledger's seen ids) before Telegram forgets."""
+        """`before_acknowledge` makes what was handed over durable (the ledger's seen ids) before Telegram forgets;
+        `lease`, when given, is held while polling (waiting for it while another process holds it) and
+        raises `OSError` when it cannot be taken."""
         self._backend = backend
         self._on_update = on_update
         self._before_acknowledge = before_acknowledge
         self._timeout_seconds = timeout_seconds
         self._allowed_updates = allowed_updates
+        self._lease = lease
         self._offset: int | None = None
         self._acknowledged: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -69,6 +78,23 @@ class LongPolling:
         await self._acknowledge()
 
     async def _run(self) -> None:
+        if self._lease is None:
+            await self._poll()
+            return
+        backoff = FIRST_BACKOFF_SECONDS
+        while not self._stopping:
+            log.info("[Telegram] Polling: waiting for the poller lease (another process may be polling)")
+            try:
+                async with self._lease():
+                    log.info("[Telegram] Polling: this process holds the poller lease")
+                    await self._poll()
+                    return
+            except OSError as error:
+                log.warning("[Telegram] Could not take the poller lease (%s); retrying in %.0f s", error, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+
+    async def _poll(self) -> None:
         backoff = FIRST_BACKOFF_SECONDS
         webhook_deleted = False
         while not self._stopping:

@@ -1,5 +1,6 @@
-"""`bot run` processes sharing one database, each behind a webhook port of its own (replicas): started,
-waited for, and posted updates as a load balancer sends them (the tests and `bench.replicas`)."""
+"""`bot run` processes sharing one database, each behind a webhook port of its own (replicas), or polling
+(one at a time): started, waited for, and posted updates as a load balancer sends them (the tests and
+`bench.replicas`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import aiohttp
 
+from bot.runtime_config import deep_merge
 from tests.channels.telegram_harness import TEST_RUNTIME_CONFIG, WEBHOOK_SECRET, free_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -33,17 +35,33 @@ class Replica:
 
 
 def start_replica(
-    workspace: Path, database_url: str, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, users: list[int]
+    workspace: Path,
+    database_url: str,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    users: list[int],
+    *,
+    polling: bool = False,
+    runtime_config: dict[str, Any] | None = None,
 ) -> Replica:
-    """A `bot run` on `workspace` and the database, in webhook mode on a free port, admitting `users`."""
+    """A `bot run` on `workspace` and the database, admitting `users`: in webhook mode on a free port, or
+    polling (`polling`) with its `/healthz` on that port."""
     port = free_port()
-    config = dict(TEST_RUNTIME_CONFIG, access={"allowedUsers": users})
+    config = deep_merge(dict(TEST_RUNTIME_CONFIG, access={"allowedUsers": users}), runtime_config or {})
     (workspace / "preferences").mkdir(parents=True, exist_ok=True)
     (workspace / "preferences" / "runtime-config.json").write_text(json.dumps(config))
+    mode: dict[str, str] = (
+        {"TELEGRAM_MODE": "polling"}
+        if polling
+        else {
+            "TELEGRAM_MODE": "webhook",
+            "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "TELEGRAM_WEBHOOK_URL": f"http://127.0.0.1:{port}/telegram/webhook",
+        }
+    )
     env = bot_env(
         workspace, fake_openai, BOT_DATABASE_URL=database_url, TELEGRAM_BOT_TOKEN=fake_telegram.token,
-        TELEGRAM_API_BASE_URL=fake_telegram.root, TELEGRAM_MODE="webhook", TELEGRAM_WEBHOOK_SECRET=WEBHOOK_SECRET,
-        TELEGRAM_WEBHOOK_URL=f"http://127.0.0.1:{port}/telegram/webhook", BOT_LISTEN_PORT=str(port),
+        TELEGRAM_API_BASE_URL=fake_telegram.root, BOT_LISTEN_PORT=str(port), **mode,
     )  # fmt: skip
     log = workspace.parent / f"{workspace.name}.log"
     with log.open("ab") as stderr:
