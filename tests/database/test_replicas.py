@@ -1,8 +1,9 @@
-"""Two `python -m bot run` processes on one database, each behind its own webhook port: replicas.
+"""Two or three `python -m bot run` processes on one database, each behind its own webhook port: replicas.
 
 Updates are posted to the replicas' webhooks as a load balancer (or Telegram retrying) would: each
 update answered once, every chat's replies in the order of its messages, a fact told through one
-replica known to the other, a turn of a replica killed while the model answers finished by the other.
+replica known to the other, a turn of a replica killed while the model answers finished by the other,
+a reminder fired once. Polling replicas poll one at a time, and another takes over when the poller dies.
 """
 
 from __future__ import annotations
@@ -15,24 +16,39 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.channels.telegram_harness import OWNER
 from tests.database.replicas import Replica, post, start_replica, wait_until_healthy
-from tests.fakes.openai_server import FakeOpenAI, Fault
+from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
 from tests.fakes.telegram_server import FakeTelegram
 from tests.postgres_server import PostgresServer, create_database
 from tests.reliability.bot_process import bad_log_lines, stop
 
 CHATS = [5101, 5102, 5103, 5104]
 MESSAGES_PER_CHAT = 6
+# Reminders come due within a second of their time, so a test waits seconds, not the default five.
+FAST_REMINDERS = {"scheduler": {"reminderCheckSeconds": 1}}
+HOLDS_LEASE = "this process holds the poller lease"
 
 _names = itertools.count(1)
 
 
 @pytest.fixture
 async def replicas(
-    postgres_server: PostgresServer, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+    request: pytest.FixtureRequest,
+    postgres_server: PostgresServer,
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
 ) -> AsyncIterator[list[Replica]]:
+    """Two replicas in webhook mode (or as many as the test's indirect parameter says)."""
+    count = getattr(request, "param", 2)
     url = await asyncio.to_thread(create_database, postgres_server, f"replicas_{next(_names)}")
-    started = [start_replica(tmp_path / f"replica-{n}", url, fake_openai, fake_telegram, CHATS) for n in (1, 2)]
+    started = [
+        start_replica(
+            tmp_path / f"replica-{n}", url, fake_openai, fake_telegram, [*CHATS, OWNER], runtime_config=FAST_REMINDERS
+        )
+        for n in range(1, count + 1)
+    ]
     try:
         await asyncio.gather(*(wait_until_healthy(replica) for replica in started))
         yield started
@@ -43,7 +59,8 @@ async def replicas(
         assert bad_log_lines(replica.log) == []
 
 
-async def test_updates_spread_over_two_replicas_are_answered_once_each_chat_in_order(
+@pytest.mark.parametrize("replicas", [2, 3], indirect=True, ids=["two", "three"])
+async def test_updates_spread_over_replicas_are_answered_once_each_chat_in_order(
     replicas: list[Replica], fake_telegram: FakeTelegram
 ) -> None:
     texts = {chat: [f"message {n} of chat {chat}" for n in range(MESSAGES_PER_CHAT)] for chat in CHATS}
@@ -51,10 +68,10 @@ async def test_updates_spread_over_two_replicas_are_answered_once_each_chat_in_o
         for n in range(MESSAGES_PER_CHAT):
             for index, chat in enumerate(CHATS):
                 update = fake_telegram.update(fake_telegram.push_message(chat, texts[chat][n]))
-                first = replicas[(index + n) % 2]
-                # Delivered to both replicas at once (Telegram retrying through the load balancer): answered once.
+                first = replicas[(index + n) % len(replicas)]
+                # Delivered to every replica at once (Telegram retrying through the load balancer): answered once.
                 statuses = await asyncio.gather(*(post(http, replica, update) for replica in (first, *replicas)))
-                assert statuses == [200, 200, 200]
+                assert statuses == [200] * (len(replicas) + 1)
     for chat in CHATS:
         await fake_telegram.await_messages(chat, MESSAGES_PER_CHAT, timeout=60)
     await asyncio.sleep(1.0)  # a duplicate reply would come now
@@ -104,3 +121,53 @@ async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
     await fake_telegram.await_messages(chat, 1, timeout=30)
     await asyncio.sleep(1.0)  # a second answer would come now
     assert [m.text for m in fake_telegram.sent_messages(chat)] == [f"echo: {question}"]
+
+
+async def test_a_reminder_set_through_one_replica_fires_once(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script(
+        Reply(tool_calls=[ToolCallSpec("schedule_reminder", {"text": "stretch your legs", "delay": "3s"}, id="c1")]),
+        "I'll remind you in three seconds.",
+    )
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        asked = fake_telegram.update(fake_telegram.push_message(OWNER, "remind me to stretch my legs in 3 seconds"))
+        assert await post(http, replicas[0], asked) == 200
+    replies = await fake_telegram.await_messages(OWNER, 2, timeout=30)
+    assert [m.text for m in replies] == ["I'll remind you in three seconds.", "⏰ Reminder: stretch your legs"]
+    await asyncio.sleep(3.0)  # both replicas check their reminders every second: a second firing would come now
+    assert len(fake_telegram.sent_messages(OWNER)) == 2
+
+
+async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_the_poller_dies(
+    postgres_server: PostgresServer, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    url = await asyncio.to_thread(create_database, postgres_server, f"replicas_{next(_names)}")
+    chat = CHATS[2]
+    started = [
+        start_replica(tmp_path / f"poller-{n}", url, fake_openai, fake_telegram, CHATS, polling=True) for n in (1, 2)
+    ]
+    try:
+        await asyncio.gather(*(wait_until_healthy(replica) for replica in started))
+        fake_telegram.push_message(chat, "first question")
+        await fake_telegram.await_messages(chat, 1, timeout=30)
+        await asyncio.sleep(2.0)  # a standby that polled too would have made or met a 409 by now
+        assert [call.status for call in fake_telegram.calls_to("getUpdates") if call.status == 409] == []
+        pollers = [replica for replica in started if HOLDS_LEASE in replica.log.read_text(errors="replace")]
+        assert len(pollers) == 1
+        (poller,) = pollers
+        (standby,) = [replica for replica in started if replica is not poller]
+
+        poller.process.kill()
+        await asyncio.to_thread(poller.process.wait)
+        fake_telegram.push_message(chat, "second question")
+        replies = await fake_telegram.await_messages(chat, 2, timeout=20)
+        assert HOLDS_LEASE in standby.log.read_text(errors="replace")
+        await asyncio.sleep(1.0)  # a second answer would come now
+        assert [m.text for m in fake_telegram.sent_messages(chat)] == ["echo: first question", "echo: second question"]
+        assert [m.text for m in replies] == ["echo: first question", "echo: second question"]
+    finally:
+        for replica in started:
+            await asyncio.to_thread(stop, replica.process)
+    for replica in started:
+        assert bad_log_lines(replica.log) == []
