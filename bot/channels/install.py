@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 
 from bot.channels.base import Channel
@@ -24,7 +24,7 @@ def install(
     commands: list[tuple[str, str]],
     ledger: TurnLedger,
     listener: HttpListener | None,
-    poller_lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+    poller_lease: Callable[[], AbstractAsyncContextManager[Callable[[], Awaitable[bool]]]] | None = None,
 ) -> list[Channel]:
     """The configured channels, not started; `commands` (name, description) is the menu Telegram shows;
     `ledger` tells the channel which updates it has seen (and is flushed before they are acknowledged);

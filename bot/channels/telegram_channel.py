@@ -19,7 +19,7 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +76,7 @@ class TelegramChannel(Channel):
         ledger: TurnLedger,
         webhook: WebhookSetup | None = None,
         clock: Clock | None = None,
-        poller_lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+        poller_lease: Callable[[], AbstractAsyncContextManager[Callable[[], Awaitable[bool]]]] | None = None,
     ) -> None:
         """`config` gives the runtime-config in force; `webhook` None means long polling; `clock` times the
         live updates of streamed replies; `poller_lease` (processes sharing a database) is held while polling."""

@@ -45,11 +45,11 @@ class LongPolling:
         before_acknowledge: Callable[[], Awaitable[None]],
         timeout_seconds: Callable[[], int],
         allowed_updates: list[str],
-        lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+        lease: Callable[[], AbstractAsyncContextManager[Callable[[], Awaitable[bool]]]] | None = None,
     ) -> None:
         """`before_acknowledge` makes what was handed over durable (the ledger's seen ids) before Telegram forgets;
-        `lease`, when given, is held while polling (waiting for it while another process holds it) and
-        raises `OSError` when it cannot be taken."""
+        `lease`, when given, is held while polling (waiting for it while another process holds it), raises
+        `OSError` when it cannot be taken, and gives a check that says whether it is still held."""
         self._backend = backend
         self._on_update = on_update
         self._before_acknowledge = before_acknowledge
@@ -85,19 +85,26 @@ class LongPolling:
         while not self._stopping:
             log.info("[Telegram] Polling: waiting for the poller lease (another process may be polling)")
             try:
-                async with self._lease():
+                async with self._lease() as still_held:
                     log.info("[Telegram] Polling: this process holds the poller lease")
-                    await self._poll()
-                    return
+                    await self._poll(still_held)
+                    if self._stopping:
+                        return
+                    log.warning("[Telegram] Polling: lost the poller lease (its database connection broke)")
+                    backoff = FIRST_BACKOFF_SECONDS
+                    continue
             except OSError as error:
                 log.warning("[Telegram] Could not take the poller lease (%s); retrying in %.0f s", error, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
-    async def _poll(self) -> None:
+    async def _poll(self, still_held: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Poll until stopped, or until `still_held` says the lease is lost (another process may poll now)."""
         backoff = FIRST_BACKOFF_SECONDS
         webhook_deleted = False
         while not self._stopping:
+            if still_held is not None and not await still_held():
+                return
             try:
                 if not webhook_deleted:  # also waits out an outage at start
                     await self._backend.delete_webhook()

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from bot.database.migrations import SchemaTooNew, apply_migrations
@@ -142,11 +142,12 @@ class Database:
             self.reachable = True
 
     @contextlib.asynccontextmanager
-    async def lock(self, name: str) -> AsyncIterator[None]:
+    async def lock(self, name: str) -> AsyncIterator[Callable[[], Awaitable[bool]]]:
         """Hold the lock named `name` among every process of the database for the block (waiting while
         another holds it): a PostgreSQL advisory lock on a connection of its own, released when the block
         ends and lost with the connection when this process dies. Raises `DatabaseError` when it cannot
-        be taken (the block does not run then)."""
+        be taken (the block does not run then). The block gets a check that says whether the lock is
+        still held (False once its connection broke: the server let go of the lock then)."""
         asyncpg = _driver()
         if self._lock_pool is None:
             raise DatabaseError("the database is not open")
@@ -159,8 +160,17 @@ class Database:
                 await connection.execute("SELECT pg_advisory_lock($1, hashtext($2))", NAMED_LOCK_CLASS, name)
             except _failures(asyncpg) as error:
                 raise DatabaseError(f"PostgreSQL: {type(error).__name__}: {error}") from error
+
+            async def still_held() -> bool:
+                # The session that took the lock keeps it while it lives: its connection answering says so.
+                try:
+                    await asyncio.wait_for(connection.fetchval("SELECT 1"), HEARTBEAT_TIMEOUT_SECONDS)
+                except _failures(asyncpg):  # a TimeoutError among them: a connection that hangs
+                    return False
+                return True
+
             try:
-                yield
+                yield still_held
             finally:
                 with contextlib.suppress(*_failures(asyncpg)):
                     # A connection that broke meanwhile took the lock with it.

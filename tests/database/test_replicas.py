@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from bot.app import POLLER_LEASE
+from bot.database.connection import NAMED_LOCK_CLASS
 from tests.channels.telegram_harness import OWNER
 from tests.database.replicas import Replica, post, start_replica, wait_until_healthy
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
@@ -28,6 +31,31 @@ MESSAGES_PER_CHAT = 6
 # Reminders come due within a second of their time, so a test waits seconds, not the default five.
 FAST_REMINDERS = {"scheduler": {"reminderCheckSeconds": 1}}
 HOLDS_LEASE = "this process holds the poller lease"
+LOST_LEASE = "lost the poller lease"
+
+
+async def break_the_lease_connection(database_url: str) -> None:
+    """End the server session that holds the poller lease, as a network failure or a restarted proxy would."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        ended = await connection.fetch(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND classid::bigint = $1 AND objid::bigint = (hashtext($2)::bigint & 4294967295)",
+            NAMED_LOCK_CLASS,
+            POLLER_LEASE,
+        )
+    finally:
+        await connection.close()
+    assert len(ended) == 1
+
+
+async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
 
 _names = itertools.count(1)
 
@@ -166,6 +194,14 @@ async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_t
         await asyncio.sleep(1.0)  # a second answer would come now
         assert [m.text for m in fake_telegram.sent_messages(chat)] == ["echo: first question", "echo: second question"]
         assert [m.text for m in replies] == ["echo: first question", "echo: second question"]
+
+        # The lease's connection breaks under a live poller: it stops polling and takes the lease again.
+        await break_the_lease_connection(url)
+        await until(lambda: LOST_LEASE in standby.log.read_text(errors="replace"), 15, "the lease noticed lost")
+        fake_telegram.push_message(chat, "third question")
+        await fake_telegram.await_messages(chat, 3, timeout=20)
+        await asyncio.sleep(1.0)
+        assert [m.text for m in fake_telegram.sent_messages(chat)][2:] == ["echo: third question"]
     finally:
         for replica in started:
             await asyncio.to_thread(stop, replica.process)
