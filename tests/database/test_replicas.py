@@ -3,14 +3,15 @@
 Updates are posted to the replicas' webhooks as a load balancer (or Telegram retrying) would: each
 update answered once, every chat's replies in the order of its messages, a fact told through one
 replica known to the other, a turn of a replica killed while the model answers finished by the other,
-a reminder fired once. Polling replicas poll one at a time, and another takes over when the poller dies.
+a reminder fired once. Polling replicas poll one at a time: another takes over when the poller dies, and a
+poller whose lease connection broke stops polling and takes the lease again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -47,14 +48,6 @@ async def break_the_lease_connection(database_url: str) -> None:
     finally:
         await connection.close()
     assert len(ended) == 1
-
-
-async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 _names = itertools.count(1)
@@ -197,7 +190,9 @@ async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_t
 
         # The lease's connection breaks under a live poller: it stops polling and takes the lease again.
         await break_the_lease_connection(url)
-        await until(lambda: LOST_LEASE in standby.log.read_text(errors="replace"), 15, "the lease noticed lost")
+        await fake_telegram.await_until(
+            lambda: LOST_LEASE in standby.log.read_text(errors="replace"), 15, "the lost lease"
+        )
         fake_telegram.push_message(chat, "third question")
         await fake_telegram.await_messages(chat, 3, timeout=20)
         await asyncio.sleep(1.0)
