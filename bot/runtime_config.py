@@ -248,6 +248,19 @@ class RuntimeConfigStore:
             await write_atomic(self._workspace_path, text.encode("utf-8"))
         return await self.current()
 
+    def in_database(self) -> bool:
+        """Whether the configuration is kept in the database, where every process sharing it reads it."""
+        return self._row_writer is not None
+
+    async def write_settings(self, changes: dict[str, Any]) -> RuntimeConfig:
+        """`changes` merged, key by key, into the stored text (see `written_text`), written back by `write`."""
+        try:
+            written = json.loads(self.written_text() or "{}")
+        except ValueError:
+            written = {}
+        merged = deep_merge(written if isinstance(written, dict) else {}, changes)
+        return await self.write(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+
     def in_force(self) -> RuntimeConfig:
         """The configuration in force, without checking the file (see `current`); a getter, to hand to what
         reads the configuration when it needs it."""

@@ -22,6 +22,7 @@ from bot.runtime_config import DATABASE_SOURCE, WHOLE_FILE, RuntimeConfigStore, 
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.shipped import shipped_path
 from tests.channels.telegram_harness import OWNER, TEST_RUNTIME_CONFIG, start_bot
+from tests.commands.test_conversation_commands import ask
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.postgres_server import PostgresServer, create_database
@@ -137,6 +138,35 @@ async def test_a_setting_written_by_one_process_reaches_another_sharing_the_data
         await asyncio.gather(*tasks, return_exceptions=True)
         for database in databases:
             await database.close()
+
+
+async def test_model_switches_every_process_sharing_the_database(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    workspace = tmp_path / "workspace"
+    config = {"llm": {"models": ["fast-model"]}}
+    bot = await start_bot(workspace, fake_openai, fake_telegram, "ptb", config, bot_database_url=database_url)
+    try:
+        switched = await ask(fake_telegram, OWNER, "/model fast-model")
+        assert switched == "Switched to fast-model; your next message uses it."
+        await ask(fake_telegram, OWNER, "hello")
+        assert fake_openai.last_chat_request()["model"] == "fast-model"
+    finally:
+        await bot.stop()
+    assert not (workspace / "state" / "model.json").exists()
+
+    # Another process on the same database: the switch is in the row, over what the file held.
+    database = Database(database_url)
+    await database.start()
+    try:
+        other = RuntimeConfigStore(shipped_path("config") / "runtime-config.json", tmp_path / "elsewhere.json")
+        row = RuntimeConfigRow(database)
+        other.use_database(await row.read(), row.write)
+        in_force = other.load_now()
+    finally:
+        await database.close()
+    assert in_force.llm.model == "fast-model" and in_force.llm.models == ["fast-model"]
+    assert in_force.access.allowed_users == TEST_RUNTIME_CONFIG["access"]["allowedUsers"]
 
 
 def test_migrate_copies_the_files_text_once_and_export_writes_it_back(
