@@ -78,6 +78,7 @@ class RuntimeConfigRow:
     async def follow(self, store: RuntimeConfigStore) -> None:
         """Hand `store` each new version of the row, polled every `POLL_SECONDS`, until cancelled."""
         version: int | None = None
+        failing = False
         while True:
             try:
                 rows = await self._database.fetch("SELECT version FROM runtime_config WHERE id")
@@ -86,6 +87,13 @@ class RuntimeConfigRow:
                     row = await self.read()
                     version = None if row is None else row[0]
                     store.follow_row(row)
+                failing = False
             except DatabaseError as error:
-                log.warning("[Config] Could not read the runtime configuration from the database: %s", error)
+                if not failing:  # one line per outage, not one per poll
+                    log.warning(
+                        "[Config] Could not read the runtime configuration from the database (the last one read "
+                        "stays in force): %s",
+                        error,
+                    )
+                failing = True
             await asyncio.sleep(POLL_SECONDS)
