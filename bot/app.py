@@ -20,6 +20,7 @@ from bot.compaction import install as compaction_install
 from bot.console import install as console_install
 from bot.context.estimator import TokenEstimator
 from bot.context.planner import ContextPlanner
+from bot.database.connection import DatabaseError
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message
 from bot.domain.session import AgentSession
@@ -35,6 +36,7 @@ from bot.notices import DeliverToOwner, OwnerNotices
 from bot.pipeline import install as pipeline_install
 from bot.rag import install as rag_install
 from bot.runtime_config import RuntimeConfigStore
+from bot.runtime_config_db import RuntimeConfigRow, read_row_at_start
 from bot.scheduler import install as scheduler_install
 from bot.scheduler.reminders import Deliver
 from bot.sessions.service import SessionService
@@ -87,8 +89,15 @@ def load_runtime_config(
         {"llm": {"model": env.bot_model}} if env.bot_model else None,
         notices,
     )
+    if env.bot_database_url is not None:
+        url = env.bot_database_url.get_secret_value()
+        store.use_database(read_row_at_start(url), _no_database_yet)
     store.load_now()
     return store
+
+
+async def _no_database_yet(text: str) -> int:
+    raise DatabaseError("the database is not open yet")
 
 
 class Application:
@@ -198,13 +207,14 @@ class Application:
         self._backlog: list[Turn] = []
         self._stopped = False
         self._syncing: asyncio.Task[None] | None = None
+        self._following_config: asyncio.Task[None] | None = None
         self._adopting: asyncio.Task[None] | None = None
         self.stages = [
             Stage("model client", _nothing, self.llm.close),
             # Stopped after every store: its last round makes what they wrote last durable.
             Stage("deferred fsyncs", self._start_syncing, self._stop_syncing),
             # Opened before the stores read from it, closed after the last of them wrote.
-            Stage("database", stores.start, stores.close),
+            Stage("database", self._open_database, self._close_database),
             # Every store writes through on each change; the ledger is closed once nothing can record in it.
             Stage("stores", self._read_backlog, self.ledger.close),
             Stage("memory", self._warm_up_memory, self.memory.close),
@@ -288,6 +298,23 @@ class Application:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._syncing
         await self.deferred_sync.sync()
+
+    async def _open_database(self) -> None:
+        await self.stores.start()
+        if self.stores.database is None:
+            return
+        # The runtime configuration is the database's row (once one is written): written there, followed there.
+        row = RuntimeConfigRow(self.stores.database)
+        self.config_store.use_database(await row.read(), row.write)
+        await self.config_store.current()
+        self._following_config = asyncio.create_task(row.follow(self.config_store), name="runtime-config follower")
+
+    async def _close_database(self) -> None:
+        if self._following_config is not None:
+            self._following_config.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._following_config
+        await self.stores.close()
 
     async def _read_backlog(self) -> None:
         # Read before anything can arrive, so a message taken now is never mistaken for an old one.

@@ -15,7 +15,7 @@ import asyncio
 import copy
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from bot.config_problems import ConfigProblem, problem_for
 from bot.notices import OwnerNotices
 from bot.settings import RuntimeConfig, read_at_start_keys
 from bot.shipped import shipped_path
-from bot.storage.files import FileSignature, file_signature
+from bot.storage.files import FileSignature, file_signature, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,10 @@ NOTICE_PREFIX = "runtime-config:"
 
 
 SCHEMA_KEY = "$schema"
+# How the configuration held by the database is named in log lines and owner notices.
+DATABASE_SOURCE = "runtime-config.json in the database"
+# What the configuration in force was read from: the file (its signature), or the database's row (its version).
+Signature = FileSignature | tuple[str, int] | None
 
 
 class InvalidRuntimeConfig(ValueError):
@@ -110,7 +114,7 @@ def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 
 def parse_runtime_config(
     text: str,
-    source: Path,
+    source: Path | str,
     base: dict[str, Any],
     overrides: dict[str, Any] | None = None,
     in_force: RuntimeConfig | None = None,
@@ -201,7 +205,10 @@ class RuntimeConfigStore:
         self._notices = notices
         self._config = parse_runtime_config(json.dumps(self._defaults), defaults_path, {}, self._overrides).config
         self._problems: list[ConfigProblem] = []
-        self._signature: FileSignature | None = None
+        self._signature: Signature = None
+        # The database's row (version, text) when it holds the configuration: it stands for the file.
+        self._row: tuple[int, str] | None = None
+        self._row_writer: Callable[[str], Awaitable[int]] | None = None
         self._lock = asyncio.Lock()
         self._listeners: list[Callable[[RuntimeConfig], None]] = []
         self._announced = self._config
@@ -209,6 +216,50 @@ class RuntimeConfigStore:
     @property
     def path(self) -> Path:
         return self._workspace_path
+
+    def use_database(self, row: tuple[int, str] | None, writer: Callable[[str], Awaitable[int]]) -> None:
+        """Keep the configuration in the database: `row` (version, text) is what it holds now (None: no row yet,
+        the file applies until one is written), `writer` stores a new text and returns its version."""
+        self._row = row
+        self._row_writer = writer
+
+    def follow_row(self, row: tuple[int, str] | None) -> None:
+        """The database's row as read now; a new version is read over the defaults on the next use."""
+        self._row = row
+
+    def written_text(self) -> str | None:
+        """The text the configuration is read from (the database's row, else the file), None when there is none."""
+        if self._row is not None:
+            return self._row[1]
+        try:
+            return self._workspace_path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def source(self) -> Path | str:
+        """Where the configuration is read from, as log lines and the owner are told."""
+        return DATABASE_SOURCE if self._row is not None else self._workspace_path
+
+    async def write(self, text: str) -> RuntimeConfig:
+        """Store `text` as the configuration (in the database when it keeps it, else the file), applied now."""
+        if self._row_writer is not None:
+            self._row = (await self._row_writer(text), text)
+        else:
+            await write_atomic(self._workspace_path, text.encode("utf-8"))
+        return await self.current()
+
+    def in_database(self) -> bool:
+        """Whether the configuration is kept in the database, where every process sharing it reads it."""
+        return self._row_writer is not None
+
+    async def write_settings(self, changes: dict[str, Any]) -> RuntimeConfig:
+        """`changes` merged, key by key, into the stored text (see `written_text`), written back by `write`."""
+        try:
+            written = json.loads(self.written_text() or "{}")
+        except ValueError:
+            written = {}
+        merged = deep_merge(written if isinstance(written, dict) else {}, changes)
+        return await self.write(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
 
     def in_force(self) -> RuntimeConfig:
         """The configuration in force, without checking the file (see `current`); a getter, to hand to what
@@ -260,43 +311,48 @@ class RuntimeConfigStore:
         self._after_reload()
         return self._config
 
-    def _file_signature(self) -> FileSignature | None:
+    def _file_signature(self) -> Signature:
+        if self._row is not None:
+            return ("database", self._row[0])
         return file_signature(self._workspace_path)
 
-    def _reload(self, signature: FileSignature | None) -> None:
+    def _reload(self, signature: Signature) -> None:
         # Remember the signature even when refused, so one bad edit is one log line, not one per message.
         self._signature = signature
         text = "{}"
-        if signature is not None:
+        source = self.source()
+        if self._row is not None:
+            text = self._row[1]
+        elif signature is not None:
             try:
                 text = self._workspace_path.read_text(encoding="utf-8")
             except (UnicodeDecodeError, OSError) as error:
                 self._refuse_whole(f"cannot be read: {error}")
                 return
         try:
-            loaded = parse_runtime_config(text, self._workspace_path, self._defaults, self._overrides, self._config)
+            loaded = parse_runtime_config(text, source, self._defaults, self._overrides, self._config)
         except InvalidRuntimeConfig as error:
-            self._refuse_whole(str(error).removeprefix(f"{self._workspace_path}: "))
+            self._refuse_whole(str(error).removeprefix(f"{source}: "))
             return
         config = loaded.config
         for problem in loaded.problems:
             log.error(
                 "[Config] Refused %s in %s: %s (the file's other keys apply)",
-                problem.key, self._workspace_path, problem.describe().removeprefix(f"{problem.key}: "),
+                problem.key, source, problem.describe().removeprefix(f"{problem.key}: "),
             )  # fmt: skip
         self._problems = loaded.problems
         if config != self._config:
-            log.info("[Config] Loaded %s", self._workspace_path)
+            log.info("[Config] Loaded %s", source)
             for key in changed_at_start_keys(self._config, config):
                 log.warning(
                     "[Config] %s changed in %s: it is read at start and applies after a restart",
                     key,
-                    self._workspace_path,
+                    source,
                 )
         self._config = config
 
     def _refuse_whole(self, reason: str) -> None:
-        log.error("[Config] Refused %s: %s; keeping the last good configuration", self._workspace_path, reason)
+        log.error("[Config] Refused %s: %s; keeping the last good configuration", self.source(), reason)
         self._problems = [ConfigProblem(WHOLE_FILE, reason)]
 
     def _after_reload(self) -> None:
@@ -317,12 +373,12 @@ class RuntimeConfigStore:
     def _owner_text(self, problem: ConfigProblem) -> str:
         if problem.key == WHOLE_FILE:
             return (
-                f"I could not read {self._workspace_path}: {problem.problem}. The last good configuration stays "
+                f"I could not read {self.source()}: {problem.problem}. The last good configuration stays "
                 "in force until the file is fixed."
             )
         described = problem.describe()
         return (
-            f"A setting in {self._workspace_path} was refused: {described}{'' if described.endswith('?') else '.'} "
+            f"A setting in {self.source()} was refused: {described}{'' if described.endswith('?') else '.'} "
             "The file's other settings are in force; this one is left out until it is fixed (/status lists it "
             "meanwhile)."
         )

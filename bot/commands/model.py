@@ -2,7 +2,8 @@
 
 The choice is kept in `state/model.json` and laid over the configuration (over `BOT_MODEL` too: the
 owner chose explicitly), so it holds after a restart; `/model NAME` of the configured model again
-puts it back.
+puts it back. With the configuration in the database (`BOT_DATABASE_URL`), the choice is written there as
+`llm.model`, so every process sharing the database switches (`BOT_MODEL`, where set, stays over it).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ModelSwitch:
 
     def restore(self) -> None:
         """Apply a switch saved before the last stop (start-up)."""
+        if self._config_store.in_database():
+            return  # the switch is in the database's configuration, which every process follows
         saved = read_state_sync(self._state_file, "Config", "the configured model applies")
         model = saved.get("model")
         if isinstance(model, str) and model:
@@ -44,6 +47,10 @@ class ModelSwitch:
         return list(dict.fromkeys(names))
 
     async def switch(self, model: str) -> None:
+        if self._config_store.in_database():
+            await self._config_store.write_settings({"llm": {"model": model}})
+            log.info("[Config] The owner switched the chat model to %s, for every process of the database", model)
+            return
         await write_atomic(self._state_file, json.dumps({"model": model}).encode())
         self._config_store.set_overrides({"llm": {"model": model}})
         log.info("[Config] The owner switched the chat model to %s", model)

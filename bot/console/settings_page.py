@@ -18,7 +18,6 @@ from bot.console.server import Visit, back_to, notes_of
 from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore, parse_runtime_config
 from bot.settings import READ_AT_START, RuntimeConfig, settings_of
 from bot.shipped import shipped_path
-from bot.storage.files import write_atomic
 
 HIDDEN_SECTIONS = ("mcpServers",)
 
@@ -142,10 +141,10 @@ class SettingsPage:
                 changed[key] = value
         if not changed:
             back_to("settings", note="Nothing changed.")
-        path = self.config_store.path
+        path = self.config_store.source()
         try:
-            written = json.loads(path.read_text("utf-8")) if path.exists() else {}
-        except (OSError, ValueError):
+            written = json.loads(self.config_store.written_text() or "{}")
+        except ValueError:
             written = {}
         if not isinstance(written, dict):
             written = {}
@@ -160,8 +159,7 @@ class SettingsPage:
         refused = {problem.key: problem.describe() for problem in loaded.problems if problem.key in changed}
         if refused:
             return await self.show(visit, refused, visit.form)
-        await write_atomic(path, text.encode("utf-8"))
-        await self.config_store.current()  # read now: the next page shows the new values in force
+        await self.config_store.write(text)  # applied now: the next page shows the new values in force
         back_to(
             "settings", note="Saved: " + ", ".join(f"{key} = {json.dumps(value)}" for key, value in changed.items())
         )

@@ -1,7 +1,8 @@
 """`python -m bot export [FOLDER]`: write what the database of `BOT_DATABASE_URL` holds as a workspace's files.
 
 Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md and the
-daily notes of every memory scope, `reminders.json` and `access/pairing.json`, in the formats people
+daily notes of every memory scope, `reminders.json`, `access/pairing.json` and
+`preferences/runtime-config.json`, in the formats people
 read and edit; into FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is
 written whole (atomically) and replaces the one there; files the database has nothing for are left
 alone. Edited files go back with `python -m bot migrate`.
@@ -16,6 +17,7 @@ from pathlib import Path
 from bot.access.pairing import ApprovedUser, PairingRequest, pairing_file
 from bot.database.connection import Database
 from bot.domain.session import checked_session_id
+from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import Reminder
 from bot.storage.files import write_atomic
 from bot.workspace import Workspace
@@ -73,4 +75,8 @@ async def export_workspace(database: Database, workspace: Workspace) -> Written:
         state = {"pending": [item.to_json() for item in pending], "approved": [item.to_json() for item in approved]}
         await write_atomic(pairing_file(workspace.root), (json.dumps(state, indent=2) + "\n").encode("utf-8"))
         written.add("approved users", len(approved))
+    config = await RuntimeConfigRow(database).read()
+    if config is not None:
+        await write_atomic(workspace.runtime_config_file, config[1].encode("utf-8"))
+        written.add("runtime configurations")
     return written

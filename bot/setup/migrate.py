@@ -1,11 +1,12 @@
 """`python -m bot migrate`: copy a workspace's files into the database of `BOT_DATABASE_URL`.
 
 What is copied: sessions and their archives, MEMORY.md and the daily notes of every memory scope, the
-reminders and pairing; what the files hold wins over what the database holds for the same session,
-document, reminder or user. Safe to run twice: an archive line is keyed by the archive's length after
-it (as the bot keeps it), so a line copied before is not copied again, and every other row is written
-over. The workspace's files are left as they are. The turn ledger is not copied (a stopped bot's open
-turns are answered by the next start on the files), nor are memory items yet.
+reminders, pairing and `preferences/runtime-config.json` (its text as it is); what the files hold wins
+over what the database holds for the same session, document, reminder, user or configuration. Safe to run
+twice: an archive line is keyed by the archive's length after it (as the bot keeps it), so a line copied
+before is not copied again, and every other row is written over (the configuration's version is raised
+only when its text changed). The workspace's files are left as they are. The turn ledger is not copied (a
+stopped bot's open turns are answered by the next start on the files), nor are memory items yet.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from bot.database.connection import Database
 from bot.memory.documents import LONG_TERM_NAME
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.postgres_documents import MemoryDocumentRows
+from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import ReminderFile, ReminderTable
 from bot.storage.files import line_bytes, read_text_sync
 from bot.workspace import Workspace
@@ -47,7 +49,16 @@ async def migrate_workspace(workspace: Workspace, database: Database) -> Copied:
     await _memory_documents(workspace, database, copied)
     await _reminders(workspace, database, copied)
     await _pairing(workspace, database, copied)
+    await _runtime_config(workspace, database, copied)
     return copied
+
+
+async def _runtime_config(workspace: Workspace, database: Database, copied: Copied) -> None:
+    text = read_text_sync(workspace.runtime_config_file)
+    if text is None:
+        return
+    await RuntimeConfigRow(database).write(text)
+    copied.add("runtime configurations")
 
 
 async def _sessions(workspace: Workspace, database: Database, copied: Copied) -> None:
