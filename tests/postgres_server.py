@@ -13,6 +13,7 @@ one; `postgres_database` gives each test module a fresh, empty database on it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -150,11 +151,21 @@ def create_database(server: PostgresServer, name: str) -> str:
     return server.url(name)
 
 
+def _fresh_database(server: PostgresServer, request: pytest.FixtureRequest) -> str:
+    module = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
+    return create_database(server, f"{module}_{next(_databases)}")
+
+
 @pytest.fixture(scope="module")
 def postgres_database(postgres_server: PostgresServer, request: pytest.FixtureRequest) -> str:
     """The URL of a fresh database for this test module on the process's server."""
-    module = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
-    return create_database(postgres_server, f"{module}_{next(_databases)}")
+    return _fresh_database(postgres_server, request)
+
+
+@pytest.fixture
+async def database_url(postgres_server: PostgresServer, request: pytest.FixtureRequest) -> str:
+    """The URL of a fresh database for this test alone (made off the event loop: psql runs twice)."""
+    return await asyncio.to_thread(_fresh_database, postgres_server, request)
 
 
 class OpenDatabases:

@@ -6,9 +6,7 @@ Against the test process's own PostgreSQL (`tests/postgres_server.py`), each tes
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,15 +22,7 @@ from bot.domain.session import AgentSession
 from tests.channels.telegram_harness import OWNER, free_port, start_bot
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.postgres_server import PostgresServer, create_database
 from tests.test_cli import bot_env, run_bot
-
-_names = itertools.count(1)
-
-
-@pytest.fixture
-async def database_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
-    yield await asyncio.to_thread(create_database, postgres_server, f"migrations_{next(_names)}")
 
 
 async def applied(url: str) -> list[tuple[int, str]]:

@@ -7,9 +7,7 @@ Against the test process's own PostgreSQL (`tests/postgres_server.py`), each tes
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
@@ -25,15 +23,7 @@ from tests.channels.telegram_harness import OWNER, TEST_RUNTIME_CONFIG, start_bo
 from tests.commands.test_conversation_commands import ask
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.postgres_server import PostgresServer, create_database
 from tests.test_cli import bot_env, run_bot
-
-_names = itertools.count(1)
-
-
-@pytest.fixture
-async def database_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
-    yield await asyncio.to_thread(create_database, postgres_server, f"runtime_config_{next(_names)}")
 
 
 @pytest.fixture(autouse=True)
