@@ -163,12 +163,12 @@ def whole_lines_size_sync(path: Path) -> int:
     that append will start (0 for no file)."""
     try:
         with open(path, "rb") as handle:
-            descriptor = handle.fileno()
-            end = os.fstat(descriptor).st_size
-            if end == 0 or os.pread(descriptor, 1, end - 1) == b"\n":
+            end = os.fstat(handle.fileno()).st_size
+            unended = _unended_line(handle.fileno(), end)
+            if unended is None:
                 return end
-            start = _line_start_at(descriptor, end)
-            return end + 1 if _is_whole_line(os.pread(descriptor, end - start, start), path) else start
+            start, tail = unended
+            return end + 1 if _is_whole_line(tail, path) else start
     except FileNotFoundError:
         return 0
 
@@ -198,18 +198,25 @@ def _end_last_line(descriptor: int, path: Path) -> tuple[int, bool]:
     kept and ended, or the unfinished record of a JSONL append a crash cut short, which was never
     acknowledged: that one is cut off (and logged), so every later record stays readable."""
     end = os.fstat(descriptor).st_size
-    if end == 0:
-        return 0, False
-    if os.pread(descriptor, 1, end - 1) == b"\n":
-        return end, True  # the usual case: the last append was whole
-    start = _line_start_at(descriptor, end)
-    tail = os.pread(descriptor, end - start, start)
+    unended = _unended_line(descriptor, end)
+    if unended is None:
+        return end, end > 0  # the usual case: the last append was whole
+    start, tail = unended
     if _is_whole_line(tail, path):
         _write_all(descriptor, b"\n")
         return end + 1, start > 0
     log.warning("[Storage] Cut a torn last record (%d bytes) off %s before appending", len(tail), path)
     os.ftruncate(descriptor, start)
     return start, start > 0
+
+
+def _unended_line(descriptor: int, end: int) -> tuple[int, bytes] | None:
+    """Where the file's last line starts and its bytes, when that line has no newline (None otherwise,
+    an empty file too); `end` is the file's size."""
+    if end == 0 or os.pread(descriptor, 1, end - 1) == b"\n":
+        return None
+    start = _line_start_at(descriptor, end)
+    return start, os.pread(descriptor, end - start, start)
 
 
 def _is_whole_line(tail: bytes, path: Path) -> bool:
