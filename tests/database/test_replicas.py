@@ -3,7 +3,8 @@
 Updates are posted to the replicas' webhooks as a load balancer (or Telegram retrying) would: each
 update answered once, every chat's replies in the order of its messages, a fact told through one
 replica known to the other, a turn of a replica killed while the model answers finished by the other,
-a reminder fired once. Polling replicas poll one at a time: another takes over when the poller dies, and a
+a reminder fired once, an update whose replica died between claiming and recording it answered when
+Telegram delivers it again. Polling replicas poll one at a time: another takes over when the poller dies, and a
 poller whose lease connection broke stops polling and takes the lease again.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import pytest
 
 from bot.app import POLLER_LEASE
 from bot.database.connection import NAMED_LOCK_CLASS
+from bot.faults import CRASH_VARIABLE, UPDATE_CLAIMED
 from tests.channels.telegram_harness import OWNER
 from tests.database.replicas import Replica, post, start_replica, wait_until_healthy
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
@@ -142,6 +145,35 @@ async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
     await fake_telegram.await_messages(chat, 1, timeout=30)
     await asyncio.sleep(1.0)  # a second answer would come now
     assert [m.text for m in fake_telegram.sent_messages(chat)] == [f"echo: {question}"]
+
+
+async def test_an_update_whose_replica_died_between_its_claim_and_its_record_is_answered_when_delivered_again(
+    postgres_server: PostgresServer, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    url = await asyncio.to_thread(create_database, postgres_server, f"replicas_{next(_names)}")
+    chat = CHATS[3]
+    dying = start_replica(
+        tmp_path / "dying", url, fake_openai, fake_telegram, CHATS, environment={CRASH_VARIABLE: UPDATE_CLAIMED}
+    )
+    other = start_replica(tmp_path / "other", url, fake_openai, fake_telegram, CHATS)
+    try:
+        await asyncio.gather(wait_until_healthy(dying), wait_until_healthy(other))
+        update = fake_telegram.update(fake_telegram.push_message(chat, "is the pharmacy open on sunday?"))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+            # The first replica claims the update and is killed before it records the message: no answer.
+            with pytest.raises(aiohttp.ClientError):
+                await post(http, dying, update)
+            assert await asyncio.to_thread(dying.process.wait) == -signal.SIGKILL
+            # Telegram got no 200, so it delivers the update again, here through the other replica.
+            assert await post(http, other, update) == 200
+            await fake_telegram.await_messages(chat, 1, timeout=30)
+            assert await post(http, other, update) == 200  # once answered, a further copy is a duplicate
+        await asyncio.sleep(1.0)  # a second answer would come now
+        assert [m.text for m in fake_telegram.sent_messages(chat)] == ["echo: is the pharmacy open on sunday?"]
+    finally:
+        for replica in (dying, other):
+            await asyncio.to_thread(stop, replica.process)
+    assert bad_log_lines(other.log) == []
 
 
 async def test_a_reminder_set_through_one_replica_fires_once(
