@@ -76,20 +76,28 @@ class LedgerTables:
         log.info("[Ledger] Update %s was claimed by a process that is gone before it was kept; taken over", key)
         return True
 
-    async def waits_behind(self, turn_id: str, channel_type: str, chat_id: str, within_seconds: float) -> bool:
-        """Whether an older turn of the same chat, received in the last `within_seconds`, is not delivered yet
-        (another process holds it, or is about to take it)."""
-        rows = await self._database.fetch(
-            "SELECT 1 FROM ledger_turns older WHERE older.delivered_at IS NULL"
-            " AND older.seq < (SELECT seq FROM ledger_turns WHERE turn_id = $1)"
-            " AND older.received->>'channel_type' = $2 AND older.received->>'chat_id' = $3"
-            " AND older.received_at > now() - make_interval(secs => $4) LIMIT 1",
-            turn_id,
-            channel_type,
-            chat_id,
-            within_seconds,
-        )
-        return bool(rows)
+    async def waits_behind(self, turn_id: str, channel_type: str, chat_id: str) -> str | None:
+        """The process that runs and holds an older turn of the same chat not delivered yet (it answers that
+        one first), or None. A turn of a process that is gone is not waited for (another takes it over),
+        nor one of this process (its chat's queue keeps them in order)."""
+        async with self._database.transaction() as connection:
+            owners = await connection.fetch(
+                "SELECT DISTINCT older.owner FROM ledger_turns older WHERE older.delivered_at IS NULL"
+                " AND older.seq < (SELECT seq FROM ledger_turns WHERE turn_id = $1)"
+                " AND older.received->>'channel_type' = $2 AND older.received->>'chat_id' = $3"
+                " AND older.owner IS NOT NULL AND older.owner <> $4",
+                turn_id,
+                channel_type,
+                chat_id,
+                self._database.process_id,
+            )
+            for row in owners:
+                # Its presence lock held: the process runs (a lock taken here is let go with the transaction).
+                if not await connection.fetchval(
+                    "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(row["owner"])
+                ):
+                    return str(row["owner"])
+        return None
 
     async def read(self) -> list[Record]:
         async with self._database.transaction() as connection:

@@ -34,6 +34,10 @@ CHATS = [5101, 5102, 5103, 5104]
 MESSAGES_PER_CHAT = 6
 # Reminders come due within a second of their time, so a test waits seconds, not the default five.
 FAST_REMINDERS = {"scheduler": {"reminderCheckSeconds": 1}}
+# Longer than any fixed guess of how long a replica may take to answer before it is taken to be gone.
+SLOW_ANSWER_SECONDS = 12.0
+# An answer that waited for nobody comes well within this, even on a busy machine.
+NOT_WAITED_SECONDS = 5.0
 HOLDS_LEASE = "this process holds the poller lease"
 LOST_LEASE = "lost the poller lease"
 
@@ -125,6 +129,58 @@ async def test_a_fact_told_through_one_replica_is_known_through_the_other_after_
     assert "7319" in system  # the daily note the first replica wrote, in the database
 
 
+async def test_a_message_waits_for_an_older_one_a_live_slow_replica_holds_however_long_that_takes(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[2]
+    slow, other = replicas
+    fake_openai.script(Reply("Here is the timetable, at last.", delay=SLOW_ANSWER_SECONDS))
+    asked_before = len(fake_openai.chat_requests())
+    texts = ["send me the timetable", "and the prices?", "thanks!"]
+    updates = [fake_telegram.update(fake_telegram.push_message(chat, text)) for text in texts]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        assert await post(http, slow, updates[0]) == 200
+        await fake_telegram.await_until(
+            lambda: len(fake_openai.chat_requests()) > asked_before, 30, "the slow replica asking the model"
+        )
+        # The second waits on the slow replica behind the first; the third, on the other replica, behind both.
+        assert await post(http, slow, updates[1]) == 200
+        assert await post(http, other, updates[2]) == 200
+    replies = await fake_telegram.await_messages(chat, 3, timeout=SLOW_ANSWER_SECONDS + 30)
+    assert [m.text for m in replies] == ["Here is the timetable, at last.", "echo: and the prices?", "echo: thanks!"]
+
+
+async def test_a_message_does_not_wait_for_older_ones_whose_replica_is_dead(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[3]
+    dead, other = replicas
+    fake_openai.script(Fault.hang(30))  # the first message's model call: held until its replica is killed
+    asked_before = len(fake_openai.chat_requests())
+    texts = ["what time is the meeting?", "and where?", "hello? are you there?"]
+    updates = [fake_telegram.update(fake_telegram.push_message(chat, text)) for text in texts]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        assert await post(http, dead, updates[0]) == 200
+        await fake_telegram.await_until(
+            lambda: len(fake_openai.chat_requests()) > asked_before, 30, "the first replica asking the model"
+        )
+        assert await post(http, dead, updates[1]) == 200
+        dead.process.kill()
+        await asyncio.to_thread(dead.process.wait)
+        loop = asyncio.get_running_loop()
+        posted = loop.time()
+        assert await post(http, other, updates[2]) == 200
+        (first,) = await fake_telegram.await_messages(chat, 1, timeout=30)
+        waited = loop.time() - posted
+    assert first.text == "echo: hello? are you there?"
+    assert waited < NOT_WAITED_SECONDS, f"answered after {waited:.1f} s"
+    # The dead replica's two messages are taken over and answered too, once each.
+    replies = await fake_telegram.await_messages(chat, 3, timeout=30)
+    await asyncio.sleep(1.0)  # a second answer would come now
+    assert sorted(m.text for m in fake_telegram.sent_messages(chat)) == sorted(m.text for m in replies)
+    assert sorted(m.text for m in replies) == sorted(f"echo: {text}" for text in texts)
+
+
 async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
     replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
@@ -134,11 +190,9 @@ async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
     question = "which platform does the night train leave from?"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
         assert await post(http, replicas[0], fake_telegram.update(fake_telegram.push_message(chat, question))) == 200
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while len(fake_openai.chat_requests()) == asked_before:
-        assert loop.time() < deadline, "the first replica never asked the model"
-        await asyncio.sleep(0.05)
+    await fake_telegram.await_until(
+        lambda: len(fake_openai.chat_requests()) > asked_before, 30, "the first replica asking the model"
+    )
     replicas[0].process.kill()
     await asyncio.to_thread(replicas[0].process.wait)
     assert fake_telegram.sent_messages(chat) == []
