@@ -126,7 +126,16 @@ class TelegramChannel(Channel):
                 self._poller_lease,
             )
             self._polling.start()
-            log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)
+            if self._poller_lease is None:
+                log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)
+            else:
+                # Not polling yet: the poller lease says when (its holder logs that it holds it).
+                log.info(
+                    "[Telegram] @%s standing by to poll (%s): one process polls at a time, the one holding the "
+                    "poller lease",
+                    self._identity.username,
+                    self._backend.name,
+                )
 
     @property
     def receiving(self) -> bool:

@@ -24,6 +24,7 @@ from bot.app import POLLER_LEASE
 from bot.database.connection import NAMED_LOCK_CLASS
 from bot.faults import CRASH_VARIABLE, UPDATE_CLAIMED
 from tests.channels.telegram_harness import OWNER
+from tests.console.helpers import LINK, csrf_of, log_in, new_client, page_showing, root_of
 from tests.database.replicas import Replica, post, start_replica, wait_until_healthy
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
 from tests.fakes.telegram_server import FakeTelegram
@@ -38,6 +39,7 @@ FAST_REMINDERS = {"scheduler": {"reminderCheckSeconds": 1}}
 SLOW_ANSWER_SECONDS = 12.0
 # An answer that waited for nobody comes well within this, even on a busy machine.
 NOT_WAITED_SECONDS = 5.0
+STANDING_BY = "standing by to poll"
 HOLDS_LEASE = "this process holds the poller lease"
 LOST_LEASE = "lost the poller lease"
 
@@ -246,6 +248,42 @@ async def test_a_reminder_set_through_one_replica_fires_once(
     assert len(fake_telegram.sent_messages(OWNER)) == 2
 
 
+async def console_of(replica: Replica, fake_telegram: FakeTelegram, client: aiohttp.ClientSession) -> str:
+    """Log `client` in to the web console of `replica` with the link its `/console` sends the owner (the first
+    allowed user); the console's root."""
+    owner = CHATS[0]
+    before = len(fake_telegram.sent_messages(owner))
+    assert await post(client, replica, fake_telegram.update(fake_telegram.push_message(owner, "/console"))) == 200
+    replies = await fake_telegram.await_messages(owner, before + 1, timeout=30)
+    found = LINK.search(replies[before].text)
+    assert found, replies[before].text
+    link = found.group(1)
+    assert root_of(link) == f"http://127.0.0.1:{replica.port}"
+    async with await log_in(client, link) as response:
+        assert response.status == 303
+    return f"{root_of(link)}/console"
+
+
+async def test_a_setting_saved_through_the_console_of_one_replica_reaches_the_other(
+    replicas: list[Replica], fake_telegram: FakeTelegram
+) -> None:
+    first, second = replicas
+    async with new_client() as on_first, new_client() as on_second:
+        first_console = await console_of(first, fake_telegram, on_first)
+        second_console = await console_of(second, fake_telegram, on_second)
+        async with on_second.get(f"{second_console}/settings") as page:
+            assert 'id="memory.recentDays" value="7"' in await page.text()
+        async with on_first.get(f"{first_console}/settings") as page:
+            csrf = csrf_of(await page.text())
+        form = {"csrf": csrf, "memory.recentDays": "3"}
+        async with on_first.post(f"{first_console}/settings", data=form) as saved:
+            assert saved.status == 200
+            assert "Saved: memory.recentDays = 3" in await saved.text()
+        # The other replica reads the database's row again within a second of the change.
+        shown = await page_showing(on_second, f"{second_console}/settings", 'id="memory.recentDays" value="3"', 10)
+        assert 'id="memory.recentDays" value="7"' not in shown
+
+
 async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_the_poller_dies(
     postgres_server: PostgresServer, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
@@ -264,6 +302,9 @@ async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_t
         assert len(pollers) == 1
         (poller,) = pollers
         (standby,) = [replica for replica in started if replica is not poller]
+        # The standby says it stands by, never that it polls.
+        standby_log = standby.log.read_text(errors="replace")
+        assert STANDING_BY in standby_log and " polling (" not in standby_log
 
         poller.process.kill()
         await asyncio.to_thread(poller.process.wait)
