@@ -86,8 +86,9 @@ class EnvSettings(BaseSettings):
     """The Tavily key, for `web.searchProvider: tavily`."""
     bot_database_url: SecretStr | None = None
     """A PostgreSQL URL (`postgresql://USER:PASSWORD@HOST:PORT/DATABASE`, needs the `postgres` extra): the turn
-    ledger, the sessions and their archive, MEMORY.md and the daily notes, the reminders and pairing are kept there
-    (the schema's migrations applied at start); unset or empty: in the workspace's files.
+    ledger, the sessions and their archive, MEMORY.md and the daily notes, the reminders and pairing, the
+    runtime-config and the knowledge graph are kept there (the schema's migrations applied at start); unset or empty:
+    in the workspace's files.
     `python -m bot doctor` checks the connection.
     """
 
@@ -444,8 +445,9 @@ class RagConfig(ConfigSection):
     enabled: bool = True
     """Index exchanges (55) and add `# Relevant Memory` (20)"""
     backend: Literal["embedded", "postgres", "server"] = Field("embedded", json_schema_extra=READ_AT_START)
-    """`embedded`: LightRAG in the bot, files in `workspace/rag/`; `postgres`: LightRAG's PostgreSQL storages
-    (`POSTGRES_*` variables, `pip install -e '.[postgres]'`); `server`: a running LightRAG server.
+    """`embedded`: LightRAG in the bot, files in `workspace/rag/` (with `BOT_DATABASE_URL`: in that database, as
+    `postgres`); `postgres`: LightRAG's PostgreSQL storages (the database of `BOT_DATABASE_URL`, else the
+    `POSTGRES_*` variables; `pip install -e '.[postgres]'`); `server`: a running LightRAG server.
     """
     postgres_vectors: Literal["pgvector", "files"] = Field("pgvector", json_schema_extra=READ_AT_START)
     """With `postgres`: vectors in PostgreSQL (needs the pgvector extension) or `files` in `workspace/rag/`"""
