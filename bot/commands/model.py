@@ -81,9 +81,11 @@ def register_model_command(registry: CommandRegistry, switch: ModelSwitch, confi
         offered = switch.offered(config)
         listing = ", ".join(offered)
         name = request.args.strip()
-        if not name:
-            return f"Model: {config.llm.model}. Configured: {listing}. Switch with /model NAME."
         refusal = switch.refusal()
+        if not name:
+            if refusal is not None:
+                return f"Model: {config.llm.model}, set by BOT_MODEL in this bot's environment. Configured: {listing}."
+            return f"Model: {config.llm.model}. Configured: {listing}. Switch with /model NAME."
         if refusal is not None:
             return refusal
         if name not in offered:

@@ -168,6 +168,8 @@ async def test_model_is_refused_with_its_reason_where_bot_model_pins_the_model_o
         bot_database_url=database_url, bot_model="pinned-model",
     )  # fmt: skip
     try:
+        listed = await ask(fake_telegram, OWNER, "/model")
+        assert listed.startswith("Model: pinned-model, set by BOT_MODEL in this bot's environment.")
         refused = await ask(fake_telegram, OWNER, "/model fast-model")
         assert refused.startswith("The model is set by BOT_MODEL (pinned-model)")
         assert "unset BOT_MODEL on every replica" in refused
