@@ -43,7 +43,12 @@ class EnvSettings(BaseSettings):
     """The process environment (and `.env`); secrets stay `SecretStr` so they never print."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", use_attribute_docstrings=True
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        use_attribute_docstrings=True,
+        # `${VAR:-}` in a compose file passes an empty string for what .env leaves out: that means unset.
+        env_ignore_empty=True,
     )
 
     bot_workspace: Path = Path("./workspace")
@@ -104,7 +109,7 @@ class EnvSettings(BaseSettings):
     def _database_url(cls, value: object) -> object:
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
         if text is None or (isinstance(text, str) and not text.strip()):
-            return None  # set empty, as compose passes what .env leaves out
+            return None
         if not isinstance(text, str) or not text.strip().startswith(("postgresql://", "postgres://")):
             raise ValueError("it takes a PostgreSQL URL, postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or unset)")
         return text.strip()
