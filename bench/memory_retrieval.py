@@ -127,8 +127,8 @@ def fill_vector_cache(root: Path, items: list[MemoryItem], rng: random.Random) -
     vectors = generator.standard_normal((len(keys), DIMENSIONS)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     cache = VectorCache(MemoryPaths(root).index_dir)
-    cache.store(LocalEmbedder.name, dict(zip(keys, vectors.astype(np.float16), strict=True)))
-    cache.close()
+    cache.store_sync(LocalEmbedder.name, dict(zip(keys, vectors.astype(np.float16), strict=True)))
+    cache.close_sync()
 
 
 class EmbeddedCount(logging.Handler):

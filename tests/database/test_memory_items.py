@@ -1,0 +1,297 @@
+"""The item store's behaviour on both of its implementations: the workspace's JSONL files (`MemoryItemStore`)
+and PostgreSQL's rows (`DatabaseItemStore`, with `BOT_DATABASE_URL`).
+
+Each test runs on both: items written are there for the next process, a hand edit (of the file, or of the
+row in SQL) is seen on the next refresh and searched by its new words, a corrupt line or row is kept and
+left out of memory, and what a process forgets is gone. Then what only a database does: two processes
+sharing one scope see each other's writes, and their vectors are made once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+import asyncpg  # type: ignore[import-untyped]
+import numpy as np
+import pytest
+
+from bot.database.connection import Database
+from bot.domain.memory import MemoryItem, MemoryLayer
+from bot.memory.item_storage import ItemStore
+from bot.memory.items_store import MemoryItemStore
+from bot.memory.lexical_index import Bm25Index
+from bot.memory.postgres_items import ItemRowsInDatabase
+from bot.memory.vector_cache import VectorCache
+from bot.workspace import MemoryPaths
+from tests.memory.helpers import item, write_items
+from tests.postgres_server import OpenDatabases
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+S = MemoryLayer.SEMANTIC
+
+
+class Backend(Protocol):
+    """Where a scope's items are kept, as a test sees it: a process's store of them, and hand edits."""
+
+    def open(self) -> ItemStore:
+        """The store a new process would open on the scope."""
+        ...
+
+    async def seed(self, items: list[MemoryItem]) -> None:
+        """Items that were there before any process started (a workspace's file, or rows migrated in)."""
+        ...
+
+    async def edit_text(self, item_id: str, old: str, new: str) -> None:
+        """A person replacing words in one item, by hand."""
+        ...
+
+    async def add_corrupt(self, text: str) -> None:
+        """A person adding a line (or row) to the semantic file that is not a valid item."""
+        ...
+
+    async def raw_lines(self) -> list[str]:
+        """Everything the semantic file holds, item or not."""
+        ...
+
+
+class Files:
+    def __init__(self, root: Path) -> None:
+        self.paths = MemoryPaths(root)
+
+    def open(self) -> ItemStore:
+        return MemoryItemStore(self.paths, UTC)
+
+    async def seed(self, items: list[MemoryItem]) -> None:
+        write_items(self.paths.semantic_file, items)
+
+    async def edit_text(self, item_id: str, old: str, new: str) -> None:
+        path = self.paths.semantic_file
+        lines = [line.replace(old, new) if f'"{item_id}"' in line else line for line in path.read_text().splitlines()]
+        path.write_text("\n".join(lines) + "\n")
+        stamp = path.stat().st_mtime_ns + 1_000_000_000  # a distinct mtime within one timestamp tick
+        os.utime(path, ns=(stamp, stamp))
+
+    async def add_corrupt(self, text: str) -> None:
+        with self.paths.semantic_file.open("a") as handle:
+            handle.write(text + "\n")
+
+    async def raw_lines(self) -> list[str]:
+        return self.paths.semantic_file.read_text().splitlines()
+
+
+class Rows:
+    def __init__(self, database: Database, url: str) -> None:
+        self.items = ItemRowsInDatabase(database)
+        self.url = url
+        self.scope = f"chats/test:{uuid.uuid4().hex[:8]}"
+
+    def open(self) -> ItemStore:
+        return self.items.store(self.scope, UTC, None)
+
+    async def _sql(self, statement: str, *args: object) -> list[asyncpg.Record]:
+        connection = await asyncpg.connect(self.url)
+        try:
+            return list(await connection.fetch(statement, *args))
+        finally:
+            await connection.close()
+
+    async def seed(self, items: list[MemoryItem]) -> None:
+        for each in items:
+            await self._sql(
+                "INSERT INTO memory_items (scope, file, item) VALUES ($1, 'semantic.jsonl', $2::jsonb)",
+                self.scope, json.dumps(each.to_json_dict()),
+            )  # fmt: skip
+
+    async def edit_text(self, item_id: str, old: str, new: str) -> None:
+        await self._sql(
+            "UPDATE memory_items SET item = jsonb_set(item, '{content}', to_jsonb(replace(item->>'content', $3, $4)))"
+            " WHERE scope = $1 AND id = $2",
+            self.scope, item_id, old, new,
+        )  # fmt: skip
+
+    async def add_corrupt(self, text: str) -> None:
+        try:
+            json.loads(text)
+        except ValueError:
+            await self._sql(
+                "INSERT INTO memory_items (scope, file, line) VALUES ($1, 'semantic.jsonl', $2)", self.scope, text
+            )
+        else:
+            await self._sql(
+                "INSERT INTO memory_items (scope, file, item) VALUES ($1, 'semantic.jsonl', $2::jsonb)",
+                self.scope,
+                text,
+            )
+
+    async def raw_lines(self) -> list[str]:
+        rows = await self._sql(
+            "SELECT coalesce(item::text, line) AS text FROM memory_items"
+            " WHERE scope = $1 AND file = 'semantic.jsonl' ORDER BY position",
+            self.scope,
+        )
+        return [str(row["text"]) for row in rows]
+
+
+@pytest.fixture(params=["files", "database"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    if request.param == "files":
+        yield Files(tmp_path)
+        return
+    url: str = request.getfixturevalue("postgres_database")
+    databases = OpenDatabases(url)
+    rows = Rows(await databases.open(), url)
+    try:
+        yield rows
+    finally:
+        rows.items.close()
+        await databases.close()
+
+
+async def fresh(store: ItemStore) -> ItemStore:
+    """The store with what changed elsewhere taken up, as `MemoryScopes.fresh` does before each use."""
+    await store.refresh()
+    store.refresh_sync()
+    return store
+
+
+async def test_items_written_are_there_for_the_next_process_and_searched_by_their_words(backend: Backend) -> None:
+    store = await fresh(backend.open())
+    store.append([item(S, "The dog is called Rex.", NOW, item_id="m1"), item(S, "Tea at five.", NOW, item_id="m2")])
+    await store.flush()
+    store.close()
+
+    again = backend.open()
+    index = Bm25Index()
+    again.subscribe(index)
+    await fresh(again)
+    assert [each.id for each in again.items()] == ["m1", "m2"]
+    assert list(index.search("rex", 5)) == ["m1"]
+    again.close()
+
+
+async def test_a_hand_edit_is_seen_on_the_next_refresh_and_searched_by_its_new_words(backend: Backend) -> None:
+    await backend.seed([item(S, "The dog is called Rex.", NOW, item_id="m1")])
+    store = backend.open()
+    index = Bm25Index()
+    store.subscribe(index)
+    await fresh(store)
+    assert list(index.search("rex", 5)) == ["m1"]
+
+    await backend.edit_text("m1", "Rex", "Bolt")
+    await fresh(store)
+    edited = store.get("m1")
+    assert edited is not None and edited.content == "The dog is called Bolt."
+    assert index.search("rex", 5) == {} and list(index.search("bolt", 5)) == ["m1"]
+    store.close()
+
+
+async def test_a_corrupt_line_is_kept_left_out_of_memory_and_survives_a_rewrite(backend: Backend) -> None:
+    await backend.seed([item(S, "good one", NOW, item_id="m1"), item(S, "good two", NOW, item_id="m2")])
+    await backend.add_corrupt('{"id": "m9", "layer": "NOT A LAYER"}')
+    await backend.add_corrupt("not json at all")
+    store = await fresh(backend.open())
+    assert [each.id for each in store.items()] == ["m1", "m2"]
+    assert store.skipped_lines == 2
+
+    first = store.get("m1")
+    assert first is not None
+    store.replace([first.model_copy(update={"content": "good one, changed"})])
+    store.remove(["m2"])
+    await store.flush()
+    store.close()
+
+    lines = await backend.raw_lines()
+    assert len(lines) == 3 and "not json at all" in lines
+    assert any("NOT A LAYER" in line for line in lines) and any("good one, changed" in line for line in lines)
+    again = await fresh(backend.open())
+    assert [each.content for each in again.items()] == ["good one, changed"]
+    assert again.skipped_lines == 2
+    again.close()
+
+
+async def test_a_forgotten_item_is_gone_for_the_next_process_and_a_moved_one_is_in_its_new_layer(
+    backend: Backend,
+) -> None:
+    await backend.seed([item(S, "keep me", NOW, item_id="m1"), item(S, "forget me", NOW, item_id="m2")])
+    store = await fresh(backend.open())
+    store.remove(["m2"])
+    kept = store.get("m1")
+    assert kept is not None
+    store.relocate(kept.model_copy(update={"layer": MemoryLayer.PROCEDURAL}))
+    await store.flush()
+    store.close()
+
+    again = await fresh(backend.open())
+    assert [(each.id, each.layer) for each in again.items()] == [("m1", MemoryLayer.PROCEDURAL)]
+    assert again.count_by_layer().get(S, 0) == 0
+    again.close()
+
+
+# -- what only a database does: processes sharing one scope ----------------------------------------------
+
+
+async def test_two_processes_sharing_a_scope_see_each_others_writes_on_their_next_refresh(
+    postgres_database: str,
+) -> None:
+    databases = OpenDatabases(postgres_database)
+    first, second = ItemRowsInDatabase(await databases.open()), ItemRowsInDatabase(await databases.open())
+    try:
+        a, b = first.store("shared", UTC, None), second.store("shared", UTC, None)
+        index_b = Bm25Index()
+        b.subscribe(index_b)
+        await fresh(a)
+        await fresh(b)
+
+        a.append([item(S, "The boat is moored at Kiel.", NOW, item_id="k1")])
+        b.append([item(S, "Lunch is at noon.", NOW, item_id="k2")])  # the same file, at the same time
+        await a.flush()
+        await b.flush()
+        await fresh(a)
+        await fresh(b)
+        assert {each.id for each in a.items()} == {each.id for each in b.items()} == {"k1", "k2"}
+        assert list(index_b.search("kiel boat", 5)) == ["k1"]
+
+        b.remove(["k1"])
+        await b.flush()
+        await fresh(a)
+        assert [each.id for each in a.items()] == ["k2"]
+        a.close()
+        b.close()
+    finally:
+        first.close()
+        second.close()
+        await databases.close()
+
+
+async def test_a_vector_stored_by_one_process_is_read_by_another_as_it_was_stored(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    databases = OpenDatabases(postgres_database)
+    try:
+        stored_by = ItemRowsInDatabase(await databases.open()).vectors
+        read_by = ItemRowsInDatabase(await databases.open()).vectors
+        rng = np.random.default_rng(7)
+        made = {f"key{n}": rng.standard_normal(384).astype(np.float16) for n in range(5)}
+        await stored_by.store("bundled", made)
+        await stored_by.store("bundled", {"key0": np.zeros(384, dtype=np.float16)})  # made once: kept as first stored
+
+        found = await read_by.load("bundled", {"key0", "key3", "missing"})
+        assert found.keys() == {"key0", "key3"}
+        assert np.array_equal(found["key0"], made["key0"]) and np.array_equal(found["key3"], made["key3"])
+        # The same quantized rows as the cache in a workspace gives for the same vectors.
+        on_disk = VectorCache(tmp_path)
+        await on_disk.store("bundled", made)
+        from_rows = await read_by.load_quantized("bundled", set(made))
+        from_file = await on_disk.load_quantized("bundled", set(made))
+        await on_disk.close()
+        by_key_rows = {key: (row.tolist(), float(scale)) for b in from_rows for key, row, scale in zip(*b, strict=True)}
+        by_key_file = {key: (row.tolist(), float(scale)) for b in from_file for key, row, scale in zip(*b, strict=True)}
+        assert by_key_rows == by_key_file and len(by_key_rows) == 5
+    finally:
+        await databases.close()
