@@ -23,25 +23,29 @@ exactly as it does over a workspace's files. Two awaited steps keep the copy and
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import shutil
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import ValidationError
 
 from bot.database.connection import Database
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.embeddings import QuantizedBatch
+from bot.memory.item_files import read_raw
 from bot.memory.item_storage import ItemFacts, ItemIndex
 from bot.memory.items_store import MemoryItemStore
-from bot.memory.vector_cache import LOAD_BATCH_ROWS, quantized_batches
+from bot.memory.vector_cache import LOAD_BATCH_ROWS, VectorCache, quantized_batches
 from bot.storage.files import read_text_sync, write_atomic_sync
 from bot.storage.folder_changes import FolderChanges
 from bot.storage.jsonl import dumps_line
@@ -424,6 +428,93 @@ class ItemRowsInDatabase:
         root, self._root = self._root, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _as_row(line: str) -> tuple[str | None, str | None]:
+    """(item, line) of a file's line: JSON goes in `item`, anything else is kept in `line` as it is."""
+    try:
+        json.loads(line)
+    except ValueError:
+        return None, line
+    # jsonb holds no NUL character: such a line is kept as its text (it is read back the same).
+    return (None, line) if "\\u0000" in line else (line, None)
+
+
+@dataclass
+class CopiedItems:
+    """What `copy_item_files` wrote: items, and lines kept that are not items (each reported in the log)."""
+
+    items: int = 0
+    kept_lines: int = 0
+    vectors: int = 0
+
+
+async def copy_item_files(database: Database, scope: str, items_dir: Path, copied: CopiedItems) -> None:
+    """Write the item files of a scope's `items_dir` over their rows: a file's rows are replaced by its lines,
+    in its order (safe to repeat). Every line is kept; one that is not a valid item is counted, and logged."""
+    for path, name, lines in await asyncio.to_thread(_item_files, items_dir):
+        for number, line in enumerate(lines, start=1):
+            try:
+                MemoryItem.model_validate_json(line)
+            except ValidationError as error:
+                log.warning("[Memory] Line %d of %s is not an item (kept, left out of memory): %s", number, path, error)
+                copied.kept_lines += 1
+            else:
+                copied.items += 1
+        rows = [_as_row(line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")) for line in lines]
+        async with database.transaction() as connection:
+            await connection.execute("DELETE FROM memory_items WHERE scope = $1 AND file = $2", scope, name)
+            await connection.execute(
+                "INSERT INTO memory_items (scope, file, item, line) SELECT $1, $2, item::jsonb, line"
+                " FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(item, line, n) ORDER BY n",
+                scope, name, [item for item, _ in rows], [line for _, line in rows],
+            )  # fmt: skip
+
+
+def _item_files(items_dir: Path) -> list[tuple[Path, str, list[str]]]:
+    """(path, name under items/, non-empty lines) of each item file of `items_dir`."""
+    if not items_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(items_dir.rglob("*.jsonl")):
+        name = path.relative_to(items_dir).as_posix()
+        if ITEM_FILE.match(name):
+            found.append((path, name, [line for line in read_raw(path).split("\n") if line.strip()]))
+    return found
+
+
+async def copy_vectors(database: Database, cache: VectorCache, copied: CopiedItems) -> None:
+    """Copy every vector of a scope's cache file into `memory_vectors` (those already there are kept)."""
+    if not await asyncio.to_thread(cache.path.exists):
+        return
+    rows = VectorRows(database)
+    for embedder, batch in await asyncio.to_thread(lambda: list(cache.everything_sync())):
+        await rows.store(embedder, batch)
+        copied.vectors += len(batch)
+
+
+async def write_item_files(database: Database, memory_dir: Path) -> int:
+    """Write every scope's item files from the rows, under `memory_dir` (`bot export`); how many files.
+
+    An item's line is written compact, as the bot writes it; a kept line as it is. A row whose scope or
+    file would put it outside `memory_dir`, or name no item file, is not followed."""
+    rows = await database.fetch(
+        "SELECT scope, file, item::text AS item, line FROM memory_items ORDER BY scope, file, position"
+    )
+    return await asyncio.to_thread(_write_item_files, list(stored_lines(rows)), memory_dir)
+
+
+def _write_item_files(files: list[tuple[str, str, list[str]]], memory_dir: Path) -> int:
+    written = 0
+    for scope, name, lines in files:
+        folder = memory_dir if scope == "." else memory_dir / scope
+        if not ITEM_FILE.match(name) or not folder.resolve().is_relative_to(memory_dir.resolve()):
+            log.warning("[Memory] Left out the rows of %r in scope %r: not an item file of memory/", name, scope)
+            continue
+        compact = [dumps_line(json.loads(line)) if _as_row(line)[0] is not None else line for line in lines]
+        write_atomic_sync(MemoryPaths(folder).items_dir / name, file_text(compact))
+        written += 1
+    return written
 
 
 def stored_lines(rows: Iterable[Any]) -> Iterator[tuple[str, str, list[str]]]:

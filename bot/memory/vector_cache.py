@@ -146,6 +146,15 @@ class VectorCache:
                 self._connect(), embedder, [(key, vector.tobytes()) for key, vector in vectors.items()]
             )
 
+    def everything_sync(self) -> Iterator[tuple[str, dict[str, npt.NDArray[np.float16]]]]:
+        """Every stored vector, a batch of one embedder's at a time (`bot migrate` copies them)."""
+        with self._lock:
+            connection = self._connect()
+            for embedder in index_sql.vector_embedders(connection):
+                cursor = index_sql.vectors_of(connection, embedder)
+                while rows := cursor.fetchmany(LOAD_BATCH_ROWS):
+                    yield embedder, {key: np.frombuffer(blob, dtype=np.float16) for key, blob in rows}
+
     async def close(self) -> None:
         await asyncio.to_thread(self.close_sync)
 

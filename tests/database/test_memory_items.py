@@ -9,6 +9,7 @@ sharing one scope see each other's writes, and their vectors are made once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import uuid
@@ -29,8 +30,10 @@ from bot.memory.lexical_index import Bm25Index
 from bot.memory.postgres_items import ItemRowsInDatabase
 from bot.memory.vector_cache import VectorCache
 from bot.workspace import MemoryPaths
-from tests.memory.helpers import item, write_items
+from tests.fakes.openai_server import FakeOpenAI
+from tests.memory.helpers import item, read_items, write_items
 from tests.postgres_server import OpenDatabases
+from tests.test_cli import bot_env, run_bot
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 S = MemoryLayer.SEMANTIC
@@ -295,3 +298,61 @@ async def test_a_vector_stored_by_one_process_is_read_by_another_as_it_was_store
         assert by_key_rows == by_key_file and len(by_key_rows) == 5
     finally:
         await databases.close()
+
+
+# -- moving in and out: `bot migrate` and `bot export` -------------------------------------------------
+
+
+def test_migrate_copies_the_item_files_with_every_line_and_export_writes_them_back_after_a_sql_edit(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    workspace = tmp_path / "workspace"
+    owner, chat = MemoryPaths(workspace / "memory"), MemoryPaths(workspace / "memory" / "chats" / "telegram:5")
+    write_items(owner.semantic_file, [item(S, "The dog is called Rex.", NOW, item_id="m1")])
+    with owner.semantic_file.open("a") as handle:  # hand edits: a key the bot does not know, and two bad lines
+        handle.write(json.dumps({**item(S, "Tea at five.", NOW, item_id="m2").to_json_dict(), "mood": "calm"}) + "\n")
+        handle.write('{"id": "m9", "layer": "NOT A LAYER"}\nnot json at all\n')
+    write_items(
+        owner.episodic_file(NOW.date()), [item(MemoryLayer.EPISODIC, "We talked about Rex.", NOW, item_id="e1")]
+    )
+    write_items(chat.procedural_file, [item(MemoryLayer.PROCEDURAL, "Deploy with make.", NOW, item_id="p1")])
+    cache = VectorCache(owner.index_dir)
+    asyncio.run(cache.store("bundled", {"k1": np.ones(8, dtype=np.float16)}))
+    asyncio.run(cache.close())
+
+    on_database = bot_env(workspace, fake_openai, BOT_DATABASE_URL=database_url)
+    for _ in range(2):  # safe to run twice: the same rows, not twice as many
+        result = run_bot(["migrate"], on_database)
+        assert result.returncode == 0, result.stderr
+        assert (
+            "4 memory items, 2 memory item lines that are not items (kept; see the log), 1 item vectors"
+            in result.stdout
+        )
+        assert "Line 3 of" in result.stderr and "Line 4 of" in result.stderr
+
+    async def edit_and_count() -> int:
+        connection = await asyncpg.connect(database_url)
+        try:
+            await connection.execute(
+                "UPDATE memory_items SET item = jsonb_set(item, '{content}', to_jsonb($1::text)) WHERE id = 'm1'",
+                "The dog is called Bolt.",
+            )
+            return int(await connection.fetchval("SELECT count(*) FROM memory_items"))
+        finally:
+            await connection.close()
+
+    assert asyncio.run(edit_and_count()) == 6
+
+    exported = tmp_path / "exported"
+    result = run_bot(["export", str(exported)], on_database)
+    assert result.returncode == 0, result.stderr
+    assert "3 memory item files" in result.stdout
+    back = MemoryPaths(exported / "memory")
+    lines = back.semantic_file.read_text().splitlines()
+    assert [json.loads(line).get("content") for line in lines[:2]] == ["The dog is called Bolt.", "Tea at five."]
+    assert json.loads(lines[1])["mood"] == "calm"
+    assert lines[2:] == ['{"id":"m9","layer":"NOT A LAYER"}', "not json at all"]
+    [episode] = read_items(back.episodic_file(NOW.date()))
+    assert episode["content"] == "We talked about Rex."
+    [procedure] = read_items(MemoryPaths(exported / "memory" / "chats" / "telegram:5").procedural_file)
+    assert procedure["content"] == "Deploy with make."
