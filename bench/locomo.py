@@ -219,7 +219,10 @@ def run_conversation(
     workspace = root / conversation["sample_id"]
     memory = workspace / "memory"
     items = write_items(conversation, memory)
+    runtime_config = {"access": {"allowedUsers": [OWNER]}}
+    # Written before `migrate` copies it: the database's configuration is the one a bot on it reads.
     (workspace / "preferences").mkdir(parents=True, exist_ok=True)
+    (workspace / "preferences" / "runtime-config.json").write_text(json.dumps(runtime_config))
     database = None if server is None else DatabaseMemory(server, workspace, conversation["sample_id"])
     step_one = snapshot(memory) if database is None else {}
     log = root / f"{conversation['sample_id']}.log"
@@ -231,7 +234,7 @@ def run_conversation(
     round_trips: list[float] = []
     with FakeTelegram() as telegram, FakeOpenAI() as model:
         process = start_bot(
-            workspace, "ptb", model, telegram, log, {"access": {"allowedUsers": [OWNER]}},
+            workspace, "ptb", model, telegram, log, runtime_config,
             None if database is None else {"BOT_DATABASE_URL": database.url},
         )  # fmt: skip
         try:

@@ -111,6 +111,8 @@ class DatabaseItemStore:
         self._written: dict[str, None] = {}
         self._removed: dict[str, None] = {}
         self._unwritten_files: set[str] = set()
+        # The files whose changes a flush is writing to the rows now (not read back until it is done).
+        self._writing: set[str] = set()
         self._flush_lock = asyncio.Lock()
 
     def _name(self, path: Path) -> str:
@@ -138,7 +140,7 @@ class DatabaseItemStore:
             changed = [
                 name
                 for name, number in numbers.items()
-                if self._seen.get(name) != number and name not in self._unwritten_files
+                if self._seen.get(name) != number and name not in self._unwritten_files and name not in self._writing
             ]
             if not changed:
                 return
@@ -294,6 +296,7 @@ class DatabaseItemStore:
             if not (written or removed or files):
                 return
             self._written, self._removed, self._unwritten_files = {}, {}, set()
+            self._writing = files
             try:
                 await self._write_rows(list(written), list(removed), sorted(files))
             except BaseException:
@@ -301,6 +304,8 @@ class DatabaseItemStore:
                 self._removed = removed | self._removed
                 self._unwritten_files |= files
                 raise
+            finally:
+                self._writing = set()
 
     async def _write_rows(self, written: list[str], removed: list[str], files: list[str]) -> None:
         found = self._items.get_many(written)
