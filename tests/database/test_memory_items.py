@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ import asyncpg  # type: ignore[import-untyped]
 import numpy as np
 import pytest
 
+from bot.app import Application
 from bot.database.connection import Database
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.item_storage import ItemStore
@@ -30,8 +32,11 @@ from bot.memory.lexical_index import Bm25Index
 from bot.memory.postgres_items import ItemRowsInDatabase
 from bot.memory.vector_cache import VectorCache
 from bot.workspace import MemoryPaths
+from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
-from tests.memory.helpers import item, read_items, write_items
+from tests.fakes.recording_channel import RecordingChannel
+from tests.memory.helpers import configure_memory, item, read_items, say, write_items
+from tests.memory.test_indexing import embedded_texts
 from tests.postgres_server import OpenDatabases
 from tests.test_cli import bot_env, run_bot
 
@@ -356,3 +361,29 @@ def test_migrate_copies_the_item_files_with_every_line_and_export_writes_them_ba
     assert episode["content"] == "We talked about Rex."
     [procedure] = read_items(MemoryPaths(exported / "memory" / "chats" / "telegram:5").procedural_file)
     assert procedure["content"] == "Deploy with make."
+
+
+async def test_the_vectors_one_process_made_are_read_by_another_and_not_made_again(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    fact = "My passport number ends in 4411."
+    first = Application(env_for(tmp_path / "first", fake_openai, bot_database_url=database_url))
+    second = Application(env_for(tmp_path / "second", fake_openai, bot_database_url=database_url))
+    try:
+        for each in (first, second):
+            configure_memory(each, embeddingsModel="fake-embedding")
+        await first.start()
+        await second.start()
+        await say(second, channel, "1", "/status")  # the second has read the stored vectors (none yet)
+        await say(first, channel, "1", fact)  # the turn's item, and its vector made while idle
+        assert any("4411" in text for text in embedded_texts(fake_openai))
+
+        asked_before = len(fake_openai.requests)
+        await say(second, channel, "1", "which passport?")  # the first's item reaches the second here
+        status = await say(second, channel, "1", "/status")
+        coverage = re.search(r"vectors (\d+)/(\d+) \(fake-embedding\)", status)
+        assert coverage is not None and int(coverage[1]) == int(coverage[2]) >= 2, status
+        assert not any("4411" in text for text in embedded_texts(fake_openai, asked_before))
+    finally:
+        await first.stop()
+        await second.stop()
