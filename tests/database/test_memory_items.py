@@ -4,7 +4,8 @@ and PostgreSQL's rows (`DatabaseItemStore`, with `BOT_DATABASE_URL`).
 Each test runs on both: items written are there for the next process, a hand edit (of the file, or of the
 row in SQL) is seen on the next refresh and searched by its new words, a corrupt line or row is kept and
 left out of memory, and what a process forgets is gone. Then what only a database does: two processes
-sharing one scope see each other's writes, and their vectors are made once.
+sharing one scope see each other's writes, a vector is made once whichever process needs it, and
+`bot migrate` and `bot export` move the item files in and out with every line.
 """
 
 from __future__ import annotations
