@@ -423,6 +423,10 @@ class ItemRowsInDatabase:
     def vectors(self) -> VectorRows:
         return self._vectors
 
+    async def scopes(self) -> list[str]:
+        rows = await self._database.fetch("SELECT DISTINCT scope FROM memory_item_files ORDER BY scope")
+        return [str(row["scope"]) for row in rows]
+
     def store(self, scope: str, zone: tzinfo, changes: FolderChanges | None) -> DatabaseItemStore:
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="bot-memory-items-"))

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, tzinfo
+from pathlib import PurePosixPath
 from typing import Protocol, TypeVar
 
 from bot.domain.memory import MemoryPack
@@ -57,6 +58,10 @@ class ItemsInDatabase(Protocol):
     @property
     def vectors(self) -> VectorStorage:
         """The vectors of every scope's items."""
+        ...
+
+    async def scopes(self) -> list[str]:
+        """The scopes that have items there."""
         ...
 
 
@@ -162,6 +167,18 @@ class MemoryScopes:
             parent = self._workspace.memory_dir / folder
             roots += sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
         return [self.at(MemoryPaths(root)) for root in roots]
+
+    async def everywhere(self) -> list[MemoryScope]:
+        """`on_disk`, and every scope whose items are in the database (a chat's may have no folder here)."""
+        found = {id(scope): scope for scope in self.on_disk()}
+        if self._items_in_database is not None:
+            for name in await self._items_in_database.scopes():
+                parts = PurePosixPath(name).parts
+                if name.startswith("/") or ".." in parts:
+                    continue  # a row that would put a scope outside memory/ (a hand edit) is not followed
+                scope = self.at(MemoryPaths(self._workspace.memory_dir.joinpath(*parts)))
+                found[id(scope)] = scope
+        return list(found.values())
 
     async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
         """Run a read of the scope in memory's thread, or inline while the scope is small.

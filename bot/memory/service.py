@@ -149,6 +149,10 @@ class MemoryService:
         """Every memory root in the workspace: the global one, each chat's and each person's (whatever the scope)."""
         return self._scopes.on_disk()
 
+    async def every_scope(self) -> list[MemoryScope]:
+        """`scopes_on_disk`, and with `BOT_DATABASE_URL` every scope whose items are in the database."""
+        return await self._scopes.everywhere()
+
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
         return self._scopes.at(paths)
 

@@ -31,8 +31,9 @@ from bot.memory.item_storage import ItemStore
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
 from bot.memory.postgres_items import ItemRowsInDatabase
+from bot.memory.scopes import MemoryScopes
 from bot.memory.vector_cache import VectorCache
-from bot.workspace import MemoryPaths
+from bot.workspace import MemoryPaths, Workspace
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -388,3 +389,22 @@ async def test_the_vectors_one_process_made_are_read_by_another_and_not_made_aga
     finally:
         await first.stop()
         await second.stop()
+
+
+async def test_maintenance_reaches_a_scope_whose_items_are_only_in_the_database(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    databases = OpenDatabases(postgres_database)
+    try:
+        rows = Rows(await databases.open(), postgres_database)
+        await rows.seed([item(S, "A fact of a chat with no folder here.", NOW, item_id="c1")])
+        scopes = MemoryScopes(Workspace(tmp_path), UTC, None, items_in_database=rows.items)
+        try:
+            roots = [scope.paths.root for scope in await scopes.everywhere()]
+            assert tmp_path / "memory" / rows.scope in roots
+            assert tmp_path / "memory" in roots  # the owner's, as without a database
+        finally:
+            await scopes.close()
+            rows.items.close()
+    finally:
+        await databases.close()
