@@ -82,8 +82,10 @@ SELECT $1, i.file, i.item FROM incoming i WHERE i.id NOT IN (SELECT id FROM upda
 
 
 def item_line(item: MemoryItem) -> str:
-    """The item's JSON line, as the item files hold it (a lone surrogate written as its escape)."""
-    return dumps_line(item.to_json_dict()).encode("utf-8", "backslashreplace").decode("utf-8")
+    """The item's JSON line, as the item files hold it (a lone surrogate written as its escape). jsonb holds
+    no NUL character: one in a text becomes U+FFFD, rather than the whole write being refused."""
+    line = dumps_line(item.to_json_dict()).encode("utf-8", "backslashreplace").decode("utf-8")
+    return line.replace("\\u0000", "\\ufffd")
 
 
 def row_line(item: str | None, line: str | None) -> str:

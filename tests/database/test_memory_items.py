@@ -408,3 +408,15 @@ async def test_maintenance_reaches_a_scope_whose_items_are_only_in_the_database(
             rows.items.close()
     finally:
         await databases.close()
+
+
+async def test_a_nul_character_in_an_item_does_not_stop_its_write_to_the_database(backend: Backend) -> None:
+    store = await fresh(backend.open())
+    store.append([item(S, "Before\x00after.", NOW, item_id="n1"), item(S, "A plain fact.", NOW, item_id="n2")])
+    await store.flush()
+    store.close()
+    again = await fresh(backend.open())
+    assert [each.id for each in again.items()] == ["n1", "n2"]
+    written = again.get("n1")
+    assert written is not None and written.content in ("Before\x00after.", "Before\ufffdafter.")
+    again.close()
