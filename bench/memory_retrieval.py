@@ -240,8 +240,8 @@ async def measure_async(
     config = MemoryConfig()
     service, first_ms, ready_s = await start(root, config, items_in_database)
     scope = await service.scope(config, "telegram:1")
-    # The files' store counts its reads (a store on a database reads every row at its start).
-    reread = scope.store.files_read if isinstance(scope.store, MemoryItemStore) else count
+    assert isinstance(scope.store, MemoryItemStore)  # the files' store (or its copy's), whose reads are counted
+    reread = scope.store.files_read
     # The query model is loaded by the first message's vector; the bot keeps it from then on.
     loaded_rss = rss_kib()
     cpu: list[float] = []

@@ -8,9 +8,9 @@ was (`line`). Every statement that changes rows of a file raises that file's num
 
 `ItemStore` is synchronous: retrieval looks items up hundreds of times a turn, under the scope's lock,
 and cannot await a query for each. asyncpg is asynchronous. So each process reads a copy of the rows:
-the scope's item files written from them into a folder of the process's own, read by a
-`MemoryItemStore` (its SQLite index, and the BM25 and vector indexes that follow it), which ranks
-exactly as it does over a workspace's files. Two awaited steps keep the copy and the rows in step:
+the scope's item files written from them into a folder of the process's own. `DatabaseItemStore` is a
+`MemoryItemStore` over that copy (its SQLite index, and the BM25 and vector indexes that follow it),
+which ranks exactly as it does over a workspace's files. Two awaited steps keep the copy and the rows in step:
 
 - `refresh`, before each use of the scope (`MemoryScopes.fresh`): one query for the files' numbers, and
   the rows of each file whose number moved, written over its copy; `refresh_sync` then reads that copy
@@ -28,10 +28,9 @@ import logging
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,9 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from bot.database.connection import Database
-from bot.domain.memory import MemoryItem, MemoryLayer
+from bot.domain.memory import MemoryItem
 from bot.memory.embeddings import QuantizedBatch
 from bot.memory.item_files import read_raw
-from bot.memory.item_storage import ItemFacts, ItemIndex
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.vector_cache import LOAD_BATCH_ROWS, VectorCache, quantized_batches
 from bot.storage.files import read_text_sync, write_atomic_sync
@@ -97,16 +95,16 @@ def file_text(lines: Iterable[str]) -> bytes:
     return "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
 
 
-class DatabaseItemStore:
-    """The items of one memory scope as rows of `memory_items`, read through this process's copy of them."""
+class DatabaseItemStore(MemoryItemStore):
+    """The items of one memory scope as rows of `memory_items`: read through this process's copy of them (a
+    `MemoryItemStore` over the copy's files), written to both."""
 
     def __init__(
         self, database: Database, scope: str, copy: MemoryPaths, zone: tzinfo, changes: FolderChanges | None
     ) -> None:
+        super().__init__(copy, zone, None, changes)
         self._database = database
         self._scope = scope
-        self._copy = copy
-        self._items = MemoryItemStore(copy, zone, None, changes)
         # Each file's number as the copy holds it.
         self._seen: dict[str, int] = {}
         # What waits for `flush`: ids written (added, replaced or moved) and removed, and the files they touch.
@@ -115,22 +113,10 @@ class DatabaseItemStore:
         self._unwritten_files: set[str] = set()
         # The files whose changes a flush is writing to the rows now (not read back until it is done).
         self._writing: set[str] = set()
-        self._flush_lock = asyncio.Lock()
+        self._rows_lock = asyncio.Lock()
 
     def _name(self, path: Path) -> str:
-        return path.relative_to(self._copy.items_dir).as_posix()
-
-    # -- following changes ---------------------------------------------------------------------------
-
-    @property
-    def version(self) -> int:
-        return self._items.version
-
-    def appended_since(self, version: int) -> list[str] | None:
-        return self._items.appended_since(version)
-
-    def subscribe(self, index: ItemIndex) -> None:
-        self._items.subscribe(index)
+        return path.relative_to(self.paths.items_dir).as_posix()
 
     async def refresh(self) -> None:
         """Write over the copy every file whose rows changed since it was written (by another process, or
@@ -159,103 +145,11 @@ class DatabaseItemStore:
             if not ITEM_FILE.match(name):
                 log.warning("[Memory] Left out the rows of %r in scope %s: not an item file's name", name, self._scope)
                 continue
-            path = self._copy.items_dir / name
+            path = self.paths.items_dir / name
             data = file_text(lines)
             if read_text_sync(path) != data.decode("utf-8", "surrogateescape"):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic_sync(path, data)
-
-    def refresh_sync(self) -> bool:
-        return self._items.refresh_sync()
-
-    @property
-    def skipped_lines(self) -> int:
-        return self._items.skipped_lines
-
-    def close(self) -> None:
-        self._items.close()
-
-    # -- reading -------------------------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def get(self, item_id: str) -> MemoryItem | None:
-        return self._items.get(item_id)
-
-    def get_many(self, item_ids: Iterable[str]) -> dict[str, MemoryItem]:
-        return self._items.get_many(item_ids)
-
-    def items(self) -> Iterable[MemoryItem]:
-        return self._items.items()
-
-    def in_layer(self, layer: MemoryLayer) -> list[MemoryItem]:
-        return self._items.in_layer(layer)
-
-    def recently_updated(self, limit: int) -> list[MemoryItem]:
-        return self._items.recently_updated(limit)
-
-    def recent_episodic(self, limit: int, since: datetime, skip: Callable[[str], bool]) -> list[MemoryItem]:
-        return self._items.recent_episodic(limit, since, skip)
-
-    def newest_in_layer(self, layer: MemoryLayer, limit: int) -> list[MemoryItem]:
-        return self._items.newest_in_layer(layer, limit)
-
-    def superseded(self) -> list[MemoryItem]:
-        return self._items.superseded()
-
-    def count_by_layer(self) -> dict[MemoryLayer, int]:
-        return self._items.count_by_layer()
-
-    def find_by_fingerprint(self, fingerprint: str, layer: MemoryLayer | None = None) -> MemoryItem | None:
-        return self._items.find_by_fingerprint(fingerprint, layer)
-
-    def find_by_key(self, key: str, layer: MemoryLayer) -> list[MemoryItem]:
-        return self._items.find_by_key(key, layer)
-
-    def superseded_by(self, newer: MemoryItem) -> list[MemoryItem]:
-        return self._items.superseded_by(newer)
-
-    def referring_to(self, references: Iterable[str]) -> list[MemoryItem]:
-        return self._items.referring_to(references)
-
-    def ids_referring_to(self, references: Iterable[str]) -> list[str]:
-        return self._items.ids_referring_to(references)
-
-    def referring_among(self, item_ids: Collection[str], references: AbstractSet[str]) -> set[str]:
-        return self._items.referring_among(item_ids, references)
-
-    def is_referenced(self, reference: str) -> bool:
-        return self._items.is_referenced(reference)
-
-    def core(self, limit: int) -> list[MemoryItem]:
-        return self._items.core(limit)
-
-    def pinned(self) -> list[MemoryItem]:
-        return self._items.pinned()
-
-    def shared(self) -> list[MemoryItem]:
-        return self._items.shared()
-
-    def speakers_among(self, names: Iterable[str]) -> set[str]:
-        return self._items.speakers_among(names)
-
-    def facts_of(self, item_ids: Iterable[str], with_neighbours: bool = False) -> dict[str, ItemFacts]:
-        return self._items.facts_of(item_ids, with_neighbours)
-
-    def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
-        return self._items.neighbour_ids(item_ids)
-
-    def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
-        return self._items.episodic_neighbours(item_ids)
-
-    # -- writing -------------------------------------------------------------------------------------
-
-    def file_for(self, item: MemoryItem) -> Path:
-        return self._items.file_for(item)
-
-    def file_of(self, item_id: str) -> Path | None:
-        return self._items.file_of(item_id)
 
     def _wrote(self, item_ids: Iterable[str], paths: Iterable[Path | None]) -> None:
         for item_id in item_ids:
@@ -264,21 +158,21 @@ class DatabaseItemStore:
         self._unwritten_files.update(self._name(path) for path in paths if path is not None)
 
     def append(self, items: list[MemoryItem]) -> None:
-        self._items.append(items)
-        self._wrote([item.id for item in items], [self._items.file_for(item) for item in items])
+        super().append(items)
+        self._wrote([item.id for item in items], [self.file_for(item) for item in items])
 
     def replace(self, items: list[MemoryItem]) -> None:
-        self._items.replace(items)
-        self._wrote([item.id for item in items], [self._items.file_of(item.id) for item in items])
+        super().replace(items)
+        self._wrote([item.id for item in items], [self.file_of(item.id) for item in items])
 
     def relocate(self, item: MemoryItem) -> None:
-        before = self._items.file_of(item.id)
-        self._items.relocate(item)
-        self._wrote([item.id], [before, self._items.file_of(item.id)])
+        before = self.file_of(item.id)
+        super().relocate(item)
+        self._wrote([item.id], [before, self.file_of(item.id)])
 
     def remove(self, item_ids: list[str]) -> list[MemoryItem]:
-        places = [self._items.file_of(item_id) for item_id in item_ids]
-        removed = self._items.remove(item_ids)
+        places = [self.file_of(item_id) for item_id in item_ids]
+        removed = super().remove(item_ids)
         for item in removed:
             self._written.pop(item.id, None)
             self._removed[item.id] = None
@@ -287,13 +181,13 @@ class DatabaseItemStore:
 
     @property
     def dirty(self) -> bool:
-        return self._items.dirty or bool(self._written or self._removed)
+        return super().dirty or bool(self._written or self._removed)
 
     async def flush(self, durable: bool = True) -> None:
         """Write this process's changes to the copy, then to the rows (one transaction; kept pending and
         raised as `DatabaseError` when the database refuses it)."""
-        await self._items.flush(durable=False)
-        async with self._flush_lock:
+        await super().flush(durable=False)
+        async with self._rows_lock:
             written, removed, files = self._written, self._removed, self._unwritten_files
             if not (written or removed or files):
                 return
@@ -310,10 +204,10 @@ class DatabaseItemStore:
                 self._writing = set()
 
     async def _write_rows(self, written: list[str], removed: list[str], files: list[str]) -> None:
-        found = self._items.get_many(written)
+        found = self.get_many(written)
         ids, names, lines = [], [], []
         for item_id, item in found.items():
-            path = self._items.file_of(item_id)
+            path = self.file_of(item_id)
             if path is not None:
                 ids.append(item_id)
                 names.append(self._name(path))
