@@ -1,11 +1,11 @@
 """`python -m bot export [FOLDER]`: write what the database of `BOT_DATABASE_URL` holds as a workspace's files.
 
 Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md, the
-daily notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`, `access/pairing.json` and
-`preferences/runtime-config.json`, in the formats people
-read and edit; into FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is
-written whole (atomically) and replaces the one there; files the database has nothing for are left
-alone. Edited files go back with `python -m bot migrate`.
+daily notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`,
+`access/pairing.json` and `preferences/runtime-config.json`, in the formats people read and edit; into
+FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is written whole (atomically)
+and replaces the one there; files the database has nothing for are left alone. The items' vectors stay
+in the database (a bot on the files makes them again). Edited files go back with `python -m bot migrate`.
 """
 
 from __future__ import annotations
