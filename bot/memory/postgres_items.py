@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 ITEM_FILE = re.compile(r"^(semantic|procedural)\.jsonl$|^episodic/\d{4}-\d{2}-\d{2}\.jsonl$")
 # What `vector_send` puts before a vector's components (its dimensions and a reserved word, 16 bits each).
 _VECTOR_HEADER_BYTES = 4
+# The temporary folder of a process's copies: this, its process id, a dash, a random part.
+COPIES_PREFIX = "bot-memory-items-"
 
 _FILE_CHANGES = "SELECT file, change FROM memory_item_files WHERE scope = $1"
 _FILE_ROWS = (
@@ -325,7 +328,8 @@ class ItemRowsInDatabase:
 
     def store(self, scope: str, zone: tzinfo, changes: FolderChanges | None) -> DatabaseItemStore:
         if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix="bot-memory-items-"))
+            remove_copies_of_ended_processes(Path(tempfile.gettempdir()))
+            self._root = Path(tempfile.mkdtemp(prefix=f"{COPIES_PREFIX}{os.getpid()}-"))
         copy = Path(tempfile.mkdtemp(dir=self._root))
         return DatabaseItemStore(self._database, scope, MemoryPaths(copy), zone, changes)
 
@@ -333,6 +337,28 @@ class ItemRowsInDatabase:
         root, self._root = self._root, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def remove_copies_of_ended_processes(folder: Path) -> list[Path]:
+    """Remove the copies in `folder` that a process left when it was killed (its `close` never ran): those
+    whose process id, in the folder's name, no process has. Returns what was removed."""
+    removed: list[Path] = []
+    for copies in folder.glob(f"{COPIES_PREFIX}*"):
+        pid = copies.name.removeprefix(COPIES_PREFIX).partition("-")[0]
+        if pid.isdigit() and not _process_runs(int(pid)):
+            shutil.rmtree(copies, ignore_errors=True)
+            removed.append(copies)
+    return removed
+
+
+def _process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _as_row(line: str) -> tuple[str | None, str | None]:

@@ -14,6 +14,9 @@ import asyncio
 import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -30,7 +33,7 @@ from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.item_storage import ItemStore
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.postgres_items import ItemRowsInDatabase
+from bot.memory.postgres_items import COPIES_PREFIX, ItemRowsInDatabase
 from bot.memory.scopes import MemoryScopes
 from bot.memory.vector_cache import VectorCache
 from bot.workspace import MemoryPaths, Workspace
@@ -420,3 +423,26 @@ async def test_a_nul_character_in_an_item_does_not_stop_its_write_to_the_databas
     written = again.get("n1")
     assert written is not None and written.content in ("Before\x00after.", "Before\ufffdafter.")
     again.close()
+
+
+def test_the_copies_a_killed_process_left_are_removed_by_the_next_one_and_a_running_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    left = tmp_path / f"{COPIES_PREFIX}{ended.pid}-abc"
+    (left / "copy" / "items").mkdir(parents=True)
+    (left / "copy" / "items" / "semantic.jsonl").write_text("{}\n")
+    running = tmp_path / f"{COPIES_PREFIX}{os.getppid()}-def"
+    running.mkdir()
+    unrelated = tmp_path / "bot-memory-items-notes"
+    unrelated.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    items = ItemRowsInDatabase(Database("postgresql://unused@127.0.0.1/none"))
+    items.store("chats/test:1", UTC, None)
+    try:
+        own = [path for path in tmp_path.iterdir() if path.name.startswith(f"{COPIES_PREFIX}{os.getpid()}-")]
+        assert not left.exists() and running.is_dir() and unrelated.is_dir() and len(own) == 1
+    finally:
+        items.close()
+    assert not own[0].exists()
