@@ -16,7 +16,8 @@ from bot.llm.spending import TokenSpending
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, Usage, echo_responder
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say
+from tests.waiting import wait_until
 
 REPLY_USAGE = Usage(prompt_tokens=1000, completion_tokens=20, cached_tokens=600)
 EXTRACTION_USAGE = Usage(prompt_tokens=300, completion_tokens=40)

@@ -22,7 +22,8 @@ from tests.channels.telegram_harness import BACKENDS, GROUP, OWNER, RunningBot, 
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.telegram_server import FakeTelegram
 from tests.memory.helpers import item, write_items
-from tests.rag.helpers import FAST_RAG, lightrag_responder, rag_of, wait_until
+from tests.rag.helpers import FAST_RAG, lightrag_responder, rag_of
+from tests.waiting import wait_until
 
 ANN = 1001
 PIN_HINT = "heron above the fireplace"

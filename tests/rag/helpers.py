@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import re
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,6 @@ from bot.rag.service import RagService
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder, message_text
 from tests.fakes.recording_channel import RecordingChannel
-from tests.fakes.telegram_server import WAIT_SECONDS
 
 # Small, fast settings: the fake's 64-dimension vectors, every exchange indexed, naive retrieval.
 FAST_RAG = {
@@ -99,15 +95,6 @@ async def say(services: Application, channel: RecordingChannel, chat_id: str, te
     before = len(channel.sent[chat_id])
     await services.router.accept(channel.message(chat_id, text), channel)
     return (await channel.wait_for(chat_id, before + 1))[-1]
-
-
-async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float = WAIT_SECONDS) -> None:
-    """Poll `condition` until it holds (systems after the reply finish shortly after it is sent)."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 async def queued_count(services: Application) -> int:

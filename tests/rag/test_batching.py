@@ -16,7 +16,8 @@ from bot.app import Application
 from bot.rag.documents import is_small_talk
 from tests.fakes.openai_server import FakeOpenAI, Reply, message_text
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say
+from tests.waiting import wait_until
 
 FACTS = [
     "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now.",

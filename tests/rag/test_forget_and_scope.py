@@ -6,7 +6,8 @@ from pathlib import Path
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, rag_of, say
+from tests.waiting import wait_until
 
 
 async def test_forgetting_a_memory_deletes_the_documents_that_carry_it(

@@ -9,7 +9,8 @@ from pathlib import Path
 from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, queued_count, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, queued_count, rag_of, say
+from tests.waiting import wait_until
 
 FACT = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
 

@@ -13,7 +13,8 @@ from typing import Any
 from bot.app import Application
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, lightrag_responder, queued_count, rag_of, say
+from tests.waiting import wait_until
 
 
 async def test_an_exchange_is_queued_after_the_reply_and_indexed_by_the_flush(

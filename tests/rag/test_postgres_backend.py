@@ -22,7 +22,8 @@ from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.postgres_server import PostgresServer
-from tests.rag.helpers import FAST_RAG, lightrag_responder, queued_count, rag_of, say, wait_until, write_runtime_config
+from tests.rag.helpers import FAST_RAG, lightrag_responder, queued_count, rag_of, say, write_runtime_config
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

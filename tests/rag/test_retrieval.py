@@ -14,7 +14,8 @@ from bot.domain.message import ToolCall
 from bot.tools.registry import ToolContext
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
-from tests.rag.helpers import build_rag_bot, rag_of, say, wait_until
+from tests.rag.helpers import build_rag_bot, rag_of, say
+from tests.waiting import wait_until
 
 MARTA = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
 

@@ -16,7 +16,8 @@ from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.rag.fake_lightrag_server import FakeLightRagServer
-from tests.rag.helpers import rag_of, say, wait_until, write_runtime_config
+from tests.rag.helpers import rag_of, say, write_runtime_config
+from tests.waiting import wait_until
 
 API_KEY = "lightrag-test-key"
 

@@ -18,7 +18,8 @@ from bot.rag.service import RELEVANT_MEMORY_HEADER
 from tests.channels.telegram_harness import BACKENDS, OWNER, RunningBot, start_bot
 from tests.fakes.openai_server import FakeOpenAI, message_text
 from tests.fakes.telegram_server import FakeTelegram
-from tests.rag.helpers import lightrag_responder, rag_of, wait_until
+from tests.rag.helpers import lightrag_responder, rag_of
+from tests.waiting import wait_until
 
 FACT = "My sister Marta moved to Lisbon last week, she works at the Gulbenkian museum now."
 QUESTION = "Where does Marta work these days?"

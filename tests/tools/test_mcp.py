@@ -26,6 +26,7 @@ from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
+from tests.waiting import wait_until
 
 SERVER_SCRIPT = str(Path(__file__).with_name("mcp_test_server.py"))
 SECRET = "mcp-secret-value-8472"
@@ -41,14 +42,6 @@ def write_config(services: Application, config: dict[str, Any]) -> None:
     # Seen as a change even within one filesystem timestamp tick.
     stamp = time.time_ns() + 1_000_000_000
     os.utime(path, ns=(stamp, stamp))
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 async def apply(services: Application, config: dict[str, Any]) -> None:
