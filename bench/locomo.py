@@ -4,15 +4,18 @@ The protocol of `shared/bench-data/README.md`, through the real bot: for each co
 workspace whose episodic item files hold one item per dialog turn (written before the bot starts, as a
 hand edit would be), the real `python -m bot run` with the default runtime-config (only the owner
 allowed), python-telegram-bot against the fake Bot API and the `openai` client against the fake model
-on 127.0.0.1; the fake model answers LightRAG's extraction prompts with the entities and relations of the
-text, as a real model does, so the knowledge graph fills with the questions' exchanges. The bench waits until `/status` shows every item embedded, then sends each question of
-categories 1-4 as the owner's Telegram message, collects every `[D<n>:<m>]` in the system (and
-developer) messages of the model request that carries it, and scores the fraction of the question's
-evidence found there. After each question: `/new`, and the memory folder is put back as it was.
+on 127.0.0.1. The fake model answers LightRAG's extraction prompts with the entities and relations of the
+text, as a real model does, so the knowledge graph fills with the questions' exchanges (the memory folder
+is put back after each question, the graph's folder is not). The bench waits until
+`/status` shows every item embedded, then sends each question of categories 1-4 as the owner's Telegram
+message, collects every `[D<n>:<m>]` in the system (and developer) messages of the model request that
+carries it, and scores the fraction of the question's evidence found there. After each question: `/new`,
+and the memory folder is put back as it was.
 
 Printed: R_frac overall and per category, the median size of the system messages in characters (and
 their quartiles and largest), the median round trip (message pushed to reply seen) and the median memory
-retrieval time (the bot's own `[Context] Memory pack` log line). `--json` adds one JSON line of figures.
+retrieval time (the bot's own `[Context] Memory pack` log line), and how many prompts carried the knowledge
+graph's `# Relevant Memory` and its median size. `--json` adds one JSON line of figures.
 
 `--data` takes any file in LoCoMo's format, such as the synthetic conversations of
 `bench.synthetic_conversations`.
