@@ -18,7 +18,8 @@ COPY pyproject.toml README.md ./
 COPY config ./config
 COPY workspace_template ./workspace_template
 COPY bot/__init__.py bot/__init__.py
-RUN pip install --no-compile . && pip uninstall -y memory-bot
+# The postgres extra (the asyncpg driver): BOT_DATABASE_URL works in the image as it does anywhere.
+RUN pip install --no-compile "./[postgres]" && pip uninstall -y memory-bot
 COPY bot ./bot
 RUN pip install --no-compile --no-deps . \
     && mkdir -p /data/workspace \

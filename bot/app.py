@@ -120,7 +120,7 @@ class Application:
         # What the owner must be told without asking, from any layer; delivered once the channels run.
         self.notices = OwnerNotices(workspace.root / "state" / "owner-notices.json")
         self.config_store = config_store = load_runtime_config(env, workspace, self.notices)
-        model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json")
+        model_switch = ModelSwitch(config_store, workspace.root / "state" / "model.json", env.bot_model)
         model_switch.restore()  # before anything reads the model
 
         self.metrics = metrics = BotMetrics()

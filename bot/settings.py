@@ -43,7 +43,12 @@ class EnvSettings(BaseSettings):
     """The process environment (and `.env`); secrets stay `SecretStr` so they never print."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", use_attribute_docstrings=True
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        use_attribute_docstrings=True,
+        # `${VAR:-}` in a compose file passes an empty string for what .env leaves out: that means unset.
+        env_ignore_empty=True,
     )
 
     bot_workspace: Path = Path("./workspace")
@@ -86,8 +91,9 @@ class EnvSettings(BaseSettings):
     """The Tavily key, for `web.searchProvider: tavily`."""
     bot_database_url: SecretStr | None = None
     """A PostgreSQL URL (`postgresql://USER:PASSWORD@HOST:PORT/DATABASE`, needs the `postgres` extra): the turn
-    ledger, the sessions and their archive, MEMORY.md and the daily notes, the reminders and pairing are kept there
-    (the schema's migrations applied at start); unset or empty: in the workspace's files.
+    ledger, the sessions and their archive, MEMORY.md and the daily notes, the reminders and pairing, the
+    runtime-config and the knowledge graph are kept there (the schema's migrations applied at start); unset or empty:
+    in the workspace's files.
     `python -m bot doctor` checks the connection.
     """
 
@@ -103,7 +109,7 @@ class EnvSettings(BaseSettings):
     def _database_url(cls, value: object) -> object:
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
         if text is None or (isinstance(text, str) and not text.strip()):
-            return None  # set empty, as compose passes what .env leaves out
+            return None
         if not isinstance(text, str) or not text.strip().startswith(("postgresql://", "postgres://")):
             raise ValueError("it takes a PostgreSQL URL, postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or unset)")
         return text.strip()
@@ -446,8 +452,9 @@ class RagConfig(ConfigSection):
     enabled: bool = True
     """Index exchanges (55) and add `# Relevant Memory` (20)"""
     backend: Literal["embedded", "postgres", "server"] = Field("embedded", json_schema_extra=READ_AT_START)
-    """`embedded`: LightRAG in the bot, files in `workspace/rag/`; `postgres`: LightRAG's PostgreSQL storages
-    (`POSTGRES_*` variables, `pip install -e '.[postgres]'`); `server`: a running LightRAG server.
+    """`embedded`: LightRAG in the bot, files in `workspace/rag/` (with `BOT_DATABASE_URL`: in that database, as
+    `postgres`); `postgres`: LightRAG's PostgreSQL storages (the database of `BOT_DATABASE_URL`, else the
+    `POSTGRES_*` variables; `pip install -e '.[postgres]'`); `server`: a running LightRAG server.
     """
     postgres_vectors: Literal["pgvector", "files"] = Field("pgvector", json_schema_extra=READ_AT_START)
     """With `postgres`: vectors in PostgreSQL (needs the pgvector extension) or `files` in `workspace/rag/`"""

@@ -37,6 +37,9 @@ LIVE_NOTE = "Applies on the next message."
 RESTART_NOTE = "Read at start: applies after a restart."
 
 
+ENVIRONMENT_NOTE = "A variable set to an empty string counts as unset (as a compose file's `${VAR:-}` passes it)."
+
+
 def shipped_schema_path() -> Path:
     """The JSON Schema of `runtime-config.json` as installed (a checkout's `config/`, or inside the wheel)."""
     return shipped_path("config") / SCHEMA_FILE_NAME
@@ -138,7 +141,7 @@ def _section_summary(field: FieldInfo) -> str:
 
 def configuration_tables() -> str:
     """The Markdown between the markers of `docs/configuration.md`: the environment and every runtime-config key."""
-    lines = [TABLES_BEGIN, "", "## Environment variables", "", *_environment_table(), ""]
+    lines = [TABLES_BEGIN, "", "## Environment variables", "", ENVIRONMENT_NOTE, "", *_environment_table(), ""]
     lines += ["## Every runtime-config.json key", *_runtime_config_tables(), "", TABLES_END]
     return "\n".join(lines)
 

@@ -30,9 +30,10 @@ from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-# How long a chat's message waits for an older one another process received (past it, that process is gone).
-ORDER_WAIT_SECONDS = 10.0
+# How often a chat's message asks again whether an older one, held by another process, is answered.
 ORDER_POLL_SECONDS = 0.05
+# How long a chat's message waits for an older one before it says so in the log (it waits on).
+ORDER_WAIT_LOG_SECONDS = 30.0
 
 
 @dataclass
@@ -88,13 +89,14 @@ def shared_chat_lock(
 ) -> Callable[[Turn], AbstractAsyncContextManager[None]]:
     """The lock of a turn's chat among every process of the database, held while the turn runs.
 
-    Once taken, an older message of the chat that another process received and has not answered yet
-    goes first (the lock is let go and taken again), for up to `ORDER_WAIT_SECONDS`: past that its
-    process is taken to be gone. The chat's session is then read again, since another process may have
-    answered the chat meanwhile."""
+    Once taken, an older message of the chat that another running process received and has not answered
+    yet goes first (the lock is let go and taken again), however long that takes; one whose process is
+    gone is not waited for (its turn is taken over by another). The chat's session is then read again,
+    since another process may have answered the chat meanwhile."""
 
     async def take(turn: Turn) -> contextlib.AsyncExitStack:
-        deadline = time.monotonic() + ORDER_WAIT_SECONDS
+        started = time.monotonic()
+        told = False
         while True:
             stack = contextlib.AsyncExitStack()
             try:
@@ -103,10 +105,11 @@ def shared_chat_lock(
                 log.error("[Database] Answering %s without its lock (%s)", turn.session_id, error)
                 return stack
             try:
-                if turn.id is None or not turn.recorded or time.monotonic() >= deadline:
+                if turn.id is None or not turn.recorded:
                     return stack
                 inbound = turn.inbound
-                if not await ledger.waits_behind(turn.id, inbound.channel_type, inbound.chat_id, ORDER_WAIT_SECONDS):
+                holder = await ledger.waits_behind(turn.id, inbound.channel_type, inbound.chat_id)
+                if holder is None:
                     return stack
             except DatabaseError:
                 return stack
@@ -114,6 +117,14 @@ def shared_chat_lock(
                 await stack.aclose()
                 raise
             await stack.aclose()
+            if not told and time.monotonic() - started >= ORDER_WAIT_LOG_SECONDS:
+                told = True
+                log.warning(
+                    "[Database] A message of %s has waited %.0f s for an older one that process %s holds (it runs)",
+                    turn.session_id,
+                    time.monotonic() - started,
+                    holder,
+                )
             await asyncio.sleep(ORDER_POLL_SECONDS)
 
     @contextlib.asynccontextmanager

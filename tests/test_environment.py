@@ -59,6 +59,15 @@ def test_a_url_without_its_scheme_is_said(monkeypatch: pytest.MonkeyPatch) -> No
     )
 
 
+def test_a_variable_set_empty_is_taken_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # docker compose passes `${VAR:-}` as an empty string for what .env leaves out
+    for variable in ("OPENAI_BASE_URL", "TELEGRAM_WEBHOOK_URL", "TELEGRAM_BOT_TOKEN", "BOT_MODEL", "BOT_LISTEN_PORT"):
+        monkeypatch.setenv(variable, "")
+    env = read_environment(None)
+    assert env.openai_base_url is None and env.telegram_webhook_url is None and env.telegram_bot_token is None
+    assert env.bot_model is None and env.bot_listen_port is None
+
+
 def test_a_time_zone_and_a_workspace_the_bot_cannot_use_are_named_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -126,7 +126,16 @@ class TelegramChannel(Channel):
                 self._poller_lease,
             )
             self._polling.start()
-            log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)
+            if self._poller_lease is None:
+                log.info("[Telegram] @%s polling (%s)", self._identity.username, self._backend.name)
+            else:
+                # Not polling yet: the poller lease says when (its holder logs that it holds it).
+                log.info(
+                    "[Telegram] @%s standing by to poll (%s): one process polls at a time, the one holding the "
+                    "poller lease",
+                    self._identity.username,
+                    self._backend.name,
+                )
 
     @property
     def receiving(self) -> bool:
@@ -160,23 +169,31 @@ class TelegramChannel(Channel):
 
     async def _on_update(self, update: dict[str, Any]) -> None:
         """Hand one update over; returns once it is queued (never waits for the reply)."""
-        if not self._receiving or self._handler is None or self._identity is None:
+        handler, identity = self._handler, self._identity
+        if not self._receiving or handler is None or identity is None:
             return
         update_id = update.get("update_id")
         if isinstance(update_id, int) and not await self._ledger.claim(CHANNEL_TYPE, str(update_id)):
             log.info("[Telegram] Update %d was delivered again; already handled", update_id)
             return
+        await self._hand_over(update, handler, identity)
+        if isinstance(update_id, int):
+            self._ledger.handed_over(CHANNEL_TYPE, str(update_id))
+
+    async def _hand_over(self, update: dict[str, Any], handler: InboundHandler, identity: BotIdentity) -> None:
+        """Turn the update into a message and give it to `handler` (which records it); a button press is answered."""
+        update_id = update.get("update_id")
         query = update.get("callback_query")
         if isinstance(query, dict):
             # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
             self._in_background(self._answer_callback(str(query.get("id", ""))))
             return
         config = self._config()
-        inbound = inbound_from_update(update, self._identity, config.telegram.groups, config.media.max_image_pixels)
+        inbound = inbound_from_update(update, identity, config.telegram.groups, config.media.max_image_pixels)
         if inbound is None:
             return
         try:
-            await self._handler(inbound)
+            await handler(inbound)
         except Exception:
             log.exception("[Telegram] Handing over update %s failed", update_id)
 

@@ -3,7 +3,9 @@
 The choice is kept in `state/model.json` and laid over the configuration (over `BOT_MODEL` too: the
 owner chose explicitly), so it holds after a restart; `/model NAME` of the configured model again
 puts it back. With the configuration in the database (`BOT_DATABASE_URL`), the choice is written there as
-`llm.model`, so every process sharing the database switches (`BOT_MODEL`, where set, stays over it).
+`llm.model`, so every process sharing the database switches. `BOT_MODEL` stays over the database's
+configuration, so a process that sets it refuses `/model NAME` and says why: the switch would not reach
+it, and a chat answered by processes on different models would change model from message to message.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ log = logging.getLogger(__name__)
 class ModelSwitch:
     """The chat model the owner switched to, if any, kept across restarts."""
 
-    def __init__(self, config_store: RuntimeConfigStore, state_file: Path) -> None:
+    def __init__(
+        self, config_store: RuntimeConfigStore, state_file: Path, environment_model: str | None = None
+    ) -> None:
+        """`environment_model`: what `BOT_MODEL` sets, if anything."""
         self._config_store = config_store
         self._state_file = state_file
+        self._environment_model = environment_model
         # The chat model the configuration names before any switch: always offered.
         self.configured_model = config_store.in_force().llm.model
 
@@ -39,6 +45,17 @@ class ModelSwitch:
         if isinstance(model, str) and model:
             self._config_store.set_overrides({"llm": {"model": model}})
             log.info("[Config] Chat model %s (switched with /model)", model)
+
+    def refusal(self) -> str | None:
+        """Why `/model NAME` cannot switch here, or None: with the configuration in the database, a
+        `BOT_MODEL` in this process's environment stays over whatever the switch writes."""
+        if self._environment_model is None or not self._config_store.in_database():
+            return None
+        return (
+            f"The model is set by BOT_MODEL ({self._environment_model}) in this bot's environment, which stays "
+            "over /model while the configuration is shared in the database. To switch from the chat, unset "
+            "BOT_MODEL on every replica (and set llm.model in the settings instead)."
+        )
 
     def offered(self, config: RuntimeConfig) -> list[str]:
         names = [self.configured_model, config.llm.model, *config.llm.models]
@@ -64,8 +81,13 @@ def register_model_command(registry: CommandRegistry, switch: ModelSwitch, confi
         offered = switch.offered(config)
         listing = ", ".join(offered)
         name = request.args.strip()
+        refusal = switch.refusal()
         if not name:
+            if refusal is not None:
+                return f"Model: {config.llm.model}, set by BOT_MODEL in this bot's environment. Configured: {listing}."
             return f"Model: {config.llm.model}. Configured: {listing}. Switch with /model NAME."
+        if refusal is not None:
+            return refusal
         if name not in offered:
             return f"{name} is not a configured model. Configured: {listing} (add more in llm.models)."
         if name == config.llm.model:

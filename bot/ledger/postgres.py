@@ -6,6 +6,11 @@ transaction: all its records are kept or none. A transport key is claimed by one
 processes sharing the tables that are handed the same update, one answers it. Reading gives back the
 records the ledger loads from, as the file would after a compaction: the newest keys, the newest
 delivered turns, the open ones.
+
+A claimed key names its claimer (`owner`) until the key is kept: its turn recorded, or its update
+settled without one (`seen`). A claimer killed in between leaves a claim whose presence lock is free;
+the redelivery of that update (Telegram sends it again, it got no answer) takes the claim over, so the
+message is answered, once.
 """
 
 from __future__ import annotations
@@ -40,34 +45,66 @@ class LedgerTables:
         return True
 
     async def claim(self, channel_type: str, key: str) -> bool:
-        # The primary key decides: of processes inserting the same key at once, one gets the row back.
-        rows = await self._database.fetch(
-            "INSERT INTO ledger_seen (channel_type, key) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING key",
-            channel_type,
-            key,
-        )
-        return bool(rows)
+        # The primary key decides: of processes inserting the same key at once, one gets the row back. A row
+        # still claimed (owner set) by a process that is gone (its presence lock free) is taken over: that
+        # process died before it kept what the key brought, and this redelivery is the only copy left.
+        async with self._database.transaction() as connection:
+            inserted = await connection.fetchval(
+                "INSERT INTO ledger_seen (channel_type, key, owner) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
+                " RETURNING true",
+                channel_type,
+                key,
+                self._database.process_id,
+            )
+            if inserted:
+                return True
+            owner = await connection.fetchval(
+                "SELECT owner FROM ledger_seen WHERE channel_type = $1 AND key = $2 FOR UPDATE", channel_type, key
+            )
+            if owner is None or owner == self._database.process_id:
+                return False
+            if not await connection.fetchval(
+                "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(owner)
+            ):
+                return False  # its claimer runs: it records the key's turn, or settles it
+            await connection.execute(
+                "UPDATE ledger_seen SET owner = $3 WHERE channel_type = $1 AND key = $2",
+                channel_type,
+                key,
+                self._database.process_id,
+            )
+        log.info("[Ledger] Update %s was claimed by a process that is gone before it was kept; taken over", key)
+        return True
 
-    async def waits_behind(self, turn_id: str, channel_type: str, chat_id: str, within_seconds: float) -> bool:
-        """Whether an older turn of the same chat, received in the last `within_seconds`, is not delivered yet
-        (another process holds it, or is about to take it)."""
-        rows = await self._database.fetch(
-            "SELECT 1 FROM ledger_turns older WHERE older.delivered_at IS NULL"
-            " AND older.seq < (SELECT seq FROM ledger_turns WHERE turn_id = $1)"
-            " AND older.received->>'channel_type' = $2 AND older.received->>'chat_id' = $3"
-            " AND older.received_at > now() - make_interval(secs => $4) LIMIT 1",
-            turn_id,
-            channel_type,
-            chat_id,
-            within_seconds,
-        )
-        return bool(rows)
+    async def waits_behind(self, turn_id: str, channel_type: str, chat_id: str) -> str | None:
+        """The process that runs and holds an older turn of the same chat not delivered yet (it answers that
+        one first), or None. A turn of a process that is gone is not waited for (another takes it over),
+        nor one of this process (its chat's queue keeps them in order)."""
+        async with self._database.transaction() as connection:
+            owners = await connection.fetch(
+                "SELECT DISTINCT older.owner FROM ledger_turns older WHERE older.delivered_at IS NULL"
+                " AND older.seq < (SELECT seq FROM ledger_turns WHERE turn_id = $1)"
+                " AND older.received->>'channel_type' = $2 AND older.received->>'chat_id' = $3"
+                " AND older.owner IS NOT NULL AND older.owner <> $4",
+                turn_id,
+                channel_type,
+                chat_id,
+                self._database.process_id,
+            )
+            for row in owners:
+                # Its presence lock held: the process runs (a lock taken here is let go with the transaction).
+                if not await connection.fetchval(
+                    "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(row["owner"])
+                ):
+                    return str(row["owner"])
+        return None
 
     async def read(self) -> list[Record]:
         async with self._database.transaction() as connection:
             keys = await connection.fetch(
-                "SELECT channel_type, key FROM (SELECT channel_type, key, seq FROM ledger_seen ORDER BY seq DESC"
-                " LIMIT $1) newest ORDER BY seq",
+                # A key still claimed is left out: its claimer may be gone, and then a redelivery takes it over.
+                "SELECT channel_type, key FROM (SELECT channel_type, key, seq FROM ledger_seen WHERE owner IS NULL"
+                " ORDER BY seq DESC LIMIT $1) newest ORDER BY seq",
                 REMEMBERED_KEYS,
             )
             delivered = await connection.fetch(
@@ -176,9 +213,10 @@ async def _write(connection: Any, record: Record, owner: str) -> None:
 
 
 async def _remember(connection: Any, channel_types: list[str], keys: list[str]) -> None:
+    # Kept: a key claimed before is settled (owner NULL), never taken over from now on.
     await connection.execute(
         "INSERT INTO ledger_seen (channel_type, key) SELECT * FROM unnest($1::text[], $2::text[])"
-        " ON CONFLICT DO NOTHING",
+        " ON CONFLICT (channel_type, key) DO UPDATE SET owner = NULL WHERE ledger_seen.owner IS NOT NULL",
         channel_types,
         keys,
     )

@@ -54,6 +54,7 @@ from typing import Any
 from bot.domain.inbound import InboundMessage
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
+from bot.faults import UPDATE_CLAIMED, crash_point
 from bot.ledger.records import legacy_records, received_message, received_record
 from bot.ledger.store import REMEMBERED_KEYS, LedgerStore
 
@@ -225,6 +226,7 @@ class TurnLedger:
         self._delivered: OrderedDict[str, None] = OrderedDict()  # the newest delivered turn ids
         self._keys: OrderedDict[TransportKey, None] = OrderedDict()  # seen, oldest first
         self._unflushed: dict[TransportKey, None] = {}  # seen, not yet on disk
+        self._claimed: set[TransportKey] = set()  # claimed in a shared store, what they brought not yet kept
         # Turns queued and not yet begun, by (session, the channel's message id): an edit replaces their text.
         self._waiting: dict[tuple[str, str], Turn] = {}
         # Each append: its records, whether they must be durable before it returns, and its caller's future.
@@ -317,16 +319,18 @@ class TurnLedger:
         return True
 
     async def claim(self, channel_type: str, key: str) -> bool:
-        """`first_sight` across every process sharing the store: True for the one that takes the key first.
+        """`first_sight` across every process sharing the store: True for the one that takes the key first,
+        or for the one that takes over the claim of a process that died before it kept what the key brought.
 
         A store one process keeps needs no write here (`flush` makes the key durable). A shared store that
-        cannot be reached is logged and the update answered: a repeated answer is better than a lost one."""
+        cannot be reached is logged and the update answered: a repeated answer is better than a lost one.
+        The caller says `handed_over` once the update's message is recorded (or it made none)."""
         if not self._store.shared:
             return self.first_sight(channel_type, key)
         seen = (channel_type, key)
         if seen in self._keys:
             return False
-        # Remembered, not left to `flush`: a flush writing the key before the claim would make every claim fail.
+        # Remembered while the store is asked, so a copy arriving meanwhile is refused here.
         self._remember(seen)
         try:
             first = await self._store.claim(channel_type, key)
@@ -334,7 +338,22 @@ class TurnLedger:
             log.error("[Ledger] Could not claim update %s (%s); another process may answer it too", key, error)
             self._unflushed[seen] = None
             return True
-        return first
+        if not first:
+            # Forgotten: the store decides again for the next copy (its claimer may be gone by then).
+            self._keys.pop(seen, None)
+            return False
+        self._claimed.add(seen)
+        crash_point(UPDATE_CLAIMED)
+        return True
+
+    def handed_over(self, channel_type: str, key: str) -> None:
+        """What a claimed key brought is kept (its turn recorded, or it made none): the next `flush` settles
+        the key, so that no process takes the claim over from now on. Settled any earlier, a crash before
+        the turn is recorded would lose the message."""
+        seen = (channel_type, key)
+        if seen in self._claimed:
+            self._claimed.discard(seen)
+            self._unflushed[seen] = None
 
     async def flush(self) -> None:
         """Make every key seen so far durable; the transport awaits this before it acknowledges them.
@@ -490,6 +509,7 @@ class TurnLedger:
         """A key a written record holds: remembered, and no longer waiting for `flush`."""
         self._remember(key)
         self._unflushed.pop(key, None)
+        self._claimed.discard(key)
 
     def _remember(self, key: TransportKey) -> None:
         self._keys[key] = None

@@ -1,8 +1,9 @@
 """`EmbeddedLightRag`: lightrag-hku inside the bot, one LightRAG instance per LightRAG workspace.
 
 Storages are LightRAG's file backends in `workspace/rag/{ragWorkspace}/` (`storage: files`) or its
-PostgreSQL backends (`storage: postgres`: KV, pgvector, a plain-table graph; the connection comes from
-LightRAG's POSTGRES_* environment variables). Every model call goes through the bot's `LlmClient`
+PostgreSQL backends (`storage: postgres`: KV, pgvector, a plain-table graph). The PostgreSQL connection
+is the database of `BOT_DATABASE_URL` when it is set (`lightrag_postgres_environment`), else LightRAG's
+POSTGRES_* environment variables as the operator set them. Every model call goes through the bot's `LlmClient`
 (entity extraction with the extraction model, off the reply path); vectors come from the bundled
 offline embedder by default (`rag.embeddingModel: "local"`) or the endpoint's `/embeddings`, and the
 message itself is given as the query's keywords, so reading the graph makes no model call at all. The
@@ -20,20 +21,24 @@ in `workspace`, and the process-wide state is released when the last adapter clo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import getpass
 import importlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import numpy as np
 
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.local_embeddings import LOCAL_MODEL, LocalEmbedder
+from bot.logging_setup import add_secrets
 from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.graph_batches import use_batched_reads
@@ -63,6 +68,12 @@ STATUS_POLL_SECONDS = 0.05
 # Room LightRAG's total budget keeps for its own (unused here) answer prompt and the query.
 LIGHTRAG_PROMPT_TOKENS = 3000
 MIN_PART_TOKENS = 200
+# Connections LightRAG's pool keeps to the database of `BOT_DATABASE_URL` (its own default is 50, which with the
+# bot's own connections and a few replicas would pass PostgreSQL's default `max_connections`).
+GRAPH_MAX_CONNECTIONS = 10
+# The advisory lock under which processes sharing a database create LightRAG's tables ("bot-rag" in ASCII).
+TABLES_LOCK_KEY = 0x626F742D726167
+TABLES_CONNECT_TIMEOUT_SECONDS = 10.0
 # LightRAG's own defaults, passed explicitly so CHUNK_SIZE and friends in the environment cannot change them.
 CHUNK_TOKENS = 1200
 CHUNK_OVERLAP_TOKENS = 100
@@ -107,8 +118,12 @@ class EmbeddedLightRag:
         default_model: Callable[[], str],
         storage: StorageKind = "files",
         embedders: Embedders | None = None,
+        postgres_url: str | None = None,
     ) -> None:
+        """`postgres_url` (with `storage` postgres): the database the graph lives in; None: LightRAG's POSTGRES_*
+        variables say."""
         self._working_dir = working_dir
+        self._postgres_url = postgres_url
         self._llm = llm
         self._embedders = embedders or Embedders(llm)
         self._embedding: tuple[str, int] | None = None
@@ -244,6 +259,8 @@ class EmbeddedLightRag:
         self._working_dir.mkdir(parents=True, exist_ok=True)
         storages = dict(_POSTGRES_STORAGES if self._storage == "postgres" else _FILE_STORAGES)
         if self._storage == "postgres":
+            if self._postgres_url is not None:
+                _use_postgres_environment(lightrag_postgres_environment(self._postgres_url))
             _check_postgres_environment()
             if config.postgres_vectors == "files":
                 storages["vector_storage"] = _FILE_STORAGES["vector_storage"]
@@ -281,10 +298,29 @@ class EmbeddedLightRag:
             vector_db_storage_cls_kwargs={"cosine_better_than_threshold": config.cosine_threshold},
         )
         use_batched_reads(rag.chunk_entity_relation_graph)
-        await rag.initialize_storages()
+        await self._initialize_storages(rag)
         _build_global_config_once(rag)
         log.info("[RAG] LightRAG workspace %s opened (%s storages)", workspace, self._storage)
         return rag
+
+    async def _initialize_storages(self, rag: Any) -> None:
+        """Open the storages, creating LightRAG's tables where they are missing: in the database of
+        `BOT_DATABASE_URL` under an advisory lock, so processes starting together create them one at a time
+        (two `CREATE TABLE`s of one name at once fail)."""
+        if self._storage != "postgres":
+            await rag.initialize_storages()
+            return
+        with _quiet_table_probes():
+            if self._postgres_url is None:
+                await rag.initialize_storages()
+                return
+            asyncpg = importlib.import_module("asyncpg")
+            connection = await asyncpg.connect(self._postgres_url, timeout=TABLES_CONNECT_TIMEOUT_SECONDS)
+            try:
+                await connection.execute("SELECT pg_advisory_lock($1)", TABLES_LOCK_KEY)
+                await rag.initialize_storages()
+            finally:
+                await connection.close()  # and with it the lock
 
     async def _complete(
         self, prompt: str, system_prompt: str | None, history_messages: list[dict[str, Any]] | None
@@ -367,6 +403,58 @@ def _release_shared_state() -> None:
     """LightRAG keeps namespaces (KV data, document status) module-wide, keyed by workspace name only:
     release them so the next adapter reads its own files, not what another working folder left."""
     importlib.import_module("lightrag.kg.shared_storage").finalize_share_data()
+
+
+class _TableProbeFilter(logging.Filter):
+    """LightRAG finds a missing table by querying it, and logs the failed query as an error before it creates
+    the table: on a new database, a dozen errors that are none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and "does not exist" in record.getMessage())
+
+
+@contextlib.contextmanager
+def _quiet_table_probes() -> Iterator[None]:
+    logger = logging.getLogger("lightrag")
+    probe_filter = _TableProbeFilter()
+    logger.addFilter(probe_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(probe_filter)
+
+
+def lightrag_postgres_environment(url: str) -> dict[str, str | None]:
+    """LightRAG's POSTGRES_* variables for the database of a `postgresql://` URL (None: the variable unset).
+
+    LightRAG refuses to start without POSTGRES_PASSWORD: a URL without a password gives PGPASSWORD's value,
+    else an empty one (a server that asks for none, as with `trust`)."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    user = unquote(parts.username or "") or query.get("user", [""])[0] or getpass.getuser()
+    return {
+        "POSTGRES_HOST": unquote(parts.hostname or "") or query.get("host", ["localhost"])[0],
+        "POSTGRES_PORT": str(parts.port or query.get("port", ["5432"])[0]),
+        "POSTGRES_USER": user,
+        "POSTGRES_PASSWORD": unquote(parts.password)
+        if parts.password is not None
+        else os.environ.get("PGPASSWORD", ""),
+        "POSTGRES_DATABASE": unquote(parts.path.lstrip("/")) or query.get("dbname", [user])[0],
+        "POSTGRES_SSL_MODE": query.get("sslmode", [None])[0],
+        "POSTGRES_MAX_CONNECTIONS": str(GRAPH_MAX_CONNECTIONS),
+    }
+
+
+def _use_postgres_environment(variables: dict[str, str | None]) -> None:
+    # LightRAG reads its connection from the process environment and nowhere else.
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    password = variables.get("POSTGRES_PASSWORD")
+    if password:
+        add_secrets([password])
 
 
 def _check_postgres_environment() -> None:

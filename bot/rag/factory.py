@@ -42,15 +42,19 @@ def build_rag_service(
         return current.balanced_model or current.model
 
     backend: RagBackend
+    # With BOT_DATABASE_URL the embedded graph lives in that database, as every other chat's state does.
+    database_url = env.bot_database_url.get_secret_value() if env.bot_database_url is not None else None
     if config.rag.backend == "server":
         api_key = env.lightrag_api_key.get_secret_value() if env.lightrag_api_key else None
         backend = LightRagServerBackend(lambda: config_store.in_force().rag, api_key)
     else:
-        storage: StorageKind = "postgres" if config.rag.backend == "postgres" else "files"
+        storage: StorageKind = "postgres" if config.rag.backend == "postgres" or database_url else "files"
         backend = EmbeddedLightRag(
-            workspace.rag_dir, llm, lambda: config_store.in_force().rag, default_extraction_model, storage, embedders
-        )
-    log.info("[RAG] Backend: %s%s", config.rag.backend, "" if config.rag.enabled else " (disabled)")
+            workspace.rag_dir, llm, lambda: config_store.in_force().rag, default_extraction_model, storage, embedders,
+            database_url,
+        )  # fmt: skip
+    where = " (PostgreSQL of BOT_DATABASE_URL)" if database_url and isinstance(backend, EmbeddedLightRag) else ""
+    log.info("[RAG] Backend: %s%s%s", config.rag.backend, where, "" if config.rag.enabled else " (disabled)")
     store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
     # A LightRAG server extracts with a model of its own configuration: the bot does not know which.
     extraction_model = backend.extraction_model if isinstance(backend, EmbeddedLightRag) else None

@@ -43,9 +43,10 @@ def start_replica(
     *,
     polling: bool = False,
     runtime_config: dict[str, Any] | None = None,
+    environment: dict[str, str] | None = None,
 ) -> Replica:
     """A `bot run` on `workspace` and the database, admitting `users`: in webhook mode on a free port, or
-    polling (`polling`) with its `/healthz` on that port."""
+    polling (`polling`) with its `/healthz` on that port; `environment` is set too."""
     port = free_port()
     config = deep_merge(dict(TEST_RUNTIME_CONFIG, access={"allowedUsers": users}), runtime_config or {})
     (workspace / "preferences").mkdir(parents=True, exist_ok=True)
@@ -61,7 +62,7 @@ def start_replica(
     )
     env = bot_env(
         workspace, fake_openai, BOT_DATABASE_URL=database_url, TELEGRAM_BOT_TOKEN=fake_telegram.token,
-        TELEGRAM_API_BASE_URL=fake_telegram.root, BOT_LISTEN_PORT=str(port), **mode,
+        TELEGRAM_API_BASE_URL=fake_telegram.root, BOT_LISTEN_PORT=str(port), **mode, **(environment or {}),
     )  # fmt: skip
     log = workspace.parent / f"{workspace.name}.log"
     with log.open("ab") as stderr:

@@ -3,7 +3,8 @@
 Updates are posted to the replicas' webhooks as a load balancer (or Telegram retrying) would: each
 update answered once, every chat's replies in the order of its messages, a fact told through one
 replica known to the other, a turn of a replica killed while the model answers finished by the other,
-a reminder fired once. Polling replicas poll one at a time: another takes over when the poller dies, and a
+a reminder fired once, an update whose replica died between claiming and recording it answered when
+Telegram delivers it again. Polling replicas poll one at a time: another takes over when the poller dies, and a
 poller whose lease connection broke stops polling and takes the lease again.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,8 +21,10 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from bot.app import POLLER_LEASE
-from bot.database.connection import NAMED_LOCK_CLASS
+from bot.database.connection import NAMED_LOCK_CLASS, presence_lock
+from bot.faults import CRASH_VARIABLE, UPDATE_CLAIMED
 from tests.channels.telegram_harness import OWNER
+from tests.console.helpers import LINK, csrf_of, log_in, new_client, page_showing, root_of
 from tests.database.replicas import Replica, post, start_replica, wait_until_healthy
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
 from tests.fakes.telegram_server import FakeTelegram
@@ -31,6 +35,11 @@ CHATS = [5101, 5102, 5103, 5104]
 MESSAGES_PER_CHAT = 6
 # Reminders come due within a second of their time, so a test waits seconds, not the default five.
 FAST_REMINDERS = {"scheduler": {"reminderCheckSeconds": 1}}
+# Longer than any fixed guess of how long a replica may take to answer before it is taken to be gone.
+SLOW_ANSWER_SECONDS = 12.0
+# An answer that waited for nobody comes well within this, even on a busy machine.
+NOT_WAITED_SECONDS = 5.0
+STANDING_BY = "standing by to poll"
 HOLDS_LEASE = "this process holds the poller lease"
 LOST_LEASE = "lost the poller lease"
 
@@ -48,6 +57,25 @@ async def break_the_lease_connection(database_url: str) -> None:
     finally:
         await connection.close()
     assert len(ended) == 1
+
+
+async def claimer_gone(database_url: str, update_id: str) -> None:
+    """Until the process that claimed the update holds its presence lock no more (the server ended its session)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        async with asyncio.timeout(30):
+            while await connection.fetchval(
+                "SELECT count(*) FROM pg_locks, ledger_seen WHERE ledger_seen.key = $2"
+                " AND pg_locks.locktype = 'advisory'"
+                " AND pg_locks.granted AND pg_locks.classid::bigint = $1"
+                " AND pg_locks.objid::bigint = (hashtext($3 || ledger_seen.owner)::bigint & 4294967295)",
+                NAMED_LOCK_CLASS,
+                update_id,
+                presence_lock(""),
+            ):
+                await asyncio.sleep(0.05)
+    finally:
+        await connection.close()
 
 
 _names = itertools.count(1)
@@ -122,6 +150,58 @@ async def test_a_fact_told_through_one_replica_is_known_through_the_other_after_
     assert "7319" in system  # the daily note the first replica wrote, in the database
 
 
+async def test_a_message_waits_for_an_older_one_a_live_slow_replica_holds_however_long_that_takes(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[2]
+    slow, other = replicas
+    fake_openai.script(Reply("Here is the timetable, at last.", delay=SLOW_ANSWER_SECONDS))
+    asked_before = len(fake_openai.chat_requests())
+    texts = ["send me the timetable", "and the prices?", "thanks!"]
+    updates = [fake_telegram.update(fake_telegram.push_message(chat, text)) for text in texts]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        assert await post(http, slow, updates[0]) == 200
+        await fake_telegram.await_until(
+            lambda: len(fake_openai.chat_requests()) > asked_before, 30, "the slow replica asking the model"
+        )
+        # The second waits on the slow replica behind the first; the third, on the other replica, behind both.
+        assert await post(http, slow, updates[1]) == 200
+        assert await post(http, other, updates[2]) == 200
+    replies = await fake_telegram.await_messages(chat, 3, timeout=SLOW_ANSWER_SECONDS + 30)
+    assert [m.text for m in replies] == ["Here is the timetable, at last.", "echo: and the prices?", "echo: thanks!"]
+
+
+async def test_a_message_does_not_wait_for_older_ones_whose_replica_is_dead(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[3]
+    dead, other = replicas
+    fake_openai.script(Fault.hang(30))  # the first message's model call: held until its replica is killed
+    asked_before = len(fake_openai.chat_requests())
+    texts = ["what time is the meeting?", "and where?", "hello? are you there?"]
+    updates = [fake_telegram.update(fake_telegram.push_message(chat, text)) for text in texts]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        assert await post(http, dead, updates[0]) == 200
+        await fake_telegram.await_until(
+            lambda: len(fake_openai.chat_requests()) > asked_before, 30, "the first replica asking the model"
+        )
+        assert await post(http, dead, updates[1]) == 200
+        dead.process.kill()
+        await asyncio.to_thread(dead.process.wait)
+        loop = asyncio.get_running_loop()
+        posted = loop.time()
+        assert await post(http, other, updates[2]) == 200
+        (first,) = await fake_telegram.await_messages(chat, 1, timeout=30)
+        waited = loop.time() - posted
+    assert first.text == "echo: hello? are you there?"
+    assert waited < NOT_WAITED_SECONDS, f"answered after {waited:.1f} s"
+    # The dead replica's two messages are taken over and answered too, once each.
+    replies = await fake_telegram.await_messages(chat, 3, timeout=30)
+    await asyncio.sleep(1.0)  # a second answer would come now
+    assert sorted(m.text for m in fake_telegram.sent_messages(chat)) == sorted(m.text for m in replies)
+    assert sorted(m.text for m in replies) == sorted(f"echo: {text}" for text in texts)
+
+
 async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
     replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
@@ -131,17 +211,49 @@ async def test_a_turn_of_a_replica_killed_mid_turn_is_finished_by_the_other(
     question = "which platform does the night train leave from?"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
         assert await post(http, replicas[0], fake_telegram.update(fake_telegram.push_message(chat, question))) == 200
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while len(fake_openai.chat_requests()) == asked_before:
-        assert loop.time() < deadline, "the first replica never asked the model"
-        await asyncio.sleep(0.05)
+    await fake_telegram.await_until(
+        lambda: len(fake_openai.chat_requests()) > asked_before, 30, "the first replica asking the model"
+    )
     replicas[0].process.kill()
     await asyncio.to_thread(replicas[0].process.wait)
     assert fake_telegram.sent_messages(chat) == []
     await fake_telegram.await_messages(chat, 1, timeout=30)
     await asyncio.sleep(1.0)  # a second answer would come now
     assert [m.text for m in fake_telegram.sent_messages(chat)] == [f"echo: {question}"]
+
+
+async def test_an_update_whose_replica_died_between_its_claim_and_its_record_is_answered_when_delivered_again(
+    postgres_server: PostgresServer, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    url = await asyncio.to_thread(create_database, postgres_server, f"replicas_{next(_names)}")
+    chat = CHATS[3]
+    dying = start_replica(
+        tmp_path / "dying", url, fake_openai, fake_telegram, CHATS, environment={CRASH_VARIABLE: UPDATE_CLAIMED}
+    )
+    other = start_replica(tmp_path / "other", url, fake_openai, fake_telegram, CHATS)
+    try:
+        await asyncio.gather(wait_until_healthy(dying), wait_until_healthy(other))
+        update = fake_telegram.update(fake_telegram.push_message(chat, "is the pharmacy open on sunday?"))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+            # The first replica claims the update and is killed before it records the message: no answer.
+            with pytest.raises(aiohttp.ClientError):
+                await post(http, dying, update)
+            assert await asyncio.to_thread(dying.process.wait) == -signal.SIGKILL
+            # Telegram got no 200, so it delivers the update again, seconds later (once the server has seen
+            # the dead replica's connections close), here through the other replica.
+            await claimer_gone(url, str(update["update_id"]))
+            assert await post(http, other, update) == 200
+            try:
+                await fake_telegram.await_messages(chat, 1, timeout=30)
+            except TimeoutError as error:
+                raise AssertionError(other.log.read_text(errors="replace")) from error
+            assert await post(http, other, update) == 200  # once answered, a further copy is a duplicate
+        await asyncio.sleep(1.0)  # a second answer would come now
+        assert [m.text for m in fake_telegram.sent_messages(chat)] == ["echo: is the pharmacy open on sunday?"]
+    finally:
+        for replica in (dying, other):
+            await asyncio.to_thread(stop, replica.process)
+    assert bad_log_lines(other.log) == []
 
 
 async def test_a_reminder_set_through_one_replica_fires_once(
@@ -158,6 +270,42 @@ async def test_a_reminder_set_through_one_replica_fires_once(
     assert [m.text for m in replies] == ["I'll remind you in three seconds.", "⏰ Reminder: stretch your legs"]
     await asyncio.sleep(3.0)  # both replicas check their reminders every second: a second firing would come now
     assert len(fake_telegram.sent_messages(OWNER)) == 2
+
+
+async def console_of(replica: Replica, fake_telegram: FakeTelegram, client: aiohttp.ClientSession) -> str:
+    """Log `client` in to the web console of `replica` with the link its `/console` sends the owner (the first
+    allowed user); the console's root."""
+    owner = CHATS[0]
+    before = len(fake_telegram.sent_messages(owner))
+    assert await post(client, replica, fake_telegram.update(fake_telegram.push_message(owner, "/console"))) == 200
+    replies = await fake_telegram.await_messages(owner, before + 1, timeout=30)
+    found = LINK.search(replies[before].text)
+    assert found, replies[before].text
+    link = found.group(1)
+    assert root_of(link) == f"http://127.0.0.1:{replica.port}"
+    async with await log_in(client, link) as response:
+        assert response.status == 303
+    return f"{root_of(link)}/console"
+
+
+async def test_a_setting_saved_through_the_console_of_one_replica_reaches_the_other(
+    replicas: list[Replica], fake_telegram: FakeTelegram
+) -> None:
+    first, second = replicas
+    async with new_client() as on_first, new_client() as on_second:
+        first_console = await console_of(first, fake_telegram, on_first)
+        second_console = await console_of(second, fake_telegram, on_second)
+        async with on_second.get(f"{second_console}/settings") as page:
+            assert 'id="memory.recentDays" value="7"' in await page.text()
+        async with on_first.get(f"{first_console}/settings") as page:
+            csrf = csrf_of(await page.text())
+        form = {"csrf": csrf, "memory.recentDays": "3"}
+        async with on_first.post(f"{first_console}/settings", data=form) as saved:
+            assert saved.status == 200
+            assert "Saved: memory.recentDays = 3" in await saved.text()
+        # The other replica reads the database's row again within a second of the change.
+        shown = await page_showing(on_second, f"{second_console}/settings", 'id="memory.recentDays" value="3"', 10)
+        assert 'id="memory.recentDays" value="7"' not in shown
 
 
 async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_the_poller_dies(
@@ -178,6 +326,9 @@ async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_t
         assert len(pollers) == 1
         (poller,) = pollers
         (standby,) = [replica for replica in started if replica is not poller]
+        # The standby says it stands by, never that it polls.
+        standby_log = standby.log.read_text(errors="replace")
+        assert STANDING_BY in standby_log and " polling (" not in standby_log
 
         poller.process.kill()
         await asyncio.to_thread(poller.process.wait)

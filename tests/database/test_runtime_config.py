@@ -159,6 +159,32 @@ async def test_model_switches_every_process_sharing_the_database(
     assert in_force.access.allowed_users == TEST_RUNTIME_CONFIG["access"]["allowedUsers"]
 
 
+async def test_model_is_refused_with_its_reason_where_bot_model_pins_the_model_of_a_shared_configuration(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    config = {"llm": {"models": ["fast-model"]}}
+    bot = await start_bot(
+        tmp_path / "workspace", fake_openai, fake_telegram, "ptb", config,
+        bot_database_url=database_url, bot_model="pinned-model",
+    )  # fmt: skip
+    try:
+        listed = await ask(fake_telegram, OWNER, "/model")
+        assert listed.startswith("Model: pinned-model, set by BOT_MODEL in this bot's environment.")
+        refused = await ask(fake_telegram, OWNER, "/model fast-model")
+        assert refused.startswith("The model is set by BOT_MODEL (pinned-model)")
+        assert "unset BOT_MODEL on every replica" in refused
+        await ask(fake_telegram, OWNER, "hello")
+        assert fake_openai.last_chat_request()["model"] == "pinned-model"
+    finally:
+        await bot.stop()
+    row = await asyncpg.connect(database_url)
+    try:
+        written = await row.fetchval("SELECT document FROM runtime_config WHERE id")
+    finally:
+        await row.close()
+    assert written is None or "fast-model" not in json.loads(written).get("llm", {}).get("model", "")
+
+
 def test_migrate_copies_the_files_text_once_and_export_writes_it_back(
     database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:

@@ -1,23 +1,28 @@
 """`rag.backend: postgres`: LightRAG's PostgreSQL storages against a real PostgreSQL with pgvector.
 
 The server is the test process's own (`tests/postgres_server.py`), the database this module's; both
-variants run: vectors in PostgreSQL (`rag.postgresVectors: pgvector`) and vectors in files.
+variants run: vectors in PostgreSQL (`rag.postgresVectors: pgvector`) and vectors in files. With
+`BOT_DATABASE_URL` and nothing else, the bot keeps its graph in that database (a test database of its own).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from bot.app import Application
 from bot.llm.client import LlmClient
 from bot.rag.backend import RagQuery
 from bot.rag.documents import RagDocument
-from bot.rag.embedded import EmbeddedLightRag
+from bot.rag.embedded import EmbeddedLightRag, lightrag_postgres_environment
 from bot.settings import RagConfig
+from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.recording_channel import RecordingChannel
 from tests.postgres_server import PostgresServer
-from tests.rag.helpers import FAST_RAG, lightrag_responder
+from tests.rag.helpers import FAST_RAG, lightrag_responder, queued_count, rag_of, say, wait_until, write_runtime_config
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +78,55 @@ async def test_a_shared_postgres_workspace_variable_is_refused(
     finally:
         await backend.close()
         await llm.close()
+
+
+async def test_with_bot_database_url_alone_the_graph_lives_in_that_database_and_an_exchange_is_found(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [*lightrag_postgres_environment(database_url), "POSTGRES_WORKSPACE"]:
+        monkeypatch.setenv(name, "")  # put back as it was after the test (the bot sets them from the URL)
+        monkeypatch.delenv(name)
+    workspace = tmp_path / "workspace"
+    # rag.backend stays the default: nothing but BOT_DATABASE_URL says PostgreSQL. Memory off: its notes would
+    # hold the fact already, and the graph's snippet would be left out as known.
+    write_runtime_config(workspace, memory={"enabled": False})
+    fake_openai.set_responder(lightrag_responder)
+    bot = Application(env_for(workspace, fake_openai, bot_database_url=database_url))
+    channel = RecordingChannel()
+    bot.add_channels([channel])
+    await bot.start()
+    try:
+        await say(bot, channel, "1", "My sister Marta moved to Lisbon last week, she loves it there.")
+
+        async def queued() -> bool:
+            return await queued_count(bot) > 0
+
+        await wait_until(queued)
+        assert await rag_of(bot).flush() == 1
+        await say(bot, channel, "1", "/new")  # the live session would show the fact already
+        await say(bot, channel, "1", "Where does Marta live these days?")
+        system = fake_openai.system_prompts()[-1] or ""
+    finally:
+        await bot.stop()
+    assert "Marta moved to Lisbon" in system.split("# Relevant Memory", 1)[1]
+    # LightRAG's tables in the bot's database hold the exchange and its vectors (pgvector); no graph files.
+    connection = await asyncpg.connect(database_url)
+    try:
+        documents = await connection.fetch("SELECT workspace, content FROM lightrag_doc_full")
+        vector_tables = await connection.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'lightrag_vdb_chunks%'"
+        )
+        chunks = sum(
+            [await connection.fetchval(f'SELECT count(*) FROM "{row["table_name"]}"') for row in vector_tables]
+        )
+        vector_columns = await connection.fetchval(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name LIKE 'lightrag_vdb_chunks%'"
+            " AND udt_name = 'vector'"
+        )
+    finally:
+        await connection.close()
+    assert [row["workspace"] for row in documents] == ["global"]
+    assert "Marta moved to Lisbon" in documents[0]["content"]
+    assert chunks >= 1 and vector_columns >= 1
+    assert list((workspace / "rag").glob("**/kv_store_*.json")) == []
+    assert list((workspace / "rag").glob("**/vdb_*.json")) == []
