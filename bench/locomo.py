@@ -20,17 +20,25 @@ graph's `# Relevant Memory` and its median size. `--json` adds one JSON line of 
 `--data` takes any file in LoCoMo's format, such as the synthetic conversations of
 `bench.synthetic_conversations`.
 
+`--database` runs the bot with `BOT_DATABASE_URL` on a throw-away PostgreSQL (the tests' server, with
+pgvector): each conversation's item files go into a fresh database with `python -m bot migrate`, and the
+items and the notes are put back after each question in the database rather than in the folder.
+
 Run: `.venv/bin/python -m bench.locomo [--conversations N] [--only conv-44,...] [--questions N] [--json]
-[--data FILE]`.
+[--data FILE] [--database]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,10 +47,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
+
 from bot.domain.text import fingerprint_of
 from bot.rag.service import RELEVANT_MEMORY_HEADER
 from tests.fakes.openai_server import FakeOpenAI, message_text
 from tests.fakes.telegram_server import FakeTelegram
+from tests.postgres_server import PostgresServer, create_database, running_server
 from tests.rag.helpers import lightrag_responder
 from tests.reliability.bot_process import start_bot, stop
 
@@ -178,12 +189,57 @@ class Conversation:
         return time.perf_counter() - started
 
 
-def run_conversation(conversation: dict[str, Any], questions_limit: int | None, root: Path) -> dict[str, Any]:
+class DatabaseMemory:
+    """A conversation's memory in a database of its own (`--database`): copied in from the item files, and put
+    back as it was copied after each question."""
+
+    def __init__(self, server: PostgresServer, workspace: Path, sample: str) -> None:
+        self.url = create_database(server, "locomo_" + re.sub(r"[^a-z0-9]", "_", sample.lower()))
+        environment = {key: value for key, value in os.environ.items() if not key.startswith("BOT_")}
+        migrated = subprocess.run(
+            [sys.executable, "-m", "bot", "migrate"],
+            env={**environment, "BOT_WORKSPACE": str(workspace), "BOT_DATABASE_URL": self.url, "BOT_TIMEZONE": "UTC"},
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        print(migrated.stdout.strip(), file=sys.stderr)
+        shutil.rmtree(workspace / "memory")  # the bot reads the database alone
+        self._sql(
+            "CREATE TABLE locomo_items AS SELECT scope, file, position, item, line FROM memory_items;"
+            " CREATE TABLE locomo_documents AS SELECT * FROM memory_documents"
+        )
+
+    def _sql(self, statement: str) -> None:
+        async def run() -> None:
+            connection = await asyncpg.connect(self.url)
+            try:
+                await connection.execute(statement)
+            finally:
+                await connection.close()
+
+        asyncio.run(run())
+
+    def restore(self) -> None:
+        """The items and documents as copied in: what the bot added is gone, what it changed is put back."""
+        self._sql(
+            "BEGIN; DELETE FROM memory_documents; INSERT INTO memory_documents SELECT * FROM locomo_documents;"
+            " DELETE FROM memory_items;"
+            " INSERT INTO memory_items (scope, file, position, item, line) OVERRIDING SYSTEM VALUE"
+            " SELECT scope, file, position, item, line FROM locomo_items; COMMIT"
+        )
+
+
+def run_conversation(
+    conversation: dict[str, Any], questions_limit: int | None, root: Path, server: PostgresServer | None = None
+) -> dict[str, Any]:
     workspace = root / conversation["sample_id"]
     memory = workspace / "memory"
     items = write_items(conversation, memory)
+    runtime_config = {"access": {"allowedUsers": [OWNER]}}
+    # Written before `migrate` copies it: the database's configuration is the one a bot on it reads.
     (workspace / "preferences").mkdir(parents=True, exist_ok=True)
-    step_one = snapshot(memory)
+    (workspace / "preferences" / "runtime-config.json").write_text(json.dumps(runtime_config))
+    database = None if server is None else DatabaseMemory(server, workspace, conversation["sample_id"])
+    step_one = snapshot(memory) if database is None else {}
     log = root / f"{conversation['sample_id']}.log"
     questions = [q for q in conversation["qa"] if q.get("category") in CATEGORIES and evidence_ids(q)]
     if questions_limit:
@@ -193,7 +249,10 @@ def run_conversation(conversation: dict[str, Any], questions_limit: int | None, 
     graph_chars: list[int] = []
     round_trips: list[float] = []
     with FakeTelegram() as telegram, FakeOpenAI() as model:
-        process = start_bot(workspace, "ptb", model, telegram, log, {"access": {"allowedUsers": [OWNER]}})
+        process = start_bot(
+            workspace, "ptb", model, telegram, log, runtime_config,
+            None if database is None else {"BOT_DATABASE_URL": database.url},
+        )  # fmt: skip
         try:
             bot = Conversation(telegram, model, workspace, log)
             warm_up = bot.wait_for_vectors(items, timeout=1800)
@@ -214,7 +273,10 @@ def run_conversation(conversation: dict[str, Any], questions_limit: int | None, 
                 if DUMP:
                     (root / "last-system-prompt.txt").write_text(text)
                 bot.send("/new")
-                restore(memory, step_one)
+                if database is None:
+                    restore(memory, step_one)
+                else:
+                    database.restore()
         finally:
             stop(process)
     retrieval_ms = [float(ms) for ms in RETRIEVAL_LOG.findall(log.read_text(errors="replace"))]
@@ -237,15 +299,17 @@ def main() -> int:
     parser.add_argument("--only", default="", help="only these conversations (sample ids, comma-separated)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--database", action="store_true", help="the bot on PostgreSQL (BOT_DATABASE_URL)")
     args = parser.parse_args()
     conversations = json.loads(args.data.read_text())
     if args.only:
         conversations = [c for c in conversations if c["sample_id"] in args.only.split(",")]
     conversations = conversations[: args.conversations]
     results = []
-    with tempfile.TemporaryDirectory(prefix="locomo-") as folder:
+    with tempfile.TemporaryDirectory(prefix="locomo-") as folder, contextlib.ExitStack() as stack:
+        server = stack.enter_context(running_server()) if args.database else None
         for conversation in conversations:
-            result = run_conversation(conversation, args.questions, Path(folder))
+            result = run_conversation(conversation, args.questions, Path(folder), server)
             results.append(result)
             mean = statistics.mean(score for _, score in result["scores"])
             print(
@@ -269,7 +333,8 @@ def main() -> int:
     round_trip = statistics.median(t for result in results for t in result["round_trips"]) * 1000
     retrieval = [ms for result in results for ms in result["retrieval_ms"]]
     retrieval_p50 = statistics.median(retrieval) if retrieval else float("nan")
-    print(f"LoCoMo evidence recall in the prompt: {len(scores)} questions, {len(results)} conversations")
+    where = "PostgreSQL (BOT_DATABASE_URL)" if args.database else "the workspace's files"
+    print(f"LoCoMo evidence recall in the prompt: {len(scores)} questions, {len(results)} conversations, on {where}")
     print(f"  R_frac overall {overall:.3f}")
     for name, value in per_category.items():
         print(f"  R_frac {name:<11} {value:.3f}")
@@ -287,6 +352,7 @@ def main() -> int:
             json.dumps(
                 {
                     "bench": "locomo",
+                    "database": args.database,
                     "questions": len(scores),
                     "r_frac": round(overall, 4),
                     "per_category": {name: round(value, 4) for name, value in per_category.items()},

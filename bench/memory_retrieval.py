@@ -51,7 +51,7 @@ from bot.llm.client import LlmClient
 from bot.llm.local_embeddings import LocalEmbedder
 from bot.memory.embeddings import text_key
 from bot.memory.items_store import MemoryItemStore
-from bot.memory.scopes import MemoryScope
+from bot.memory.scopes import ItemsInDatabase, MemoryScope
 from bot.memory.service import MemoryService
 from bot.memory.vector_cache import VectorCache
 from bot.settings import MemoryConfig
@@ -127,8 +127,8 @@ def fill_vector_cache(root: Path, items: list[MemoryItem], rng: random.Random) -
     vectors = generator.standard_normal((len(keys), DIMENSIONS)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     cache = VectorCache(MemoryPaths(root).index_dir)
-    cache.store(LocalEmbedder.name, dict(zip(keys, vectors.astype(np.float16), strict=True)))
-    cache.close()
+    cache.store_sync(LocalEmbedder.name, dict(zip(keys, vectors.astype(np.float16), strict=True)))
+    cache.close_sync()
 
 
 class EmbeddedCount(logging.Handler):
@@ -200,11 +200,17 @@ def prepare(count: int, folder: Path) -> None:
     fill_vector_cache(memory, everything, rng)
 
 
-async def start(root: Path, config: MemoryConfig) -> tuple[MemoryService, float, float]:
-    """A new `MemoryService` as the bot makes it at start: (service, first answer ms, memory ready s)."""
+async def start(
+    root: Path, config: MemoryConfig, items_in_database: ItemsInDatabase | None = None
+) -> tuple[MemoryService, float, float]:
+    """A new `MemoryService` as the bot makes it at start (its items in `items_in_database`, when given):
+    (service, first answer ms, memory ready s)."""
     started = time.perf_counter()
     # The owner (user 1) asks: the workspace's memory is theirs.
-    service = MemoryService(Workspace(root), Clock(UTC), cast(LlmClient, None), allowed_users=lambda: [1])
+    service = MemoryService(
+        Workspace(root), Clock(UTC), cast(LlmClient, None), allowed_users=lambda: [1],
+        items_in_database=items_in_database,
+    )  # fmt: skip
     service.warm_up(config)
     await asyncio.sleep(0)  # as in the bot: the warm-up has begun before the first message comes
     await service.build_prompt(config, "telegram:1", "what did we plan for the garden?")
@@ -220,18 +226,21 @@ async def cold_start_async(root: Path) -> dict[str, float]:
     return {"cold_first_ms": first_ms, "cold_ready_s": ready_s}
 
 
-async def measure_async(count: int, root: Path) -> dict[str, float | str]:
-    """A restart (a new process finding the index database the cold start built): the first answer,
-    what it re-read and re-embedded, latency and resident memory."""
+async def measure_async(
+    count: int, root: Path, items_in_database: ItemsInDatabase | None = None
+) -> dict[str, float | str]:
+    """A restart (a new process finding the index database the cold start built, or with
+    `items_in_database` a process reading the items from there): the first answer, what it re-read and
+    re-embedded, latency and resident memory."""
     rng = random.Random(count + 1)
     baseline = rss_kib()
     counter = EmbeddedCount()
     logging.getLogger("bot").addHandler(counter)
     logging.getLogger("bot").setLevel(logging.INFO)
     config = MemoryConfig()
-    service, first_ms, ready_s = await start(root, config)
+    service, first_ms, ready_s = await start(root, config, items_in_database)
     scope = await service.scope(config, "telegram:1")
-    assert isinstance(scope.store, MemoryItemStore)  # the files' store, whose reads are counted
+    assert isinstance(scope.store, MemoryItemStore)  # the files' store (or its copy's), whose reads are counted
     reread = scope.store.files_read
     # The query model is loaded by the first message's vector; the bot keeps it from then on.
     loaded_rss = rss_kib()

@@ -14,6 +14,8 @@ print, and prints one Markdown table, headed by the machine it ran on:
   off (`session_growth`);
 - memory retrieval p50 / p99 with the offline embedder, the first answer after a start and what a
   restart re-embeds, at 1,000 / 10,000 / 100,000 items (`memory_retrieval`);
+- memory items in PostgreSQL beside SQLite: retrieval p50 and resident memory at 100,000 items
+  (`database_items`, a throw-away PostgreSQL with pgvector);
 - LoCoMo evidence recall in the prompt, through the real bot (`locomo`), and whether memory's weights
   are fitted to its five conversations: each held out in turn (`holdout`, in process, not in `--quick`);
 - compaction time for sessions of 100 / 1,000 / 5,000 messages, and over a 500-turn conversation
@@ -34,7 +36,7 @@ print, and prints one Markdown table, headed by the machine it ran on:
 that fails shows as failed in the table and makes the exit code 1; the others still run.
 
 Run: `.venv/bin/python -m bench.run_all [--quick] [--only NAME ...]`, a NAME of: pipeline telegram minimal
-growth retrieval compaction rag graphcost locomo holdout prefix sessions quality window.
+growth retrieval itemsdb compaction rag graphcost locomo holdout prefix sessions quality window.
 """
 
 from __future__ import annotations
@@ -151,6 +153,16 @@ def retrieval_cell(output: str) -> str:
         f"only p50 {ms(row['lexical_p50_ms'])}; first answer after a restart {row['first_ms']:.0f} ms, "
         f"{row['embedded_at_start']} re-embedded, {row['files_reread']} files re-read"
     )
+
+
+def database_items_cell(output: str) -> str:
+    rows = {row["store"]: row for row in json_lines(output)}
+    shown = [
+        f"{store}: p50 {ms(row['p50_ms'])}, the query's vector made beforehand {ms(row['retrieval_p50_ms'])}, "
+        f"lexical only {ms(row['lexical_p50_ms'])}, ready {row['ready_s']:.1f} s, RSS {row['rss_mib']:.0f} MiB"
+        for store, row in rows.items()
+    ]
+    return "; ".join(shown) + f" (migrate {rows['database']['migrate_s']:.0f} s)"
 
 
 def compaction_cell(output: str) -> str:
@@ -314,6 +326,16 @@ def plan(quick: bool) -> list[Part]:
         )
         for size in retrieval_sizes
     ]
+    items_size = 10_000 if quick else 100_000
+    parts.append(
+        Part(
+            "itemsdb",
+            "memory items: PostgreSQL beside SQLite",
+            f"{items_size:,} items",
+            f"bench.database_items {items_size} --json",
+            database_items_cell,
+        )
+    )
     parts += [
         Part(
             "compaction",

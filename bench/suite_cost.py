@@ -10,8 +10,9 @@ process under it is summed; the peak of that sum is printed. Pages shared betwee
 interpreter, libraries) are counted once per process, so the figure is an upper bound of what the run
 needs. The sampler makes itself the subreaper of the command (`PR_SET_CHILD_SUBREAPER`): a process whose
 parent has exited is still counted. CPU is the user + system time of every process of the tree that has
-been waited for (`RUSAGE_CHILDREN`). The load average before and after is printed too: on a shared
-machine a figure means little without it.
+been waited for (`RUSAGE_CHILDREN`). The largest processes at the peak are listed with their command
+lines. The load average before and after is printed too: on a shared machine a figure means little
+without it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+PEAK_PROCESSES_SHOWN = 12
+COMMAND_CHARS = 100
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,6 +45,7 @@ class Cost:
     peak_processes: int
     load_before: str
     load_after: str
+    at_peak: list[str]
 
 
 def _become_subreaper() -> None:
@@ -89,6 +93,14 @@ def _rss_kb(pid: int) -> int:
     return 0  # a kernel thread, or a process that has exited
 
 
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def _load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -99,10 +111,15 @@ def measure(command: list[str], interval: float) -> Cost:
     load_before = _load()
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=ROOT)
-    peak_kb, peak_processes = 0, 0
+    peak_kb, peak_processes, at_peak = 0, 0, list[str]()
     while process.poll() is None:
         tree = _tree(process.pid, _parents())
-        peak_kb = max(peak_kb, sum(_rss_kb(pid) for pid in tree))
+        resident = {pid: _rss_kb(pid) for pid in tree}
+        if sum(resident.values()) > peak_kb:
+            peak_kb = sum(resident.values())
+            # What made the peak: the largest processes then, each with its command line.
+            largest = sorted(resident.items(), key=lambda item: -item[1])[:PEAK_PROCESSES_SHOWN]
+            at_peak = [f"{kb / 1024:7.1f} MB  {_command_line(pid)[:COMMAND_CHARS]}" for pid, kb in largest if kb]
         peak_processes = max(peak_processes, len(tree))
         time.sleep(interval)
     wall = time.monotonic() - started
@@ -122,6 +139,7 @@ def measure(command: list[str], interval: float) -> Cost:
         peak_processes=peak_processes,
         load_before=load_before,
         load_after=_load(),
+        at_peak=at_peak,
     )
 
 
@@ -139,6 +157,9 @@ def main() -> None:
         print(f"wall: {cost.wall_seconds} s  cpu (user+sys): {cost.cpu_seconds} s")
         print(f"peak RSS of the process tree: {cost.peak_rss_mb} MB over {cost.peak_processes} processes at most")
         print(f"load average (1, 5, 15 min): before {cost.load_before}, after {cost.load_after}")
+        print("the largest processes at the peak:")
+        for line in cost.at_peak:
+            print(f"  {line}")
     sys.exit(cost.exit_code)
 
 

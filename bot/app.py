@@ -151,7 +151,7 @@ class Application:
         # Memory, RAG, compaction: siblings that know nothing of each other; what connects them is here.
         memory = memory_install.install(
             workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, deferred, self.notices,
-            stores.memory_documents,
+            stores.memory_documents, stores.memory_items,
         )  # fmt: skip
         rag = rag_install.install(
             env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models

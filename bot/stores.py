@@ -20,6 +20,7 @@ from bot.ledger.store import LedgerFile, LedgerStore
 from bot.ledger.turns import Turn
 from bot.memory.documents import DocumentsInDatabase, MemoryDocuments
 from bot.memory.postgres_documents import MemoryDocumentRows
+from bot.memory.postgres_items import ItemRowsInDatabase
 from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.sessions.postgres import SessionTables
 from bot.sessions.service import SessionService
@@ -45,6 +46,8 @@ class Stores:
     sessions: SessionStorage
     # MEMORY.md and the daily notes of each memory scope, by its folder under memory/ (None: the scope's files).
     memory_documents: DocumentsInDatabase | None
+    # The memory items of every scope and their vectors (None: each scope's files).
+    memory_items: ItemRowsInDatabase | None
     reminders: ReminderStore
     pairing: PairingStorage
 
@@ -54,6 +57,8 @@ class Stores:
             await self.database.start()
 
     async def close(self) -> None:
+        if self.memory_items is not None:
+            self.memory_items.close()
         if self.database is not None:
             await self.database.close()
 
@@ -65,6 +70,7 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
             None,
             LedgerFile(workspace.root / "state" / "turns.jsonl", deferred),
             SessionFiles(workspace.sessions_dir),
+            None,
             None,
             ReminderFile(workspace.reminders_file),
             PairingStore(pairing_file(workspace.root)),
@@ -79,6 +85,7 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
         LedgerTables(database),
         SessionTables(database),
         memory_documents,
+        ItemRowsInDatabase(database),
         ReminderTable(database),
         PairingTables(database),
     )

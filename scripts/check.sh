@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin
+# Compiled modules are written and reused: each test worker and each bot process a test starts would
+# otherwise compile the bot's modules again, and each worker pytest's rewritten test modules.
+unset PYTHONDONTWRITEBYTECODE
 # The web console's browser tests drive the machine's headless Chromium and its driver (Debian's packages):
 # installed here when missing and this runs as root (as in CI); otherwise the check stops and says how.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then

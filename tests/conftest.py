@@ -24,6 +24,31 @@ pytest_plugins = [
 
 TEST_API_KEY = "sk-test-key-1234567890"
 
+# The modules whose tests take longest (bot processes started, killed and restarted, a graph read from
+# documents, the offline embedder on long texts), the longest first. They are run first: on several
+# workers a long test started last keeps the run going while the other workers have nothing left to do.
+LONGEST_FIRST = (
+    "tests/reliability/test_crash_loop.py",
+    "tests/reliability/test_graceful_stop.py",
+    "tests/reliability/test_load.py",
+    "tests/rag/test_documents.py",
+    "tests/sessions/test_crash_consistency.py",
+    "tests/memory/test_vectors.py",
+    "tests/scheduler/test_reminder_process.py",
+    "tests/test_cli.py",
+    "tests/memory/test_hand_edit_zones_and_rewrites.py",
+    "tests/reliability/test_security.py",
+    "tests/setup/test_doctor.py",
+    "tests/database/test_replicas.py",
+    "tests/setup/test_onboard.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of `LONGEST_FIRST` first, in its order; the rest after them, in the order collected."""
+    rank = {module: position for position, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST_FIRST)))
+
 
 def env_for(workspace: Path, fake_openai: FakeOpenAI, **overrides: Any) -> EnvSettings:
     """Settings as the environment would give them, pointing at the fakes; no `.env` is read."""

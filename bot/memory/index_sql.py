@@ -464,6 +464,19 @@ def vectors_of(connection: sqlite3.Connection, embedder: str) -> sqlite3.Cursor:
     return connection.execute("SELECT key, vector FROM vectors WHERE embedder = ?", (embedder,))
 
 
+def vector_embedders(connection: sqlite3.Connection) -> list[str]:
+    """The embedders that have vectors in the cache."""
+    return [row[0] for row in connection.execute("SELECT DISTINCT embedder FROM vectors")]
+
+
+def vectors_with_keys(connection: sqlite3.Connection, embedder: str, keys: list[str]) -> list[tuple[str, bytes]]:
+    """(text key, float16 bytes) of the vectors of `embedder` stored under `keys`."""
+    marks = ",".join("?" * len(keys))
+    return connection.execute(
+        f"SELECT key, vector FROM vectors WHERE embedder = ? AND key IN ({marks})", (embedder, *keys)
+    ).fetchall()
+
+
 def store_vectors(connection: sqlite3.Connection, embedder: str, vectors: Iterable[tuple[str, bytes]]) -> None:
     """Store (text key, float16 bytes) pairs in one transaction."""
     with connection:

@@ -193,7 +193,7 @@ class VectorIndexing:
             wanted = scope.vectors.wanted_keys()
         if not wanted:
             return
-        batches = await asyncio.to_thread(scope.vector_cache.load_quantized, embedder.name, wanted)
+        batches = await scope.vector_cache.load_quantized(embedder.name, wanted)
         del wanted
         read = sum(len(keys) for keys, _, _ in batches)
         async with scope.lock:
@@ -203,7 +203,7 @@ class VectorIndexing:
                 scope.vectors.put_quantized(*batches.pop(0))
             # The search's sums and sign codes, over every row at once: in a thread, not on the event loop.
             await asyncio.to_thread(scope.vectors.prepare_search)
-        log.info("[Memory] %d item vectors read from %s", read, scope.vector_cache.path)
+        log.info("[Memory] %d item vectors read from %s", read, scope.vector_cache.where)
         settle_after_load()
 
     async def _index(self, scope: MemoryScope, embedder: Embedder) -> None:
@@ -217,6 +217,13 @@ class VectorIndexing:
                     todo = scope.vectors.pending()
                 if not todo:
                     break
+                # Another process sharing the vectors may have made some already (its items reach this one
+                # after its vectors were read).
+                made_elsewhere = await scope.vector_cache.load(embedder.name, {key for key, _ in todo})
+                if made_elsewhere:
+                    async with scope.lock:
+                        scope.vectors.put(made_elsewhere)
+                    todo = [(key, text) for key, text in todo if key not in made_elsewhere]
                 position = 0
                 while position < len(todo):
                     await self._quiet()
@@ -233,7 +240,7 @@ class VectorIndexing:
                             break
                         made.update(zip((key for key, _ in step), as_float16(vectors), strict=True))
                     if made:
-                        await asyncio.to_thread(scope.vector_cache.store, embedder.name, made)
+                        await scope.vector_cache.store(embedder.name, made)
                         async with scope.lock:
                             scope.vectors.put(made)
                         embedded += len(made)

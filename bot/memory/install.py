@@ -11,6 +11,7 @@ from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.memory.compaction_sink import PreCompactionMemory
 from bot.memory.documents import DocumentsInDatabase
+from bot.memory.scopes import ItemsInDatabase
 from bot.memory.service import MemoryService
 from bot.memory.tools import MemoryToolSource
 from bot.notices import OwnerNotices
@@ -39,6 +40,7 @@ def install(
     deferred: DeferredSync,
     notices: OwnerNotices | None = None,
     documents_in_database: DocumentsInDatabase | None = None,
+    items_in_database: ItemsInDatabase | None = None,
 ) -> InstalledMemory:
     service = MemoryService(
         workspace,
@@ -50,6 +52,7 @@ def install(
         notices,
         lambda: config_store.in_force().access.allowed_users,
         documents_in_database,
+        items_in_database,
     )
     tools.add_source(MemoryToolSource(service, config_store.in_force))
     return InstalledMemory(service, PreCompactionMemory(service, config_store))

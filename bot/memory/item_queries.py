@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from datetime import date, datetime
+from pathlib import Path
 
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory import index_sql
@@ -62,6 +63,11 @@ class ItemQueries:
             return item
         line = self._db.read(index_sql.line_of, item_id)
         return None if line is None else self._caches.remember(self._rows.parse(line))
+
+    def file_of(self, item_id: str) -> Path | None:
+        """The file a stored item is in (None: not stored)."""
+        place = self._db.read(index_sql.place_of, item_id)
+        return None if place is None else self._rows.path_of(place[0])
 
     def get_many(self, item_ids: Iterable[str]) -> dict[str, MemoryItem]:
         """The stored items of `item_ids` in that order (those not stored are left out), in a few queries."""

@@ -61,6 +61,11 @@ class ItemStore(Protocol):
         """Keep `index` in step from now on (it is given every item already loaded)."""
         ...
 
+    async def refresh(self) -> None:
+        """Bring what `refresh_sync` reads up to date with changes another process made, where reaching
+        them takes I/O the event loop must await (a store shared through a database); awaited first."""
+        ...
+
     def refresh_sync(self) -> bool:
         """Take up changes made to the store from outside (hand edits); True when anything changed."""
         ...
@@ -134,6 +139,10 @@ class ItemStore(Protocol):
 
     def file_for(self, item: MemoryItem) -> Path:
         """Where a new item belongs (its layer's file, or day file)."""
+        ...
+
+    def file_of(self, item_id: str) -> Path | None:
+        """The file a stored item is in (None: not stored)."""
         ...
 
     def append(self, items: list[MemoryItem]) -> None: ...

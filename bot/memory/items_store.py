@@ -82,6 +82,9 @@ class MemoryItemStore:
         if self._state.fed:
             self._reconciler.feed([index])
 
+    async def refresh(self) -> None:
+        """Nothing to do: every change is in the files, which `refresh_sync` reads."""
+
     def refresh_sync(self) -> bool:
         """Re-read every file that changed on disk since last seen; True when anything changed."""
         return self._reconciler.refresh_sync()
@@ -204,6 +207,10 @@ class MemoryItemStore:
     def file_for(self, item: MemoryItem) -> Path:
         """The file a new item belongs in."""
         return self._state.rows.file_for(item)
+
+    def file_of(self, item_id: str) -> Path | None:
+        """The file a stored item is in (None: not stored)."""
+        return self._queries.file_of(item_id)
 
     def append(self, items: list[MemoryItem]) -> None:
         """Add new items (written by the next `flush`, one durable append per file)."""

@@ -47,9 +47,9 @@ class MaintenanceReport:
 
 
 async def run_maintenance(memory: MemoryService, config: MemoryConfig, now: datetime) -> MaintenanceReport:
-    """Maintain every memory root in the workspace; returns what changed."""
+    """Maintain every memory root (in the workspace, or in the database); returns what changed."""
     report = MaintenanceReport()
-    for scope in memory.scopes_on_disk():
+    for scope in await memory.every_scope():
         report.add(await _maintain_scope(memory, scope, config, now))
     log.info("[Memory] Maintenance: %s", report.describe())
     return report

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, tzinfo
-from typing import TypeVar
+from pathlib import PurePosixPath
+from typing import Protocol, TypeVar
 
 from bot.domain.memory import MemoryPack
 from bot.heap import settle_after_load
@@ -32,7 +33,7 @@ from bot.memory.long_term import LongTermMemory
 from bot.memory.long_term_pieces import LongTermIndex, LongTermUse
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.retrieval import MemoryRetrievalService
-from bot.memory.vector_cache import VectorCache
+from bot.memory.vector_cache import VectorCache, VectorStorage
 from bot.memory.vector_index import VectorIndex
 from bot.memory.write_service import MemoryWriteService
 from bot.storage.durability import DeferredSync
@@ -47,6 +48,23 @@ T = TypeVar("T")
 INLINE_WORK_MAX_ITEMS = 2000
 
 
+class ItemsInDatabase(Protocol):
+    """The items of every memory scope, and their vectors, kept in a database (`BOT_DATABASE_URL`)."""
+
+    def store(self, scope: str, zone: tzinfo, changes: FolderChanges | None) -> ItemStore:
+        """The items of `scope` (its folder under memory/; `changes` follows this process's own copy of them)."""
+        ...
+
+    @property
+    def vectors(self) -> VectorStorage:
+        """The vectors of every scope's items."""
+        ...
+
+    async def scopes(self) -> list[str]:
+        """The scopes that have items there."""
+        ...
+
+
 @dataclass
 class MemoryScope:
     """Everything one memory root needs at run time; `lock` serialises its reads and writes."""
@@ -59,7 +77,7 @@ class MemoryScope:
     writer: MemoryWriteService
     notes: DailyNotes
     long_term: LongTermMemory
-    vector_cache: VectorCache
+    vector_cache: VectorStorage
     note_lines: NoteLines = field(default_factory=NoteLines)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     loaded: bool = False
@@ -84,10 +102,13 @@ class MemoryScopes:
         zone: tzinfo,
         deferred: DeferredSync | None,
         documents_in_database: DocumentsInDatabase | None = None,
+        items_in_database: ItemsInDatabase | None = None,
     ) -> None:
-        """`documents_in_database`: MEMORY.md and the notes of each scope are kept there (None: in its files)."""
+        """`documents_in_database`: MEMORY.md and the notes of each scope are kept there (None: in its files).
+        `items_in_database`: the items of each scope and their vectors are kept there (None: in its files)."""
         self._workspace = workspace
         self._documents_in_database = documents_in_database
+        self._items_in_database = items_in_database
         self._zone = zone
         self._deferred = deferred
         self._scopes: dict[MemoryPaths, MemoryScope] = {}
@@ -101,7 +122,7 @@ class MemoryScopes:
         """The scope of the memory root `paths` (created on first use; `fresh` reads its files)."""
         scope = self._scopes.get(paths)
         if scope is None:
-            store = MemoryItemStore(paths, self._zone, self._deferred, self._folder_changes)
+            store, vector_cache = self._items(paths)
             lexical, vectors = Bm25Index(), VectorIndex(store.get_many)
             store.subscribe(lexical)
             store.subscribe(vectors)
@@ -115,10 +136,19 @@ class MemoryScopes:
                 writer=MemoryWriteService(store),
                 notes=DailyNotes(documents),
                 long_term=LongTermMemory(documents),
-                vector_cache=VectorCache(paths.index_dir),
+                vector_cache=vector_cache,
             )
             self._scopes[paths] = scope
         return scope
+
+    def _items(self, paths: MemoryPaths) -> tuple[ItemStore, VectorStorage]:
+        if self._items_in_database is not None:
+            name = paths.root.relative_to(self._workspace.memory_dir).as_posix()
+            return self._items_in_database.store(
+                name, self._zone, self._folder_changes
+            ), self._items_in_database.vectors
+        store = MemoryItemStore(paths, self._zone, self._deferred, self._folder_changes)
+        return store, VectorCache(paths.index_dir)
 
     def _documents(self, paths: MemoryPaths) -> MemoryDocuments:
         if self._documents_in_database is not None:
@@ -137,6 +167,18 @@ class MemoryScopes:
             parent = self._workspace.memory_dir / folder
             roots += sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
         return [self.at(MemoryPaths(root)) for root in roots]
+
+    async def everywhere(self) -> list[MemoryScope]:
+        """`on_disk`, and every scope whose items are in the database (a chat's may have no folder here)."""
+        found = {id(scope): scope for scope in self.on_disk()}
+        if self._items_in_database is not None:
+            for name in await self._items_in_database.scopes():
+                parts = PurePosixPath(name).parts
+                if name.startswith("/") or ".." in parts:
+                    continue  # a row that would put a scope outside memory/ (a hand edit) is not followed
+                scope = self.at(MemoryPaths(self._workspace.memory_dir.joinpath(*parts)))
+                found[id(scope)] = scope
+        return list(found.values())
 
     async def off_loop_if_large(self, scope: MemoryScope, function: Callable[..., T], *args: object) -> T:
         """Run a read of the scope in memory's thread, or inline while the scope is small.
@@ -165,6 +207,7 @@ class MemoryScopes:
         async with scope.lock:
             if scope.refreshed_at < requested:
                 started = scope.refreshed_at = time.monotonic()
+                await scope.store.refresh()
                 if scope.loaded:
                     await self.off_loop_if_large(scope, scope.store.refresh_sync)
                 else:  # the first load reads every file: never on the event loop
@@ -183,7 +226,7 @@ class MemoryScopes:
     async def close(self) -> None:
         """Close every scope's vector cache and item store, memory's thread and the folder watch."""
         for scope in self._scopes.values():
-            await asyncio.to_thread(scope.vector_cache.close)
+            await scope.vector_cache.close()
             await asyncio.to_thread(scope.store.close)
         self._executor.shutdown(wait=False)
         self._folder_changes.close()

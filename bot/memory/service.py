@@ -38,7 +38,7 @@ from bot.memory.prompt_building import MemoryPrompt as MemoryPrompt
 from bot.memory.prompt_building import MemoryPromptBuilder, PromptAudience, read_long_term
 from bot.memory.recording import TurnRecorder
 from bot.memory.retrieval import ScoreParts
-from bot.memory.scopes import MemoryScope, MemoryScopes
+from bot.memory.scopes import ItemsInDatabase, MemoryScope, MemoryScopes
 from bot.memory.write_service import MemoryWriteService, WriteReport
 from bot.notices import OwnerNotices
 from bot.settings import MemoryConfig
@@ -69,6 +69,7 @@ class MemoryService:
         notices: OwnerNotices | None = None,
         allowed_users: Callable[[], list[int]] | None = None,
         documents_in_database: DocumentsInDatabase | None = None,
+        items_in_database: ItemsInDatabase | None = None,
     ) -> None:
         """`deferred`: where the appends the archive can stand in for (daily-note lines, new items) leave
         their fsync; without one, every write is durable before it returns. `notices`: the owner is told
@@ -82,7 +83,7 @@ class MemoryService:
         self._clock = clock
         self._llm = llm
         self._estimator = estimator or TokenEstimator()
-        self._scopes = MemoryScopes(workspace, clock.zone, deferred, documents_in_database)
+        self._scopes = MemoryScopes(workspace, clock.zone, deferred, documents_in_database, items_in_database)
         self._indexing = VectorIndexing(self._scopes)
         self._embedders = embedders or Embedders(llm)
         self._prompts = MemoryPromptBuilder(
@@ -147,6 +148,10 @@ class MemoryService:
     def scopes_on_disk(self) -> list[MemoryScope]:
         """Every memory root in the workspace: the global one, each chat's and each person's (whatever the scope)."""
         return self._scopes.on_disk()
+
+    async def every_scope(self) -> list[MemoryScope]:
+        """`scopes_on_disk`, and with `BOT_DATABASE_URL` every scope whose items are in the database."""
+        return await self._scopes.everywhere()
 
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
         return self._scopes.at(paths)

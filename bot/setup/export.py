@@ -1,11 +1,11 @@
 """`python -m bot export [FOLDER]`: write what the database of `BOT_DATABASE_URL` holds as a workspace's files.
 
-Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md and the
-daily notes of every memory scope, `reminders.json`, `access/pairing.json` and
-`preferences/runtime-config.json`, in the formats people
-read and edit; into FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is
-written whole (atomically) and replaces the one there; files the database has nothing for are left
-alone. Edited files go back with `python -m bot migrate`.
+Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md, the
+daily notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`,
+`access/pairing.json` and `preferences/runtime-config.json`, in the formats people read and edit; into
+FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is written whole (atomically)
+and replaces the one there; files the database has nothing for are left alone. The items' vectors stay
+in the database (a bot on the files makes them again). Edited files go back with `python -m bot migrate`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from bot.access.pairing import ApprovedUser, PairingRequest, pairing_file
 from bot.database.connection import Database
 from bot.domain.session import checked_session_id
+from bot.memory.postgres_items import write_item_files
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import Reminder
 from bot.storage.files import write_atomic
@@ -55,6 +56,7 @@ async def export_workspace(database: Database, workspace: Workspace) -> Written:
             continue  # a row that would write outside memory/ (a hand edit) is not followed
         await write_atomic(folder / str(row["name"]), str(row["content"]).encode("utf-8"))
         written.add("memory documents")
+    written.add("memory item files", await write_item_files(database, workspace.memory_dir))
     reminders = [
         Reminder.model_validate_json(row["reminder"]).to_json_dict()
         for row in await database.fetch("SELECT reminder FROM reminders ORDER BY due_at")

@@ -5,8 +5,10 @@ reminders, pairing and `preferences/runtime-config.json` (its text as it is); wh
 over what the database holds for the same session, document, reminder, user or configuration. Safe to run
 twice: an archive line is keyed by the archive's length after it (as the bot keeps it), so a line copied
 before is not copied again, and every other row is written over (the configuration's version is raised
-only when its text changed). The workspace's files are left as they are. The turn ledger is not copied (a
-stopped bot's open turns are answered by the next start on the files), nor are memory items yet.
+only when its text changed). The workspace's files are left as they are. The memory items of every scope
+are copied file by file (a file's rows are replaced by its lines: a line that is not a valid item is
+kept, counted in the summary and named in the log), with the vectors cached beside them. The turn ledger
+is not copied (a stopped bot's open turns are answered by the next start on the files).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from bot.database.connection import Database
 from bot.memory.documents import LONG_TERM_NAME
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.postgres_documents import MemoryDocumentRows
+from bot.memory.postgres_items import CopiedItems, copy_item_files, copy_vectors
+from bot.memory.vector_cache import VectorCache
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import ReminderFile, ReminderTable
 from bot.storage.files import line_bytes, read_text_sync
-from bot.workspace import Workspace
+from bot.workspace import MemoryPaths, Workspace
 
 _DAILY_NOTE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 
@@ -47,6 +51,7 @@ async def migrate_workspace(workspace: Workspace, database: Database) -> Copied:
     copied = Copied()
     await _sessions(workspace, database, copied)
     await _memory_documents(workspace, database, copied)
+    await _memory_items(workspace, database, copied)
     await _reminders(workspace, database, copied)
     await _pairing(workspace, database, copied)
     await _runtime_config(workspace, database, copied)
@@ -120,6 +125,17 @@ async def _memory_documents(workspace: Workspace, database: Database, copied: Co
                 continue
             await MemoryDocumentRows(database, scope).write(path.name, text.encode("utf-8"))
             copied.add("MEMORY.md files" if path.name == LONG_TERM_NAME else "daily notes")
+
+
+async def _memory_items(workspace: Workspace, database: Database, copied: Copied) -> None:
+    items = CopiedItems()
+    for scope, root in _memory_roots(workspace):
+        paths = MemoryPaths(root)
+        await copy_item_files(database, scope, paths.items_dir, items)
+        await copy_vectors(database, VectorCache(paths.index_dir), items)
+    copied.add("memory items", items.items)
+    copied.add("memory item lines that are not items (kept; see the log)", items.kept_lines)
+    copied.add("item vectors", items.vectors)
 
 
 async def _reminders(workspace: Workspace, database: Database, copied: Copied) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -353,3 +354,39 @@ async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_t
             await asyncio.to_thread(stop, replica.process)
     for replica in started:
         assert bad_log_lines(replica.log) == []
+
+
+def memory_items_section(system: str) -> str:
+    """The memory pack's sections of items (facts, procedures, earlier exchanges), without the daily notes."""
+    headings = ("## Facts and Preferences", "## Procedures and Fixes", "## Related Earlier Exchanges")
+    parts = re.split(r"(?m)^(?=#{1,2} )", system)
+    return "".join(part for part in parts if part.startswith(headings))
+
+
+async def test_an_item_told_through_one_replica_is_in_the_memory_pack_of_the_other_and_forgotten_through_it(
+    replicas: list[Replica], fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    chat = CHATS[2]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+
+        async def say(replica: Replica, text: str, count: int) -> str:
+            assert await post(http, replica, fake_telegram.update(fake_telegram.push_message(chat, text))) == 200
+            return str((await fake_telegram.await_messages(chat, count, timeout=30))[-1].text)
+
+        await say(replicas[0], "My bicycle is a green Gazelle with a basket.", 1)
+        await say(replicas[1], "/new", 2)
+        await say(replicas[1], "what colour is my bicycle?", 3)
+        system = "\n".join(
+            str(m["content"]) for m in fake_openai.last_chat_request()["messages"] if m["role"] == "system"
+        )
+        assert "green Gazelle" in memory_items_section(system), system
+
+        # /memory lists and forgets the items of the database, whichever replica it reaches.
+        listed = await say(replicas[1], "/memory Gazelle", 4)
+        fact = re.search(r"^(m\w+) · semantic/fact", listed, re.MULTILINE)
+        assert fact is not None, listed
+        assert fact[1] in await say(replicas[0], "/memory Gazelle", 5)
+        forgotten = await say(replicas[1], f"/memory forget {fact[1]}", 6)
+        assert forgotten == "Forgotten: My bicycle is a green Gazelle with a basket."
+        # Gone for the first replica too, with the recorded exchange that held it.
+        assert await say(replicas[0], "/memory Gazelle", 7) == "Nothing in memory matches “Gazelle”."

@@ -8,7 +8,7 @@ import time
 
 from bot.llm.local_embeddings import PASSAGES_PER_CALL, LocalEmbedder
 
-PASSAGE = " ".join(f"word{n} of a passage about place{n % 13} and person{n % 7}." for n in range(120))
+PASSAGE = " ".join(f"word{n} of a passage about place{n % 13} and person{n % 7}." for n in range(8))
 
 
 async def test_a_cancelled_embedding_of_many_passages_leaves_only_the_call_in_progress() -> None:

@@ -29,8 +29,10 @@ def start_bot(
     telegram: FakeTelegram,
     log: Path,
     runtime_config: dict[str, Any],
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start the bot with `runtime_config` written to the workspace; its stderr is appended to `log`."""
+    """Start the bot with `runtime_config` written to the workspace (and `extra_env` in its environment, such
+    as `BOT_DATABASE_URL`); its stderr is appended to `log`."""
     config_file = workspace / "preferences" / "runtime-config.json"
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(json.dumps(runtime_config))
@@ -39,6 +41,7 @@ def start_bot(
         BOT_WORKSPACE=str(workspace), BOT_TIMEZONE="UTC", OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY=TEST_API_KEY,
         TELEGRAM_BOT_TOKEN=telegram.token, TELEGRAM_API_BASE_URL=telegram.root, TELEGRAM_BACKEND=backend,
     )  # fmt: skip
+    env.update(extra_env or {})
     with log.open("ab") as stderr:
         return subprocess.Popen([sys.executable, "-m", "bot", "run"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
