@@ -4,14 +4,18 @@ The protocol of `shared/bench-data/README.md`, through the real bot: for each co
 workspace whose episodic item files hold one item per dialog turn (written before the bot starts, as a
 hand edit would be), the real `python -m bot run` with the default runtime-config (only the owner
 allowed), python-telegram-bot against the fake Bot API and the `openai` client against the fake model
-on 127.0.0.1. The bench waits until `/status` shows every item embedded, then sends each question of
-categories 1-4 as the owner's Telegram message, collects every `[D<n>:<m>]` in the system (and
-developer) messages of the model request that carries it, and scores the fraction of the question's
-evidence found there. After each question: `/new`, and the memory folder is put back as it was.
+on 127.0.0.1. The fake model answers LightRAG's extraction prompts with the entities and relations of the
+text, as a real model does, so the knowledge graph fills with the questions' exchanges (the memory folder
+is put back after each question, the graph's folder is not). The bench waits until
+`/status` shows every item embedded, then sends each question of categories 1-4 as the owner's Telegram
+message, collects every `[D<n>:<m>]` in the system (and developer) messages of the model request that
+carries it, and scores the fraction of the question's evidence found there. After each question: `/new`,
+and the memory folder is put back as it was.
 
 Printed: R_frac overall and per category, the median size of the system messages in characters (and
 their quartiles and largest), the median round trip (message pushed to reply seen) and the median memory
-retrieval time (the bot's own `[Context] Memory pack` log line). `--json` adds one JSON line of figures.
+retrieval time (the bot's own `[Context] Memory pack` log line), and how many prompts carried the knowledge
+graph's `# Relevant Memory` and its median size. `--json` adds one JSON line of figures.
 
 `--data` takes any file in LoCoMo's format, such as the synthetic conversations of
 `bench.synthetic_conversations`.
@@ -46,9 +50,11 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from bot.domain.text import fingerprint_of
+from bot.rag.service import RELEVANT_MEMORY_HEADER
 from tests.fakes.openai_server import FakeOpenAI, message_text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.postgres_server import PostgresServer, create_database, running_server
+from tests.rag.helpers import lightrag_responder
 from tests.reliability.bot_process import start_bot, stop
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "locomo-dev.json"
@@ -133,6 +139,15 @@ def system_text(request: dict[str, Any]) -> str:
         for message in request.get("messages", [])
         if message.get("role") in ("system", "developer")
     )
+
+
+def relevant_memory(system: str) -> str:
+    """The knowledge graph's `# Relevant Memory` section of the system text (empty when it has none)."""
+    start = system.find(RELEVANT_MEMORY_HEADER)
+    if start < 0:
+        return ""
+    end = system.find("\n# ", start + len(RELEVANT_MEMORY_HEADER))
+    return system[start:] if end < 0 else system[start:end]
 
 
 def last_user_text(request: dict[str, Any]) -> str:
@@ -231,6 +246,7 @@ def run_conversation(
         questions = questions[:questions_limit]
     scores: list[tuple[int, float]] = []
     system_chars: list[int] = []
+    graph_chars: list[int] = []
     round_trips: list[float] = []
     with FakeTelegram() as telegram, FakeOpenAI() as model:
         process = start_bot(
@@ -243,6 +259,9 @@ def run_conversation(
             bot.send("/new")
             for question in questions:
                 model.reset()
+                # LightRAG's extraction prompts answered as a real model answers them: each question's
+                # exchange, indexed after its reply, fills the knowledge graph, which later prompts recall.
+                model.set_responder(lightrag_responder)
                 round_trips.append(bot.send(question["question"]))
                 carrying = [r for r in model.chat_requests() if question["question"] in last_user_text(r)]
                 text = system_text(carrying[-1]) if carrying else ""
@@ -250,6 +269,7 @@ def run_conversation(
                 wanted = evidence_ids(question)
                 scores.append((question["category"], len(wanted & found) / len(wanted)))
                 system_chars.append(len(text))
+                graph_chars.append(len(relevant_memory(text)))
                 if DUMP:
                     (root / "last-system-prompt.txt").write_text(text)
                 bot.send("/new")
@@ -266,6 +286,7 @@ def run_conversation(
         "warm_up_s": warm_up,
         "scores": scores,
         "system_chars": system_chars,
+        "graph_chars": graph_chars,
         "round_trips": round_trips,
         "retrieval_ms": retrieval_ms,
     }
@@ -308,6 +329,7 @@ def main() -> int:
     sizes = [c for result in results for c in result["system_chars"]]
     chars = statistics.median(sizes)
     quartiles = statistics.quantiles(sizes, n=4) if len(sizes) > 1 else [chars, chars, chars]
+    graph = [c for result in results for c in result["graph_chars"]]
     round_trip = statistics.median(t for result in results for t in result["round_trips"]) * 1000
     retrieval = [ms for result in results for ms in result["retrieval_ms"]]
     retrieval_p50 = statistics.median(retrieval) if retrieval else float("nan")
@@ -321,6 +343,10 @@ def main() -> int:
         f"{max(sizes)}); round trip p50 {round_trip:.0f} ms; "
         f"retrieval p50 {retrieval_p50:.1f} ms"
     )
+    print(
+        f"  # Relevant Memory (the knowledge graph) in {sum(1 for c in graph if c)} of {len(graph)} prompts; "
+        f"p50 {statistics.median(graph):.0f} chars, largest {max(graph)}"
+    )
     if args.json:
         print(
             json.dumps(
@@ -333,6 +359,8 @@ def main() -> int:
                     "system_chars_p50": chars,
                     "system_chars_quartiles": [round(quartiles[0]), round(quartiles[2])],
                     "system_chars_max": max(sizes),
+                    "graph_chars_p50": statistics.median(graph),
+                    "prompts_with_graph": sum(1 for c in graph if c),
                     "round_trip_ms_p50": round(round_trip, 1),
                     "retrieval_ms_p50": round(retrieval_p50, 1),
                 }

@@ -181,7 +181,9 @@ class MemoryConfig(ConfigSection):
     recent_days: int = Field(7, ge=0, le=365)
     """Days of daily notes shown under `## Recent Context`"""
     soft_prompt_budget_tokens: int = Field(1800, ge=0)
-    """The structured memory pack is filled by score up to this many tokens (see `maxPromptBudgetTokens`)."""
+    """The structured memory pack is filled by score up to this many tokens (see `maxPromptBudgetTokens`); `# Relevant
+    Memory` gets what the pack left of it (one budget for all that is recalled)
+    """
     max_prompt_budget_tokens: int = Field(3500, ge=0)
     """The pack goes past `softPromptBudgetTokens` only for items at least 0.45 as relevant as the best match, never
     past this (nor past the memory share of the context, `compaction.budgetShares.memory`)
@@ -505,7 +507,9 @@ class RagConfig(ConfigSection):
     query_timeout_seconds: float = Field(3.0, gt=0)
     """Retrieval that takes longer is skipped for this message (logged); the reply is never delayed more."""
     max_context_tokens: int = Field(1200, ge=0)
-    """Size of `# Relevant Memory`"""
+    """Size of `# Relevant Memory` at most; with memory on, no more than the memory pack left of
+    `memory.softPromptBudgetTokens`
+    """
     tool_max_tokens: int = Field(4000, ge=100)
     """Size of a `rag_query` tool result."""
     top_k: int = Field(10, ge=1, le=200)

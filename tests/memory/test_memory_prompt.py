@@ -9,7 +9,10 @@ from datetime import timedelta
 import pytest
 
 from bot.app import Application
+from bot.context.estimator import TokenEstimator
+from bot.memory.prompt_building import MemoryPrompt, left_for_graph
 from bot.pipeline.systems.context_building import DEFAULT_PERSONA
+from bot.settings import MemoryConfig
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import configure_memory, memory_section, say
@@ -193,3 +196,17 @@ async def test_the_guide_of_a_new_memory_md_and_any_comment_never_reach_the_mode
     shown = "## About me\n- Lives in Lisbon. \n\n- Likes tea."
     status = await services.status.report(await services.sessions.get_or_create(channel.channel_type, "1"))
     assert f"MEMORY.md {len(shown)} chars" in status
+
+
+def test_the_graph_gets_what_the_recalled_memory_left_of_the_soft_budget() -> None:
+    config = MemoryConfig(soft_prompt_budget_tokens=100)
+    estimator = TokenEstimator()
+    turn = "# Memory\n\n## Related Earlier Exchanges\n- " + "Marta moved to Lisbon. " * 6
+    memory_md = "# Memory\n\n## Long-term Memory\n" + "Always shown, never recalled. " * 40
+    recalled = MemoryPrompt(memory_md, turn, None)
+    assert 0 < estimator.text(turn) < 100 < estimator.text(memory_md)
+    # MEMORY.md is shown anyway and does not count; what was recalled for the message does.
+    assert left_for_graph(config, recalled, estimator, None) == 100 - estimator.text(turn)
+    assert left_for_graph(config, MemoryPrompt(memory_md, turn * 4, None), estimator, None) == 0
+    assert left_for_graph(config, MemoryPrompt(memory_md, "", None), estimator, None) == 100
+    assert left_for_graph(config, None, estimator, None) == 100

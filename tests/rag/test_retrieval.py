@@ -157,3 +157,28 @@ async def test_the_rag_query_tool_searches_past_conversations(
     assert not outcome.is_error
     assert "Gulbenkian museum" in outcome.content
     assert "rag_query" in bot_without_memory.tools.names()
+
+
+@pytest.mark.parametrize(("soft_tokens", "graph_shown"), [(1800, True), (40, False)])
+async def test_the_graph_and_the_memory_pack_share_one_budget(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, soft_tokens: int, graph_shown: bool
+) -> None:
+    # The pack's items come first; the graph gets what they left of the soft budget, and nothing once the
+    # pack has taken all of it (here its best match alone, which may go past the soft budget).
+    memory = {"softPromptBudgetTokens": soft_tokens}
+    services = build_rag_bot(workspace_dir, fake_openai, {"queryMode": "hybrid"}, memory=memory)
+    try:
+        await remembered(services, channel)
+        await say(services, channel, "1", "/new")
+        await say(services, channel, "1", "What do you know about Marta?")
+        system = fake_openai.system_prompts()[-1] or ""
+        recalled, _, relevant = system.partition("# Relevant Memory")
+        pack = recalled[recalled.rindex("# Memory") :]
+        assert "Marta moved to Lisbon" in pack
+        assert ("- Marta (concept): Marta was mentioned" in relevant) is graph_shown
+        if graph_shown:
+            estimator = TokenEstimator()
+            assert estimator.text(pack) + estimator.text("# Relevant Memory" + relevant) <= soft_tokens
+    finally:
+        await services.stop()
+        await rag_of(services).close()

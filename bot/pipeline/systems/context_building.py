@@ -25,6 +25,7 @@ from bot.context.budget import MEMORY, RAG, SYSTEM
 from bot.context.planner import ContextPlanner
 from bot.domain.turn import PromptSection
 from bot.memory.file_cache import TextFileCache
+from bot.memory.prompt_building import left_for_graph
 from bot.memory.service import MemoryPrompt, MemoryService
 from bot.pipeline.system import PipelineSystem
 from bot.pipeline.turn import TurnContext
@@ -96,7 +97,11 @@ class ContextBuildingSystem(PipelineSystem):
             memory_text = memory.text if memory is not None else ""
             return "\n".join([memory_text, *(message.content for message in ctx.session.messages)])
 
-        relevant = await self._rag_part(ctx, shown, plan.given(RAG))
+        # One budget for all that is recalled: the graph gets what the memory section left of it.
+        rag_share = plan.given(RAG)
+        if self._memory is not None and ctx.config.memory.enabled:
+            rag_share = min(rag_share, left_for_graph(ctx.config.memory, memory, self._planner.estimator, ctx.model))
+        relevant = await self._rag_part(ctx, shown, rag_share)
         if relevant:
             ctx.system_prompt_parts[PromptSection.RELEVANT_MEMORY] = relevant
         # Each part within its share; an overflowing one is cut with a visible marker, so it never
