@@ -32,7 +32,8 @@ from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
-from tests.tools.test_mcp import ready, stdio_server, wait_until, write_config
+from tests.tools.test_mcp import ready, stdio_server, write_config
+from tests.waiting import wait_until
 
 PASTE_CHARS = 20_000
 
