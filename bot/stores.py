@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bot.access.pairing import PairingStorage, PairingStore, pairing_file
 from bot.access.pairing_db import PairingTables
@@ -20,7 +21,6 @@ from bot.ledger.store import LedgerFile, LedgerStore
 from bot.ledger.turns import Turn
 from bot.memory.documents import DocumentsInDatabase, MemoryDocuments
 from bot.memory.postgres_documents import MemoryDocumentRows
-from bot.memory.postgres_items import ItemRowsInDatabase
 from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.sessions.postgres import SessionTables
 from bot.sessions.service import SessionService
@@ -28,6 +28,11 @@ from bot.sessions.storage import SessionFiles, SessionStorage
 from bot.settings import EnvSettings
 from bot.storage.durability import DeferredSync
 from bot.workspace import Workspace
+
+if TYPE_CHECKING:
+    # The items' database store brings the memory's index and numpy: imported when a database is used, so
+    # that the commands that build no bot (`pairing`, `init`) start without them.
+    from bot.memory.postgres_items import ItemRowsInDatabase
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,8 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
             ReminderFile(workspace.reminders_file),
             PairingStore(pairing_file(workspace.root)),
         )
+    from bot.memory.postgres_items import ItemRowsInDatabase
+
     database = Database(env.bot_database_url.get_secret_value())
 
     def memory_documents(scope: str) -> MemoryDocuments:
