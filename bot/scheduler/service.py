@@ -1,7 +1,8 @@
 """`BotScheduler`: the one `AsyncIOScheduler` of the running bot.
 
-Every job is logged with its outcome and duration, never overlaps itself, and a failing job never
-takes the bot down. At shutdown a job in progress gets a moment to finish and is then cancelled (a job
+Every job is logged with its outcome and duration, never overlaps itself (a run due while the previous
+one goes on is skipped without a word: a long indexing batch is not news every second), and a failing
+job never takes the bot down. At shutdown a job in progress gets a moment to finish and is then cancelled (a job
 keeps its work durable step by step: what it did not finish is done by its next run after the start).
 """
 
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 
 Job = Callable[[], Awaitable[None]]
 JOB_SHUTDOWN_GRACE_SECONDS = 1.0
+# APScheduler's own limit is one above ours so that it never logs a skipped run: the job's wrapper skips it.
+SCHEDULER_MAX_INSTANCES = 2
 
 
 class BotScheduler:
@@ -29,6 +32,7 @@ class BotScheduler:
     def __init__(self) -> None:
         self._scheduler = AsyncIOScheduler()
         self._running_jobs: set[asyncio.Task[object]] = set()
+        self._running_names: set[str] = set()
 
     def add_interval_job(self, name: str, seconds: float, job: Job) -> None:
         self._scheduler.add_job(
@@ -37,7 +41,7 @@ class BotScheduler:
             seconds=seconds,
             id=name,
             name=name,
-            max_instances=1,
+            max_instances=SCHEDULER_MAX_INSTANCES,
             coalesce=True,
             replace_existing=True,
         )
@@ -46,7 +50,7 @@ class BotScheduler:
         """Run `job` on a 5-field cron schedule in `zone`; raises `InvalidCron` for a bad expression."""
         self._scheduler.add_job(
             self._logged(name, job), cron_trigger(expression, zone), id=name, name=name,
-            max_instances=1, coalesce=True, replace_existing=True,
+            max_instances=SCHEDULER_MAX_INSTANCES, coalesce=True, replace_existing=True,
         )  # fmt: skip
 
     def job_names(self) -> list[str]:
@@ -77,6 +81,10 @@ class BotScheduler:
 
     def _logged(self, name: str, job: Job) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
+            if name in self._running_names:
+                log.debug("[Scheduler] Job %s skipped: its previous run goes on", name)
+                return
+            self._running_names.add(name)
             started = time.monotonic()
             task = asyncio.current_task()
             if task is not None:
@@ -91,6 +99,7 @@ class BotScheduler:
             else:
                 log.debug("[Scheduler] Job %s done in %.2fs", name, time.monotonic() - started)
             finally:
+                self._running_names.discard(name)
                 if task is not None:
                     self._running_jobs.discard(task)
 

@@ -51,3 +51,31 @@ async def test_a_job_that_finishes_within_the_grace_is_let_finish() -> None:
     await asyncio.wait_for(began.wait(), 5)
     await scheduler.shutdown(grace_seconds=2)
     assert finished.is_set()
+
+
+async def test_a_run_due_while_the_previous_one_goes_on_is_skipped_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    scheduler = BotScheduler()
+    release = asyncio.Event()
+    runs = 0
+    overlapping = 0
+    running = 0
+
+    async def batch() -> None:
+        nonlocal runs, overlapping, running
+        runs += 1
+        running += 1
+        overlapping = max(overlapping, running)
+        await release.wait()
+        running -= 1
+
+    with caplog.at_level(logging.DEBUG):
+        scheduler.add_interval_job("rag indexing", 0.02, batch)
+        scheduler.start()
+        while len([r for r in caplog.records if "skipped" in r.getMessage()]) < 5:
+            await asyncio.sleep(0.02)
+        release.set()
+        await scheduler.shutdown(grace_seconds=1)
+    assert runs >= 1 and overlapping == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
