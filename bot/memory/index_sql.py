@@ -64,6 +64,8 @@ CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
 CREATE INDEX IF NOT EXISTS items_shared ON items (id) WHERE active AND shared;
 CREATE INDEX IF NOT EXISTS items_by_speaker ON items (speaker) WHERE active AND speaker IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
+-- The newest items of a layer (the console's memory page) read in order instead of sorted from every row.
+CREATE INDEX IF NOT EXISTS items_newest ON items (layer, updated DESC, id) WHERE active;
 CREATE TABLE IF NOT EXISTS kept (file TEXT NOT NULL, pos INTEGER NOT NULL, line BLOB NOT NULL,
     PRIMARY KEY (file, pos)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS refs (ref TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (ref, id)) WITHOUT ROWID;
