@@ -37,6 +37,16 @@ def presence_lock(process_id: str) -> str:
     return f"process:{process_id}"
 
 
+async def is_gone(connection: Any, process_id: str) -> bool:
+    """Whether the process `process_id` is gone: its presence lock is free. When it is, this transaction
+    takes the lock until it ends, so of transactions asking at once one alone finds the process gone."""
+    return bool(
+        await connection.fetchval(
+            "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(process_id)
+        )
+    )
+
+
 class DatabaseError(OSError):
     """PostgreSQL could not be reached or refused a statement."""
 

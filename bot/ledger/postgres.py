@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from bot.database.connection import NAMED_LOCK_CLASS, Database, presence_lock
+from bot.database.connection import Database, is_gone
 from bot.ledger.store import REMEMBERED_KEYS, Record
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,7 @@ class LedgerTables:
             )
             if owner is None or owner == self._database.process_id:
                 return False
-            if not await connection.fetchval(
-                "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(owner)
-            ):
+            if not await is_gone(connection, owner):
                 return False  # its claimer runs: it records the key's turn, or settles it
             await connection.execute(
                 "UPDATE ledger_seen SET owner = $3 WHERE channel_type = $1 AND key = $2",
@@ -93,9 +91,7 @@ class LedgerTables:
             )
             for row in owners:
                 # Its presence lock held: the process runs (a lock taken here is let go with the transaction).
-                if not await connection.fetchval(
-                    "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(row["owner"])
-                ):
+                if not await is_gone(connection, row["owner"]):
                     return str(row["owner"])
         return None
 
@@ -130,9 +126,7 @@ class LedgerTables:
             gone: list[str | None] = []
             for row in owners:
                 owner = row["owner"]
-                if owner is None or await connection.fetchval(
-                    "SELECT pg_try_advisory_xact_lock($1, hashtext($2))", NAMED_LOCK_CLASS, presence_lock(owner)
-                ):
+                if owner is None or await is_gone(connection, owner):
                     gone.append(owner)
             if not gone:
                 return []
