@@ -59,6 +59,7 @@ _VECTOR_HEADER_BYTES = 4
 # The temporary folder of a process's copies: this, its process id, a dash, a random part.
 COPIES_PREFIX = "bot-memory-items-"
 
+_OF_KEYS = "embedder = $1 AND key = ANY($2::text[])"
 _FILE_CHANGES = "SELECT file, change FROM memory_item_files WHERE scope = $1"
 _FILE_ROWS = (
     "SELECT file, item::text AS item, line FROM memory_items WHERE scope = $1 AND file = ANY($2::text[])"
@@ -257,15 +258,15 @@ class VectorRows:
         return "the database's memory_vectors"
 
     async def load_quantized(self, embedder: str, keys: set[str]) -> list[QuantizedBatch]:
+        # Only the scope's own keys are read: the table holds the vectors of every scope.
         async with self._database.transaction() as connection:
             cursor = connection.cursor(
-                "SELECT key, vector_send(vector) AS data FROM memory_vectors WHERE embedder = $1", embedder
+                f"SELECT key, vector_send(vector) AS data FROM memory_vectors WHERE {_OF_KEYS}", embedder, list(keys)
             )
             batches: list[tuple[list[str], npt.NDArray[np.float32]]] = []
             rows: list[Any] = []
             async for row in cursor:
-                if row["key"] in keys:
-                    rows.append(row)
+                rows.append(row)
                 if len(rows) >= LOAD_BATCH_ROWS:
                     batches.append(self._matrix(rows))
                     rows = []
@@ -275,9 +276,8 @@ class VectorRows:
 
     async def load(self, embedder: str, keys: set[str]) -> dict[str, npt.NDArray[np.float16]]:
         rows = await self._database.fetch(
-            "SELECT key, vector_send(vector) AS data FROM memory_vectors WHERE embedder = $1 AND key = ANY($2::text[])",
-            embedder, list(keys),
-        )  # fmt: skip
+            f"SELECT key, vector_send(vector) AS data FROM memory_vectors WHERE {_OF_KEYS}", embedder, list(keys)
+        )
         if not rows:
             return {}
         found, matrix = self._matrix(rows)
