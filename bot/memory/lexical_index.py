@@ -182,9 +182,26 @@ class Bm25Index:
         self._last = (self._version, query, limit, dict(found))
         return found
 
+    def rare_terms(self, text: str, share: float) -> set[str]:
+        """The terms of `text` found in at least one other document and in at most `share` of them all (or in
+        two, in a small index)."""
+        most = max(share * len(self._slot_of), 2)
+        found = set()
+        for term in set(tokenize(text)):
+            postings = self._postings.get(term)
+            if postings is not None and 2 <= len(postings.slots) <= most:
+                found.add(term)
+        return found
+
+    def search_terms(self, terms: set[str], limit: int) -> dict[str, float]:
+        """As `search`, for terms already made (`tokenize`, `rare_terms`)."""
+        return self._scores(terms, limit)
+
     def _search(self, query: str, limit: int) -> dict[str, float]:
+        return self._scores(set(tokenize(query)), limit)
+
+    def _scores(self, terms: set[str], limit: int) -> dict[str, float]:
         count = len(self._slot_of)
-        terms = set(tokenize(query))
         if count == 0 or not terms:
             return {}
         used = len(self._ids)

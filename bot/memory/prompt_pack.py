@@ -97,6 +97,21 @@ class MemoryPromptPackService:
         """Whether an item may go past the soft budget: pinned, or at least `HIGH_RELEVANCE` of the best match."""
         return scored.section == Section.PINNED or scored.relevance >= HIGH_RELEVANCE
 
+    @staticmethod
+    def worth_room(scored: RankedItem, filled: int, soft_tokens: int, max_tokens: int) -> bool:
+        """Whether an item that fills the pack to `filled` tokens, past the soft budget, is worth its room: pinned,
+        or relevant enough for how far past the soft budget it goes: `HIGH_RELEVANCE` of the best match at the
+        soft budget, rising in a straight line to the best match's own at the max. Each further character past
+        the soft budget costs more relevance, so a question whose many matches are all about as strong (a
+        named person's every line, lifted alike) stays near the soft budget, and only the few clearly strong
+        matches of a question go far past it."""
+        if filled > max_tokens:
+            return False
+        if scored.section == Section.PINNED:
+            return True
+        over = (filled - soft_tokens) / max(max_tokens - soft_tokens, 1)
+        return scored.relevance >= HIGH_RELEVANCE + (1 - HIGH_RELEVANCE) * min(max(over, 0.0), 1.0)
+
     def when(self, item: MemoryItem) -> tuple[str, str]:
         """The item's day heading and clock time (one conversion to the bot's zone for both)."""
         local = item.created_at.astimezone(self._zone)
@@ -163,7 +178,7 @@ class MemoryPromptPackService:
             if stamp is not None and stamp not in headings:
                 cost += self._estimator.text(stamp[2], model)
             within_soft = used + cost <= soft_tokens
-            if within_soft or (self.worth_more(scored) and used + cost <= max_tokens):
+            if within_soft or (self.worth_room(scored, used + cost, soft_tokens, max_tokens)):
                 chosen[scored.section].append((ScoredItem(item, scored.score, scored.section, scored.parts), text))
                 seen.add(same_text)
                 if heading:

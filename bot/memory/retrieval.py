@@ -2,15 +2,19 @@
 
 Relevance is hybrid. The lexical side is BM25 normalised by the best match; the dense side is how far
 an item's cosine similarity stands above the typical item's (see `VectorIndex.relevance`). The two
-are added, then context lifts an item, because what a question needs is rarely one isolated line
-(in this order, each on what the ones before gave):
+are added, and the rare words of the best matches that the message does not say are searched again at
+`BRIDGE_WEIGHT` (`_bridge`: the second fact a first match points to). Then context lifts an item,
+because what a question needs is rarely one isolated line (in this order, each on what the ones before
+gave):
 
 - its speaker: a message that names someone favours what that person said (`SPEAKER_WEIGHT`, for
   items written "Name: …", as group chats and imported conversations are);
 - its day: an item on a day with several strong matches is lifted (`DAY_WEIGHT` × the mean of that
   day's best `DAY_TOP` matches, against the best day), since one conversation holds one topic;
 - its neighbours: an episodic item takes `NEIGHBOUR_WEIGHT` of the relevance of the turns just before
-  and after it in its day file (the answer to a matched question, the question to a matched answer);
+  and after it in its day file (the answer to a matched question, the question to a matched answer),
+  and the turns 2 to `WIDE_RING` away from the best `WIDE_SEEDS` matches join the candidates with a
+  share halving at each turn further (an answer often comes a few turns after its question);
 - time cues: items made inside the window a message names ("last May", "yesterday") gain
   `TIME_WEIGHT`; procedural items of the active skill gain `SKILL_WEIGHT`.
 
@@ -23,9 +27,9 @@ Every candidate is returned scored; the prompt pack decides how many fit. No mod
 the message's vector is computed before, once.
 
 Candidates are scored from their columns in the index database (`ItemFacts`: layer, day, speaker,
-salience ...) and their neighbours' ids, read in a few queries, not from their parsed lines: of the ~650 candidates
-of a message at 100,000 items the pack reads about 130 and shows about 40, so only those are parsed,
-when the pack reads them (`RankedItem`).
+salience ...) and their neighbours' ids, read in a few queries, not from their parsed lines: of the several
+hundred candidates of a message at 100,000 items the pack reads about 130 and shows about 40, so only those
+(and the few best matches whose rare words are bridged) are parsed (`RankedItem`).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from bot.domain.conversation import kept_newest
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import Vector
 from bot.memory.item_storage import ItemFacts, ItemStore
-from bot.memory.lexical_index import Bm25Index
+from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.temporal import time_window
 from bot.memory.vector_index import VectorIndex
 
@@ -53,13 +57,23 @@ W_CONFIDENCE = 0.1
 RECENCY_HALF_LIFE_DAYS = 30.0
 _DECAY_PER_DAY = math.log(2) / RECENCY_HALF_LIFE_DAYS
 LEXICAL_CANDIDATES = 120
-VECTOR_CANDIDATES = 120
+VECTOR_CANDIDATES = 300
 DAY_WEIGHT = 0.4
 DAY_TOP = 3
 NEIGHBOUR_WEIGHT = 0.3
 TIME_WEIGHT = 0.3
 SKILL_WEIGHT = 0.5
 SPEAKER_WEIGHT = 0.6
+# The wider neighbourhood (`_widen`): the turns 2 to `WIDE_RING` away from the best `WIDE_SEEDS` matches.
+WIDE_SEEDS = 10
+WIDE_RING = 3
+WIDE_DECAY = 0.5
+# Rare-word bridging (`_bridge`): the words of the best `BRIDGE_SEEDS` matches found in at most
+# `BRIDGE_RARE_SHARE` of the items, searched again at `BRIDGE_WEIGHT` of a full match.
+BRIDGE_SEEDS = 6
+BRIDGE_RARE_SHARE = 0.005
+BRIDGE_WEIGHT = 0.3
+BRIDGE_CANDIDATES = 40
 _NAME = re.compile(r"\b[A-Z][\w'-]+\b")
 _POSSESSIVE = r"['’]s"
 _ENDS_POSSESSIVE = re.compile(_POSSESSIVE + "$")
@@ -332,6 +346,7 @@ class MemoryRetrievalService:
     ) -> tuple[dict[str, float], dict[str, ItemFacts]]:
         """Each candidate's match with its lifts, before it is divided by the best (see `_relevance`)."""
         match = self._match(query.text, query_vector)
+        self._bridge(query.text, match)
         items = self._store.facts_of(match, with_neighbours=True)
         named = names_in(query.text)
         if named:
@@ -355,7 +370,9 @@ class MemoryRetrievalService:
             # All of them the conversation the model is sent anyway (a chat whose memory is still all live):
             # nothing would be ranked, so nothing is scored.
             return dict.fromkeys(items, 0.0), items
-        self._lift_by_neighbours(neighbours, lifted)
+        base = dict(lifted)
+        self._lift_by_neighbours(neighbours, base, lifted)
+        self._widen(neighbours, base, lifted, items)
         window = time_window(query.text, query.now.astimezone(self._zone))
         if window is not None:
             first, last = window
@@ -363,6 +380,24 @@ class MemoryRetrievalService:
                 if first <= item.day <= last:
                     lifted[item_id] = lifted.get(item_id, 0.0) + TIME_WEIGHT
         return lifted, items
+
+    def _bridge(self, text: str, match: dict[str, float]) -> None:
+        """Rare words of the best matches that the message does not say, searched as a second, weaker query:
+        the second fact a first strong match points to ("Which animal did Jon adopt?" finds "we adopted a
+        greyhound and named her Zephyr", whose rare "Zephyr" finds "Zephyr chewed my shoes"). Rare: in at
+        most `BRIDGE_RARE_SHARE` of the items, so a speaker's name or a common word bridges nothing."""
+        if BRIDGE_WEIGHT <= 0 or not match:
+            return
+        seeds = sorted(match, key=match.__getitem__, reverse=True)[:BRIDGE_SEEDS]
+        asked = set(tokenize(text))
+        terms: set[str] = set()
+        for item in self._store.get_many(seeds).values():
+            terms |= self._lexical.rare_terms(item.content, BRIDGE_RARE_SHARE)
+        terms -= asked
+        found = self._lexical.search_terms(terms, BRIDGE_CANDIDATES)
+        best = max(found.values(), default=0.0)
+        for item_id, score in found.items():
+            match[item_id] = match.get(item_id, 0.0) + BRIDGE_WEIGHT * score / best
 
     def _lift_by_day(self, items: dict[str, ItemFacts], match: dict[str, float], lifted: dict[str, float]) -> None:
         by_day: dict[date, list[float]] = defaultdict(list)
@@ -384,9 +419,47 @@ class MemoryRetrievalService:
             item_id for item_id, item in items.items() if item.layer is MemoryLayer.EPISODIC and lifted[item_id] > 0
         )
 
+    def _widen(
+        self,
+        neighbours: dict[str, list[ItemFacts]],
+        base: dict[str, float],
+        lifted: dict[str, float],
+        items: dict[str, ItemFacts],
+    ) -> None:
+        """The turns 2 to `WIDE_RING` away from the best `WIDE_SEEDS` matches take a share of their relevance
+        (`NEIGHBOUR_WEIGHT`, times `WIDE_DECAY` for each turn further): an answer is often a few turns after
+        the question it answers."""
+        if WIDE_RING < 2 or WIDE_SEEDS <= 0:
+            return
+        seeds = [
+            item_id
+            for item_id in sorted(neighbours, key=lambda i: base.get(i, 0.0), reverse=True)[:WIDE_SEEDS]
+            if base.get(item_id, 0.0) > 0
+        ]
+        reached = {seed: {seed} | {n.id for n in neighbours[seed]} for seed in seeds}
+        ring = {seed: [n.id for n in neighbours[seed]] for seed in seeds}
+        share = NEIGHBOUR_WEIGHT
+        for _ in range(2, WIDE_RING + 1):
+            share *= WIDE_DECAY
+            further = self._store.episodic_neighbours({i for ids in ring.values() for i in ids})
+            for seed in seeds:
+                lift = share * base[seed]
+                next_ring = []
+                for near in ring[seed]:
+                    for neighbour in further.get(near, []):
+                        if neighbour.id in reached[seed]:
+                            continue
+                        reached[seed].add(neighbour.id)
+                        next_ring.append(neighbour.id)
+                        items.setdefault(neighbour.id, neighbour)
+                        own = base.get(neighbour.id, 0.0)
+                        lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + lift)
+                ring[seed] = next_ring
+
     @staticmethod
-    def _lift_by_neighbours(neighbours: dict[str, list[ItemFacts]], lifted: dict[str, float]) -> None:
-        base = dict(lifted)
+    def _lift_by_neighbours(
+        neighbours: dict[str, list[ItemFacts]], base: dict[str, float], lifted: dict[str, float]
+    ) -> None:
         for item_id, others in neighbours.items():
             lift = NEIGHBOUR_WEIGHT * base[item_id]
             for neighbour in others:

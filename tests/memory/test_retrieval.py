@@ -86,7 +86,7 @@ class Stored:
         return {item_id: self.items[item_id] for item_id in wanted if item_id in self.items}
 
 
-def test_the_pack_fills_the_soft_budget_then_only_highly_relevant_items_up_to_the_max() -> None:
+def test_the_pack_fills_the_soft_budget_then_asks_more_relevance_the_further_past_it_an_item_goes() -> None:
     pack_service = MemoryPromptPackService(TokenEstimator(), UTC)
     stored = Stored()
     items = [
@@ -94,18 +94,22 @@ def test_the_pack_fills_the_soft_budget_then_only_highly_relevant_items_up_to_th
         stored.ranked("a high scoring fact about the garden", 0.9),
         stored.ranked("a fact less than half as relevant as the best, about the garage", 0.4),
         stored.ranked("another high scoring fact about the kitchen", 0.8),
+        stored.ranked("a fact about the attic", 0.97),
         stored.ranked("always shown because it is pinned", 0.1, Section.PINNED, pinned=True),
     ]
     offered = offered_order(items, MemoryQuery(text="", session_id="test:1", now=NOW, semantic_top_k=0))
-    pack = pack_service.build(offered, stored.get_many, candidates=5, soft_tokens=25, max_tokens=55)
+    pack = pack_service.build(offered, stored.get_many, candidates=6, soft_tokens=25, max_tokens=70)
+    # Pinned (17 tokens with its header), then past the soft budget: the attic (16 with its header, to 33
+    # tokens: 27 % of the way from the soft budget to the max, so it needs 0.60), the garden (to 45: 67 %,
+    # needs 0.82); the kitchen would fill 59 of the 70 (76 %, needs 0.87) and is left out at 0.8.
     assert pack.rendered == (
         "## Pinned Memory\n- always shown because it is pinned\n\n"
         "## Facts and Preferences\n"
-        "- a high scoring fact about the garden\n"
-        "- another high scoring fact about the kitchen"
+        "- a fact about the attic\n"
+        "- a high scoring fact about the garden"
     )
-    assert pack.diagnostics.selected == 3 and pack.diagnostics.dropped_for_budget == 2
-    assert pack.diagnostics.tokens <= 55
+    assert pack.diagnostics.selected == 3 and pack.diagnostics.dropped_for_budget == 3
+    assert pack.diagnostics.tokens <= 70
 
 
 def test_the_pack_names_the_candidates_it_left_out_for_the_budget() -> None:
@@ -140,9 +144,9 @@ def test_a_full_pack_stops_reading_after_highly_relevant_items_in_a_row_no_longe
     stored = Stored()
     long_fact = "a highly relevant fact about the garden shed and the tools kept in it, number {}"
     offered = [stored.ranked(long_fact.format(n), 0.9 - n / 1000) for n in range(5)]
-    offered.append(stored.ranked("short one", 0.85))  # fits the room the long ones left: a miss does not end it
+    offered.append(stored.ranked("short one", 0.99))  # fits the room the long ones left: a miss does not end it
     offered += [stored.ranked(long_fact.format(n), 0.8 - n / 1000) for n in range(5, 300)]
-    pack = MemoryPromptPackService(TokenEstimator(), UTC).build(offered, stored.get_many, 300, 40, 60)
+    pack = MemoryPromptPackService(TokenEstimator(), UTC).build(offered, stored.get_many, 300, 40, 64)
     assert "- short one" in pack.rendered
     assert pack.diagnostics.selected + pack.diagnostics.dropped_for_budget == len(offered)
     # Every item is highly relevant, but past FULL_AFTER_MISSES misses in a row the rest is never parsed.
