@@ -2,13 +2,14 @@
 
 The pack is filled by score, not by a fixed count: pinned items first, then the working set (the
 last `workingTopK` exchanges outside the live session), then the best `…TopK` of each layer, then
-everything else best first, while the pack stays within `softPromptBudgetTokens`. Past it, only items
-at least `HIGH_RELEVANCE` as relevant as the best match go in, and never past `maxPromptBudgetTokens`
-(headers count): the extra tokens go to questions with many strong matches rather than to every one
-(on LoCoMo this recalls more than a larger soft budget at the same mean pack size). The pack is full
-once `FULL_AFTER_MISSES` such items in a row no longer fit: recall does not depend on that number, and
-stopping early spares reading the rest of a large memory. The
-same text twice (up to case, punctuation and spacing) is shown once. A single item longer than
+everything else best first, while the pack stays within `softPromptBudgetTokens`. Past it, an item must
+be the more relevant the further past the soft budget it takes the pack (`worth_room`: `HIGH_RELEVANCE`
+of the best match at the soft budget, rising to the best's own at `maxPromptBudgetTokens`; headers
+count): the few clearly strong matches of a question go past the soft budget, and a question whose many
+matches are all about as strong stays near it, so the pack's size holds on any conversation. The pack is
+full once `FULL_AFTER_MISSES` items in a row that may go past the soft budget no longer fit: recall does
+not depend on that number, and stopping early spares reading the rest of a large memory. The same text
+twice (up to case, punctuation and spacing) is shown once. A single item longer than
 `ITEM_CHAR_LIMIT` is cut with a visible marker. A relative date in an item ("yesterday", "last
 Friday") is followed by the dates it meant on the day the item was made. Exchanges are shown under a
 heading per day with their time, so "when did …" can be answered; how many items did not fit is kept
