@@ -47,7 +47,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -68,6 +67,7 @@ from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService
 from bot.sessions.storage import SessionFiles
 from bot.storage.jsonl import parse_jsonl
+from tests.bot_processes import BotProcess
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder
 from tests.fakes.telegram_server import FakeTelegram, Fault, SentMessage
 from tests.reliability.bot_process import bad_log_lines, start_bot
@@ -190,7 +190,7 @@ def slow_echo(rng: random.Random) -> Callable[[dict[str, Any]], Reply]:
 
 def start(
     workspace: Path, backend: str, model: FakeOpenAI, telegram: FakeTelegram, log: Path, label: str
-) -> subprocess.Popen[bytes]:
+) -> BotProcess:
     with log.open("ab") as handle:
         handle.write(f"===== {label} =====\n".encode())
     telegram.clear_faults()
