@@ -14,6 +14,7 @@ Nothing here may import the application: the forked process imports this module 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -23,8 +24,24 @@ from pathlib import Path
 # What the fork server imports once: the command line, the application, both Telegram backends.
 PRELOADED = ["bot.__main__", "bot.app", "bot.channels.telegram_ptb", "bot.channels.telegram_aiogram"]
 
+# The modules whose tests start bot processes here. The fork server holds the application's memory (about
+# 250 MB): it is started by the first bot process and stopped when the worker moves on to a test of
+# another module (`tests/conftest.py` runs these modules first, so a worker goes through them together).
+MODULES = (
+    "tests/reliability/test_crash_loop.py",
+    "tests/reliability/test_graceful_stop.py",
+    "tests/reliability/test_load.py",
+    "tests/database/test_replicas.py",
+)
+
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOADED)
+
+
+def stop_server() -> None:
+    """Stop the fork server, if it runs (the next bot process starts it again)."""
+    server = multiprocessing.forkserver._forkserver
+    server._stop()  # type: ignore[attr-defined]  # the standard library's own tests stop it so
 
 
 class BotProcess:

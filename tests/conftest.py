@@ -12,6 +12,7 @@ import pytest
 
 from bot.app import Application
 from bot.settings import EnvSettings
+from tests import bot_processes
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 
@@ -31,6 +32,7 @@ LONGEST_FIRST = (
     "tests/reliability/test_crash_loop.py",
     "tests/reliability/test_graceful_stop.py",
     "tests/reliability/test_load.py",
+    "tests/database/test_replicas.py",
     "tests/rag/test_documents.py",
     "tests/sessions/test_crash_consistency.py",
     "tests/memory/test_vectors.py",
@@ -39,7 +41,6 @@ LONGEST_FIRST = (
     "tests/memory/test_hand_edit_zones_and_rewrites.py",
     "tests/reliability/test_security.py",
     "tests/setup/test_doctor.py",
-    "tests/database/test_replicas.py",
     "tests/setup/test_onboard.py",
 )
 
@@ -73,6 +74,13 @@ def unfrozen_heap() -> Iterator[None]:
     """
     yield
     gc.unfreeze()
+
+
+@pytest.fixture(autouse=True)
+def bot_process_server(request: pytest.FixtureRequest) -> None:
+    """The fork server of the bot processes (`tests.bot_processes`) stops when a test of another module comes."""
+    if request.node.nodeid.split("::")[0] not in bot_processes.MODULES:
+        bot_processes.stop_server()
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ async def wait_until_healthy(replica: Replica) -> None:
                 async with http.get(f"http://127.0.0.1:{replica.port}/healthz") as response:
                     if response.status == 200:
                         return
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):  # not listening yet, or still busy starting
                 pass
             await asyncio.sleep(0.2)
     raise TimeoutError(f"replica on port {replica.port} did not answer /healthz")

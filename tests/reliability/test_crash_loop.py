@@ -214,6 +214,12 @@ def read_session(workspace: Path, chat: int) -> AgentSession:
     return AgentSession.model_validate_json(path.read_bytes())
 
 
+def loaded_session(workspace: Path, chat: int) -> AgentSession:
+    """The session as the next start loads it (the bot's reader): its file and the messages archived after it."""
+    loaded = asyncio.run(SessionService(SessionFiles(workspace / "sessions")).get(f"telegram:{chat}"))
+    return loaded or AgentSession.new("telegram", str(chat))
+
+
 def read_archive_ids(workspace: Path, chat: int) -> set[str]:
     path = workspace / "sessions" / "archive" / f"telegram:{chat}.jsonl"
     if not path.exists():
@@ -252,14 +258,20 @@ def inspect_after_kill(kill: Kill, workspace: Path, telegram: FakeTelegram) -> N
                 kill.answered_not_sent.append(text)
         elif stored_question(session, turn_id) is not None:
             # The session's answer is what the ledger would hold: it is recorded "answered" only when not stored.
-            answer = stored_answer(session, turn_id)
-            if answer is not None and answer.content in delivered:
-                kill.sent_not_done.append(text)
-                kill.sent_before_kill_ms.append(1000 * (kill.at - delivered[answer.content]))
-            elif answer is not None:
-                kill.stored_not_sent.append(text)
+            note_stored_answer(kill, text, stored_answer(session, turn_id), delivered)
         elif turn_id in read_archive_ids(workspace, chat):
             kill.archived_not_in_session.append(text)
+            # The next start reads the archived messages back into the session, the answer among them.
+            note_stored_answer(kill, text, stored_answer(loaded_session(workspace, chat), turn_id), delivered)
+
+
+def note_stored_answer(kill: Kill, text: str, answer: Message | None, delivered: dict[str, float]) -> None:
+    """A stored answer Telegram has (the next start sends it again) or has not (the next start sends it)."""
+    if answer is not None and answer.content in delivered:
+        kill.sent_not_done.append(text)
+        kill.sent_before_kill_ms.append(1000 * (kill.at - delivered[answer.content]))
+    elif answer is not None:
+        kill.stored_not_sent.append(text)
 
 
 def kill_loop(
