@@ -19,6 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
+# The MCP client takes `sys.stderr` as its servers' stderr when it is first imported (a default argument):
+# imported here, before a command's streams are swapped, it keeps the process's own.
+import mcp.client.stdio  # noqa: F401
+
 from bot.__main__ import main
 from bot.logging_setup import CHATTY_LIBRARIES
 
