@@ -33,7 +33,7 @@ from bot.llm.errors import LlmError
 from bot.logging_setup import REDACTED, configure_logging
 from bot.tools.registry import Tool, ToolContext
 from tests.channels.telegram_harness import OWNER, free_port, start_bot
-from tests.command_line import run_main
+from tests.command_line import logging_kept, run_main
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -91,17 +91,15 @@ def bot_log(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
     """The bot's own logging (`configure_logging`, as `python -m bot` sets it up) at DEBUG into a buffer,
     with even the HTTP libraries at DEBUG; pytest's capture stays attached, so `caplog` sees every record."""
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, logging.getLogRecordFactory(), sys.excepthook)
     levels = {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS}
     stream = io.StringIO()
-    configure_logging("DEBUG", list(SECRETS), stream)
-    root.addHandler(caplog.handler)
-    for name in LIBRARY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.DEBUG)
-    yield stream
-    root.handlers[:], _, factory, sys.excepthook = saved
-    root.setLevel(saved[1])
-    logging.setLogRecordFactory(factory)
+    with logging_kept():
+        configure_logging("DEBUG", list(SECRETS), stream)
+        root.addHandler(caplog.handler)
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.DEBUG)
+        yield stream
+        root.removeHandler(caplog.handler)  # pytest's own, not to be closed with the bot's
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
 
