@@ -7,12 +7,12 @@ process tree. Made for the test suite (`scripts/check.sh`, or pytest with or wit
 
 Every `--interval` seconds the resident set (`VmRSS` of `/proc/<pid>/status`) of the command and of every
 process under it is summed; the peak of that sum is printed. Pages shared between processes (the
-interpreter, libraries, a forked child's pages before it runs another program) are counted once per
-process, so the figure is an upper bound of what the run needs. The proportional set size (`Pss` of
-`/proc/<pid>/smaps_rollup`: each shared page divided among the processes that share it) is summed the
-same way: its peak is the memory the run occupied. The sampler makes itself the subreaper of the command (`PR_SET_CHILD_SUBREAPER`): a process whose
-parent has exited is still counted. CPU is the user + system time of every process of the tree that has
-been waited for (`RUSAGE_CHILDREN`). The largest processes at the peak are listed with their command
+interpreter, libraries, a forked child's pages) are counted once per process, so the figure is an upper
+bound of what the run needs. The proportional set size (`Pss` of `/proc/<pid>/smaps_rollup`: each shared
+page divided among the processes that share it) is summed the same way: its peak is the memory the run
+occupied. The sampler makes itself the subreaper of the command (`PR_SET_CHILD_SUBREAPER`): a process
+whose parent has exited is still counted. CPU is the user + system time of every process of the tree that
+has been waited for (`RUSAGE_CHILDREN`). The largest processes at the peak are listed with their command
 lines. The load average before and after is printed too: on a shared machine a figure means little
 without it.
 """
