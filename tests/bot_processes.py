@@ -21,8 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-# What the fork server imports once: the command line, the application, both Telegram backends.
-PRELOADED = ["bot.__main__", "bot.app", "bot.channels.telegram_ptb", "bot.channels.telegram_aiogram"]
+# What the fork server imports once: the command line, the application, and the Telegram backend of the first
+# bot process it starts. The tests of the aiogram backend run on one worker (`tests/conftest.py`): the other
+# workers' servers would hold aiogram's models (about 120 MB) for nothing. A bot of the other backend imports
+# its library itself.
+PRELOADED = ["bot.__main__", "bot.app"]
+BACKEND_MODULES = {"ptb": "bot.channels.telegram_ptb", "aiogram": "bot.channels.telegram_aiogram"}
 
 # The modules whose tests start bot processes here. The fork server holds the application's memory (about
 # 250 MB): it is started by the first bot process and stopped when the worker moves on to a test of
@@ -35,7 +39,6 @@ MODULES = (
 )
 
 _context = multiprocessing.get_context("forkserver")
-_context.set_forkserver_preload(PRELOADED)
 
 
 def stop_server() -> None:
@@ -85,6 +88,9 @@ class BotProcess:
 def start(args: list[str], env: dict[str, str], *, stderr: Path | None = None, cwd: Path | None = None) -> BotProcess:
     """`python -m bot ARGS` with exactly `env` as its environment; its stderr appended to the file `stderr`
     (else discarded), stdin and stdout `/dev/null`."""
+    if multiprocessing.forkserver._forkserver._forkserver_pid is None:  # type: ignore[attr-defined]
+        backend = BACKEND_MODULES.get(env.get("TELEGRAM_BACKEND", "ptb"), BACKEND_MODULES["ptb"])
+        _context.set_forkserver_preload([*PRELOADED, backend])  # the server starts with this process
     process = _context.Process(target=_main, args=(args, env, str(stderr) if stderr else None, cwd), daemon=False)
     process.start()
     return BotProcess(process)
