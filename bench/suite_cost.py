@@ -7,10 +7,12 @@ process tree. Made for the test suite (`scripts/check.sh`, or pytest with or wit
 
 Every `--interval` seconds the resident set (`VmRSS` of `/proc/<pid>/status`) of the command and of every
 process under it is summed; the peak of that sum is printed. Pages shared between processes (the
-interpreter, libraries) are counted once per process, so the figure is an upper bound of what the run
-needs. The sampler makes itself the subreaper of the command (`PR_SET_CHILD_SUBREAPER`): a process whose
-parent has exited is still counted. CPU is the user + system time of every process of the tree that has
-been waited for (`RUSAGE_CHILDREN`). The largest processes at the peak are listed with their command
+interpreter, libraries, a forked child's pages) are counted once per process, so the figure is an upper
+bound of what the run needs. The proportional set size (`Pss` of `/proc/<pid>/smaps_rollup`: each shared
+page divided among the processes that share it) is summed the same way: its peak is the memory the run
+occupied. The sampler makes itself the subreaper of the command (`PR_SET_CHILD_SUBREAPER`): a process
+whose parent has exited is still counted. CPU is the user + system time of every process of the tree that
+has been waited for (`RUSAGE_CHILDREN`). The largest processes at the peak are listed with their command
 lines. The load average before and after is printed too: on a shared machine a figure means little
 without it.
 """
@@ -42,6 +44,7 @@ class Cost:
     wall_seconds: float
     cpu_seconds: float
     peak_rss_mb: float
+    peak_pss_mb: float
     peak_processes: int
     load_before: str
     load_after: str
@@ -82,15 +85,23 @@ def _tree(root: int, parents: dict[int, int]) -> list[int]:
     return found
 
 
-def _rss_kb(pid: int) -> int:
+def _field_kb(path: str, field: str) -> int:
     try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(field):
                     return int(line.split()[1])
     except OSError:
         pass
     return 0  # a kernel thread, or a process that has exited
+
+
+def _rss_kb(pid: int) -> int:
+    return _field_kb(f"/proc/{pid}/status", "VmRSS:")
+
+
+def _pss_kb(pid: int) -> int:
+    return _field_kb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 def _command_line(pid: int) -> str:
@@ -111,7 +122,7 @@ def measure(command: list[str], interval: float) -> Cost:
     load_before = _load()
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=ROOT)
-    peak_kb, peak_processes, at_peak = 0, 0, list[str]()
+    peak_kb, peak_pss_kb, peak_processes, at_peak = 0, 0, 0, list[str]()
     while process.poll() is None:
         tree = _tree(process.pid, _parents())
         resident = {pid: _rss_kb(pid) for pid in tree}
@@ -120,6 +131,7 @@ def measure(command: list[str], interval: float) -> Cost:
             # What made the peak: the largest processes then, each with its command line.
             largest = sorted(resident.items(), key=lambda item: -item[1])[:PEAK_PROCESSES_SHOWN]
             at_peak = [f"{kb / 1024:7.1f} MB  {_command_line(pid)[:COMMAND_CHARS]}" for pid, kb in largest if kb]
+        peak_pss_kb = max(peak_pss_kb, sum(_pss_kb(pid) for pid in tree))
         peak_processes = max(peak_processes, len(tree))
         time.sleep(interval)
     wall = time.monotonic() - started
@@ -136,6 +148,7 @@ def measure(command: list[str], interval: float) -> Cost:
         wall_seconds=round(wall, 1),
         cpu_seconds=round(usage.ru_utime + usage.ru_stime, 1),
         peak_rss_mb=round(peak_kb / 1024, 1),
+        peak_pss_mb=round(peak_pss_kb / 1024, 1),
         peak_processes=peak_processes,
         load_before=load_before,
         load_after=_load(),
@@ -156,6 +169,7 @@ def main() -> None:
         print(f"command: {' '.join(cost.command)} (exit {cost.exit_code})")
         print(f"wall: {cost.wall_seconds} s  cpu (user+sys): {cost.cpu_seconds} s")
         print(f"peak RSS of the process tree: {cost.peak_rss_mb} MB over {cost.peak_processes} processes at most")
+        print(f"peak PSS of the process tree (shared pages divided among their processes): {cost.peak_pss_mb} MB")
         print(f"load average (1, 5, 15 min): before {cost.load_before}, after {cost.load_after}")
         print("the largest processes at the peak:")
         for line in cost.at_peak:

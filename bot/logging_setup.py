@@ -20,7 +20,7 @@ REDACTED = "[REDACTED]"
 # Shorter values would scrub ordinary words; no real token or key is this short.
 MIN_SECRET_CHARS = 4
 # Libraries that log request URLs (Telegram puts the bot token in the URL) stay at WARNING.
-_CHATTY_LIBRARIES = (
+CHATTY_LIBRARIES = (
     "httpx",
     "httpx2",
     "httpcore",
@@ -121,7 +121,7 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = handlers
     root.setLevel(level.upper())
-    for name in _CHATTY_LIBRARIES:
+    for name in CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
     sys.excepthook = _log_uncaught
 

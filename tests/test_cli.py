@@ -1,4 +1,8 @@
-"""The command line as an operator uses it: `python -m bot chat | init | status | run`, as real processes."""
+"""The command line as an operator uses it: `python -m bot chat | init | status | run`.
+
+What a command says and writes is checked with `main` in the test's process (`run_main`); a real process
+where it is the point: a signal, a real pipe on stdin, what a fresh interpreter imports, `python -m bot`
+itself."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.channels.telegram_harness import free_port
+from tests.command_line import run_main
 from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -44,7 +49,7 @@ def test_a_five_turn_terminal_conversation_persists_and_continues_after_a_restar
     workspace = tmp_path / "workspace"
     env = bot_env(workspace, fake_openai)
     turns = ["hi, I'm Ann", "I live in Lisbon", "I like tea", "what's 2+2?", "thanks"]
-    result = run_bot(["chat"], env, stdin="\n".join(turns) + "\n")
+    result = run_main(["chat"], env, stdin="\n".join(turns) + "\n", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"echo: {turn}" for turn in turns]
     assert TEST_API_KEY not in result.stdout + result.stderr
@@ -55,7 +60,7 @@ def test_a_five_turn_terminal_conversation_persists_and_continues_after_a_restar
     archive = (workspace / "sessions" / "archive" / "console:local.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in archive] == [m["id"] for m in session["messages"]]
 
-    result = run_bot(["chat"], env, stdin="do you remember me?\n")
+    result = run_main(["chat"], env, stdin="do you remember me?\n", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     sent = [m for m in fake_openai.last_chat_request()["messages"] if m["role"] != "system"]
     assert [m["content"] for m in sent] == [m["content"] for m in session["messages"]] + ["do you remember me?"]
@@ -63,7 +68,7 @@ def test_a_five_turn_terminal_conversation_persists_and_continues_after_a_restar
 
 def test_terminal_commands(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     env = bot_env(tmp_path / "workspace", fake_openai)
-    result = run_bot(["chat"], env, stdin="hello\n/status\n/new\n/help\n")
+    result = run_main(["chat"], env, stdin="hello\n/status\n/new\n/help\n", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Messages: 2" in result.stdout
     assert "Started a new conversation (2 messages cleared)" in result.stdout
@@ -85,7 +90,7 @@ def test_init_completes_a_workspace_without_overwriting(tmp_path: Path, fake_ope
     (workspace / "preferences").mkdir(parents=True)
     mine = '{"memory": {"recentDays": 3}}'
     (workspace / "preferences" / "runtime-config.json").write_text(mine)
-    result = run_bot(["init"], bot_env(workspace, fake_openai))
+    result = run_main(["init"], bot_env(workspace, fake_openai), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (workspace / "preferences" / "runtime-config.json").read_text() == mine
     for expected in ["memory/MEMORY.md", "memory/items/episodic", "sessions/archive", "rag", "tool_results"]:
@@ -118,8 +123,8 @@ def test_help_init_and_pairing_start_without_the_application_and_the_model_clien
 
 def test_status_prints_every_session(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     env = bot_env(tmp_path / "workspace", fake_openai)
-    run_bot(["chat"], env, stdin="one\ntwo\n")
-    result = run_bot(["status"], env)
+    run_main(["chat"], env, stdin="one\ntwo\n", cwd=tmp_path)
+    result = run_main(["status"], env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Session console:local" in result.stdout and "Messages: 4" in result.stdout
     assert fake_openai.chat_requests().__len__() == 2  # status asks the model nothing
@@ -144,7 +149,7 @@ def test_a_bad_environment_value_exits_2_with_one_line_naming_the_variable(
     a_file = tmp_path / "a-file"
     a_file.write_text("not a folder")
     env = bot_env(tmp_path / "workspace", fake_openai, **{variable: value.format(file=a_file)})
-    result = run_bot(command, env, stdin="hello\n", cwd=tmp_path)
+    result = run_main(command, env, stdin="hello\n", cwd=tmp_path)
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith(f"Invalid environment: {variable}=") and said in line, line
@@ -156,7 +161,7 @@ def test_a_bad_environment_value_exits_2_with_one_line_naming_the_variable(
 def test_a_bad_value_stops_every_command_the_same_way(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     env = bot_env(tmp_path / "workspace", fake_openai, BOT_LOG_LEVEL="verbose")
     for command in (["run"], ["chat"], ["init"], ["status"], ["pairing", "list"], ["pairing", "approve", "X"]):
-        result = run_bot(command, env, cwd=tmp_path)
+        result = run_main(command, env, cwd=tmp_path)
         assert (result.returncode, result.stderr.count("\n")) == (2, 1), (command, result.stderr)
         assert "BOT_LOG_LEVEL" in result.stderr, command
 
@@ -167,7 +172,7 @@ def test_a_workspace_that_cannot_be_made_while_starting_names_the_variable(
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "memory").write_text("a file where the memory folder goes")
-    result = run_bot(["init"], bot_env(workspace, fake_openai), cwd=tmp_path)
+    result = run_main(["init"], bot_env(workspace, fake_openai), cwd=tmp_path)
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith("Invalid environment: BOT_WORKSPACE=") and "cannot be created" in line
@@ -175,7 +180,7 @@ def test_a_workspace_that_cannot_be_made_while_starting_names_the_variable(
 
 
 def test_a_log_level_is_taken_in_any_case(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
-    result = run_bot(["init"], bot_env(tmp_path / "workspace", fake_openai, BOT_LOG_LEVEL="debug"), cwd=tmp_path)
+    result = run_main(["init"], bot_env(tmp_path / "workspace", fake_openai, BOT_LOG_LEVEL="debug"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
 
 
@@ -205,7 +210,7 @@ def test_run_with_nothing_to_reach_completes_the_workspace_and_says_what_to_set(
     mine = '{"memory": {"recentDays": 3}}'
     (workspace / "preferences" / "runtime-config.json").write_text(mine)
     # No TELEGRAM_BOT_TOKEN, polling mode, no BOT_LISTEN_PORT: nobody could reach the bot.
-    result = run_bot(["run"], bot_env(workspace, fake_openai), timeout=30, cwd=tmp_path)
+    result = run_main(["run"], bot_env(workspace, fake_openai), cwd=tmp_path)
     assert result.returncode == 2
     assert "TELEGRAM_BOT_TOKEN" in result.stderr and str(tmp_path / ".env") in result.stderr
     assert "python -m bot chat" in result.stderr
@@ -249,6 +254,6 @@ def test_status_on_the_command_line_counts_the_vectors_the_chat_status_counts(
         time.sleep(0.5)
     chat.stdin.close()
     assert chat.wait(timeout=30) == 0
-    on_the_command_line = run_bot(["status"], env)
+    on_the_command_line = run_main(["status"], env, cwd=tmp_path)
     assert on_the_command_line.returncode == 0, on_the_command_line.stderr
     assert _vectors_part(on_the_command_line.stdout) == in_chat and "lexical only" not in in_chat

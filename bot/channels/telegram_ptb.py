@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dtm
+import functools
 import logging
+import ssl
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -34,6 +36,13 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 _HAS_A_METHOD_OF_ITS_OWN = r"Please use 'Bot\.\w+' instead of 'Bot\.do_api_request"
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS settings of the process's Bot API clients (httpx's defaults): reading the certificate bundle
+    takes tens of milliseconds of CPU, once a process rather than once a client (a backend makes two)."""
+    return httpx.create_ssl_context()
+
+
 class PtbBackend:
     """Bot API calls and long polling through python-telegram-bot."""
 
@@ -41,7 +50,8 @@ class PtbBackend:
 
     def __init__(self, token: str, api_root: str) -> None:
         root = api_root.rstrip("/")
-        updates_request = HTTPXRequest(connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        tls = {"verify": _tls_context()}
+        updates_request = HTTPXRequest(connect_timeout=CONNECT_TIMEOUT_SECONDS, httpx_kwargs=tls)
         self._poll_read_timeout = updates_request.read_timeout or 0.0
         self._bot = telegram.Bot(
             token,
@@ -51,6 +61,7 @@ class PtbBackend:
                 connection_pool_size=CONNECTION_POOL_SIZE,
                 connect_timeout=CONNECT_TIMEOUT_SECONDS,
                 pool_timeout=CONNECT_TIMEOUT_SECONDS,
+                httpx_kwargs=tls,
             ),
             get_updates_request=updates_request,
         )

@@ -7,8 +7,10 @@ the provider-reported usage of every call, and turns the library's exceptions in
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
@@ -101,6 +103,13 @@ _JSON_REQUEST: RequestOptions = {"headers": {"Content-Type": "application/json"}
 CLIENTS_WITH_LIMITS = 8
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS settings of every model client of the process (the HTTP library's defaults): reading the
+    machine's certificate store takes tens of milliseconds of CPU, once a process rather than once a client."""
+    return httpx2.create_ssl_context()
+
+
 class LlmClient:
     """The one way the bot talks to a model."""
 
@@ -128,7 +137,7 @@ class LlmClient:
         self._client = AsyncOpenAI(
             api_key=api_key or _PLACEHOLDER_API_KEY,
             base_url=base_url,
-            http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+            http_client=openai.DefaultAsyncHttpxClient(limits=limits, verify=_tls_context()),
         )
         self._with_limits: dict[tuple[float, int], AsyncOpenAI] = {}
         self._tools_seen: tuple[list[dict[str, Any]], bytes] | None = None

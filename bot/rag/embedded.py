@@ -27,6 +27,7 @@ import importlib
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,12 +87,38 @@ LEGACY_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
 def _import_lightrag() -> Any:
-    """Import lightrag (about a second of CPU)."""
-    module = importlib.import_module("lightrag")
-    # `lightrag` loads its submodules lazily; `utils` sets the logger up when it is first imported.
-    importlib.import_module("lightrag.lightrag")
+    """Import lightrag (about a second of CPU), without pypinyin."""
+    with _without_pypinyin():
+        module = importlib.import_module("lightrag")
+        # `lightrag` loads its submodules lazily; `utils` sets the logger up when it is first imported.
+        importlib.import_module("lightrag.lightrag")
     _route_lightrag_logs()
     return module
+
+
+class _PinyinNoticeFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pypinyin" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_pypinyin() -> Iterator[None]:
+    """LightRAG imports pypinyin when it is imported, to sort Chinese file names in document listings the bot
+    never asks for; its phrase tables are about 55 MB of every process that opens a graph. Without it, LightRAG
+    sorts those names as plain text, and says so in a warning, which is dropped. A pypinyin something else
+    imported already is left as it is."""
+    if "pypinyin" in sys.modules:
+        yield
+        return
+    logger = logging.getLogger("lightrag")
+    notice_filter = _PinyinNoticeFilter()
+    logger.addFilter(notice_filter)
+    sys.modules["pypinyin"] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        yield
+    finally:
+        del sys.modules["pypinyin"]
+        logger.removeFilter(notice_filter)
 
 
 def _route_lightrag_logs() -> None:

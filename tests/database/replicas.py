@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,8 @@ from typing import Any
 import aiohttp
 
 from bot.runtime_config import deep_merge
+from tests import bot_processes
+from tests.bot_processes import BotProcess
 from tests.channels.telegram_harness import TEST_RUNTIME_CONFIG, WEBHOOK_SECRET, free_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -25,7 +25,7 @@ START_SECONDS = 60.0
 
 @dataclass
 class Replica:
-    process: subprocess.Popen[bytes]
+    process: BotProcess
     port: int
     log: Path
 
@@ -65,11 +65,7 @@ def start_replica(
         TELEGRAM_API_BASE_URL=fake_telegram.root, BOT_LISTEN_PORT=str(port), **mode, **(environment or {}),
     )  # fmt: skip
     log = workspace.parent / f"{workspace.name}.log"
-    with log.open("ab") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "run"], env=env, stdout=subprocess.DEVNULL, stderr=stderr
-        )
-    return Replica(process, port, log)
+    return Replica(bot_processes.start(["run"], env, stderr=log), port, log)
 
 
 async def wait_until_healthy(replica: Replica) -> None:
@@ -82,7 +78,7 @@ async def wait_until_healthy(replica: Replica) -> None:
                 async with http.get(f"http://127.0.0.1:{replica.port}/healthz") as response:
                     if response.status == 200:
                         return
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):  # not listening yet, or still busy starting
                 pass
             await asyncio.sleep(0.2)
     raise TimeoutError(f"replica on port {replica.port} did not answer /healthz")

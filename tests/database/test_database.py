@@ -20,9 +20,10 @@ from bot.database.connection import Database, DatabaseError
 from bot.database.migrations import migrations
 from bot.domain.session import AgentSession
 from tests.channels.telegram_harness import OWNER, free_port, start_bot
+from tests.command_line import run_main
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_cli import bot_env, run_bot
+from tests.test_cli import bot_env
 
 
 async def applied(url: str) -> list[tuple[int, str]]:
@@ -68,7 +69,7 @@ def test_a_database_that_does_not_answer_stops_the_start_with_one_line_and_no_pa
 ) -> None:
     url = f"postgresql://bot:secret-password@127.0.0.1:{free_port()}/bot"
     env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=url, BOT_LISTEN_PORT=str(free_port()))
-    result = run_bot(["run"], env)
+    result = run_main(["run"], env, cwd=tmp_path)
     assert result.returncode == 2
     assert "Cannot start: PostgreSQL (BOT_DATABASE_URL)" in result.stderr
     assert "secret-password" not in result.stderr and "Traceback" not in result.stderr
@@ -76,7 +77,7 @@ def test_a_database_that_does_not_answer_stops_the_start_with_one_line_and_no_pa
 
 def test_a_url_that_is_not_postgresql_is_refused_naming_the_variable(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL="mysql://bot:secret-password@db/bot")
-    result = run_bot(["status"], env)
+    result = run_main(["status"], env, cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "Invalid environment: BOT_DATABASE_URL: it takes a PostgreSQL URL, "
@@ -170,7 +171,7 @@ def test_memory_edit_writes_memory_md_where_the_bot_keeps_it(
     database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
     env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=database_url)
-    result = run_bot(["memory", "edit"], env, stdin="## About me\n- Lives in Porto.\n", cwd=tmp_path)
+    result = run_main(["memory", "edit"], env, stdin="## About me\n- Lives in Porto.\n", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Saved MEMORY.md in the database" in result.stdout
 
@@ -203,9 +204,9 @@ def test_pairing_from_the_command_line_reads_and_writes_the_database(
 
     code = asyncio.run(a_stranger_asks())
     env = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=database_url)
-    listed = run_bot(["pairing", "list"], env)
+    listed = run_main(["pairing", "list"], env, cwd=tmp_path)
     assert listed.returncode == 0 and f"{code}  user 77 @stranger" in listed.stdout
-    approved = run_bot(["pairing", "approve", code.lower()], env)
+    approved = run_main(["pairing", "approve", code.lower()], env, cwd=tmp_path)
     assert approved.returncode == 0, approved.stderr
     assert "Approved user 77 (@stranger)" in approved.stdout
     assert not (tmp_path / "workspace" / "access" / "pairing.json").exists()
@@ -263,19 +264,19 @@ def test_migrate_copies_a_workspace_into_the_database_and_is_safe_to_run_twice(
 ) -> None:
     workspace = tmp_path / "workspace"
     on_files = bot_env(workspace, fake_openai)
-    assert run_bot(["chat"], on_files, stdin="my sister lives in Lisbon\n").returncode == 0
+    assert run_main(["chat"], on_files, stdin="my sister lives in Lisbon\n", cwd=tmp_path).returncode == 0
     (workspace / "memory" / "MEMORY.md").write_text("# Facts\n- Marta is the owner's sister.\n")
 
     on_database = bot_env(workspace, fake_openai, BOT_DATABASE_URL=database_url)
-    first = run_bot(["migrate"], on_database)
+    first = run_main(["migrate"], on_database, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "1 sessions, 2 archived messages, 1 daily notes, 1 MEMORY.md files" in first.stdout
-    again = run_bot(["migrate"], on_database)
+    again = run_main(["migrate"], on_database, cwd=tmp_path)
     assert again.returncode == 0 and "archived messages" not in again.stdout  # nothing copied twice
 
     # Another machine, an empty workspace, the same database: the conversation and the memory are there.
     elsewhere = bot_env(tmp_path / "elsewhere", fake_openai, BOT_DATABASE_URL=database_url)
-    assert run_bot(["chat"], elsewhere, stdin="where does she live?\n").returncode == 0
+    assert run_main(["chat"], elsewhere, stdin="where does she live?\n", cwd=tmp_path).returncode == 0
     messages = fake_openai.last_chat_request()["messages"]
     assert [m["content"] for m in messages if m["role"] != "system"] == [
         "my sister lives in Lisbon", "echo: my sister lives in Lisbon", "where does she live?"
@@ -284,7 +285,7 @@ def test_migrate_copies_a_workspace_into_the_database_and_is_safe_to_run_twice(
 
 
 def test_migrate_without_a_database_url_says_what_to_set(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
-    result = run_bot(["migrate"], bot_env(tmp_path / "workspace", fake_openai))
+    result = run_main(["migrate"], bot_env(tmp_path / "workspace", fake_openai), cwd=tmp_path)
     assert result.returncode == 2 and "BOT_DATABASE_URL is not set" in result.stderr
 
 
@@ -292,9 +293,9 @@ def test_export_writes_the_usual_files_and_an_edit_goes_back_with_migrate(
     database_url: str, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
     on_database = bot_env(tmp_path / "workspace", fake_openai, BOT_DATABASE_URL=database_url)
-    assert run_bot(["chat"], on_database, stdin="remember the blue door\n").returncode == 0
+    assert run_main(["chat"], on_database, stdin="remember the blue door\n", cwd=tmp_path).returncode == 0
     exported = tmp_path / "exported"
-    result = run_bot(["export", str(exported)], on_database)
+    result = run_main(["export", str(exported)], on_database, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "1 sessions, 1 archives, 1 memory documents" in result.stdout
     session = AgentSession.model_validate_json((exported / "sessions" / "console:local.json").read_text())
@@ -307,7 +308,7 @@ def test_export_writes_the_usual_files_and_an_edit_goes_back_with_migrate(
     # The round trip people edit by: export, edit the file, migrate it back.
     (exported / "memory" / "MEMORY.md").write_text("- The door is blue.\n")
     back = bot_env(exported, fake_openai, BOT_DATABASE_URL=database_url)
-    assert run_bot(["migrate"], back).returncode == 0
-    assert run_bot(["chat"], on_database, stdin="which door?\n").returncode == 0
+    assert run_main(["migrate"], back, cwd=tmp_path).returncode == 0
+    assert run_main(["chat"], on_database, stdin="which door?\n", cwd=tmp_path).returncode == 0
     system = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "system"]
     assert any("The door is blue." in text for text in system)

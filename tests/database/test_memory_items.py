@@ -37,13 +37,14 @@ from bot.memory.postgres_items import COPIES_PREFIX, ItemRowsInDatabase
 from bot.memory.scopes import MemoryScopes
 from bot.memory.vector_cache import VectorCache
 from bot.workspace import MemoryPaths, Workspace
+from tests.command_line import run_main
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import configure_memory, item, read_items, say, write_items
 from tests.memory.test_indexing import embedded_texts
 from tests.postgres_server import OpenDatabases
-from tests.test_cli import bot_env, run_bot
+from tests.test_cli import bot_env
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 S = MemoryLayer.SEMANTIC
@@ -332,7 +333,7 @@ def test_migrate_copies_the_item_files_with_every_line_and_export_writes_them_ba
 
     on_database = bot_env(workspace, fake_openai, BOT_DATABASE_URL=database_url)
     for _ in range(2):  # safe to run twice: the same rows, not twice as many
-        result = run_bot(["migrate"], on_database)
+        result = run_main(["migrate"], on_database, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert (
             "4 memory items, 2 memory item lines that are not items (kept; see the log), 1 item vectors"
@@ -354,7 +355,7 @@ def test_migrate_copies_the_item_files_with_every_line_and_export_writes_them_ba
     assert asyncio.run(edit_and_count()) == 6
 
     exported = tmp_path / "exported"
-    result = run_bot(["export", str(exported)], on_database)
+    result = run_main(["export", str(exported)], on_database, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "3 memory item files" in result.stdout
     back = MemoryPaths(exported / "memory")

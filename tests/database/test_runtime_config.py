@@ -20,10 +20,11 @@ from bot.runtime_config import DATABASE_SOURCE, WHOLE_FILE, RuntimeConfigStore, 
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.shipped import shipped_path
 from tests.channels.telegram_harness import OWNER, TEST_RUNTIME_CONFIG, start_bot
+from tests.command_line import run_main
 from tests.commands.test_conversation_commands import ask
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_cli import bot_env, run_bot
+from tests.test_cli import bot_env
 
 
 @pytest.fixture(autouse=True)
@@ -195,7 +196,7 @@ def test_migrate_copies_the_files_text_once_and_export_writes_it_back(
     config_file.write_text(text)
     on_database = bot_env(workspace, fake_openai, BOT_DATABASE_URL=database_url)
     for _ in range(2):
-        result = run_bot(["migrate"], on_database)
+        result = run_main(["migrate"], on_database, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert "1 runtime configurations" in result.stdout
 
@@ -209,7 +210,7 @@ def test_migrate_copies_the_files_text_once_and_export_writes_it_back(
     assert asyncio.run(rows()) == [(1, text)]  # the same text twice: written once
 
     exported = tmp_path / "exported"
-    result = run_bot(["export", str(exported)], on_database)
+    result = run_main(["export", str(exported)], on_database, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "1 runtime configurations" in result.stdout
     assert (exported / "preferences" / "runtime-config.json").read_text() == text

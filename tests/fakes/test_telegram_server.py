@@ -9,21 +9,11 @@ import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiogram
 import aiohttp
 import pytest
 import telegram
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import (
-    TelegramBadRequest,
-    TelegramConflictError,
-    TelegramNetworkError,
-    TelegramRetryAfter,
-    TelegramServerError,
-)
 from aiohttp import web
 from telegram.error import BadRequest, Conflict, NetworkError, RetryAfter, TimedOut
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
@@ -37,6 +27,9 @@ from tests.fakes.telegram_server import (
     parse_html,
     utf16_len,
 )
+
+if TYPE_CHECKING:
+    import aiogram
 
 CHAT = 4242
 GROUP = -1001234
@@ -58,6 +51,11 @@ async def ptb_bot(fake_telegram: FakeTelegram) -> AsyncIterator[telegram.Bot]:
 
 @pytest.fixture
 async def aiogram_bot(fake_telegram: FakeTelegram) -> AsyncIterator[aiogram.Bot]:
+    # aiogram is imported by the tests that use it only: see AIOGRAM_GROUP in tests/conftest.py.
+    import aiogram
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+
     session = AiohttpSession(api=TelegramAPIServer.from_base(fake_telegram.root))
     bot = aiogram.Bot(fake_telegram.token, session=session)
     yield bot
@@ -311,6 +309,15 @@ async def test_ptb_inline_buttons_files_drafts_and_commands(fake_telegram: FakeT
 
 
 async def test_aiogram_bot_sends_validates_and_edits(fake_telegram: FakeTelegram, aiogram_bot: aiogram.Bot) -> None:
+    import aiogram
+    from aiogram.exceptions import (
+        TelegramBadRequest,
+        TelegramConflictError,
+        TelegramNetworkError,
+        TelegramRetryAfter,
+        TelegramServerError,
+    )
+
     me = await aiogram_bot.get_me()
     assert me.username == "test_bot"
     plain = await aiogram_bot.send_message(CHAT, "plain")
@@ -348,6 +355,8 @@ async def test_aiogram_bot_sends_validates_and_edits(fake_telegram: FakeTelegram
 
 
 async def test_aiogram_dispatcher_polls_and_replies(fake_telegram: FakeTelegram, aiogram_bot: aiogram.Bot) -> None:
+    import aiogram
+
     dispatcher = aiogram.Dispatcher()
 
     @dispatcher.message(aiogram.filters.Command("start"))

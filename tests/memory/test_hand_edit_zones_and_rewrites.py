@@ -23,11 +23,12 @@ from bot.memory.maintenance import run_maintenance
 from bot.memory.write_service import MemoryWriteService
 from bot.settings import MemoryConfig
 from bot.workspace import MemoryPaths
+from tests.command_line import run_main
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.memory.helpers import memory_section, say
-from tests.test_cli import bot_env, run_bot
+from tests.test_cli import bot_env
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 KEPT = [
@@ -122,12 +123,12 @@ async def test_supersede_and_relocate_keep_unreadable_lines_in_place(tmp_path: P
 def test_python_m_bot_status_counts_the_skipped_lines(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     workspace = tmp_path / "workspace"
     env = bot_env(workspace, fake_openai)
-    assert run_bot(["chat"], env, stdin="I like green tea\n").returncode == 0
+    assert run_main(["chat"], env, stdin="I like green tea\n", cwd=tmp_path).returncode == 0
     semantic = workspace / "memory" / "items" / "semantic.jsonl"
     before = semantic.read_bytes() if semantic.exists() else b""
     semantic.write_bytes(before + KEPT[0] + b"\n" + KEPT[1] + b"\n")
 
-    result = run_bot(["status"], env)
+    result = run_main(["status"], env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "2 unreadable item lines skipped (kept in their files)" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if "Skipped line" in line]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from bot.llm.client import LlmClient
@@ -50,3 +52,25 @@ async def test_insert_query_delete_with_the_files_in_the_workspace(tmp_path: Pat
     assert "Falcon rocket" in on_disk
     # Embeddings came from the endpoint, extraction from its chat model: both through LlmClient.
     assert any(r.path == "/v1/embeddings" for r in fake_openai.requests)
+
+
+def test_lightrag_is_opened_without_pypinyin_and_says_nothing_of_it() -> None:
+    # A process of its own: this worker may have imported lightrag already.
+    opened = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import logging, sys; logging.basicConfig(level=logging.DEBUG)\n"
+            "from bot.rag.embedded import _import_lightrag\n"
+            "_import_lightrag()\n"
+            "import lightrag.utils\n"
+            "print('pypinyin' in sys.modules, lightrag.utils.get_pinyin_sort_key('Zeta'))\n"
+            "import pypinyin\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.split() == ["False", "zeta"]
+    assert "pypinyin" not in opened.stderr

@@ -1,7 +1,8 @@
 """The real bot process (`python -m bot run`) against the fake Telegram and the fake model.
 
 The reliability tests drive the bot as a user and an operator would: messages through the fake Bot API,
-signals to the process, files left in the workspace afterwards.
+signals to the process, files left in the workspace afterwards. Each bot is forked with the application
+already imported (`tests.bot_processes`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from tests import bot_processes
+from tests.bot_processes import BotProcess
 from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -30,7 +32,7 @@ def start_bot(
     log: Path,
     runtime_config: dict[str, Any],
     extra_env: dict[str, str] | None = None,
-) -> subprocess.Popen[bytes]:
+) -> BotProcess:
     """Start the bot with `runtime_config` written to the workspace (and `extra_env` in its environment, such
     as `BOT_DATABASE_URL`); its stderr is appended to `log`."""
     config_file = workspace / "preferences" / "runtime-config.json"
@@ -42,11 +44,10 @@ def start_bot(
         TELEGRAM_BOT_TOKEN=telegram.token, TELEGRAM_API_BASE_URL=telegram.root, TELEGRAM_BACKEND=backend,
     )  # fmt: skip
     env.update(extra_env or {})
-    with log.open("ab") as stderr:
-        return subprocess.Popen([sys.executable, "-m", "bot", "run"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    return bot_processes.start(["run"], env, stderr=log)
 
 
-def stop(process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+def stop(process: BotProcess, timeout: float = 15.0) -> None:
     """SIGTERM, then SIGKILL if the bot is still there after `timeout` seconds."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)

@@ -47,7 +47,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -68,6 +67,7 @@ from bot.rag.documents import RagDocument
 from bot.sessions.service import SessionService
 from bot.sessions.storage import SessionFiles
 from bot.storage.jsonl import parse_jsonl
+from tests.bot_processes import BotProcess
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder
 from tests.fakes.telegram_server import FakeTelegram, Fault, SentMessage
 from tests.reliability.bot_process import bad_log_lines, start_bot
@@ -190,7 +190,7 @@ def slow_echo(rng: random.Random) -> Callable[[dict[str, Any]], Reply]:
 
 def start(
     workspace: Path, backend: str, model: FakeOpenAI, telegram: FakeTelegram, log: Path, label: str
-) -> subprocess.Popen[bytes]:
+) -> BotProcess:
     with log.open("ab") as handle:
         handle.write(f"===== {label} =====\n".encode())
     telegram.clear_faults()
@@ -212,6 +212,12 @@ def read_session(workspace: Path, chat: int) -> AgentSession:
     if not path.exists():
         return AgentSession.new("telegram", str(chat))
     return AgentSession.model_validate_json(path.read_bytes())
+
+
+def loaded_session(workspace: Path, chat: int) -> AgentSession:
+    """The session as the next start loads it (the bot's reader): its file and the messages archived after it."""
+    loaded = asyncio.run(SessionService(SessionFiles(workspace / "sessions")).get(f"telegram:{chat}"))
+    return loaded or AgentSession.new("telegram", str(chat))
 
 
 def read_archive_ids(workspace: Path, chat: int) -> set[str]:
@@ -252,14 +258,20 @@ def inspect_after_kill(kill: Kill, workspace: Path, telegram: FakeTelegram) -> N
                 kill.answered_not_sent.append(text)
         elif stored_question(session, turn_id) is not None:
             # The session's answer is what the ledger would hold: it is recorded "answered" only when not stored.
-            answer = stored_answer(session, turn_id)
-            if answer is not None and answer.content in delivered:
-                kill.sent_not_done.append(text)
-                kill.sent_before_kill_ms.append(1000 * (kill.at - delivered[answer.content]))
-            elif answer is not None:
-                kill.stored_not_sent.append(text)
+            note_stored_answer(kill, text, stored_answer(session, turn_id), delivered)
         elif turn_id in read_archive_ids(workspace, chat):
             kill.archived_not_in_session.append(text)
+            # The next start reads the archived messages back into the session, the answer among them.
+            note_stored_answer(kill, text, stored_answer(loaded_session(workspace, chat), turn_id), delivered)
+
+
+def note_stored_answer(kill: Kill, text: str, answer: Message | None, delivered: dict[str, float]) -> None:
+    """A stored answer Telegram has (the next start sends it again) or has not (the next start sends it)."""
+    if answer is not None and answer.content in delivered:
+        kill.sent_not_done.append(text)
+        kill.sent_before_kill_ms.append(1000 * (kill.at - delivered[answer.content]))
+    elif answer is not None:
+        kill.stored_not_sent.append(text)
 
 
 def kill_loop(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.bot_processes import BotProcess
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_responder
 from tests.fakes.telegram_server import FakeTelegram, RecordedCall
 from tests.reliability.bot_process import bad_log_lines, start_bot, stop
@@ -99,7 +99,7 @@ def push(telegram: FakeTelegram, run: LoadRun, chat: int) -> None:
     run.sent[chat] = run.sent.get(chat, 0) + 1
 
 
-def drive(telegram: FakeTelegram, process: subprocess.Popen[bytes], run: LoadRun, seconds: float) -> None:
+def drive(telegram: FakeTelegram, process: BotProcess, run: LoadRun, seconds: float) -> None:
     """Warm up (one answered message per chat), then keep every chat busy for `seconds`, then drain."""
     counter = ReplyCounter(telegram, run)
     telegram.wait_until(lambda: bool(telegram.calls_to("getUpdates")), START_TIMEOUT_SECONDS, "the bot to poll")

@@ -33,6 +33,7 @@ from bot.llm.errors import LlmError
 from bot.logging_setup import REDACTED, configure_logging
 from bot.tools.registry import Tool, ToolContext
 from tests.channels.telegram_harness import OWNER, free_port, start_bot
+from tests.command_line import logging_kept, run_main
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Fault, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -40,7 +41,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.fakes.telegram_server import Fault as TelegramFault
 from tests.memory.helpers import configure_memory, say
 from tests.rag.helpers import build_rag_bot, rag_of, write_runtime_config
-from tests.test_cli import bot_env, run_bot
+from tests.test_cli import bot_env
 
 TELEGRAM_TOKEN = "8123456789:AAH-leakcheck-TELEGRAM-token-Zq7"
 OPENAI_KEY = "sk-proj-leakcheck-OPENAI-key-9Wm2xT"
@@ -90,17 +91,15 @@ def bot_log(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
     """The bot's own logging (`configure_logging`, as `python -m bot` sets it up) at DEBUG into a buffer,
     with even the HTTP libraries at DEBUG; pytest's capture stays attached, so `caplog` sees every record."""
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, logging.getLogRecordFactory(), sys.excepthook)
     levels = {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS}
     stream = io.StringIO()
-    configure_logging("DEBUG", list(SECRETS), stream)
-    root.addHandler(caplog.handler)
-    for name in LIBRARY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.DEBUG)
-    yield stream
-    root.handlers[:], _, factory, sys.excepthook = saved
-    root.setLevel(saved[1])
-    logging.setLogRecordFactory(factory)
+    with logging_kept():
+        configure_logging("DEBUG", list(SECRETS), stream)
+        root.addHandler(caplog.handler)
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.DEBUG)
+        yield stream
+        root.removeHandler(caplog.handler)  # pytest's own, not to be closed with the bot's
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
 
@@ -253,11 +252,11 @@ def test_a_refused_configuration_prints_no_secret(tmp_path: Path, fake_openai: F
     config_file.parent.mkdir(parents=True)
     env = bot_env(workspace, fake_openai, OPENAI_API_KEY=OPENAI_KEY, TELEGRAM_BOT_TOKEN=TELEGRAM_TOKEN)
     config_file.write_text(json.dumps({"llm": {"apiKey": OPENAI_KEY}}))
-    refused = run_bot(["status"], env)  # logged, and the defaults stay in force
+    refused = run_main(["status"], env, cwd=tmp_path)  # logged, and the defaults stay in force
     assert refused.returncode == 0 and "llm.apiKey" in refused.stderr
     # A secret inside a bad value: the key is refused alone, and neither the log nor /status echoes the value.
     config_file.write_text(json.dumps({"scheduler": {"maintenanceCron": f"30 3 * * {TELEGRAM_TOKEN}"}}))
-    bad_value = run_bot(["status"], env)
+    bad_value = run_main(["status"], env, cwd=tmp_path)
     assert bad_value.returncode == 0 and "scheduler.maintenanceCron" in bad_value.stderr + bad_value.stdout
     assert_no_secret("the output", [refused.stdout, refused.stderr, bad_value.stdout, bad_value.stderr])
 
@@ -274,7 +273,7 @@ def modes_under(root: Path) -> dict[str, str]:
 def test_the_workspace_is_private_to_its_owner(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     workspace = tmp_path / "workspace"
     env = bot_env(workspace, fake_openai)
-    assert run_bot(["init"], env).returncode == 0
+    assert run_main(["init"], env, cwd=tmp_path).returncode == 0
     write_runtime_config(workspace, rag={"flushIntervalSeconds": 1}, toolLoop={"evictionChars": 1000})
     (workspace / "preferences" / "runtime-config.json").chmod(0o600)
     fake_openai.script(
@@ -284,7 +283,7 @@ def test_the_workspace_is_private_to_its_owner(tmp_path: Path, fake_openai: Fake
         "noted",
     )
     lines = ["Remember that my locker code is 4711, I keep forgetting it at the gym.", "note: buy milk", "/status"]
-    result = run_bot(["chat"], env, stdin="\n".join(lines) + "\n")
+    result = run_main(["chat"], env, stdin="\n".join(lines) + "\n", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     # `run` indexes the conversation into the knowledge graph: LightRAG writes its own files. With no
     # Telegram token, the HTTP listener is what keeps it running.
@@ -315,7 +314,7 @@ def test_an_existing_open_workspace_is_made_private_at_start(tmp_path: Path, fak
     (workspace / "memory").mkdir(parents=True)
     (workspace / "memory" / "MEMORY.md").write_text("# Memory\n- The owner likes tea.\n")
     workspace.chmod(0o755)
-    assert run_bot(["init"], bot_env(workspace, fake_openai)).returncode == 0
+    assert run_main(["init"], bot_env(workspace, fake_openai), cwd=tmp_path).returncode == 0
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
     assert (workspace / "memory" / "MEMORY.md").read_text() == "# Memory\n- The owner likes tea.\n"
 

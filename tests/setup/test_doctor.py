@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.channels.telegram_harness import free_port
+from tests.command_line import run_main
 from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -56,7 +55,7 @@ def test_each_failure_names_what_is_at_fault_and_its_fix_and_exits_1(
         TELEGRAM_MODE="webhook",
         BOT_DATABASE_URL=f"postgresql://bot:secret-password@127.0.0.1:{free_port()}/bot",
     )
-    result = run_command(["doctor"], env, tmp_path)
+    result = run_main(["doctor"], env, tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout
 
@@ -89,7 +88,7 @@ def test_an_unreachable_endpoint_and_an_mcp_server_that_does_not_start(
     config = {"mcpServers": servers, "mcp": {"startTimeoutSeconds": 5}, "memory": {"embeddingsModel": None}}
     (workspace / "preferences" / "runtime-config.json").write_text(json.dumps(config))
     env = setup_env(workspace, fake_openai, fake_telegram, OPENAI_BASE_URL=f"http://127.0.0.1:{free_port()}/v1")
-    result = run_command(["doctor"], env, tmp_path)
+    result = run_main(["doctor"], env, tmp_path)
     assert result.returncode == 1
     endpoint = _line(result.stdout, "✗ Model endpoint")
     assert "cannot be reached" in endpoint and "Fix: set OPENAI_BASE_URL" in endpoint
@@ -107,18 +106,11 @@ def test_the_owner_sees_in_status_the_failures_doctor_reports(
     (workspace / "preferences").mkdir(parents=True)
     (workspace / "preferences" / "runtime-config.json").write_text('{"compaction": {"keepLastMessagez": 3}}')
     env = setup_env(workspace, fake_openai, fake_telegram, BOT_MODEL="my-own-model")
-    doctor = run_command(["doctor"], env, tmp_path).stdout
-    chat = run_command_with_input(["chat"], env, tmp_path, "/status\n")
+    doctor = run_main(["doctor"], env, tmp_path).stdout
+    chat = run_main(["chat"], env, tmp_path, stdin="/status\n").stdout
     assert _line(chat, "✗ Model window") == _line(doctor, "✗ Model window")
     assert "Setup: 1 problem (python -m bot doctor checks everything):" in chat
     # A refused key is listed with the config's own lines, in the words doctor uses.
     refused = "compaction.keepLastMessagez: not a setting; did you mean `compaction.keepLastMessages`?"
     assert refused in _line(doctor, "✗ runtime-config")
     assert _line(chat, "  compaction.keepLastMessagez") == f"  {refused}"
-
-
-def run_command_with_input(args: list[str], env: dict[str, str], cwd: Path, text: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "bot", *args], env=env, cwd=cwd, input=text, capture_output=True, text=True, timeout=120
-    )
-    return done.stdout

@@ -1,27 +1,28 @@
-"""`python -m bot memory edit`: MEMORY.md changed in $EDITOR or from a pipe, saved whole, seen by the bot."""
+"""`python -m bot memory edit`: MEMORY.md changed in $EDITOR (a real process in a pseudo-terminal) or from a pipe
+(`main` in the test's process), saved whole, seen by the bot."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from tests.command_line import run_main
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.setup.helpers import Terminal, run_command, setup_env
-from tests.test_cli import run_bot
+from tests.setup.helpers import Terminal, setup_env
 
 
 def test_piped_text_becomes_memory_md_and_the_next_message_carries_it(
     tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
     env = setup_env(tmp_path / "workspace", fake_openai, fake_telegram)
-    result = run_bot(["memory", "edit"], env, stdin="## About me\n- Lives in Porto.\n", cwd=tmp_path)
+    result = run_main(["memory", "edit"], env, tmp_path, stdin="## About me\n- Lives in Porto.\n")
     assert result.returncode == 0, result.stderr
     memory_md = tmp_path / "workspace" / "memory" / "MEMORY.md"
     assert memory_md.read_text() == "## About me\n- Lives in Porto.\n"
     assert "Saved" in result.stdout
 
-    run_bot(["chat"], env, stdin="hello\n", cwd=tmp_path)
+    run_main(["chat"], env, tmp_path, stdin="hello\n")
     assert "- Lives in Porto." in (fake_openai.system_prompts()[-1] or "")
 
 
@@ -29,11 +30,11 @@ def test_an_empty_pipe_leaves_memory_md_as_it_was(
     tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
     env = setup_env(tmp_path / "workspace", fake_openai, fake_telegram)
-    before = run_command(["init"], env, tmp_path)
+    before = run_main(["init"], env, tmp_path)
     assert before.returncode == 0
     memory_md = tmp_path / "workspace" / "memory" / "MEMORY.md"
     guide = memory_md.read_text()
-    result = run_command(["memory", "edit"], env, tmp_path)  # stdin: nothing
+    result = run_main(["memory", "edit"], env, tmp_path)  # stdin: empty
     assert result.returncode == 1 and "unchanged" in result.stderr
     assert memory_md.read_text() == guide
 

@@ -1,5 +1,6 @@
-"""`python -m bot onboard`: a first set-up through a pseudo-terminal and with flags, each answer checked on the
-spot against the fake Bot API and the fake model; a wrong token or key is caught before anything is written."""
+"""`python -m bot onboard`: a first set-up through a pseudo-terminal (a real process) and with flags (`main` in the
+test's process), each answer checked on the spot against the fake Bot API and the fake model; a wrong token or key
+is caught before anything is written."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import json
 import stat
 from pathlib import Path
 
+from tests.command_line import run_main
 from tests.conftest import TEST_API_KEY
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.setup.helpers import Terminal, run_command, setup_env
+from tests.setup.helpers import Terminal, setup_env
 
 
 def _fresh_env(tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram) -> dict[str, str]:
@@ -36,7 +38,7 @@ def test_onboard_with_flags_writes_env_and_workspace_and_doctor_then_passes(
         "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
         "--api-key", TEST_API_KEY, "--model", "gpt-4o-mini", "--owner-id", "4242", "--timezone", "Europe/Berlin",
     ]  # fmt: skip
-    result = run_command(["onboard", *flags], env, tmp_path)
+    result = run_main(["onboard", *flags], env, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Telegram token: @test_bot" in result.stdout
     assert "✓ Model: gpt-4o-mini answers" in result.stdout
@@ -53,7 +55,7 @@ def test_onboard_with_flags_writes_env_and_workspace_and_doctor_then_passes(
 
     # The written setup is the one `doctor` checks (it reads .env from the working directory).
     bare = {key: value for key, value in env.items() if key not in ("BOT_WORKSPACE",)}
-    doctor = run_command(["doctor"], bare, tmp_path)
+    doctor = run_main(["doctor"], bare, tmp_path)
     assert doctor.returncode == 0, doctor.stdout
 
 
@@ -62,7 +64,7 @@ def test_a_wrong_token_given_as_a_flag_is_caught_and_nothing_is_written(
 ) -> None:
     env = _fresh_env(tmp_path, fake_openai, fake_telegram)
     flags = ["--no-input", "--telegram-token", "123456:WRONG", "--base-url", fake_openai.base_url, "--owner-id", "1"]
-    result = run_command(["onboard", *flags], env, tmp_path)
+    result = run_main(["onboard", *flags], env, tmp_path)
     assert result.returncode == 1
     assert "✗ Telegram token: refused by Telegram (Unauthorized)" in result.stderr
     assert "Nothing was written." in result.stderr
@@ -79,7 +81,7 @@ def test_a_wrong_key_given_as_a_flag_is_caught_and_nothing_is_written(
         "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
         "--api-key", "sk-not-the-key-000000", "--owner-id", "1",
     ]  # fmt: skip
-    result = run_command(["onboard", *flags], env, tmp_path)
+    result = run_main(["onboard", *flags], env, tmp_path)
     assert result.returncode == 1
     assert "✗ Model key:" in result.stderr and "Fix: set OPENAI_API_KEY" in result.stderr
     assert "sk-not-the-key-000000" not in result.stderr + result.stdout
@@ -138,13 +140,13 @@ def test_a_model_models_json_does_not_know_gets_the_window_given_and_doctor_agre
         "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
         "--api-key", TEST_API_KEY, "--model", "my-local-model", "--model-window", "16384", "--owner-id", "1",
     ]  # fmt: skip
-    result = run_command(["onboard", *flags], env, tmp_path)
+    result = run_main(["onboard", *flags], env, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Model window: input 16384 tokens" in result.stdout
     models = json.loads((tmp_path / "workspace" / "preferences" / "models.json").read_text())
     assert models["models"]["my-local-model"]["maxInputTokens"] == 16384
 
-    doctor = run_command(["doctor"], {k: v for k, v in env.items() if k != "BOT_WORKSPACE"}, tmp_path)
+    doctor = run_main(["doctor"], {k: v for k, v in env.items() if k != "BOT_WORKSPACE"}, tmp_path)
     assert "✓ Model window: my-local-model: input 16384" in doctor.stdout, doctor.stdout
 
 
@@ -162,7 +164,7 @@ def test_the_graph_is_read_by_a_cheaper_model_the_endpoint_offers_unless_another
     fake_openai.models = ["gpt-4o", "gpt-4.1-nano", "gpt-4o-mini"]  # gpt-4.1-nano is models.json's fast tier
     env = _fresh_env(tmp_path, fake_openai, fake_telegram)
     flags = _flags_for(fake_openai, fake_telegram, "gpt-4o")
-    result = run_command(["onboard", *flags], env, tmp_path)
+    result = run_main(["onboard", *flags], env, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Knowledge graph: read by gpt-4.1-nano (rag.extractionModel)" in result.stdout
     config_file = tmp_path / "workspace" / "preferences" / "runtime-config.json"
@@ -171,7 +173,7 @@ def test_the_graph_is_read_by_a_cheaper_model_the_endpoint_offers_unless_another
 
     # The owner's own choice, as a flag, is taken as it is (and checked).
     config_file.unlink()
-    chosen = run_command(["onboard", *flags, "--extraction-model", "gpt-4o-mini"], env, tmp_path)
+    chosen = run_main(["onboard", *flags, "--extraction-model", "gpt-4o-mini"], env, tmp_path)
     assert "✓ Knowledge graph: read by gpt-4o-mini (rag.extractionModel)" in chosen.stdout
     assert json.loads(config_file.read_text())["rag"] == {"extractionModel": "gpt-4o-mini"}
 
@@ -182,7 +184,7 @@ def test_with_no_cheaper_model_on_the_endpoint_the_chat_model_reads_the_graph(
     fake_openai.models = ["gpt-4o", "some-local-model"]
     env = _fresh_env(tmp_path, fake_openai, fake_telegram)
     flags = _flags_for(fake_openai, fake_telegram, "gpt-4o")
-    result = run_command(["onboard", *flags], env, tmp_path)
+    result = run_main(["onboard", *flags], env, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Knowledge graph: read by gpt-4o (the endpoint offers no cheaper model the bot knows)" in result.stdout
     config = json.loads((tmp_path / "workspace" / "preferences" / "runtime-config.json").read_text())

@@ -22,6 +22,7 @@ import pytest
 from bot.app import Application
 from bot.logging_setup import configure_logging
 from bot.tools.mcp import McpState, tool_name
+from tests.command_line import logging_kept
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -335,19 +336,13 @@ async def test_a_hanging_http_server_is_a_tool_error_too(
 async def test_what_a_server_config_takes_from_the_environment_is_scrubbed_from_the_log_too(
     mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
 ) -> None:
-    root = logging.getLogger()
-    saved = (root.handlers[:], root.level, logging.getLogRecordFactory(), sys.excepthook)
     stream = io.StringIO()
-    configure_logging("INFO", [], stream)
-    try:
+    with logging_kept():
+        configure_logging("INFO", [], stream)
         await apply(mcp_services, {"mcpServers": {"calc": stdio_server(env={"API_TOKEN": "${MCP_TEST_SECRET}"})}})
         await wait_until(ready(mcp_services, "calc"))
         # Whatever echoes it later (a server's error, a library's debug line) is scrubbed.
         logging.getLogger("bot.test").warning("[MCP] the server said: bad token %s", SECRET)
-    finally:
-        root.handlers[:], _, factory, sys.excepthook = saved
-        root.setLevel(saved[1])
-        logging.setLogRecordFactory(factory)
     assert "the server said: bad token [REDACTED]" in stream.getvalue()
     assert SECRET not in stream.getvalue()
 
