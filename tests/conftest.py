@@ -7,16 +7,19 @@ import gc
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from bot.app import Application
-from bot.heap import settle_after_load
-from bot.settings import EnvSettings
 from tests import bot_processes
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
+
+# xdist's controller loads this file and the fixture modules too, and runs no test: the application (about
+# 70 MB imported) is imported by the fixtures and helpers that use it, in the workers.
+if TYPE_CHECKING:
+    from bot.app import Application
+    from bot.settings import EnvSettings
 
 pytest_plugins = [
     "tests.fakes.openai_fixtures",
@@ -73,6 +76,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def env_for(workspace: Path, fake_openai: FakeOpenAI, **overrides: Any) -> EnvSettings:
     """Settings as the environment would give them, pointing at the fakes; no `.env` is read."""
+    from bot.settings import EnvSettings
+
     values: dict[str, Any] = {
         "bot_workspace": workspace,
         "openai_base_url": fake_openai.base_url,
@@ -107,6 +112,8 @@ def unfrozen_heap() -> Iterator[None]:
     the suite imports): frozen before the test, the heap is not walked by the collections of the test's
     bot, and the full collection that frees the tests' garbage comes once for several tests.
     """
+    from bot.heap import settle_after_load
+
     gc.freeze()
     yield
     if _resident_bytes() > _after_full_collection[0] + HEAP_SLACK_BYTES:
@@ -129,6 +136,8 @@ def workspace_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def services(workspace_dir: Path, fake_openai: FakeOpenAI) -> AsyncIterator[Application]:
+    from bot.app import Application
+
     built = Application(env_for(workspace_dir, fake_openai))
     yield built
     await built.stop()

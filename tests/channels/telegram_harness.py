@@ -20,7 +20,6 @@ from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 
-BACKENDS = ["ptb", "aiogram"]
 OWNER = 4242  # a private chat's id is its user's id
 GROUP = -1001234567
 GROUP_MEMBER = 1001  # the fake's default sender in groups

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.channels.telegram_harness import BACKENDS, RunningBot, start_bot
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 
+if TYPE_CHECKING:  # the harness imports the application: see tests/conftest.py
+    from tests.channels.telegram_harness import RunningBot
+
 BotFactory = Callable[..., Any]
+BACKENDS = ["ptb", "aiogram"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -26,6 +29,8 @@ async def start(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
 ) -> AsyncIterator[BotFactory]:
     """Starts the bot (with extra runtime-config) on the fakes; stopped at the end of the test."""
+    from tests.channels.telegram_harness import start_bot
+
     running: list[RunningBot] = []
 
     async def factory(runtime_config: dict[str, Any] | None = None) -> RunningBot:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.pipeline.systems.context_building import GROUP_CHAT_LINE
-from tests.channels.telegram_harness import BACKENDS, GROUP, OWNER, RunningBot, start_bot
+from tests.channels.telegram_harness import GROUP, OWNER, RunningBot, start_bot
+from tests.fakes.bot_fixtures import BACKENDS
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 

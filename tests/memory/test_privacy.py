@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from bot.domain.memory import MemoryLayer
-from tests.channels.telegram_harness import BACKENDS, GROUP, OWNER, RunningBot, start_bot
+from tests.channels.telegram_harness import GROUP, OWNER, RunningBot, start_bot
+from tests.fakes.bot_fixtures import BACKENDS
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.telegram_server import FakeTelegram
 from tests.memory.helpers import item, write_items

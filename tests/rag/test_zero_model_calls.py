@@ -15,7 +15,8 @@ import pytest
 
 from bot.rag.keywords import content_words
 from bot.rag.service import RELEVANT_MEMORY_HEADER
-from tests.channels.telegram_harness import BACKENDS, OWNER, RunningBot, start_bot
+from tests.channels.telegram_harness import OWNER, RunningBot, start_bot
+from tests.fakes.bot_fixtures import BACKENDS
 from tests.fakes.openai_server import FakeOpenAI, message_text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.rag.helpers import lightrag_responder, rag_of

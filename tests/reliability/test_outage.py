@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from bot.channels.telegram_polling import FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS
-from tests.channels.telegram_harness import BACKENDS, GROUP_MEMBER, OWNER, start_bot
+from tests.channels.telegram_harness import GROUP_MEMBER, OWNER, start_bot
+from tests.fakes.bot_fixtures import BACKENDS
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, Fault
 
