@@ -185,8 +185,9 @@ class MemoryConfig(ConfigSection):
     Memory` gets what the pack left of it (one budget for all that is recalled)
     """
     max_prompt_budget_tokens: int = Field(3500, ge=0)
-    """The pack goes past `softPromptBudgetTokens` only for items at least 0.45 as relevant as the best match, never
-    past this (nor past the memory share of the context, `compaction.budgetShares.memory`)
+    """Past `softPromptBudgetTokens` an item must be the more relevant the further past it goes: 0.45 as relevant as
+    the best match at the soft budget, rising to the best match's own here; never past this (nor past the memory
+    share of the context, `compaction.budgetShares.memory`)
     """
     long_term_max_share: float = Field(0.6, ge=0, le=1)
     """MEMORY.md takes at most this share of the memory budget, so scored items always keep room; beyond it, its
