@@ -203,6 +203,7 @@ async def test_processes_sharing_the_database_fire_a_reminder_once(postgres_data
     processes = OpenDatabases(postgres_database)
     try:
         databases = [await processes.open() for _ in range(3)]
+        await databases[0].fetch("DELETE FROM reminders RETURNING id")  # the module's other tests share the database
         outboxes = [Outbox() for _ in databases]
         replicas = [ReminderService(ReminderTable(db), BERLIN, "Europe/Berlin") for db in databases]
         for replica, outbox in zip(replicas, outboxes, strict=True):
