@@ -16,7 +16,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 
 # xdist's controller loads this file and the fixture modules too, and runs no test: the application (about
-# 70 MB imported) is imported by the fixtures and helpers that use it, in the workers.
+# 60 MB imported) is imported by the fixtures and helpers that use it, in the workers.
 if TYPE_CHECKING:
     from bot.app import Application
     from bot.settings import EnvSettings
