@@ -28,6 +28,7 @@ Run: `.venv/bin/python -m bench.memory_retrieval [sizes...]`
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -278,17 +279,24 @@ def measure(count: int, root: Path) -> dict[str, float | str]:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] in ("--one", "--prepare", "--cold"):
-        count, folder = int(sys.argv[2]), Path(sys.argv[3])
-        if sys.argv[1] == "--prepare":
-            prepare(count, folder)
-        elif sys.argv[1] == "--cold":
-            print(json.dumps(asyncio.run(cold_start_async(folder))))
-        else:
-            print(json.dumps(measure(count, folder)))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sizes", nargs="*", type=int, help=f"how many items (default: {', '.join(map(str, SIZES))})")
+    parser.add_argument("--json", action="store_true", help="one JSON line of figures after each size's row")
+    steps = parser.add_mutually_exclusive_group()
+    for name, what in (("--prepare", "write"), ("--cold", "first start of"), ("--one", "restart and measure")):
+        steps.add_argument(name, nargs=2, metavar=("COUNT", "FOLDER"), help=f"one step in this process: {what} FOLDER")
+    arguments = parser.parse_args()
+    if arguments.prepare:
+        prepare(int(arguments.prepare[0]), Path(arguments.prepare[1]))
         return
-    as_json = "--json" in sys.argv[1:]  # one JSON line of figures after each size's row (`run_all`)
-    sizes = [int(arg) for arg in sys.argv[1:] if arg != "--json"] or list(SIZES)
+    if arguments.cold:
+        print(json.dumps(asyncio.run(cold_start_async(Path(arguments.cold[1])))))
+        return
+    if arguments.one:
+        print(json.dumps(measure(int(arguments.one[0]), Path(arguments.one[1]))))
+        return
+    as_json = arguments.json
+    sizes = arguments.sizes or list(SIZES)
     print(
         f"{'items':>8} {'cold 1st':>9} {'cold ready':>10} {'1st answer':>10} {'ready':>6} {'p50':>8} {'p99':>8} "
         f"{'cpu p50':>8} {'retr p50':>8} {'retr p99':>8} {'retr cpu':>8} {'lexical':>8} {'vector':>8} {'embedded':>8} "
