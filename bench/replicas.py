@@ -1,10 +1,10 @@
 """Messages per second answered by 1, 2 and 3 replicas (`bot run` processes) sharing one PostgreSQL.
 
-Each replica is a real `python -m bot run` in webhook mode (`tests/database/replicas.py`) on a
-throw-away PostgreSQL (`tests/postgres_server.py`: 127.0.0.1, fsync off), the fake Bot API and the
-fake model answering at once. Updates of `--chats` chats (`--per-chat` each) are posted round-robin
-over the replicas' webhooks, as a load balancer would; the figure is the messages answered per
-second, from the first post to the last reply.
+Each replica is a real process of `bot run` in webhook mode (`tests/database/replicas.py`, forked with the
+application already imported by `tests/bot_processes.py`) on a throw-away PostgreSQL
+(`tests/postgres_server.py`: 127.0.0.1, fsync off), the fake Bot API and the fake model answering at once.
+Updates of `--chats` chats (`--per-chat` each) are posted round-robin over the replicas' webhooks, as a load
+balancer would; the figure is the messages answered per second, from the first post to the last reply.
 
 `--profile` also says where the CPU went during each run, in cores (CPU seconds over the run's seconds):
 the replicas' processes, the PostgreSQL server's (its postmaster and every backend), this process (the
