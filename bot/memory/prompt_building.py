@@ -94,7 +94,7 @@ def left_for_graph(
     """What the knowledge graph's `# Relevant Memory` may take: all that is recalled for a message shares one
     budget, the pack's soft budget (`softPromptBudgetTokens`), and what the pack (or the daily notes standing in)
     took of it comes first: its items were each scored against the message, the graph's snippets come with no
-    score to compare. Past the soft budget only the pack's most relevant items go (`worth_more`), never the
+    score to compare. Past the soft budget only the pack's most relevant items go (`worth_room`), never the
     graph's. MEMORY.md is not recalled but always shown: it does not count here."""
     if prompt is None or not prompt.turn:
         return config.soft_prompt_budget_tokens

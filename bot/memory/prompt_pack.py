@@ -179,7 +179,7 @@ class MemoryPromptPackService:
             if stamp is not None and stamp not in headings:
                 cost += self._estimator.text(stamp[2], model)
             within_soft = used + cost <= soft_tokens
-            if within_soft or (self.worth_room(scored, used + cost, soft_tokens, max_tokens)):
+            if within_soft or self.worth_room(scored, used + cost, soft_tokens, max_tokens):
                 chosen[scored.section].append((ScoredItem(item, scored.score, scored.section, scored.parts), text))
                 seen.add(same_text)
                 if heading:
