@@ -33,6 +33,8 @@ TURN_SALIENCE = 0.4
 PROMOTED_TAG = "promoted"
 # Shorter contents ("ok") are too common to remove every exchange that contains them.
 MIN_TRACE_CHARS = 8
+# An exchange said again gathers the keys of each time, up to this many (one extraction gives at most 22).
+MAX_SEARCH_KEYS = 32
 
 
 def turn_content(event: TurnMemoryEvent) -> str:
@@ -74,11 +76,17 @@ class MemoryWriteService:
         self._store = store
 
     def record_turn(
-        self, event: TurnMemoryEvent, candidates: list[MemoryCandidate], config: MemoryConfig
+        self,
+        event: TurnMemoryEvent,
+        candidates: list[MemoryCandidate],
+        config: MemoryConfig,
+        search_keys: tuple[str, ...] = (),
     ) -> WriteReport:
-        """The turn as an EPISODIC item, and every candidate extracted from it."""
+        """The turn as an EPISODIC item found also by `search_keys`, and every candidate extracted from it."""
         references = [ref for ref in (event.user_message_id, event.assistant_message_id) if ref]
-        turn = MemoryCandidate(MemoryLayer.EPISODIC, "turn", turn_content(event), TURN_CONFIDENCE, TURN_SALIENCE)
+        turn = MemoryCandidate(
+            MemoryLayer.EPISODIC, "turn", turn_content(event), TURN_CONFIDENCE, TURN_SALIENCE, search_keys=search_keys
+        )
         report = self.add(turn, event.session_id, event.timestamp, config, references, tags=event.tool_names)
         for candidate in candidates:
             skill = (event.skill,) if event.skill and candidate.layer is MemoryLayer.PROCEDURAL else ()
@@ -106,6 +114,7 @@ class MemoryWriteService:
                     "updated_at": now,
                     "references": _merged(existing.references, references or []),
                     "tags": _merged(existing.tags, [*candidate.tags, *tags]),
+                    "search_keys": _merged(existing.search_keys, candidate.search_keys)[:MAX_SEARCH_KEYS],
                 }
             )
             self._store.replace([reinforced])
@@ -126,6 +135,7 @@ class MemoryWriteService:
             fingerprint=fingerprint,
             source=source,
             key=candidate.key,
+            search_keys=list(candidate.search_keys),
         )
         report.superseded = self._supersede_slot(item, now)
         self._store.append([item])
