@@ -107,22 +107,28 @@ class LlmMemoryExtractor:
         )
         try:
             result = await self._llm.complete(request)
-            reply = ExtractionReply.model_validate(json.loads(_FENCE.sub("", result.text.strip())))
+            return parse_reply(result.text)
         except (LlmError, ValueError) as error:
             log.warning("[Memory] LLM extraction failed, using the rules: %s", _reason(error)[:200])
             return None
-        candidates = [
-            MemoryCandidate(
-                layer=MemoryLayer(entry.layer),
-                type=entry.type,
-                content=entry.content.strip(),
-                confidence=entry.confidence,
-                salience=FACT_SALIENCE,
-                key=entry.key.strip().lower() if entry.key else None,
-            )
-            for entry in reply.items
-        ]
-        return LlmExtraction(candidates, reply.search_keys())
+
+
+def parse_reply(text: str) -> LlmExtraction:
+    """The extraction the model's reply gives; ValueError (a `ValidationError` for JSON of the wrong shape) for
+    any reply that is not exactly what `EXTRACTION_INSTRUCTIONS` asks for."""
+    reply = ExtractionReply.model_validate(json.loads(_FENCE.sub("", text.strip())))
+    candidates = [
+        MemoryCandidate(
+            layer=MemoryLayer(entry.layer),
+            type=entry.type,
+            content=entry.content.strip(),
+            confidence=entry.confidence,
+            salience=FACT_SALIENCE,
+            key=entry.key.strip().lower() if entry.key else None,
+        )
+        for entry in reply.items
+    ]
+    return LlmExtraction(candidates, reply.search_keys())
 
 
 def _reason(error: Exception) -> str:

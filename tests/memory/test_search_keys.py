@@ -131,6 +131,8 @@ async def test_an_exchange_is_found_by_the_facts_the_model_drew_from_it_through_
         configure_memory(first, **KEYS_ALONE)
         fake_openai.script("Sounds cozy!", json.dumps({"items": [POULTRY_FACT], "keys": POULTRY_KEYS}))
         await say(first, channel, "1", POT_PIE)
+        # The reply and the one extraction call, whose reply gave the keys: no call more.
+        assert len(fake_openai.chat_requests()) == 2
         [exchange] = [line for line in episodic_lines(first) if POT_PIE in line["content"]]
         # Exchanges between it and the questions' own, which would bring it in as their neighbour.
         later = datetime.fromisoformat(exchange["createdAt"])
