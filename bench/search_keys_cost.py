@@ -103,14 +103,16 @@ async def write_cpu_ms(exchanges: list[tuple[TurnMemoryEvent, str]], mode: str) 
         writer = MemoryWriteService(store)
         started = time.process_time()
         for event, reply in exchanges:
+            exchange_keys: tuple[str, ...] = ()
             if mode == "rules":
-                candidates, search_keys = rules.extract(event, code_aware=True), ()
+                candidates = rules.extract(event, code_aware=True)
             else:
                 extraction = parse_reply(reply)
                 candidates = extraction.candidates
-                search_keys = extraction.search_keys if mode == "model_keys" else ()
-            keys += len(search_keys)
-            writer.record_turn(event, candidates, config, search_keys)
+                if mode == "model_keys":
+                    exchange_keys = extraction.search_keys
+            keys += len(exchange_keys)
+            writer.record_turn(event, candidates, config, exchange_keys)
             await store.flush(durable=False)
         elapsed = time.process_time() - started
         store.close()
@@ -148,9 +150,9 @@ def main() -> None:
     for mode in ("model_keys", "no_model_keys", "rules"):
         runs = []
         for _ in range(arguments.rounds):
-            cpu_ms, keys = asyncio.run(write_cpu_ms(exchanges, mode))
+            cpu_ms, made = asyncio.run(write_cpu_ms(exchanges, mode))
             runs.append(cpu_ms)
-            keys_stored = max(keys_stored, keys)
+            keys_stored = max(keys_stored, made)
         figures[f"write_{mode}_ms"] = round(statistics.median(runs), 4)
     print(
         f"{len(exchanges)} exchanges written with llmExtractionEnabled, {with_facts} with facts from their extraction "
