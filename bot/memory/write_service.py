@@ -286,13 +286,16 @@ class MemoryWriteService:
         the item first.
 
         The recorded exchanges that contain it go too: forgetting "the lock code is 4242" must not
-        leave the turn where it was said to bring it back into a prompt.
+        leave the turn where it was said to bring it back into a prompt. So do those it is a search key of
+        (the exchange the model drew it from), which would bring it back by its very words.
         """
         item = self._active(item_id)
         traces = [
             other.id
             for other in self._store.items()
-            if other.id != item_id and other.layer is MemoryLayer.EPISODIC and _contains(other.content, item.content)
+            if other.id != item_id
+            and other.layer is MemoryLayer.EPISODIC
+            and (_contains(other.content, item.content) or _keyed_by(other, item))
         ]
         removed = self._store.remove([item_id, *traces])
         if traces:
@@ -338,6 +341,16 @@ class MemoryWriteService:
 def _contains(text: str, part: str) -> bool:
     needle = normalized_words(part)
     return len(needle) >= MIN_TRACE_CHARS and needle in normalized_words(text)
+
+
+def _keyed_by(exchange: MemoryItem, fact: MemoryItem) -> bool:
+    """Whether the exchange's search keys hold the fact's sentence (as the model wrote it: without the name of
+    the speaker it was recorded under in a group)."""
+    if not exchange.search_keys:
+        return False
+    speaker = fact.speaker
+    wanted = normalized_words(fact.content.removeprefix(f"{speaker}: ") if speaker else fact.content)
+    return any(normalized_words(key) == wanted for key in exchange.search_keys)
 
 
 def _merged(first: list[str], second: list[str] | tuple[str, ...]) -> list[str]:
