@@ -64,17 +64,24 @@ def cpu_ms_per_item(items: list[MemoryItem], one_by_one: bool) -> float:
     return (time.process_time() - started) * 1000 / len(items)
 
 
+def observations(conversation: dict[str, Any]) -> dict[str, list[str]]:
+    """LoCoMo's observations of a conversation (facts a model wrote from it, each naming the turns it came
+    from) by the dia_id of each of those turns."""
+    observed: dict[str, list[str]] = {}
+    for facts in conversation["observation"].values():
+        for sentences in facts.values():
+            for sentence, where in sentences:
+                for session, turn in EVIDENCE_PART.findall(str(where)):
+                    observed.setdefault(f"D{session}:{turn}", []).append(sentence)
+    return observed
+
+
 def observed_exchanges() -> list[tuple[TurnMemoryEvent, str]]:
     """Each LoCoMo turn as an exchange, with the extraction reply a model gives it: LoCoMo's observations of
     that turn as facts (`{"items": []}` for a turn with none)."""
     exchanges: list[tuple[TurnMemoryEvent, str]] = []
     for conversation in json.loads(DATA.read_text()):
-        observed: dict[str, list[str]] = {}
-        for facts in conversation["observation"].values():
-            for sentences in facts.values():
-                for sentence, where in sentences:
-                    for session, turn in EVIDENCE_PART.findall(str(where)):
-                        observed.setdefault(f"D{session}:{turn}", []).append(sentence)
+        observed = observations(conversation)
         dialog = conversation["conversation"]
         for key in sorted((k for k in dialog if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1])):
             when = session_time(dialog[f"{key}_date_time"])
