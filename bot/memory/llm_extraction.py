@@ -27,7 +27,8 @@ from bot.memory.extraction import FACT_SALIENCE, MemoryCandidate
 log = logging.getLogger(__name__)
 
 EXTRACTION_TIMEOUT_SECONDS = 15.0
-EXTRACTION_MAX_TOKENS = 400
+# A fact is about 40 tokens of JSON, the list of keys up to about 60: a reply cut short is not JSON, and is refused.
+EXTRACTION_MAX_TOKENS = 460
 EXTRACTION_INSTRUCTIONS = (
     "You extract long-term memory from one chat exchange between a user and an assistant. "
     "Keep only durable facts about the user, their preferences, constraints (things never or always to do) "
