@@ -23,6 +23,7 @@ from bot.domain.memory import MemoryLayer, TurnMemoryEvent
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.errors import LlmError
 from bot.memory.extraction import FACT_SALIENCE, MemoryCandidate
+from bot.memory.search_keys import unique_keys
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,7 @@ class ExtractionReply(BaseModel):
 
     def search_keys(self) -> tuple[str, ...]:
         """The exchange's search keys: each fact's sentence, then each key, the same words once."""
-        unique: dict[str, str] = {}
-        for key in [entry.content.strip() for entry in self.items] + self.keys:
-            unique.setdefault(key.lower(), key)
-        return tuple(unique.values())
+        return tuple(unique_keys([entry.content.strip() for entry in self.items] + self.keys))
 
 
 @dataclass(frozen=True)

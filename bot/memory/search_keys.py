@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import gzip
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from bot.domain.memory import MemoryItem
@@ -61,6 +62,14 @@ def place_keys(text: str) -> list[str]:
             else:
                 start += 1
     return keys
+
+
+def unique_keys(keys: Iterable[str]) -> list[str]:
+    """`keys` in their order, each once up to case (the first spelling kept)."""
+    unique: dict[str, str] = {}
+    for key in keys:
+        unique.setdefault(key.lower(), key)
+    return list(unique.values())
 
 
 def search_keys(item: MemoryItem) -> str:

@@ -20,6 +20,7 @@ from bot.domain.text import fingerprint_of, normalized_words
 from bot.memory.daily_notes import one_line
 from bot.memory.extraction import MemoryCandidate
 from bot.memory.item_storage import ItemStore
+from bot.memory.search_keys import unique_keys
 from bot.settings import MemoryConfig
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class MemoryWriteService:
                     "updated_at": now,
                     "references": _merged(existing.references, references or []),
                     "tags": _merged(existing.tags, [*candidate.tags, *tags]),
-                    "search_keys": _merged(existing.search_keys, candidate.search_keys)[:MAX_SEARCH_KEYS],
+                    "search_keys": unique_keys([*existing.search_keys, *candidate.search_keys])[:MAX_SEARCH_KEYS],
                 }
             )
             self._store.replace([reinforced])

@@ -186,6 +186,19 @@ async def test_forgetting_a_fact_the_model_drew_from_an_exchange_forgets_the_exc
     ]
 
 
+async def test_an_exchange_said_again_gathers_the_keys_of_each_time(store: MemoryItemStore, paths: MemoryPaths) -> None:
+    writer = MemoryWriteService(store)
+    first = TurnMemoryEvent("telegram:1", "Pot pie again tonight.", "Enjoy!", NOW, "u1", "a1")
+    again = TurnMemoryEvent("telegram:1", "Pot pie again tonight.", "Enjoy!", NOW, "u2", "a2")
+    writer.record_turn(first, [], MemoryConfig(), ("poultry", "dinner"))
+    writer.record_turn(again, [], MemoryConfig(), ("Dinner", "comfort food", *(f"word{n}" for n in range(40))))
+    await store.flush()
+    [record] = read_items(paths.episodic_file(NOW.date()))
+    assert record["references"] == ["u1", "a1", "u2", "a2"]
+    assert record["searchKeys"][:4] == ["poultry", "dinner", "comfort food", "word0"]
+    assert len(record["searchKeys"]) == 32
+
+
 async def test_code_aware_extraction_keeps_commands_paths_and_errors(
     store: MemoryItemStore, paths: MemoryPaths
 ) -> None:
