@@ -26,10 +26,10 @@ The result, divided by the best candidate's, is blended with recency (halving ev
 Every candidate is returned scored; the prompt pack decides how many fit. No model call is made here:
 the message's vector is computed before, once.
 
-Candidates are scored from their columns in the index database (`ItemFacts`: layer, day, speaker,
-salience ...) and their neighbours' ids, read in a few queries, not from their parsed lines: of the several
-hundred candidates of a message at 100,000 items the pack reads about 130 and shows about 40, so only those
-(and the few best matches whose rare words are bridged) are parsed (`RankedItem`).
+Candidates are scored from their facts (`ItemFacts`: layer, day, speaker, salience ...) and their
+neighbours, which the store keeps in RAM for every item, not from their parsed lines: of the several hundred
+candidates of a message at 100,000 items the pack reads about 130 and shows about 40, so only those (and the
+few best matches whose rare words are bridged) are parsed (`RankedItem`).
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ class MemoryRetrievalService:
         """Each candidate's match with its lifts, before it is divided by the best (see `_relevance`)."""
         match = self._match(query.text, query_vector)
         self._bridge(query.text, match)
-        items = self._store.facts_of(match, with_neighbours=True)
+        items = self._store.facts_of(match)
         named = names_in(query.text)
         if named:
             for item_id, item in items.items():
