@@ -196,11 +196,9 @@ class ItemQueries:
     def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
         """The ids of the items just before and after each of `item_ids` in its day file (in that order; none
         for an item not in a day file or not stored)."""
-        table = self._caches.facts
-        return {item_id: table.neighbour_ids(item_id) for item_id in item_ids}
+        return self._caches.facts.neighbour_ids(item_ids)
 
     def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
         """The facts of the active EPISODIC items just before and after each of `item_ids` in its day file (in
         that order)."""
-        table = self._caches.facts
-        return {item_id: table.episodic_neighbours(item_id) for item_id in item_ids}
+        return self._caches.facts.episodic_neighbours(item_ids)
