@@ -61,7 +61,6 @@ CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot I
 CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
 CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
 CREATE INDEX IF NOT EXISTS items_shared ON items (id) WHERE active AND shared;
-CREATE INDEX IF NOT EXISTS items_by_speaker ON items (speaker) WHERE active AND speaker IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
 -- The newest items of a layer (the console's memory page) read in order instead of sorted from every row.
 CREATE INDEX IF NOT EXISTS items_newest ON items (layer, updated DESC, id) WHERE active;
@@ -402,12 +401,6 @@ def pinned(connection: sqlite3.Connection) -> list[ItemLine]:
 
 def shared(connection: sqlite3.Connection) -> list[ItemLine]:
     return connection.execute("SELECT id, line FROM items WHERE active AND shared ORDER BY id").fetchall()
-
-
-def speaks(connection: sqlite3.Connection, speaker: str) -> bool:
-    """Whether `speaker` speaks in some active item."""
-    row = connection.execute("SELECT 1 FROM items WHERE active AND speaker = ? LIMIT 1", (speaker,)).fetchone()
-    return row is not None
 
 
 def recent_episodic_ids(

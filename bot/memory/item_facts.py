@@ -42,6 +42,8 @@ class FactsTable:
         # One object per day and per speaker (a year of turns holds 365 days, and a few speakers).
         self._days: dict[int, date] = {}
         self._speakers: dict[str, str] = {}
+        # How many active items each speaker speaks in (`speaks`).
+        self._spoken: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._facts)
@@ -50,6 +52,7 @@ class FactsTable:
         self._facts.clear()
         self._place.clear()
         self._files.clear()
+        self._spoken.clear()
 
     def load(self, rows: Iterable[FactsRow]) -> None:
         """Start from `rows` (every row of `items`, in any order)."""
@@ -59,6 +62,7 @@ class FactsTable:
         for row in rows:
             item_id = row[0]
             facts[item_id] = made(row)
+            self._count_speaker(facts[item_id], 1)
             if row[8]:
                 number = self._file_number(row[9])
                 place[item_id] = number * _FILE_STEP + row[10]
@@ -72,7 +76,9 @@ class FactsTable:
         for row in rows:
             item_id = row[0]
             self._unplace(item_id)
-            self._facts[item_id] = self._made(row)
+            self._count_speaker(self._facts.get(item_id), -1)
+            self._facts[item_id] = facts = self._made(row)
+            self._count_speaker(facts, 1)
             if row[8]:
                 number, pos = self._file_number(row[9]), row[10]
                 self._place[item_id] = number * _FILE_STEP + pos
@@ -85,7 +91,15 @@ class FactsTable:
         """Rows deleted."""
         for item_id in item_ids:
             self._unplace(item_id)
-            self._facts.pop(item_id, None)
+            self._count_speaker(self._facts.pop(item_id, None), -1)
+
+    def _count_speaker(self, facts: ItemFacts | None, change: int) -> None:
+        if facts is not None and facts.active and facts.speaker is not None:
+            count = self._spoken.get(facts.speaker, 0) + change
+            if count:
+                self._spoken[facts.speaker] = count
+            else:
+                del self._spoken[facts.speaker]
 
     def _file_number(self, name: str) -> int:
         number = self._file_numbers.get(name)
@@ -117,6 +131,10 @@ class FactsTable:
         """The facts of the stored items of `item_ids`, in that order."""
         known = self._facts
         return {item_id: facts for item_id in item_ids if (facts := known.get(item_id)) is not None}
+
+    def speaks(self, name: str) -> bool:
+        """Whether `name` speaks in some active item (see `MemoryItem.speaker`)."""
+        return name in self._spoken
 
     def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
         """The ids of the items just before and after each of `item_ids` in its day file, in that order (none for

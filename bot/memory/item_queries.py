@@ -166,7 +166,7 @@ class ItemQueries:
 
     def speakers_among(self, names: Iterable[str]) -> set[str]:
         """Those of `names` that speak in some active item (see `MemoryItem.speaker`)."""
-        return {name for name in names if self._db.read(index_sql.speaks, name)}
+        return {name for name in names if self._caches.facts.speaks(name)}
 
     def recent_episodic(self, limit: int, since: datetime, skip: Callable[[str], bool]) -> list[MemoryItem]:
         """The newest active EPISODIC items created since `since`, newest first, reading day files from the

@@ -372,11 +372,9 @@ class MemoryPromptBuilder:
         if not text.strip() or scope.vectors.embedder_name != embedder.name:
             return None
         names = names_in(text)
-        speakers = (
-            await self._scopes.off_loop_if_large(scope, scope.store.speakers_among, names)
-            if names and scope.loaded
-            else set()
-        )
+        # Looked up in the store's facts table, in RAM: on the event loop, not queued in memory's thread
+        # behind the read this vector's message does meanwhile (the dense search waits for this vector).
+        speakers = scope.store.speakers_among(names) if names and scope.loaded else set()
         return await self._indexing.state(scope).embed_query(embedder, dense_query_text(text, speakers))
 
 

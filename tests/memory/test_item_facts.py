@@ -1,5 +1,5 @@
 """The facts table retrieval scores by is what the index database holds, after every kind of change: each
-item's facts, and the items just before and after a turn in its day file."""
+item's facts, the items just before and after a turn in its day file, and who speaks in the active items."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def in_database(store: MemoryItemStore) -> tuple[dict[str, ItemFacts], dict[str,
 
 def assert_as_in_database(store: MemoryItemStore) -> None:
     facts, around = in_database(store)
+    speaking = {row[0] for row in store._db.connection.execute("SELECT speaker FROM items WHERE active")}
+    assert store.speakers_among(["Ann", "Bob", "Cy"]) == speaking & {"Ann", "Bob", "Cy"}
     ids = [*facts, "missing"]
     assert store.facts_of(ids) == facts
     assert store.neighbour_ids(ids) == {**around, "missing": []}
