@@ -15,6 +15,7 @@ their vectors, for the next run. Not run by CI:
 
     .venv/bin/python -m bench.candidate_recall [--only conv-44,conv-47] [--data FILE] [--root DIR] [--json]
         [--set NAME=VALUE ...]   (a constant of `bot.memory.retrieval` or `bot.memory.prompt_pack`)
+        [--depths 20,40,80,160]
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def where_missed(
     return PLACES[4]
 
 
-async def measure(conversation: dict[str, Any], root: Path) -> dict[str, Any]:
+async def measure(conversation: dict[str, Any], root: Path, depths: tuple[int, ...]) -> dict[str, Any]:
     workspace = root / conversation["sample_id"]
     if not workspace.exists():
         write_items(conversation, workspace / "memory")
@@ -102,7 +103,7 @@ async def measure(conversation: dict[str, Any], root: Path) -> dict[str, Any]:
         wanted = evidence_ids(question)
         if question.get("category") not in CATEGORIES or not wanted:
             continue
-        explained = await service.explain(config, session, question["question"], max(DEPTHS))
+        explained = await service.explain(config, session, question["question"], max(depths))
         ranked = [dia for item, _ in explained if (dia := dia_id_of(item.id)) is not None]
         wanted_keys = {cast(tuple[int, int], dia_id_of("locomo-" + w.replace(":", "-"))) for w in wanted}
         prompt = await service.build_prompt(config, session, question["question"])
@@ -113,7 +114,7 @@ async def measure(conversation: dict[str, Any], root: Path) -> dict[str, Any]:
         rows.append(
             {
                 "category": CATEGORIES[question["category"]],
-                "at": {depth: len(wanted_keys & set(ranked[:depth])) / len(wanted_keys) for depth in DEPTHS},
+                "at": {depth: len(wanted_keys & set(ranked[:depth])) / len(wanted_keys) for depth in depths},
                 "pack": len(wanted & shown) / len(wanted),
                 "chars": len(prompt.text),
                 "misses": misses,
@@ -123,20 +124,20 @@ async def measure(conversation: dict[str, Any], root: Path) -> dict[str, Any]:
     return {"sample": conversation["sample_id"], "rows": rows}
 
 
-def report(results: list[dict[str, Any]]) -> dict[str, Any]:
+def report(results: list[dict[str, Any]], depths: tuple[int, ...]) -> dict[str, Any]:
     rows = [row for result in results for row in result["rows"]]
     by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_category[row["category"]].append(row)
     figures: dict[str, Any] = {"questions": len(rows), "categories": {}}
-    print(f"{'':<12} {'n':>4} " + " ".join(f"@{d:<5}" for d in DEPTHS) + "  pack   misses@40: " + ", ".join(PLACES))
+    print(f"{'':<12} {'n':>4} " + " ".join(f"@{d:<5}" for d in depths) + "  pack   misses@40: " + ", ".join(PLACES))
     for name, group in [("all", rows), *sorted(by_category.items())]:
-        at = {depth: statistics.mean(row["at"][depth] for row in group) for depth in DEPTHS}
+        at = {depth: statistics.mean(row["at"][depth] for row in group) for depth in depths}
         pack = statistics.mean(row["pack"] for row in group)
         places = Counter(place for row in group for place in row["misses"])
         print(
             f"{name:<12} {len(group):>4} "
-            + " ".join(f"{at[d]:.3f} " for d in DEPTHS)
+            + " ".join(f"{at[d]:.3f} " for d in depths)
             + f" {pack:.3f}  "
             + ", ".join(str(places[p]) for p in PLACES)
         )
@@ -152,8 +153,8 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
-async def run(conversations: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
-    return [await measure(conversation, root) for conversation in conversations]
+async def run(conversations: list[dict[str, Any]], root: Path, depths: tuple[int, ...]) -> list[dict[str, Any]]:
+    return [await measure(conversation, root, depths) for conversation in conversations]
 
 
 def main() -> None:
@@ -165,7 +166,9 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="a weight of retrieval or the pack, for a try"
     )
+    parser.add_argument("--depths", default=",".join(map(str, DEPTHS)), help="the depths recall is measured at")
     arguments = parser.parse_args()
+    depths = tuple(sorted(int(depth) for depth in arguments.depths.split(",")))
     for setting in arguments.set:
         name, value = setting.split("=")
         module = retrieval if hasattr(retrieval, name) else prompt_pack
@@ -175,11 +178,11 @@ def main() -> None:
         conversations = [c for c in conversations if c["sample_id"] in arguments.only.split(",")]
     if arguments.root is not None:
         arguments.root.mkdir(parents=True, exist_ok=True)
-        results = asyncio.run(run(conversations, arguments.root))
+        results = asyncio.run(run(conversations, arguments.root, depths))
     else:
         with tempfile.TemporaryDirectory(prefix="candidate-recall-") as folder:
-            results = asyncio.run(run(conversations, Path(folder)))
-    figures = report(results)
+            results = asyncio.run(run(conversations, Path(folder), depths))
+    figures = report(results, depths)
     if arguments.json:
         print(json.dumps({"bench": "candidate_recall", **figures}))
 

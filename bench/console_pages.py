@@ -82,7 +82,7 @@ async def measure(count: int, rounds: int, fake: FakeOpenAI) -> dict[str, float 
             loaded_s = time.perf_counter() - started
             assert app.listener is not None
             root = f"http://127.0.0.1:{app.listener.port}/console"
-            token = app.console.auth.issue_link(Viewer(f"telegram:{OWNER}", True), 5)
+            token = await app.console.auth.issue_link(Viewer(f"telegram:{OWNER}", True), 5)
             async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
                 async with client.post(f"{root}/login", data={"token": token}) as login:
                     assert login.status == 200, login.status

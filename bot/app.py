@@ -202,7 +202,7 @@ class Application:
         self.traces = pipeline.traces
         self.console = console_install.install(
             commands, self.listener, config_store, workspace, memory.service, rag.service, planner, pipeline.traces,
-            metrics, tools.mcp, router.dispatcher.queue_depths,
+            metrics, tools.mcp, router.dispatcher.queue_depths, stores.database,
         )  # fmt: skip
         self._backlog: list[Turn] = []
         self._stopped = False

@@ -217,7 +217,9 @@ class MemoryConfig(ConfigSection):
     legacy_daily_notes_enabled: bool = True
     """Write and show the daily notes (`false` turns them off)"""
     llm_extraction_enabled: bool = False
-    """One extra cheap model call per turn extracts facts as strict JSON; the rules run on any failure."""
+    """One extra cheap model call per turn extracts facts as strict JSON; they, and the words it gives for what the
+    exchange is about, also find the exchange's own item (its `searchKeys`). The rules run on any failure.
+    """
     embeddings_model: str | None = "local"
     """Embeddings for hybrid retrieval: `"local"` for the bundled offline multilingual-e5-small (no network, no key),
     an endpoint model name (its `/embeddings`), or `null` for lexical retrieval only.

@@ -3,20 +3,23 @@ the console's pages on it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.access.policy import is_owner_chat
 from bot.commands.registry import Command, CommandHandler, CommandRegistry, CommandRequest
-from bot.console.auth import ConsoleAuth, Viewer
+from bot.console.auth import ConsoleAuth, LoginsInMemory, Viewer
 from bot.console.graph_page import GraphPage
 from bot.console.health_page import HealthPage
 from bot.console.html import PREFIX
+from bot.console.logins_db import LoginsInDatabase
 from bot.console.memory_page import MemoryPages
 from bot.console.server import ConsoleServer
 from bot.console.settings_page import SettingsPage
 from bot.console.why_page import WhyPage
 from bot.context.planner import ContextPlanner
+from bot.database.connection import Database, DatabaseError
 from bot.http.listener import HttpListener
 from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
@@ -26,6 +29,8 @@ from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
 from bot.tools.mcp import McpManager
 from bot.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 # Where the listener takes every address, the link names the machine itself.
 ANY_ADDRESS = ("", "0.0.0.0", "::")
@@ -49,8 +54,11 @@ def install(
     metrics: BotMetrics,
     mcp: McpManager,
     queue_depths: Callable[[], dict[str, int]],
+    database: Database | None,
 ) -> InstalledConsole:
-    auth = ConsoleAuth()
+    """The console's logins are kept in `database` where there is one (every replica sees them), in the
+    process otherwise."""
+    auth = ConsoleAuth(LoginsInMemory() if database is None else LoginsInDatabase(database))
     commands.register(
         Command("console", "a login link to the web console", _console_command(auth, listener, config_store))
     )
@@ -96,7 +104,11 @@ def _console_command(
         owner = is_owner_chat(person, config.access.allowed_users)
         if not owner and config.memory.scope != "user":
             return "The web console is the owner's."
-        token = auth.issue_link(Viewer(person, owner), config.console.link_minutes)
+        try:
+            token = await auth.issue_link(Viewer(person, owner), config.console.link_minutes)
+        except DatabaseError as error:
+            log.error("[Console] No login link for %s: the database does not answer (%s)", person, error)
+            return "I could not make a console link: the database does not answer just now. Try /console again shortly."
         host = "127.0.0.1" if listener.host in ANY_ADDRESS else listener.host
         root = (config.console.public_url or f"http://{host}:{listener.port}").rstrip("/")
         minutes = f"{config.console.link_minutes:g}"

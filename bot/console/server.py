@@ -18,6 +18,7 @@ from aiohttp import web
 
 from bot.console.auth import COOKIE_NAME, ConsoleAuth, ConsoleSession, Viewer
 from bot.console.html import PREFIX, esc, hidden, page
+from bot.database.connection import DatabaseError
 from bot.http.listener import HttpListener
 from bot.runtime_config import RuntimeConfigStore
 
@@ -36,6 +37,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 NO_SESSION = "Not logged in, or the login has expired. Send /console to the bot for a new link."
+NO_DATABASE = "The database does not answer just now, so the console cannot check your login. Try again in a moment."
 
 
 @dataclass
@@ -86,6 +88,23 @@ def notes_of(request: web.Request) -> str:
     return "".join(shown)
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _answering(handler: Handler) -> Handler:
+    """`handler`, answering a database that does not answer (logins and, with it, memory live there) with a
+    page that says so instead of a bare 500."""
+
+    async def answering(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except DatabaseError as error:
+            log.error("[Console] %s %s: the database does not answer (%s)", request.method, request.path, error)
+            return refusal(NO_DATABASE, 503)
+
+    return answering
+
+
 class ConsoleServer:
     """Adds the console's routes to the listener (before it starts)."""
 
@@ -99,15 +118,15 @@ class ConsoleServer:
         """`pages`: by path under `/console/`, the GET and POST handlers and whether only the owner may use it."""
         listener.add_route("GET", PREFIX, self._home)
         listener.add_route("GET", f"{PREFIX}/", self._home)
-        listener.add_route("GET", f"{PREFIX}/login", self._login_page)
-        listener.add_route("POST", f"{PREFIX}/login", self._login)
-        listener.add_route("POST", f"{PREFIX}/logout", self._logout)
+        listener.add_route("GET", f"{PREFIX}/login", _answering(self._login_page))
+        listener.add_route("POST", f"{PREFIX}/login", _answering(self._login))
+        listener.add_route("POST", f"{PREFIX}/logout", _answering(self._logout))
         listener.add_route("GET", f"{PREFIX}/static/{{name}}", self._static)
         for path, (get, post, owner_only) in pages.items():
             if get is not None:
-                listener.add_route("GET", f"{PREFIX}/{path}", self._guarded(get, owner_only, change=False))
+                listener.add_route("GET", f"{PREFIX}/{path}", _answering(self._guarded(get, owner_only, change=False)))
             if post is not None:
-                listener.add_route("POST", f"{PREFIX}/{path}", self._guarded(post, owner_only, change=True))
+                listener.add_route("POST", f"{PREFIX}/{path}", _answering(self._guarded(post, owner_only, change=True)))
 
     def _enabled(self) -> None:
         if not self._config_store.in_force().console.enabled:
@@ -118,7 +137,7 @@ class ConsoleServer:
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def guarded(request: web.Request) -> web.StreamResponse:
             self._enabled()
-            session = self.auth.session(request.cookies.get(COOKIE_NAME))
+            session = await self.auth.session(request.cookies.get(COOKIE_NAME))
             if session is None:
                 return refusal(NO_SESSION, 401)
             form: dict[str, str] = {}
@@ -149,7 +168,7 @@ class ConsoleServer:
         uses nothing up, so a link preview cannot log anyone in or spend the link."""
         self._enabled()
         token = request.query.get("token", "")
-        if not self.auth.link_is_valid(token):
+        if not await self.auth.link_is_valid(token):
             return refusal(
                 "This login link has expired or was already used. Send /console to the bot for a new one.", 403
             )
@@ -164,7 +183,7 @@ class ConsoleServer:
         posted = await request.post()
         token = posted.get("token")
         config = self._config_store.in_force().console
-        redeemed = self.auth.redeem(token, config.session_hours) if isinstance(token, str) else None
+        redeemed = await self.auth.redeem(token, config.session_hours) if isinstance(token, str) else None
         if redeemed is None:
             log.warning("[Console] Refused a login with an expired, used or unknown link")
             return refusal(
@@ -182,12 +201,12 @@ class ConsoleServer:
     async def _logout(self, request: web.Request) -> web.StreamResponse:
         self._enabled()
         cookie = request.cookies.get(COOKIE_NAME)
-        session = self.auth.session(cookie)
+        session = await self.auth.session(cookie)
         posted = await request.post()
         csrf = posted.get("csrf")
         if session is None or not session.accepts(csrf if isinstance(csrf, str) else None):
             return refusal(NO_SESSION, 401)
-        self.auth.end(cookie)
+        await self.auth.end(cookie)
         response = html_response(
             page("Logged out", "<p>Logged out. Send /console to the bot to log in again.</p>", None)
         )

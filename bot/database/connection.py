@@ -62,7 +62,9 @@ def _driver() -> Any:
 
 
 def _failures(asyncpg: Any) -> tuple[type[Exception], ...]:
-    return (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+    # InternalClientError: a pooled connection the server ended meets the next statement half way through its
+    # own state ("another operation is in progress"); it is the same lost server as a refused connection.
+    return (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError)
 
 
 class Database:

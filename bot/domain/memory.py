@@ -51,7 +51,8 @@ class MemoryItem(CamelModel):
     different content supersedes the older one, which stays in the file with `supersededBy` set and is
     no longer retrieved. `pinned` items go into every prompt; `shared` ones, of the owner's memory, into
     every chat's (see `bot.memory.audience`). `lastAccessedAt` and `decayedAt` drive the
-    salience decay after `decayDays` without use.
+    salience decay after `decayDays` without use. `searchKeys` are words an exchange is found by
+    besides its own (the facts the model drew from it: `bot.memory.search_keys`), never shown.
     """
 
     id: str = Field(default_factory=new_memory_id)
@@ -74,6 +75,9 @@ class MemoryItem(CamelModel):
     shared: bool = Field(False, exclude_if=lambda shared: not shared)
     last_accessed_at: datetime | None = None
     decayed_at: datetime | None = None
+    # Made from the words of `content` as it was written (the item's `fingerprint`): a hand edit of the content
+    # drops them (see `_fingerprinted`). Written only when there are some.
+    search_keys: list[str] = Field(default_factory=list, exclude_if=lambda keys: not keys)
 
     @field_validator("created_at", "updated_at", "last_accessed_at", "decayed_at", mode="after")
     @classmethod
@@ -96,9 +100,16 @@ class MemoryItem(CamelModel):
     @model_validator(mode="after")
     def _fingerprinted(self) -> MemoryItem:
         """A hand-written item without a fingerprint gets its content's: an empty one would make every
-        such item look like a duplicate of the others."""
+        such item look like a duplicate of the others.
+
+        Search keys describe the words they were made from, whose fingerprint the item keeps: content
+        edited by hand since no longer has it, and the keys go (the next rewrite of the item leaves them
+        out of its line too), so an edit never leaves the item found by what it no longer says.
+        """
         if not self.fingerprint:
             self.fingerprint = fingerprint_of(self.content)
+        elif self.search_keys and self.fingerprint != fingerprint_of(self.content):
+            self.search_keys = []
         return self
 
     @property

@@ -39,6 +39,8 @@ class MemoryCandidate:
     salience: float
     key: str | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # Words it is found by besides its own (`MemoryItem.search_keys`).
+    search_keys: tuple[str, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)

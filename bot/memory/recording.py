@@ -54,11 +54,11 @@ class TurnRecorder:
         model: str = "",
     ) -> WriteReport:
         """The structured write of a finished turn: the episodic item and what extraction found."""
-        candidates = await self._extract(config, event, previous_assistant_text, model)
+        candidates, search_keys = await self._extract(config, event, previous_assistant_text, model)
         if event.speaker:
             candidates = [attributed(candidate, event.speaker) for candidate in candidates]
         async with self._scopes.fresh(scope):
-            report = scope.writer.record_turn(event, candidates, config)
+            report = scope.writer.record_turn(event, candidates, config, search_keys)
         await scope.store.flush(durable=False)
         embedder = self._embedders.get(config.embeddings_model)
         if embedder is not None:
@@ -112,7 +112,9 @@ class TurnRecorder:
 
     async def _extract(
         self, config: MemoryConfig, event: TurnMemoryEvent, previous_assistant_text: str, model: str
-    ) -> list[MemoryCandidate]:
+    ) -> tuple[list[MemoryCandidate], tuple[str, ...]]:
+        """What to remember of the exchange, and the search keys of its own item (the model's alone: the
+        rules' facts are the exchange's own words)."""
         code_aware = config.code_aware_extraction_enabled
         if config.llm_extraction_enabled and model:
             extracted = await LlmMemoryExtractor(self._llm, model).extract(event)
@@ -122,8 +124,9 @@ class TurnRecorder:
                     code_aware=code_aware,
                     previous_assistant_text=previous_assistant_text,
                 )
-                return extracted + procedures
-        return self._rules.extract(event, code_aware=code_aware, previous_assistant_text=previous_assistant_text)
+                return extracted.candidates + procedures, extracted.search_keys
+        rules = self._rules.extract(event, code_aware=code_aware, previous_assistant_text=previous_assistant_text)
+        return rules, ()
 
 
 def attributed(candidate: MemoryCandidate, speaker: str) -> MemoryCandidate:

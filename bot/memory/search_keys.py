@@ -1,13 +1,20 @@
 """Search keys: words that carry what an item means beyond the words it says, for lexical search only.
 
-Made from the item alone whenever it is indexed (a turn's new item, a hand-edited file read at start),
-off the reply path, and never shown: the prompt shows the item's own words. Two kinds, from rules:
+Made whenever an item is indexed (a turn's new item, a hand-edited file read at start), off the reply
+path, and never shown: the prompt shows the item's own words. Two kinds from rules, made from the item
+alone:
 
 - places: a name in the middle of a sentence that is a city of 15,000 people or more, a US state or a
   country (GeoNames, `places.tsv.gz`, made by `scripts/make_places.py`) gives its US state and its
   country, so "a shelter in Stamford" is found by "Does James live in Connecticut?";
 - dates: a relative date ("yesterday", "last Friday", "next month") gives the dates it meant when the
-  item was made (`said_dates`): "I ran a race last Saturday", made on 8 May 2023, is found by "in May 2023".
+  item was made (`said_dates`): "I ran a race last Saturday", made on 8 May 2023, is found by "in May 2023";
+
+and one from the model, stored with the item (`MemoryItem.search_keys`) because no rule can make it again:
+with `memory.llmExtractionEnabled`, the facts the extraction call drew from an exchange and the words it
+gave for what the exchange is about, so "Which meat does Audrey prefer?" finds the exchange about a
+chicken pot pie through its fact "Audrey likes chicken dishes". A rebuilt index reads them from the
+files; a hand edit of the item's content drops them.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import functools
 import gzip
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from bot.domain.memory import MemoryItem
@@ -56,8 +64,17 @@ def place_keys(text: str) -> list[str]:
     return keys
 
 
+def unique_keys(keys: Iterable[str]) -> list[str]:
+    """`keys` in their order, each once up to case (the first spelling kept)."""
+    unique: dict[str, str] = {}
+    for key in keys:
+        unique.setdefault(key.lower(), key)
+    return list(unique.values())
+
+
 def search_keys(item: MemoryItem) -> str:
     """The words an item is found by besides its own (empty when there are none)."""
     keys = place_keys(item.content)
     keys += [said.label() for said in said_dates(item.content, item.created_at)]
+    keys += item.search_keys
     return " ".join(keys)

@@ -20,6 +20,7 @@ from bot.domain.text import fingerprint_of, normalized_words
 from bot.memory.daily_notes import one_line
 from bot.memory.extraction import MemoryCandidate
 from bot.memory.item_storage import ItemStore
+from bot.memory.search_keys import unique_keys
 from bot.settings import MemoryConfig
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ TURN_SALIENCE = 0.4
 PROMOTED_TAG = "promoted"
 # Shorter contents ("ok") are too common to remove every exchange that contains them.
 MIN_TRACE_CHARS = 8
+# An exchange said again gathers the keys of each time, up to this many (one extraction gives at most 22).
+MAX_SEARCH_KEYS = 32
 
 
 def turn_content(event: TurnMemoryEvent) -> str:
@@ -74,11 +77,17 @@ class MemoryWriteService:
         self._store = store
 
     def record_turn(
-        self, event: TurnMemoryEvent, candidates: list[MemoryCandidate], config: MemoryConfig
+        self,
+        event: TurnMemoryEvent,
+        candidates: list[MemoryCandidate],
+        config: MemoryConfig,
+        search_keys: tuple[str, ...] = (),
     ) -> WriteReport:
-        """The turn as an EPISODIC item, and every candidate extracted from it."""
+        """The turn as an EPISODIC item found also by `search_keys`, and every candidate extracted from it."""
         references = [ref for ref in (event.user_message_id, event.assistant_message_id) if ref]
-        turn = MemoryCandidate(MemoryLayer.EPISODIC, "turn", turn_content(event), TURN_CONFIDENCE, TURN_SALIENCE)
+        turn = MemoryCandidate(
+            MemoryLayer.EPISODIC, "turn", turn_content(event), TURN_CONFIDENCE, TURN_SALIENCE, search_keys=search_keys
+        )
         report = self.add(turn, event.session_id, event.timestamp, config, references, tags=event.tool_names)
         for candidate in candidates:
             skill = (event.skill,) if event.skill and candidate.layer is MemoryLayer.PROCEDURAL else ()
@@ -106,6 +115,7 @@ class MemoryWriteService:
                     "updated_at": now,
                     "references": _merged(existing.references, references or []),
                     "tags": _merged(existing.tags, [*candidate.tags, *tags]),
+                    "search_keys": unique_keys([*existing.search_keys, *candidate.search_keys])[:MAX_SEARCH_KEYS],
                 }
             )
             self._store.replace([reinforced])
@@ -126,6 +136,7 @@ class MemoryWriteService:
             fingerprint=fingerprint,
             source=source,
             key=candidate.key,
+            search_keys=list(candidate.search_keys),
         )
         report.superseded = self._supersede_slot(item, now)
         self._store.append([item])
@@ -276,13 +287,16 @@ class MemoryWriteService:
         the item first.
 
         The recorded exchanges that contain it go too: forgetting "the lock code is 4242" must not
-        leave the turn where it was said to bring it back into a prompt.
+        leave the turn where it was said to bring it back into a prompt. So do those it is a search key of
+        (the exchange the model drew it from), which would bring it back by its very words.
         """
         item = self._active(item_id)
         traces = [
             other.id
             for other in self._store.items()
-            if other.id != item_id and other.layer is MemoryLayer.EPISODIC and _contains(other.content, item.content)
+            if other.id != item_id
+            and other.layer is MemoryLayer.EPISODIC
+            and (_contains(other.content, item.content) or _keyed_by(other, item))
         ]
         removed = self._store.remove([item_id, *traces])
         if traces:
@@ -328,6 +342,16 @@ class MemoryWriteService:
 def _contains(text: str, part: str) -> bool:
     needle = normalized_words(part)
     return len(needle) >= MIN_TRACE_CHARS and needle in normalized_words(text)
+
+
+def _keyed_by(exchange: MemoryItem, fact: MemoryItem) -> bool:
+    """Whether the exchange's search keys hold the fact's sentence (as the model wrote it: without the name of
+    the speaker it was recorded under in a group)."""
+    if not exchange.search_keys:
+        return False
+    speaker = fact.speaker
+    wanted = normalized_words(fact.content.removeprefix(f"{speaker}: ") if speaker else fact.content)
+    return any(normalized_words(key) == wanted for key in exchange.search_keys)
 
 
 def _merged(first: list[str], second: list[str] | tuple[str, ...]) -> list[str]:

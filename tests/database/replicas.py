@@ -28,6 +28,7 @@ class Replica:
     process: BotProcess
     port: int
     log: Path
+    database_url: str
 
     @property
     def webhook(self) -> str:
@@ -65,7 +66,7 @@ def start_replica(
         TELEGRAM_API_BASE_URL=fake_telegram.root, BOT_LISTEN_PORT=str(port), **mode, **(environment or {}),
     )  # fmt: skip
     log = workspace.parent / f"{workspace.name}.log"
-    return Replica(bot_processes.start(["run"], env, stderr=log), port, log)
+    return Replica(bot_processes.start(["run"], env, stderr=log), port, log, database_url)
 
 
 async def wait_until_healthy(replica: Replica) -> None:

@@ -205,6 +205,26 @@ async def test_a_hand_edit_is_seen_on_the_next_refresh_and_searched_by_its_new_w
     store.close()
 
 
+async def test_search_keys_are_there_for_the_next_process_and_go_with_a_hand_edit_of_the_words(
+    backend: Backend,
+) -> None:
+    store = await fresh(backend.open())
+    store.append([item(S, "We had the pot pie again.", NOW, item_id="m1", search_keys=["poultry", "comfort food"])])
+    await store.flush()
+    store.close()
+
+    again = backend.open()
+    index = Bm25Index()
+    again.subscribe(index)
+    await fresh(again)
+    assert list(index.search("poultry", 5)) == ["m1"]
+    # The keys described the old words: the edited item is found by its new words alone.
+    await backend.edit_text("m1", "the pot pie", "a quiche")
+    await fresh(again)
+    assert index.search("poultry", 5) == {} and list(index.search("quiche", 5)) == ["m1"]
+    again.close()
+
+
 async def test_a_corrupt_line_is_kept_left_out_of_memory_and_survives_a_rewrite(backend: Backend) -> None:
     await backend.seed([item(S, "good one", NOW, item_id="m1"), item(S, "good two", NOW, item_id="m2")])
     await backend.add_corrupt('{"id": "m9", "layer": "NOT A LAYER"}')

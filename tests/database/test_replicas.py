@@ -309,6 +309,49 @@ async def test_a_setting_saved_through_the_console_of_one_replica_reaches_the_ot
         assert 'id="memory.recentDays" value="7"' not in shown
 
 
+async def test_a_console_link_sent_through_one_replica_logs_in_on_another_and_the_session_works_on_both(
+    replicas: list[Replica], fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    first, second = replicas
+    owner = CHATS[0]
+    assert await post_to(first, fake_telegram, owner, "/console") == 200
+    [reply] = await fake_telegram.await_messages(owner, 1, timeout=30)
+    found = LINK.search(reply.text)
+    assert found, reply.text
+    token = found.group(1).rsplit("=", 1)[1]
+    # Behind one address, a load balancer may send the browser to the replica that did not send the link.
+    on_second = f"http://127.0.0.1:{second.port}/console"
+    on_first = f"http://127.0.0.1:{first.port}/console"
+    async with new_client() as browser:
+        async with await log_in(browser, f"{on_second}/login?token={token}") as logged_in:
+            assert logged_in.status == 303
+        for console in (on_first, on_second):
+            async with browser.get(f"{console}/memory") as page:
+                assert page.status == 200, console
+        async with aiohttp.ClientSession() as other:  # the used link, on the replica that sent it
+            async with other.post(f"{on_first}/login", data={"token": token}) as reused:
+                assert reused.status == 403
+        cookie = next(c.value for c in browser.cookie_jar if c.key == "console_session")
+        connection = await asyncpg.connect(first.database_url)
+        try:
+            stored = [row["key"] for row in await connection.fetch("SELECT key FROM console_sessions")]
+        finally:
+            await connection.close()
+        assert stored and cookie not in stored  # kept as digests: a row logs nobody in
+        async with browser.get(f"{on_first}/memory") as page:
+            csrf = csrf_of(await page.text())
+        async with browser.post(f"{on_first}/logout", data={"csrf": csrf}) as logged_out:
+            assert logged_out.status == 200
+        async with aiohttp.ClientSession(cookies={"console_session": cookie}) as stale:
+            async with stale.get(f"{on_second}/memory") as page:
+                assert page.status == 401  # ended through the first, ended on the second
+
+
+async def post_to(replica: Replica, fake_telegram: FakeTelegram, chat: int, text: str) -> int:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        return await post(http, replica, fake_telegram.update(fake_telegram.push_message(chat, text)))
+
+
 async def test_polling_replicas_poll_one_at_a_time_and_another_takes_over_when_the_poller_dies(
     postgres_server: PostgresServer, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:

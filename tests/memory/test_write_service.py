@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.domain.memory import MemoryLayer, TurnMemoryEvent
-from bot.memory.extraction import RuleBasedExtractor
+from bot.memory.extraction import MemoryCandidate, RuleBasedExtractor
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.write_service import MemoryWriteService, UnknownMemoryItem
 from bot.settings import MemoryConfig
@@ -161,6 +161,42 @@ async def test_forget_removes_the_item_from_its_file_and_the_indexes(
     assert store.get(record["id"]) is None
     with pytest.raises(UnknownMemoryItem):
         writer.forget(record["id"])
+
+
+async def test_forgetting_a_fact_the_model_drew_from_an_exchange_forgets_the_exchange_keyed_by_it(
+    store: MemoryItemStore, paths: MemoryPaths
+) -> None:
+    event = TurnMemoryEvent("telegram:1", "The door code? Same as my birth year backwards.", "Noted.", NOW, "u1", "a1")
+    fact = MemoryCandidate(MemoryLayer.SEMANTIC, "fact", "The door code is 4791.", 0.9, 0.7)
+    other = TurnMemoryEvent("telegram:1", "I repainted the front door green.", "Nice.", NOW, "u2", "a2")
+    writer = MemoryWriteService(store)
+    writer.record_turn(event, [fact], MemoryConfig(), ("The door code is 4791.", "security"))
+    writer.record_turn(other, [], MemoryConfig(), ("door", "house"))
+    await store.flush()
+    [record] = read_items(paths.semantic_file)
+    removed = writer.forget(record["id"])
+    await store.flush()
+    # The exchange said the code in other words; its key said it in the fact's, and would find it by them.
+    assert [item.content for item in removed] == [
+        "The door code is 4791.",
+        f"User: {event.user_text} | Assistant: Noted.",
+    ]
+    assert [r["content"] for r in read_items(paths.episodic_file(NOW.date()))] == [
+        f"User: {other.user_text} | Assistant: Nice."
+    ]
+
+
+async def test_an_exchange_said_again_gathers_the_keys_of_each_time(store: MemoryItemStore, paths: MemoryPaths) -> None:
+    writer = MemoryWriteService(store)
+    first = TurnMemoryEvent("telegram:1", "Pot pie again tonight.", "Enjoy!", NOW, "u1", "a1")
+    again = TurnMemoryEvent("telegram:1", "Pot pie again tonight.", "Enjoy!", NOW, "u2", "a2")
+    writer.record_turn(first, [], MemoryConfig(), ("poultry", "dinner"))
+    writer.record_turn(again, [], MemoryConfig(), ("Dinner", "comfort food", *(f"word{n}" for n in range(40))))
+    await store.flush()
+    [record] = read_items(paths.episodic_file(NOW.date()))
+    assert record["references"] == ["u1", "a1", "u2", "a2"]
+    assert record["searchKeys"][:4] == ["poultry", "dinner", "comfort food", "word0"]
+    assert len(record["searchKeys"]) == 32
 
 
 async def test_code_aware_extraction_keeps_commands_paths_and_errors(
