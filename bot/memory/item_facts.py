@@ -1,10 +1,11 @@
 """`FactsTable`: every stored item's `ItemFacts`, and the order of the items of each day file, in RAM.
 
-Retrieval scores several hundred candidates a message at 100,000 items, with the turns around each and
-theirs: read from the index database, their facts and neighbours were most of a message's retrieval. Here
-they are dictionary lookups. The table follows the rows of the index database's `items` table: it is
-loaded from them when the store opens the database, and told of every row the store writes or deletes
-after (`StoreState.rows_written`, `rows_deleted`), so it never holds what the database would not give.
+Retrieval scores several hundred candidates a message in a large memory, with the turns around each and
+theirs: read from the index database, their facts and neighbours would cost queries on every message (and
+subqueries per candidate for the neighbours); here they are dictionary lookups. The table follows the rows of
+the index database's `items` table: it is loaded from them when the store opens the database (the
+reconciler), and told of every row written or deleted after, by the write path and the reconciler once their
+transaction is committed, so it never holds what the database would not give.
 """
 
 from __future__ import annotations
