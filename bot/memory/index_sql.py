@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 from bot.storage.files import FileSignature
 
@@ -53,8 +52,8 @@ CREATE TABLE IF NOT EXISTS items (
 );
 -- Covering (with id): a neighbour is looked up without reading its row.
 CREATE INDEX IF NOT EXISTS items_by_file ON items (file, pos, id);
--- Covering what retrieval scores an item by (`ItemFacts`) and finds its neighbours by: a candidate is scored
--- without reading its row, which its line makes ten times as large.
+-- Covering what retrieval scores an item by (`ItemFacts`) and finds its neighbours by: the store's facts table
+-- is loaded without reading the rows, which their lines make ten times as large.
 CREATE INDEX IF NOT EXISTS items_facts
     ON items (id, layer, active, day, speaker, updated, salience, confidence, day_file, file, pos);
 CREATE INDEX IF NOT EXISTS items_by_fingerprint ON items (fingerprint) WHERE active;
@@ -62,7 +61,6 @@ CREATE INDEX IF NOT EXISTS items_by_slot ON items (slot) WHERE active AND slot I
 CREATE INDEX IF NOT EXISTS items_recent ON items (layer, active, day_file, file, created);
 CREATE INDEX IF NOT EXISTS items_pinned ON items (id) WHERE active AND pinned;
 CREATE INDEX IF NOT EXISTS items_shared ON items (id) WHERE active AND shared;
-CREATE INDEX IF NOT EXISTS items_by_speaker ON items (speaker) WHERE active AND speaker IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_core ON items (salience, updated) WHERE active AND core;
 -- The newest items of a layer (the console's memory page) read in order instead of sorted from every row.
 CREATE INDEX IF NOT EXISTS items_newest ON items (layer, updated DESC, id) WHERE active;
@@ -77,14 +75,6 @@ _INSERT_ITEM = (
     "INSERT OR REPLACE INTO items (id, file, pos, layer, active, pinned, shared, core, day_file, fingerprint, slot,"
     " created, day, updated, salience, confidence, speaker, line)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-# The items just before and after an item in its day file (NULL for an item not in a day file).
-_NEIGHBOUR_COLUMNS = (
-    ", CASE WHEN i.day_file THEN (SELECT p.id FROM items p WHERE p.file = i.file AND p.pos < i.pos"
-    " ORDER BY p.pos DESC LIMIT 1) END"
-    ", CASE WHEN i.day_file THEN (SELECT n.id FROM items n WHERE n.file = i.file AND n.pos > i.pos"
-    " ORDER BY n.pos LIMIT 1) END"
 )
 
 # Rows of `items` as id and line, the shape every lookup of whole items returns.
@@ -413,12 +403,6 @@ def shared(connection: sqlite3.Connection) -> list[ItemLine]:
     return connection.execute("SELECT id, line FROM items WHERE active AND shared ORDER BY id").fetchall()
 
 
-def speaks(connection: sqlite3.Connection, speaker: str) -> bool:
-    """Whether `speaker` speaks in some active item."""
-    row = connection.execute("SELECT 1 FROM items WHERE active AND speaker = ? LIMIT 1", (speaker,)).fetchone()
-    return row is not None
-
-
 def recent_episodic_ids(
     connection: sqlite3.Connection, first_file: str, since: float, limit: int, offset: int
 ) -> list[str]:
@@ -432,19 +416,15 @@ def recent_episodic_ids(
     return [row[0] for row in rows]
 
 
-def facts(connection: sqlite3.Connection, item_ids: Sequence[str], with_neighbours: bool) -> list[tuple[Any, ...]]:
-    """Per stored item of `item_ids`: id, layer, active, day, speaker, updated, salience, confidence (the
-    columns of `ItemFacts`), then with `with_neighbours` the ids before and after it in its day file."""
-    neighbours = _NEIGHBOUR_COLUMNS if with_neighbours else ""
-    found: list[tuple[Any, ...]] = []
-    for marks, padded in _in_chunks(item_ids):
-        # The covering index `items_facts` holds every column asked for: no row (with its line) is read.
-        found += connection.execute(
-            f"SELECT i.id, i.layer, i.active, i.day, i.speaker, i.updated, i.salience, i.confidence{neighbours}"
-            f" FROM items i INDEXED BY items_facts WHERE i.id IN ({marks})",
-            padded,
-        ).fetchall()
-    return found
+def all_facts(connection: sqlite3.Connection) -> sqlite3.Cursor:
+    """Per row of `items`: id, layer, active, day, speaker, updated, salience, confidence (the columns of
+    `ItemFacts`), day_file, file, pos (where it is among the turns of its day file); to be fetched as the
+    caller goes (under the connection's lock), so the rows are not all held at once."""
+    # The covering index `items_facts` holds every column asked for: no row (with its line) is read.
+    return connection.execute(
+        "SELECT id, layer, active, day, speaker, updated, salience, confidence, day_file, file, pos"
+        " FROM items INDEXED BY items_facts"
+    )
 
 
 # -- vectors (`index/vectors.sqlite3`) -------------------------------------------------------------

@@ -5,25 +5,22 @@ when it is stale.
   items, nothing else changed) added since a version, so a result derived from the items (a search, a
   ranking) can be brought up to date instead of made again;
 - the recently parsed items (a small LRU: the pinned, the core and what the last prompts' packs read);
-- the facts and neighbour ids retrieval read (`ItemFacts`), valid while nothing but appends changed;
+- every item's facts and place among the turns of its day (`FactsTable`: what retrieval scores by), kept in
+  step with the index database's rows by the store;
 - the chosen lists (pinned, shared, core), valid while no change touched such an item.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
 from bot.domain.memory import MemoryItem, MemoryLayer
-from bot.memory.item_storage import ItemFacts
+from bot.memory.item_facts import FactsTable
 
 # Parsed items kept for reuse (about 3 KB each): the pinned, the core and what the last prompts' packs read
 # (about 140 a prompt at 100,000 items: candidates are scored from their facts, not parsed).
 ITEM_CACHE_SIZE = 512
-# Items whose `ItemFacts` (and, apart, neighbour ids) are kept: a few prompts' candidates and their neighbours
-# (about 1,000 a prompt at 100,000 items), cleared by any change.
-FACTS_CACHE_SIZE = 8192
 # Appends remembered for `appended_since` (a few minutes of a busy scope; past it, derived results start over).
 APPEND_LOG_SIZE = 1024
 # SEMANTIC items this salient (names, constraints) are worth a prompt even without a word in common.
@@ -54,15 +51,8 @@ class ItemCaches:
         self._append_log: list[tuple[int, str]] = []
         self._append_log_start = 0
         self._items: OrderedDict[str, MemoryItem] = OrderedDict()
-        # The facts and neighbour ids read, valid while `_facts_version` is `version`: an append keeps them
-        # in step (it drops only the entries it changes), any other change drops them all. A message's
-        # lexical candidates are looked up while its vector is made, and its scoring then reads only the
-        # others'; the next message reads only what the turn's own item changed.
-        self.facts: dict[str, ItemFacts] = {}
-        self.neighbour_ids: dict[str, list[str]] = {}
-        # Each item's active EPISODIC neighbours' facts (kept as the two above).
-        self.episodic_neighbours: dict[str, list[ItemFacts]] = {}
-        self._facts_version = -1
+        # Told of every row the store writes or deletes in the index database (`StoreState`).
+        self.facts = FactsTable()
 
     # -- the version -------------------------------------------------------------------------------
 
@@ -87,21 +77,12 @@ class ItemCaches:
             first -= 1
         return [item_id for _, item_id in log[first:]]
 
-    def changed(self, items: list[MemoryItem], appended: bool = False, touched: list[str] | None = None) -> None:
-        """`items` were stored (new versions kept parsed); `appended`: as new items, nothing else changed, and
-        then `touched` names the items whose facts or neighbours the appends changed (the facts read for
-        the others stay)."""
-        facts_in_step = self._facts_version == self.version
+    def changed(self, items: list[MemoryItem], appended: bool = False) -> None:
+        """`items` were stored (new versions kept parsed); `appended`: as new items, nothing else changed."""
         self.bump(appended=items if appended else None)
         for item in items:
             self._items.pop(item.id, None)
             self.remember(item)
-        if appended and facts_in_step and touched is not None:
-            for item_id in touched:
-                self.facts.pop(item_id, None)
-                self.neighbour_ids.pop(item_id, None)
-                self.episodic_neighbours.pop(item_id, None)
-            self._facts_version = self.version
 
     # -- parsed items ------------------------------------------------------------------------------
 
@@ -131,18 +112,3 @@ class ItemCaches:
     def keep_chosen(self, key: Hashable, items: list[MemoryItem]) -> list[MemoryItem]:
         self._chosen[key] = (self._chosen_version, items)
         return items
-
-    # -- facts -------------------------------------------------------------------------------------
-
-    def fresh_facts(self) -> None:
-        """Drop the facts and neighbour ids read before the last change; past their size, the older half
-        (dicts keep insertion order: what the message being scored read last stays)."""
-        if self._facts_version != self.version:
-            self.facts.clear()
-            self.neighbour_ids.clear()
-            self.episodic_neighbours.clear()
-            self._facts_version = self.version
-        for cache in (self.facts, self.neighbour_ids, self.episodic_neighbours):
-            if len(cache) > FACTS_CACHE_SIZE:
-                for item_id in list(itertools.islice(cache, len(cache) // 2)):
-                    del cache[item_id]

@@ -2,15 +2,14 @@
 
 Items are parsed from their rows on demand (`ItemCaches` keeps the recently used ones). Retrieval needs
 few of them parsed: it ranks candidates by `ItemFacts` (layer, day, speaker, salience ...) and
-`neighbour_ids`, read from a covering index without the rows' lines, and the pack parses only what it
-reads.
+`neighbour_ids`, kept in RAM for every item (`FactsTable`), and the pack parses only what it reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from datetime import date, datetime
+from datetime import datetime
 from pathlib import Path
 
 from bot.domain.memory import MemoryItem, MemoryLayer
@@ -22,8 +21,6 @@ from bot.memory.item_storage import ItemFacts
 
 # Rows parsed at a time when every item is streamed (start-up, `items()`): bounds the memory it takes.
 STREAM_BATCH = 2000
-
-_LAYERS = {layer.value: layer for layer in MemoryLayer}
 
 
 class ItemQueries:
@@ -169,7 +166,7 @@ class ItemQueries:
 
     def speakers_among(self, names: Iterable[str]) -> set[str]:
         """Those of `names` that speak in some active item (see `MemoryItem.speaker`)."""
-        return {name for name in names if self._db.read(index_sql.speaks, name)}
+        return {name for name in names if self._caches.facts.speaks(name)}
 
     def recent_episodic(self, limit: int, since: datetime, skip: Callable[[str], bool]) -> list[MemoryItem]:
         """The newest active EPISODIC items created since `since`, newest first, reading day files from the
@@ -192,48 +189,16 @@ class ItemQueries:
             batch *= 4
         return list(self.get_many(found).values())
 
-    def facts_of(self, item_ids: Iterable[str], with_neighbours: bool = False) -> dict[str, ItemFacts]:
-        """The `ItemFacts` of the stored items of `item_ids`, in that order, read in one query per
-        `IDS_PER_QUERY` ids not read since the last change (no line is parsed); `with_neighbours` reads their
-        `neighbour_ids` in the same queries."""
-        wanted = list(dict.fromkeys(item_ids))
-        caches = self._caches
-        caches.fresh_facts()
-        known, around = caches.facts, caches.neighbour_ids
-        missing = [item_id for item_id in wanted if item_id not in known or (with_neighbours and item_id not in around)]
-        if missing:
-            for row in self._db.read(index_sql.facts, missing, with_neighbours):
-                item_id, layer, active, day, speaker, updated, salience, confidence = row[:8]
-                known[item_id] = ItemFacts(
-                    item_id, _LAYERS[layer], bool(active), date.fromordinal(day), speaker, updated, salience, confidence
-                )
-                if with_neighbours:
-                    around[item_id] = [other for other in row[8:] if other is not None]
-        return {item_id: facts for item_id in wanted if (facts := known.get(item_id)) is not None}
+    def facts_of(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
+        """The `ItemFacts` of the stored items of `item_ids`, in that order (from the facts table: no query)."""
+        return self._caches.facts.facts_of(item_ids)
 
     def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
         """The ids of the items just before and after each of `item_ids` in its day file (in that order; none
-        for an item not in a day file or not stored), read with their facts when not read since the last change."""
-        ids = list(item_ids)
-        self._caches.fresh_facts()
-        around = self._caches.neighbour_ids
-        self.facts_of([item_id for item_id in ids if item_id not in around], with_neighbours=True)
-        return {item_id: around.get(item_id, []) for item_id in ids}
+        for an item not in a day file or not stored)."""
+        return self._caches.facts.neighbour_ids(item_ids)
 
     def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
         """The facts of the active EPISODIC items just before and after each of `item_ids` in its day file (in
-        that order), kept from message to message as `neighbour_ids` is."""
-        ids = list(item_ids)
-        self._caches.fresh_facts()
-        kept = self._caches.episodic_neighbours
-        missing = [item_id for item_id in ids if item_id not in kept]
-        if missing:
-            around = self.neighbour_ids(missing)
-            found = self.facts_of(other for others in around.values() for other in others)
-            for item_id, others in around.items():
-                kept[item_id] = [
-                    facts
-                    for other in others
-                    if (facts := found.get(other)) is not None and facts.active and facts.layer is MemoryLayer.EPISODIC
-                ]
-        return {item_id: kept[item_id] for item_id in ids}
+        that order)."""
+        return self._caches.facts.episodic_neighbours(item_ids)

@@ -10,12 +10,13 @@ happen would overwrite what was read).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import sqlite3
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bot.domain.memory import MemoryItem
@@ -28,6 +29,19 @@ from bot.storage.files import FileSignature, file_signature
 from bot.storage.folder_changes import FolderChanges
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Loading makes many objects and no reference cycles: pausing the cyclic garbage collector meanwhile
+    saves it from re-scanning the growing heap (a quarter of a large start-up)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class ItemReconciler:
@@ -83,6 +97,7 @@ class ItemReconciler:
         self._skipped.clear()
         state.known_files.clear()
         state.caches.forget_all()
+        state.caches.facts.clear()
         state.count = 0
         state.caches.bump()
         for index in state.indexes:
@@ -99,6 +114,8 @@ class ItemReconciler:
             if mtime is not None and size is not None and inode is not None:
                 state.signatures[path] = (mtime, size, inode)
         state.count = state.db.read(index_sql.count_items)
+        with _collector_paused():
+            state.db.read(lambda connection: state.caches.facts.load(index_sql.all_facts(connection)))
         self._opened = True
 
     def _refresh(self) -> bool:
@@ -139,11 +156,7 @@ class ItemReconciler:
         checked = present if suspects is None else {path: present[path] for path in suspects if path in present}
         stale = [path for path, signature in checked.items() if state.signatures.get(path) != signature]
         if stale:
-            # Loading makes many objects and no reference cycles: pausing the cyclic garbage collector
-            # meanwhile saves it from re-scanning the growing heap (a quarter of a large start-up).
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
+            with _collector_paused():
                 # Loaded in name order, so the later file wins for an id found twice (see `relocate`).
                 for path in sorted(stale, key=str):
                     if state.pending(path):
@@ -151,9 +164,6 @@ class ItemReconciler:
                     else:
                         self._load_file(path, present[path])
                         changed = True
-            finally:
-                if collecting:
-                    gc.enable()
         if not state.fed:
             state.fed = True
             if state.indexes:
@@ -241,10 +251,12 @@ class ItemReconciler:
         # An id also found in another file: this one wins (see `relocate`).
         elsewhere = state.db.read(index_sql.ids_in_other_files, name, list(loaded))
 
+        written = [rows.row(item, name, pos, line) for item, line, pos in loaded.values()]
+
         def write(connection: sqlite3.Connection) -> None:
             index_sql.delete_file_rows(connection, name)
             index_sql.delete_refs(connection, [*before, *elsewhere])
-            index_sql.insert_items(connection, [rows.row(item, name, pos, line) for item, line, pos in loaded.values()])
+            index_sql.insert_items(connection, written)
             index_sql.insert_kept(connection, kept)
             state.write_refs(connection, (item for item, _, _ in loaded.values()))
             index_sql.record_file_read(
@@ -252,6 +264,8 @@ class ItemReconciler:
             )
 
         state.transaction(write)
+        state.caches.facts.remove(before)
+        state.caches.facts.put(map(rows.facts, written))
         state.count += len(loaded) - len(before) - len(elsewhere)
         state.tell_removed([*before, *elsewhere])
         if state.fed:
@@ -271,6 +285,7 @@ class ItemReconciler:
             index_sql.delete_refs(connection, ids)
 
         state.transaction(write)
+        state.caches.facts.remove(ids)
         state.count -= len(ids)
         state.tell_removed(ids)
         state.known_files.discard(path)

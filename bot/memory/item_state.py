@@ -15,6 +15,7 @@ from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory import index_sql
 from bot.memory.index_database import IndexDatabase
 from bot.memory.item_caches import ItemCaches, is_core, is_pinned, is_shared
+from bot.memory.item_facts import FactsRow
 from bot.memory.item_storage import ItemIndex
 from bot.storage.files import FileSignature
 from bot.storage.jsonl import dumps_line
@@ -88,6 +89,11 @@ class ItemRows:
             item.speaker,
             line,
         )
+
+    @staticmethod
+    def facts(row: tuple[object, ...]) -> FactsRow:
+        """The columns of a row (`row`) that the facts table keeps (`FactsTable`)."""
+        return (row[0], row[3], row[4], row[12], row[16], row[13], row[14], row[15], row[8], row[1], row[2])
 
     @staticmethod
     def refs(items: Iterable[MemoryItem]) -> list[tuple[str, str]]:

@@ -36,39 +36,38 @@ class ItemWrites:
         """Add new items (written by the next `flush`, one durable append per file)."""
         state, rows = self._state, self._state.rows
         placed: list[tuple[MemoryItem, Path]] = []
-        # The items whose facts or neighbours the appends change: each new one, and the one before it in its
-        # file (its next neighbour is now the new one). None: an id stored before, so anything may have moved.
-        touched: list[str] | None = []
+        written: list[tuple[object, ...]] = []
+        # Whether every item is new (an id stored before moves to the end of its new file: not a pure append).
+        appended = True
 
         def write(connection: sqlite3.Connection) -> None:
-            nonlocal touched
+            nonlocal appended
             for item in items:
                 path = rows.file_for(item)
                 if index_sql.has_item(connection, item.id):
                     index_sql.delete_refs(connection, [item.id])
-                    touched = None
+                    appended = False
                 else:
                     state.count += 1
-                name = rows.name(path)
-                pos = state.next_pos(connection, path)
-                index_sql.insert_item(connection, rows.row(item, name, pos, rows.line_of(item)))
+                row = rows.row(item, rows.name(path), state.next_pos(connection, path), rows.line_of(item))
+                index_sql.insert_item(connection, row)
                 state.write_refs(connection, [item])
                 placed.append((item, path))
-                if touched is not None:
-                    before = index_sql.id_before(connection, name, pos)
-                    touched += [item.id] if before is None else [item.id, before]
+                written.append(row)
 
         state.transaction(write)
+        state.caches.facts.put(map(rows.facts, written))
         for item, path in placed:
             state.pending_appends.setdefault(path, []).append(item.id)
             for index in state.indexes:
                 index.add(item)
-        state.caches.changed(items, appended=touched is not None, touched=touched)
+        state.caches.changed(items, appended=appended)
 
     def replace(self, items: list[MemoryItem]) -> None:
         """Store changed versions of existing items (the next `flush` rewrites their files atomically)."""
         state, rows = self._state, self._state.rows
         paths: list[Path] = []
+        written: list[tuple[object, ...]] = []
 
         def write(connection: sqlite3.Connection) -> None:
             for item in items:
@@ -78,12 +77,15 @@ class ItemWrites:
                 name, pos = place
                 path = rows.path_of(name)
                 state.mark_unwritten(connection, path)
-                index_sql.insert_item(connection, rows.row(item, name, pos, rows.line_of(item)))
+                row = rows.row(item, name, pos, rows.line_of(item))
+                index_sql.insert_item(connection, row)
                 index_sql.delete_refs(connection, [item.id])
                 state.write_refs(connection, [item])
                 paths.append(path)
+                written.append(row)
 
         state.transaction(write)
+        state.caches.facts.put(map(rows.facts, written))
         state.tell_replaced(items)
         state.pending_rewrites.update(paths)
         state.caches.changed(items)
@@ -97,6 +99,7 @@ class ItemWrites:
         state, rows = self._state, self._state.rows
         new_path = rows.file_for(item)
         old: list[Path] = []
+        written: list[tuple[object, ...]] = []
 
         def write(connection: sqlite3.Connection) -> None:
             place = index_sql.place_of(connection, item.id)
@@ -105,12 +108,15 @@ class ItemWrites:
             old_path = rows.path_of(place[0])
             state.mark_unwritten(connection, old_path)
             pos = state.next_pos(connection, new_path)
-            index_sql.insert_item(connection, rows.row(item, rows.name(new_path), pos, rows.line_of(item)))
+            row = rows.row(item, rows.name(new_path), pos, rows.line_of(item))
+            index_sql.insert_item(connection, row)
             index_sql.delete_refs(connection, [item.id])
             state.write_refs(connection, [item])
             old.append(old_path)
+            written.append(row)
 
         state.transaction(write)
+        state.caches.facts.put(map(rows.facts, written))
         state.tell_replaced([item])
         state.pending_appends.setdefault(new_path, []).append(item.id)
         state.pending_rewrites.add(old[0])
@@ -133,6 +139,7 @@ class ItemWrites:
             index_sql.delete_refs(connection, [item.id for item in removed])
 
         state.transaction(write)
+        state.caches.facts.remove(item.id for item in removed)
         state.count -= len(paths)
         state.caches.bump()
         state.tell_removed([item.id for item in removed])

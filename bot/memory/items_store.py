@@ -11,7 +11,8 @@ module per concern:
 
 - `index_database` and `index_sql`: the connection, and every statement and the schema;
 - `item_reconciler`: the files read into the database when they change (hand edits, bad lines kept);
-- `item_caches`: the version, the append log and what is kept parsed in RAM;
+- `item_caches`: the version, the append log and what is kept in RAM (parsed items, every item's facts:
+  `item_facts`);
 - `item_queries`: the lookups;
 - `item_writes`: append, replace, relocate, remove, and the flush that writes them to the files.
 
@@ -190,9 +191,9 @@ class MemoryItemStore:
         """Those of `names` that speak in some active item (see `MemoryItem.speaker`)."""
         return self._queries.speakers_among(names)
 
-    def facts_of(self, item_ids: Iterable[str], with_neighbours: bool = False) -> dict[str, ItemFacts]:
+    def facts_of(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
         """The `ItemFacts` of the stored items of `item_ids`, in that order (no line is parsed)."""
-        return self._queries.facts_of(item_ids, with_neighbours)
+        return self._queries.facts_of(item_ids)
 
     def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
         """The ids of the items just before and after each of `item_ids` in its day file."""

@@ -250,8 +250,8 @@ class MemoryPromptBuilder:
     async def _read_ahead(
         self, scope: MemoryScope, text: str, vector_task: asyncio.Future[Vector | None], arrived: float
     ) -> Vector | None:
-        """The message's vector, with the facts its scoring reads (and, past a small memory, its dense
-        candidates) read meanwhile under the scope's lock, which is not held waiting for the vector."""
+        """The message's vector, with its lexical candidates (and, past a small memory, its dense ones) found
+        meanwhile under the scope's lock, which is not held waiting for the vector."""
         dense_task: asyncio.Future[None] | None = None
         async with self._scopes.fresh(scope, arrived):
             if len(scope.store) > INLINE_WORK_MAX_ITEMS:
@@ -266,9 +266,9 @@ class MemoryPromptBuilder:
 
     @staticmethod
     def _prefetch(scope: MemoryScope, text: str) -> None:
-        """Read the facts of the lexical candidates of `text` and of their neighbours ahead of scoring (the
-        store keeps them, the lexical index keeps the search), while the message's vector is being made."""
-        scope.store.episodic_neighbours(scope.lexical.search(text, LEXICAL_CANDIDATES))
+        """Find the lexical candidates of `text` ahead of scoring (the lexical index keeps the search), while
+        the message's vector is being made."""
+        scope.lexical.search(text, LEXICAL_CANDIDATES)
 
     def _retrieve_and_pack(
         self, scope: MemoryScope, query: MemoryQuery, vector: Vector | None, model: str | None
@@ -323,11 +323,10 @@ class MemoryPromptBuilder:
         if embedder is not None:
             self._indexing.start(scope, embedder)
         # The message's vector is made in a worker thread (the engine runs in C without the GIL) while the
-        # files are checked and the facts of the lexical candidates and their neighbours are read; if the
-        # vector is there by then, the dense search has run beside that read too (numpy, without the GIL). The
-        # scope's lock is never held waiting for the vector: the other chats' turns would queue behind it.
-        # Without an embedder there is no vector to wait for, nor a read to do ahead of it: the scoring
-        # starts at once.
+        # files are checked and the lexical candidates are found; if the vector is there by then, the dense
+        # search has run beside that search too (numpy, without the GIL). The scope's lock is never held
+        # waiting for the vector: the other chats' turns would queue behind it. Without an embedder there is
+        # no vector to wait for, nor a search to do ahead of it: the scoring starts at once.
         vector_task: asyncio.Future[Vector | None] | None = None
         # In a burst, a message whose vector would wait behind another's is answered from its words.
         embedder_busy = False
@@ -373,11 +372,9 @@ class MemoryPromptBuilder:
         if not text.strip() or scope.vectors.embedder_name != embedder.name:
             return None
         names = names_in(text)
-        speakers = (
-            await self._scopes.off_loop_if_large(scope, scope.store.speakers_among, names)
-            if names and scope.loaded
-            else set()
-        )
+        # Looked up in the store's facts table, in RAM: on the event loop, not queued in memory's thread
+        # behind the read this vector's message does meanwhile (the dense search waits for this vector).
+        speakers = scope.store.speakers_among(names) if names and scope.loaded else set()
         return await self._indexing.state(scope).embed_query(embedder, dense_query_text(text, speakers))
 
 

@@ -26,18 +26,19 @@ The result, divided by the best candidate's, is blended with recency (halving ev
 Every candidate is returned scored; the prompt pack decides how many fit. No model call is made here:
 the message's vector is computed before, once.
 
-Candidates are scored from their columns in the index database (`ItemFacts`: layer, day, speaker,
-salience ...) and their neighbours' ids, read in a few queries, not from their parsed lines: of the several
-hundred candidates of a message at 100,000 items the pack reads about 130 and shows about 40, so only those
-(and the few best matches whose rare words are bridged) are parsed (`RankedItem`).
+Candidates are scored from their facts (`ItemFacts`: layer, day, speaker, salience ...) and their
+neighbours, which the store keeps in RAM for every item, not from their parsed lines: of the several hundred
+candidates of a message at 100,000 items the pack reads about 130 and shows about 40, so only those (and the
+few best matches whose rare words are bridged) are parsed (`RankedItem`).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 from typing import NamedTuple
@@ -129,6 +130,10 @@ class RankedItem(NamedTuple):
         }
 
 
+# The order of the ranking: score, then the newer of two equal scores first (both descending).
+_SCORE_THEN_UPDATED = operator.attrgetter("score", "updated")
+
+
 @dataclass(frozen=True)
 class ScoreParts:
     """A ranked candidate's score in its parts (`MemoryRetrievalService.explain`): `lexical + dense + lifts` is
@@ -174,6 +179,41 @@ def recency(updated: float, now: float) -> float:
     """1 for an item updated `now`, halving every `RECENCY_HALF_LIFE_DAYS` (times in seconds since the epoch)."""
     age_days = max(now - updated, 0.0) / 86400
     return math.exp(-age_days * _DECAY_PER_DAY)
+
+
+def ranked_by_score(
+    scored: Iterable[tuple[ItemFacts, float]], now: float, section: str | None = None
+) -> list[RankedItem]:
+    """Each (item, relevance) blended with the item's recency, salience and confidence into its score, in the
+    section of its layer (or `section`).
+
+    One loop for the several hundred candidates of a message, with `recency` written out in it: a call per
+    candidate costs more than its arithmetic."""
+    made = tuple.__new__  # a `RankedItem` made without its generated `__new__` (a Python call per candidate)
+    exp, decay = math.exp, _DECAY_PER_DAY
+    ranked = []
+    for item, relevance in scored:
+        fresh = exp(-(max(now - item.updated, 0.0) / 86400) * decay)
+        score = (
+            W_RELEVANCE * relevance + W_RECENCY * fresh + W_SALIENCE * item.salience + W_CONFIDENCE * item.confidence
+        )
+        ranked.append(
+            made(
+                RankedItem,
+                (
+                    item.id,
+                    item.layer,
+                    round(score, 4),
+                    section or SECTION_OF_LAYER[item.layer],
+                    relevance,
+                    fresh,
+                    item.salience,
+                    item.confidence,
+                    item.updated,
+                ),
+            )
+        )
+    return ranked
 
 
 # The newest messages of a live conversation looked up again after a change of the store that was not only
@@ -283,17 +323,15 @@ class MemoryRetrievalService:
     def retrieve(self, query: MemoryQuery, query_vector: Vector | None = None) -> RetrievalResult:
         now = query.now.timestamp()
         pinned = self._store.pinned()
-        chosen = [
-            self._ranked(item, now, 1.0, Section.PINNED) for item in self._store.facts_of(i.id for i in pinned).values()
-        ]
+        facts_of = self._store.facts_of
+        chosen = ranked_by_score(((item, 1.0) for item in facts_of(i.id for i in pinned).values()), now, Section.PINNED)
         taken = {item.id for item in pinned}
         since = query.now - timedelta(days=query.working_days)
         covered = self._covered.items_of(query.live)
         working = self._working.of(query.live, query.working_top_k, since, lambda i: i in taken or i in covered)
-        chosen += [
-            self._ranked(item, now, 0.0, Section.WORKING)
-            for item in self._store.facts_of(i.id for i in working).values()
-        ]
+        chosen += ranked_by_score(
+            ((item, 0.0) for item in facts_of(i.id for i in working).values()), now, Section.WORKING
+        )
         taken.update(item.id for item in working)
 
         relevance, facts = self._relevance(query, query_vector, covered)
@@ -306,13 +344,15 @@ class MemoryRetrievalService:
             unsure = [item_id for item_id in relevance if item_id not in covered]
             taken.update(item_id for item_id in relevance if item_id in covered)
             taken.update(self._store.referring_among(unsure, query.live.ids))
-        ranked: list[RankedItem] = []
-        for item_id, item_relevance in relevance.items():
-            found = facts.get(item_id)
-            if found is None or not found.active or item_id in taken:
-                continue
-            ranked.append(self._ranked(found, now, item_relevance))
-        ranked.sort(key=lambda entry: (entry.score, entry.updated), reverse=True)
+        ranked = ranked_by_score(
+            (
+                (found, item_relevance)
+                for item_id, item_relevance in relevance.items()
+                if (found := facts.get(item_id)) is not None and found.active and item_id not in taken
+            ),
+            now,
+        )
+        ranked.sort(key=_SCORE_THEN_UPDATED, reverse=True)
         return RetrievalResult(chosen + ranked, len(relevance) + len(chosen), query_vector is not None)
 
     def _match(self, text: str, query_vector: Vector | None) -> dict[str, float]:
@@ -347,7 +387,7 @@ class MemoryRetrievalService:
         """Each candidate's match with its lifts, before it is divided by the best (see `_relevance`)."""
         match = self._match(query.text, query_vector)
         self._bridge(query.text, match)
-        items = self._store.facts_of(match, with_neighbours=True)
+        items = self._store.facts_of(match)
         named = names_in(query.text)
         if named:
             for item_id, item in items.items():
@@ -482,20 +522,3 @@ class MemoryRetrievalService:
                 )
             )
         return explained
-
-    def _ranked(self, item: ItemFacts, now: float, relevance: float, section: str | None = None) -> RankedItem:
-        fresh = recency(item.updated, now)
-        score = (
-            W_RELEVANCE * relevance + W_RECENCY * fresh + W_SALIENCE * item.salience + W_CONFIDENCE * item.confidence
-        )
-        return RankedItem(
-            item.id,
-            item.layer,
-            round(score, 4),
-            section or SECTION_OF_LAYER[item.layer],
-            relevance,
-            fresh,
-            item.salience,
-            item.confidence,
-            item.updated,
-        )

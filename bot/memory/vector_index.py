@@ -302,11 +302,13 @@ class VectorIndex:
         if best_above <= 1e-6:
             return {}
         best = np.argpartition(-above, wanted - 1)[:wanted] if len(above) > wanted else np.arange(len(above))
+        # Best first (a stable sort: of equal values, the first found first), read as Python numbers at once.
+        best = best[np.argsort(-above[best], kind="stable")]
+        row_keys, ids_of = self._row_keys, self._ids_of
         found: dict[str, float] = {}
-        for position in sorted(best, key=lambda p: -above[p]):
-            if above[position] <= 0 or len(found) >= limit:
+        for value, row in zip(above[best].tolist(), (best if rows is None else rows[best]).tolist(), strict=True):
+            if value <= 0 or len(found) >= limit:
                 break
-            row = position if rows is None else rows[position]
-            for item_id in self._ids_of.get(self._row_keys[row], ()):
-                found[item_id] = float(above[position]) / best_above
+            for item_id in ids_of.get(row_keys[row], ()):
+                found[item_id] = value / best_above
         return found

@@ -176,7 +176,7 @@ def test_items_already_parsed_are_returned_even_when_reading_the_others_pushes_t
     assert list(found) == wanted and all(found[item_id].id == item_id for item_id in wanted)
 
 
-def test_an_append_keeps_what_was_read_of_the_others_and_rereads_only_what_it_changed(tmp_path: Path) -> None:
+def test_facts_and_neighbours_follow_appends_and_changes_without_a_query(tmp_path: Path) -> None:
     paths = MemoryPaths(tmp_path)
     turns = [item(MemoryLayer.EPISODIC, f"turn {n} about the boat", NOW, item_id=f"t{n}") for n in range(1, 4)]
     write_items(paths.episodic_file(NOW.date()), turns)
@@ -191,8 +191,8 @@ def test_an_append_keeps_what_was_read_of_the_others_and_rereads_only_what_it_ch
     around = store.neighbour_ids(["t1", "t2", "t3", "t4"])
 
     assert around == {"t1": ["t2"], "t2": ["t1", "t3"], "t3": ["t2", "t4"], "t4": ["t3"]}
-    [query] = [sql for sql in queries if "items_facts" in sql]  # one query, for t3 and t4 only
-    assert "'t3'" in query and "'t4'" in query and "'t1'" not in query and "'t2'" not in query
+    assert list(store.facts_of(["t4", "t1"])) == ["t4", "t1"]
+    assert queries == []  # the facts table answers: no query per message
 
     def episodic_neighbours() -> dict[str, list[str]]:
         found = store.episodic_neighbours(["t2", "t3", "t4"])
