@@ -211,7 +211,9 @@ class Bm25Index:
         scores = np.zeros(used, dtype=np.float32)
         # Without removed documents every posting is live: the filtering by `alive` is skipped.
         all_alive = used == count
-        for term in terms:
+        # In one order whatever the set's (which follows the process's string hashing): float32 sums in another
+        # order differ in their last bits, and so would the order of two near-equal items from run to run.
+        for term in sorted(terms):
             postings = self._postings.get(term)
             if postings is None:
                 continue

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -64,6 +67,36 @@ def test_items_indexed_one_by_one_score_as_items_indexed_in_one_batch() -> None:
     for query in ("docker", "garden tomatoes", "compose service cluster", "images deploy docker"):
         assert one_by_one.search(query, 200) == pytest.approx(batched.search(query, 200))
         assert one_by_one.search(query, 200)
+
+
+SEARCH_IN_A_NEW_PROCESS = """
+import random
+from datetime import UTC, datetime
+from bot.domain.memory import MemoryItem, MemoryLayer
+from bot.memory.lexical_index import Bm25Index
+rng = random.Random(5)
+words = [f"word{n}" for n in range(300)]
+now = datetime(2026, 1, 1, tzinfo=UTC)
+index = Bm25Index()
+index.add_many([
+    MemoryItem(id=f"i{n}", layer=MemoryLayer.SEMANTIC, type="fact", created_at=now, updated_at=now,
+               content=" ".join(rng.choices(words, k=rng.randint(5, 40))), confidence=0.8, salience=0.5, source="test")
+    for n in range(2000)
+])
+print(sorted(index.search(" ".join(rng.choices(words, k=12)), 50).items()))
+"""
+
+
+def test_a_search_gives_the_same_scores_in_every_process() -> None:
+    # Each process hashes strings with its own seed, which orders a set of query terms: the scores must not follow.
+    answers = {
+        subprocess.run(
+            [sys.executable, "-c", SEARCH_IN_A_NEW_PROCESS],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)}, capture_output=True, text=True, check=True,
+        ).stdout
+        for seed in (1, 2, 3)
+    }  # fmt: skip
+    assert len(answers) == 1 and "i" in answers.pop()
 
 
 class Stored:
