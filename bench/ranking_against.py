@@ -3,10 +3,9 @@
 On a folder of `bench.memory_retrieval --prepare` (then `--cold`), each checkout, in its own process, scores
 the same messages (with their vectors made by the bundled embedder) and writes every candidate of each
 (`RetrievalResult.ranked`: id, layer, score, section, relevance, recency, salience, confidence, updated) and
-the ids of its pack; the two are then compared. Both processes run with `PYTHONHASHSEED=0`, for a checkout
-older than BM25's terms summed in sorted order: there they were summed in float32 in the order of a set of
-strings, which hash randomisation changes from process to process (two runs of one checkout then differed in
-the last bits of some relevances, and so now and then in the order of two candidates of equal score).
+the ids of its pack; the two are then compared. Both processes run with `PYTHONHASHSEED=0`, so that a
+checkout whose BM25 sums its terms' float32 scores in the order of a set of strings (which string hashing
+changes from process to process, and with it the last bits of some relevances) is compared at one order.
 
 Run: `.venv/bin/python -m bench.ranking_against OTHER_CHECKOUT FOLDER [messages]`
 """
