@@ -6,12 +6,15 @@ Text counts as a command only when it starts with `/name` followed by a space, t
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bot.channels.base import Channel
 from bot.domain.inbound import InboundMessage
+
+log = logging.getLogger(__name__)
 
 _COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
 
@@ -75,7 +78,13 @@ class CommandRegistry:
         command = self._commands.get(name)
         if command is None:
             return f"Unknown command /{name}.\n\n{self.help_text()}"
-        return await command.handler(CommandRequest(inbound, args, channel))
+        try:
+            return await command.handler(CommandRequest(inbound, args, channel))
+        except Exception:
+            # A command that fails (a store that does not answer, a bug) still answers: silence would leave the
+            # person waiting for a reply that never comes.
+            log.exception("[Commands] /%s failed", name)
+            return f"/{name} failed: something went wrong on my side (the bot's log says what). Please try again."
 
     def help_text(self) -> str:
         lines = ["Commands:"]

@@ -8,6 +8,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from bot.access.pairing import PairingStore
 from bot.access.policy import NOT_ALLOWED_REPLY, AccessPolicy
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
@@ -61,7 +63,11 @@ def router_for(tmp_path: Path, runner: RecordingRunner, access: AccessPolicy | N
     async def ping(request: CommandRequest) -> str:
         return f"pong {request.args}".strip()
 
+    async def broken(request: CommandRequest) -> str:
+        raise OSError(5, "Input/output error", "state/reminders.json")
+
     commands.register(Command("ping", "answers pong", ping))
+    commands.register(Command("broken", "fails", broken))
     return InboundRouter(runner, commands, access, TurnLedger(LedgerFile(tmp_path / "turns.jsonl")))
 
 
@@ -74,6 +80,21 @@ async def test_messages_reach_the_runner_in_order_and_commands_are_answered_by_t
     assert [inbound.text for inbound in runner.ran] == ["one", "two"]
     assert channel.sent["1"][:3] == ["echo: one", "pong twice", "echo: two"]
     assert channel.sent["1"][3].startswith("Unknown command /nope.")
+
+
+async def test_a_command_that_fails_still_answers_and_the_next_message_is_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner, channel = RecordingRunner(), RecordingChannel()
+    router = router_for(tmp_path, runner)
+    for text in ("/broken", "one"):
+        await router.accept(channel.message("1", text), channel)
+    await router.dispatcher.drain()
+    assert channel.sent["1"] == [
+        "/broken failed: something went wrong on my side (the bot's log says what). Please try again.",
+        "echo: one",
+    ]
+    assert "/broken failed" in caplog.text and "Input/output error" in caplog.text
 
 
 async def test_a_transcribed_command_is_a_message_not_a_command(tmp_path: Path) -> None:
