@@ -37,7 +37,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 NO_SESSION = "Not logged in, or the login has expired. Send /console to the bot for a new link."
-NO_DATABASE = "The database does not answer just now, so the console cannot check your login. Try again in a moment."
+NO_DATABASE = "The database does not answer just now, so this page cannot be shown. Try again in a moment."
 
 
 @dataclass
