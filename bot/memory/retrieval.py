@@ -175,19 +175,13 @@ def dense_query_text(text: str, speakers: set[str]) -> str:
     return stripped if _WORD.search(stripped) else text
 
 
-def recency(updated: float, now: float) -> float:
-    """1 for an item updated `now`, halving every `RECENCY_HALF_LIFE_DAYS` (times in seconds since the epoch)."""
-    age_days = max(now - updated, 0.0) / 86400
-    return math.exp(-age_days * _DECAY_PER_DAY)
-
-
 def ranked_by_score(
     scored: Iterable[tuple[ItemFacts, float]], now: float, section: str | None = None
 ) -> list[RankedItem]:
-    """Each (item, relevance) blended with the item's recency, salience and confidence into its score, in the
-    section of its layer (or `section`).
+    """Each (item, relevance) blended with the item's recency (1 for an item updated `now`, halving every
+    `RECENCY_HALF_LIFE_DAYS`), salience and confidence into its score, in the section of its layer (or `section`).
 
-    One loop for the several hundred candidates of a message, with `recency` written out in it: a call per
+    One loop for the several hundred candidates of a message, with the recency written out in it: a call per
     candidate costs more than its arithmetic."""
     made = tuple.__new__  # a `RankedItem` made without its generated `__new__` (a Python call per candidate)
     exp, decay = math.exp, _DECAY_PER_DAY

@@ -13,6 +13,7 @@ import pytest
 
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryQuery
+from bot.memory.item_storage import ItemFacts
 from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.prompt_pack import (
     FULL_AFTER_MISSES,
@@ -21,7 +22,7 @@ from bot.memory.prompt_pack import (
     MemoryPromptPackService,
     offered_order,
 )
-from bot.memory.retrieval import RankedItem, Section, dense_query_text, names_in
+from bot.memory.retrieval import RankedItem, Section, dense_query_text, names_in, ranked_by_score
 from tests.memory.helpers import item
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -194,12 +195,13 @@ def test_a_long_item_is_cut_with_a_visible_marker() -> None:
 
 
 def test_recency_favours_newer_items_with_equal_relevance() -> None:
-    from bot.memory.retrieval import recency
+    def facts(item_id: str, days_old: int) -> ItemFacts:
+        updated = (NOW - timedelta(days=days_old)).timestamp()
+        return ItemFacts(item_id, MemoryLayer.EPISODIC, True, NOW.date(), None, updated, 0.5, 0.8)
 
-    now = NOW.timestamp()
-    fresh = (NOW - timedelta(days=1)).timestamp()
-    old = (NOW - timedelta(days=30)).timestamp()
-    assert recency(fresh, now) > 0.95 and 0.45 < recency(old, now) < 0.55  # halves every 30 days
+    fresh, old = ranked_by_score([(facts("fresh", 1), 0.6), (facts("old", 30), 0.6)], NOW.timestamp())
+    assert fresh.recency > 0.95 and 0.45 < old.recency < 0.55  # halves every 30 days
+    assert fresh.score > old.score
 
 
 def test_the_dense_query_drops_speakers_names_with_their_possessive_and_keeps_other_names() -> None:
