@@ -18,7 +18,8 @@ def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def _link(row: Any) -> tuple[Viewer, float]:
+def _viewer_until(row: Any) -> tuple[Viewer, float]:
+    """The viewer a row (of either table) names, and when it expires."""
     return Viewer(row["person"], row["owner"]), row["expires_at"].timestamp()
 
 
@@ -36,11 +37,11 @@ class LoginsInDatabase:
 
     async def link(self, key: str) -> tuple[Viewer, float] | None:
         rows = await self._database.fetch("SELECT * FROM console_links WHERE key = $1", key)
-        return _link(rows[0]) if rows else None
+        return _viewer_until(rows[0]) if rows else None
 
     async def take_link(self, key: str) -> tuple[Viewer, float] | None:
         rows = await self._database.fetch("DELETE FROM console_links WHERE key = $1 RETURNING *", key)
-        return _link(rows[0]) if rows else None
+        return _viewer_until(rows[0]) if rows else None
 
     async def add_session(self, key: str, session: ConsoleSession) -> None:
         await self._database.fetch(
@@ -52,7 +53,7 @@ class LoginsInDatabase:
         rows = await self._database.fetch("SELECT * FROM console_sessions WHERE key = $1", key)
         if not rows:
             return None
-        viewer, expires_at = _link(rows[0])
+        viewer, expires_at = _viewer_until(rows[0])
         return ConsoleSession(viewer, expires_at, rows[0]["csrf"])
 
     async def end_session(self, key: str) -> None:
