@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -22,7 +24,19 @@ from bot.memory.prompt_pack import (
     MemoryPromptPackService,
     offered_order,
 )
-from bot.memory.retrieval import RankedItem, Section, dense_query_text, names_in, ranked_by_score
+from bot.memory.retrieval import (
+    RECENCY_HALF_LIFE_DAYS,
+    SECTION_OF_LAYER,
+    W_CONFIDENCE,
+    W_RECENCY,
+    W_RELEVANCE,
+    W_SALIENCE,
+    RankedItem,
+    Section,
+    dense_query_text,
+    names_in,
+    ranked_by_score,
+)
 from tests.memory.helpers import item
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -202,6 +216,52 @@ def test_recency_favours_newer_items_with_equal_relevance() -> None:
     fresh, old = ranked_by_score([(facts("fresh", 1), 0.6), (facts("old", 30), 0.6)], NOW.timestamp())
     assert fresh.recency > 0.95 and 0.45 < old.recency < 0.55  # halves every 30 days
     assert fresh.score > old.score
+
+
+def test_scores_are_the_formula_of_each_candidate_rounded_to_four_places() -> None:
+    """The scores are made a column at a time: each must be what the formula gives for its candidate alone,
+    `round(score, 4)` included, near a half of the fourth place too (where a product's rounding could cross it)."""
+    rng = random.Random(11)
+    now = NOW.timestamp()
+    decay = math.log(2) / RECENCY_HALF_LIFE_DAYS
+    layers = list(SECTION_OF_LAYER)
+    scored = []
+    for number in range(3000):
+        updated = now if number % 50 == 0 else now - rng.uniform(-3600, 400 * 86400)  # some from the future
+        facts = ItemFacts(
+            f"i{number}", rng.choice(layers), True, NOW.date(), None, updated, rng.random(), round(rng.random(), 2)
+        )
+        scored.append((facts, rng.choice([0.0, 1.0, rng.random(), rng.random() * 1.4])))
+    # Relevances that put the score within a few units in the last place of a half of the fourth place.
+    for number in range(300):
+        facts = ItemFacts(f"h{number}", MemoryLayer.SEMANTIC, True, NOW.date(), None, now, 0.0, 0.0)
+        half = (rng.randrange(1, 9000) + 0.5) / 1e4
+        relevance = (half - W_RECENCY) / W_RELEVANCE
+        for _ in range(rng.randrange(4)):
+            relevance = math.nextafter(relevance, rng.choice([0.0, 2.0]))
+        scored.append((facts, relevance))
+
+    ranked = ranked_by_score(scored, now)
+
+    for (facts, relevance), entry in zip(scored, ranked, strict=True):
+        fresh = math.exp(-(max(now - facts.updated, 0.0) / 86400) * decay)
+        score = (
+            W_RELEVANCE * relevance + W_RECENCY * fresh + W_SALIENCE * facts.salience + W_CONFIDENCE * facts.confidence
+        )
+        expected = (facts.id, facts.layer, round(score, 4), SECTION_OF_LAYER[facts.layer], relevance, fresh)
+        expected += (facts.salience, facts.confidence, facts.updated)
+        assert tuple(entry) == expected and type(entry) is RankedItem
+    assert [entry.section for entry in ranked_by_score(scored[:3], now, Section.PINNED)] == [Section.PINNED] * 3
+    assert ranked_by_score([], now) == []
+
+
+def test_equal_scores_are_offered_in_the_order_of_their_ids() -> None:
+    def ranked(item_id: str, score: float) -> RankedItem:
+        return RankedItem(item_id, S, score, Section.SEMANTIC, 0.5, 1.0, 0.5, 0.5, 0.0)
+
+    items = [ranked("c", 0.5), ranked("a", 0.7), ranked("b", 0.5), ranked("d", 0.9), ranked("a2", 0.5)]
+    offered = offered_order(items, MemoryQuery(text="", session_id="test:1", now=NOW, semantic_top_k=2))
+    assert [entry.item_id for entry in offered] == ["d", "a", "a2", "b", "c"]
 
 
 def test_the_dense_query_drops_speakers_names_with_their_possessive_and_keeps_other_names() -> None:
