@@ -3,7 +3,7 @@
 On a folder of `bench.memory_retrieval --prepare` (then `--cold`), each checkout, in its own process, scores
 the same messages (with their vectors made by the bundled embedder) and writes every candidate of each
 (`RetrievalResult.ranked`: id, layer, score, section, relevance, recency, salience, confidence, updated) and
-the ids of its pack; the two are then compared. Both processes run with `PYTHONHASHSEED=0`, so that a
+the ids and the text of its pack; the two are then compared. Both processes run with `PYTHONHASHSEED=0`, so that a
 checkout whose BM25 sums its terms' float32 scores in the order of a set of strings (which string hashing
 changes from process to process, and with it the last bits of some relevances) is compared at one order.
 
@@ -55,12 +55,13 @@ async def dump(folder: Path, messages: int, out: Path) -> None:
             )
             ranked = [list(entry) for entry in result.ranked]
             lines.write(json.dumps({"text": text, "candidates": result.candidates, "ranked": ranked}) + "\n")
-            lines.write(json.dumps([scored.item.id for scored in built.items]) + "\n")
+            lines.write(json.dumps([[scored.item.id for scored in built.items], built.rendered]) + "\n")
     await service.close()
 
 
 def compare(mine: Path, theirs: Path) -> dict[str, int]:
-    """How many messages differ in the order of their candidates, in a score, in another part, in the pack."""
+    """How many messages differ in the order of their candidates, in a score, in another part, in the pack (its
+    items or its text)."""
     figures = dict.fromkeys(("messages", "order", "scores", "parts", "packs", "candidates"), 0)
     ours, others = mine.read_text().splitlines(), theirs.read_text().splitlines()
     for number in range(0, len(ours), 2):
@@ -101,7 +102,7 @@ def main() -> None:
     print(
         f"{figures['messages']} messages: the order of the candidates differs in {figures['order']}, a score in "
         f"{figures['scores']}, another part of a candidate in {figures['parts']}, the number of candidates in "
-        f"{figures['candidates']}, the pack in {figures['packs']}"
+        f"{figures['candidates']}, the pack (its items or its text) in {figures['packs']}"
     )
 
 
