@@ -10,7 +10,6 @@ the facts its scoring reads are read; the stored items' vectors are `bot.memory.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import math
@@ -37,8 +36,8 @@ from bot.memory.long_term_pieces import (
     whole_long_term,
 )
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
-from bot.memory.retrieval import LEXICAL_CANDIDATES, VECTOR_CANDIDATES, RetrievalResult, dense_query_text, names_in
-from bot.memory.scopes import INLINE_WORK_MAX_ITEMS, MemoryScope, MemoryScopes
+from bot.memory.retrieval import LEXICAL_CANDIDATES, RetrievalResult, dense_query_text, names_in
+from bot.memory.scopes import MemoryScope, MemoryScopes
 from bot.notices import OwnerNotices
 from bot.settings import MemoryConfig
 
@@ -240,31 +239,6 @@ class MemoryPromptBuilder:
         )
 
     @staticmethod
-    async def _dense_ahead(scope: MemoryScope, vector_task: asyncio.Future[Vector | None]) -> None:
-        """The dense candidates of the message, computed while the lexical ones are read (the vector
-        index keeps the answer for the scoring that follows; the scope's lock is held meanwhile)."""
-        vector = await asyncio.shield(vector_task)  # a cancel here must not cancel the vector itself
-        if vector is not None:
-            await asyncio.to_thread(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
-
-    async def _read_ahead(
-        self, scope: MemoryScope, text: str, vector_task: asyncio.Future[Vector | None], arrived: float
-    ) -> Vector | None:
-        """The message's vector, with its lexical candidates (and, past a small memory, its dense ones) found
-        meanwhile under the scope's lock, which is not held waiting for the vector."""
-        dense_task: asyncio.Future[None] | None = None
-        async with self._scopes.fresh(scope, arrived):
-            if len(scope.store) > INLINE_WORK_MAX_ITEMS:
-                dense_task = asyncio.ensure_future(self._dense_ahead(scope, vector_task))
-            await self._scopes.off_loop_if_large(scope, self._prefetch, scope, text)
-            if dense_task is not None:
-                if not vector_task.done():
-                    dense_task.cancel()  # still waiting for the vector: nothing started yet
-                with contextlib.suppress(asyncio.CancelledError):
-                    await dense_task
-        return await vector_task
-
-    @staticmethod
     def _prefetch(scope: MemoryScope, text: str) -> None:
         """Find the lexical candidates of `text` ahead of scoring (the lexical index keeps the search), while
         the message's vector is being made."""
@@ -323,10 +297,10 @@ class MemoryPromptBuilder:
         if embedder is not None:
             self._indexing.start(scope, embedder)
         # The message's vector is made in a worker thread (the engine runs in C without the GIL) while the
-        # files are checked and the lexical candidates are found; if the vector is there by then, the dense
-        # search has run beside that search too (numpy, without the GIL). The scope's lock is never held
-        # waiting for the vector: the other chats' turns would queue behind it. Without an embedder there is
-        # no vector to wait for, nor a search to do ahead of it: the scoring starts at once.
+        # files are checked and the lexical candidates are found; the dense search is made with the scoring,
+        # in the same hand-off to memory's thread. The scope's lock is never held waiting for the vector: the
+        # other chats' turns would queue behind it. Without an embedder there is no vector to wait for, nor a
+        # search to do ahead of it: the scoring starts at once.
         vector_task: asyncio.Future[Vector | None] | None = None
         # In a burst, a message whose vector would wait behind another's is answered from its words.
         embedder_busy = False
@@ -340,12 +314,14 @@ class MemoryPromptBuilder:
         # the vector does not check them again (an edit made meanwhile is read for the next message).
         arrived = time.monotonic()
         try:
-            vector = await self._read_ahead(scope, text, vector_task, arrived) if vector_task is not None else None
-            async with self._scopes.fresh(scope, arrived):
-                # The pack is built under the lock too: the items it reads are the ones that were scored.
-                result, pack = await self._scopes.off_loop_if_large(
-                    scope, self._retrieve_and_pack, scope, query, vector, model
-                )
+            vector = None
+            if vector_task is not None:
+                await self._scopes.read(scope, self._prefetch, scope, text, requested=arrived)
+                vector = await vector_task
+            # The pack is built under the lock too: the items it reads are the ones that were scored.
+            result, pack = await self._scopes.read(
+                scope, self._retrieve_and_pack, scope, query, vector, model, requested=arrived
+            )
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None

@@ -205,23 +205,42 @@ class MemoryScopes:
         """
         requested = time.monotonic() if requested is None else requested
         async with scope.lock:
-            if scope.refreshed_at < requested:
-                started = scope.refreshed_at = time.monotonic()
-                await scope.store.refresh()
-                if scope.loaded:
-                    await self.off_loop_if_large(scope, scope.store.refresh_sync)
-                else:  # the first load reads every file: never on the event loop
-                    await self.in_thread(scope.store.refresh_sync)
-                if not scope.loaded:
-                    scope.loaded = True
-                    settle_after_load()
-                    log.info(
-                        "[Memory] Loaded %d items from %s in %.0f ms",
-                        len(scope.store),
-                        scope.paths.items_dir,
-                        (time.monotonic() - started) * 1000,
-                    )
+            await self._refresh(scope, requested)
             yield scope
+
+    async def read(
+        self, scope: MemoryScope, function: Callable[..., T], *args: object, requested: float | None = None
+    ) -> T:
+        """`function(*args)` run as `off_loop_if_large` runs it, in `fresh(scope, requested)`; once the scope is
+        loaded, the re-read of changed files and `function` go to memory's thread in one hand-off (each
+        hand-off waits for the event loop and the GIL, with the scope's lock held)."""
+        requested = time.monotonic() if requested is None else requested
+        async with scope.lock:
+            if scope.loaded and scope.refreshed_at < requested:
+                scope.refreshed_at = time.monotonic()
+                await scope.store.refresh()
+                return await self.off_loop_if_large(scope, _after, scope.store.refresh_sync, function, *args)
+            await self._refresh(scope, requested)
+            return await self.off_loop_if_large(scope, function, *args)
+
+    async def _refresh(self, scope: MemoryScope, requested: float) -> None:
+        """Re-read what changed on disk unless a refresh started after `requested` (the scope's lock is held)."""
+        if scope.refreshed_at >= requested:
+            return
+        started = scope.refreshed_at = time.monotonic()
+        await scope.store.refresh()
+        if scope.loaded:
+            await self.off_loop_if_large(scope, scope.store.refresh_sync)
+            return
+        await self.in_thread(scope.store.refresh_sync)  # the first load reads every file: never on the event loop
+        scope.loaded = True
+        settle_after_load()
+        log.info(
+            "[Memory] Loaded %d items from %s in %.0f ms",
+            len(scope.store),
+            scope.paths.items_dir,
+            (time.monotonic() - started) * 1000,
+        )
 
     async def close(self) -> None:
         """Close every scope's vector cache and item store, memory's thread and the folder watch."""
@@ -230,3 +249,9 @@ class MemoryScopes:
             await asyncio.to_thread(scope.store.close)
         self._executor.shutdown(wait=False)
         self._folder_changes.close()
+
+
+def _after(first: Callable[[], object], function: Callable[..., T], *args: object) -> T:
+    """`first()`, then `function(*args)` (two steps of one hand-off to memory's thread)."""
+    first()
+    return function(*args)
