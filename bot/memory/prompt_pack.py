@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import tzinfo
+from datetime import datetime, tzinfo
+from typing import NamedTuple
 
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
@@ -47,6 +48,9 @@ PARSE_AHEAD = 32
 # parsed per message for one short line now and then) costs more than that line is worth.
 FULL_AFTER_MISSES = 8
 DATED_SECTIONS = (Section.EPISODIC, Section.WORKING)
+# Items whose shown text (`Shown`) is kept; the pack reads about 130 items a message at 100,000 items, and a
+# conversation's topic brings many of them back message after message. Emptied when full.
+SHOWN_CACHE_SIZE = 4096
 
 SECTION_HEADERS = {
     Section.PINNED: "## Pinned Memory",
@@ -87,12 +91,33 @@ def offered_order(items: list[RankedItem], query: MemoryQuery) -> list[RankedIte
     return first + guaranteed + rest
 
 
+class Shown(NamedTuple):
+    """What the pack shows of an item, made from its text and its time alone."""
+
+    same_text: str  # its words up to case, punctuation and spacing: the same text twice is shown once
+    line: str  # `MemoryPromptPackService.line`
+    heading: str  # its day heading and clock time (`MemoryPromptPackService.when`)
+    clock: str
+
+
 class MemoryPromptPackService:
     """Turns scored items into the `MemoryPack` the prompt gets."""
 
     def __init__(self, estimator: TokenEstimator, zone: tzinfo) -> None:
         self._estimator = estimator
         self._zone = zone
+        # By (text, time made): an edited item is a new key, and one key holds what any item with them shows.
+        self._shown: dict[tuple[str, datetime], Shown] = {}
+
+    def shown(self, item: MemoryItem) -> Shown:
+        """The item's `Shown`, kept for the next packs that read an item with its text and time."""
+        key = (item.content, item.created_at)
+        kept = self._shown.get(key)
+        if kept is None:
+            if len(self._shown) >= SHOWN_CACHE_SIZE:
+                self._shown.clear()  # one call, safe while a pack of a small scope is built on the event loop
+            kept = self._shown[key] = Shown(normalized_words(item.content), self.line(item), *self.when(item))
+        return kept
 
     def line(self, item: MemoryItem) -> str:
         """The item's line: its words, each relative date followed by the dates it meant when the item was
@@ -147,11 +172,10 @@ class MemoryPromptPackService:
         used = 0
         dropped = 0
         missed: list[RankedItem] = []
-        # Whether anything from position i on may still go past the soft budget (pinned or a high score).
-        worth_later = [False] * (len(offered) + 1)
-        for position in range(len(offered) - 1, -1, -1):
-            scored = offered[position]
-            worth_later[position] = worth_later[position + 1] or self.worth_more(scored)
+        # The last item that may still go past the soft budget (pinned or a high score): past it, none can.
+        last_worth = len(offered) - 1
+        while last_worth >= 0 and not self.worth_more(offered[last_worth]):
+            last_worth -= 1
         soft_full = False  # the first item that does not fit in the soft budget fills it
         misses = 0  # high items in a row that did not fit under the max, once the soft budget is full
         for position, scored in enumerate(offered):
@@ -159,7 +183,7 @@ class MemoryPromptPackService:
                 dropped += 1
                 if len(missed) < MISSED_SHOWN:
                     missed.append(scored)
-                if not worth_later[position]:
+                if position > last_worth:
                     dropped += len(offered) - position - 1
                     break
                 continue
@@ -174,14 +198,15 @@ class MemoryPromptPackService:
             item = read.get(scored.item_id)
             if item is None:
                 continue
-            same_text = normalized_words(item.content)  # the text up to case, punctuation and spacing
+            shown = self.shown(item)
+            same_text = shown.same_text
             if same_text in seen:
                 continue
-            text = self.line(item)
+            text = shown.line
             cost = self._estimator.text(text + "\n", model)
             if not chosen[scored.section]:
                 cost += self._estimator.text(SECTION_HEADERS[scored.section] + "\n\n", model)
-            heading, clock = self.when(item) if scored.section in DATED_SECTIONS else ("", "")
+            heading, clock = (shown.heading, shown.clock) if scored.section in DATED_SECTIONS else ("", "")
             if heading and (scored.section, heading) not in headings:
                 cost += self._estimator.text(heading + "\n", model)
             stamp = (scored.section, heading, clock) if heading else None
@@ -236,7 +261,7 @@ class MemoryPromptPackService:
         lines = [SECTION_HEADERS[section]]
         current_day = current_time = ""
         for scored, text in entries:
-            heading, time = self.when(scored.item)
+            _, _, heading, time = self.shown(scored.item)
             if heading != current_day:
                 lines.append(heading)
                 current_day, current_time = heading, ""

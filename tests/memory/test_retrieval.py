@@ -188,6 +188,25 @@ def test_the_pack_parses_only_the_items_it_reads_and_passes_over_one_no_longer_s
     assert pack.diagnostics.dropped_for_budget == 300 - pack.diagnostics.selected
 
 
+def test_an_item_edited_between_two_packs_shows_its_new_text_and_day() -> None:
+    """What a pack shows of an item is kept for the next packs: by its text and time, so an edit is shown."""
+    pack_service = MemoryPromptPackService(TokenEstimator(), UTC)
+    stored = Stored()
+    entry = stored.ranked("we water the tomatoes every evening", 0.9, Section.EPISODIC)
+
+    def shown_after(**edit: Any) -> str:
+        stored.items[entry.item_id] = stored.items[entry.item_id].model_copy(update=edit)
+        return pack_service.build([entry], stored.get_many, 1, 200, 400).rendered
+
+    assert "### 2026-03-01 (Sunday)\n- 12:00 we water the tomatoes every evening" in shown_after()
+    assert "### 2026-03-01 (Sunday)\n- 12:00 we water the tomatoes every morning" in shown_after(
+        content="we water the tomatoes every morning"
+    )
+    assert "### 2026-02-26 (Thursday)\n- 12:00 we water the tomatoes every morning" in shown_after(
+        created_at=NOW - timedelta(days=3)
+    )
+
+
 def test_a_full_pack_stops_reading_after_highly_relevant_items_in_a_row_no_longer_fit() -> None:
     stored = Stored()
     long_fact = "a highly relevant fact about the garden shed and the tools kept in it, number {}"
