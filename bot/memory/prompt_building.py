@@ -316,10 +316,14 @@ class MemoryPromptBuilder:
         try:
             vector = None
             if vector_task is not None:
-                await self._scopes.read(scope, self._prefetch, scope, text, requested=arrived)
+                # One turn of the loop starts the vector's task: a vector the embedder already has (the same text
+                # asked again) is there at once, with nothing to do meanwhile: the scoring's hand-off does it all.
+                await asyncio.sleep(0)
+                if not vector_task.done():
+                    await self._scopes.run_fresh(scope, self._prefetch, scope, text, requested=arrived)
                 vector = await vector_task
             # The pack is built under the lock too: the items it reads are the ones that were scored.
-            result, pack = await self._scopes.read(
+            result, pack = await self._scopes.run_fresh(
                 scope, self._retrieve_and_pack, scope, query, vector, model, requested=arrived
             )
         except OSError as error:

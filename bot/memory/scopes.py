@@ -208,7 +208,7 @@ class MemoryScopes:
             await self._refresh(scope, requested)
             yield scope
 
-    async def read(
+    async def run_fresh(
         self, scope: MemoryScope, function: Callable[..., T], *args: object, requested: float | None = None
     ) -> T:
         """`function(*args)` run as `off_loop_if_large` runs it, in `fresh(scope, requested)`; once the scope is

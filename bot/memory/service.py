@@ -302,15 +302,13 @@ class MemoryService:
                 [(item, _history(replaced, item)) for item in listed],
             )
 
-        async with self.fresh(scope):
-            return await self.off_loop_if_large(scope, read)
+        return await self._scopes.run_fresh(scope, read)
 
     async def change(self, config: MemoryConfig, session_id: str, edit: Callable[[MemoryWriteService], T]) -> T:
         """Run one explicit change (tools, `/memory`) under the scope's lock, then write it durably."""
         scope = await self.scope(config, session_id)
-        async with self.fresh(scope):
-            # A forget looks through every exchange: at 100,000 items, seconds the event loop must not wait.
-            result = await self.off_loop_if_large(scope, edit, scope.writer)
+        # A forget looks through every exchange: at 100,000 items, seconds the event loop must not wait.
+        result = await self._scopes.run_fresh(scope, edit, scope.writer)
         await scope.store.flush()
         return result
 

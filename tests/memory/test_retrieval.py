@@ -267,8 +267,8 @@ def test_scores_are_the_formula_of_each_candidate_rounded_to_four_places() -> No
         score = (
             W_RELEVANCE * relevance + W_RECENCY * fresh + W_SALIENCE * facts.salience + W_CONFIDENCE * facts.confidence
         )
-        expected = (facts.id, facts.layer, round(score, 4), SECTION_OF_LAYER[facts.layer], relevance, fresh)
-        expected += (facts.salience, facts.confidence, facts.updated)
+        section = SECTION_OF_LAYER[facts.layer]
+        expected = (facts.id, facts.layer, round(score, 4), section, relevance, fresh, *facts[6:], facts.updated)
         assert tuple(entry) == expected and type(entry) is RankedItem
     assert [entry.section for entry in ranked_by_score(scored[:3], now, Section.PINNED)] == [Section.PINNED] * 3
     assert ranked_by_score([], now) == []
