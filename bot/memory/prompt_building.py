@@ -36,8 +36,8 @@ from bot.memory.long_term_pieces import (
     whole_long_term,
 )
 from bot.memory.prompt_pack import MemoryPromptPackService, offered_order
-from bot.memory.retrieval import LEXICAL_CANDIDATES, RetrievalResult, dense_query_text, names_in
-from bot.memory.scopes import MemoryScope, MemoryScopes
+from bot.memory.retrieval import LEXICAL_CANDIDATES, VECTOR_CANDIDATES, RetrievalResult, dense_query_text, names_in
+from bot.memory.scopes import INLINE_WORK_MAX_ITEMS, MemoryScope, MemoryScopes
 from bot.notices import OwnerNotices
 from bot.settings import MemoryConfig
 
@@ -244,6 +244,20 @@ class MemoryPromptBuilder:
         the message's vector is being made."""
         scope.lexical.search(text, LEXICAL_CANDIDATES)
 
+    def _search_and_pack(
+        self, scope: MemoryScope, query: MemoryQuery, vector: Vector, model: str | None
+    ) -> tuple[RetrievalResult, MemoryPack]:
+        """`_retrieve_and_pack` with both searches made first, side by side past a small memory (the dense one in
+        a second thread; each index keeps its answer for the scoring)."""
+        if len(scope.store) <= INLINE_WORK_MAX_ITEMS:
+            return self._retrieve_and_pack(scope, query, vector, model)
+        dense = self._scopes.beside(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
+        try:
+            self._prefetch(scope, query.text)
+        finally:
+            dense.result()  # the scope's lock is held until the dense search is over, whatever happened
+        return self._retrieve_and_pack(scope, query, vector, model)
+
     def _retrieve_and_pack(
         self, scope: MemoryScope, query: MemoryQuery, vector: Vector | None, model: str | None
     ) -> tuple[RetrievalResult, MemoryPack]:
@@ -298,7 +312,8 @@ class MemoryPromptBuilder:
             self._indexing.start(scope, embedder)
         # The message's vector is made in a worker thread (the engine runs in C without the GIL) while the
         # files are checked and the lexical candidates are found; the dense search is made with the scoring,
-        # in the same hand-off to memory's thread. The scope's lock is never held waiting for the vector: the
+        # in the next hand-off to memory's thread (a vector already made: both searches side by side in that
+        # one, the files checked first). The scope's lock is never held waiting for the vector: the
         # other chats' turns would queue behind it. Without an embedder there is no vector to wait for, nor a
         # search to do ahead of it: the scoring starts at once.
         vector_task: asyncio.Future[Vector | None] | None = None
@@ -315,17 +330,18 @@ class MemoryPromptBuilder:
         arrived = time.monotonic()
         try:
             vector = None
+            searched_ahead = False
             if vector_task is not None:
                 # One turn of the loop starts the vector's task: a vector the embedder already has (the same text
                 # asked again) is there at once, with nothing to do meanwhile: the scoring's hand-off does it all.
                 await asyncio.sleep(0)
                 if not vector_task.done():
                     await self._scopes.run_fresh(scope, self._prefetch, scope, text, requested=arrived)
+                    searched_ahead = True
                 vector = await vector_task
             # The pack is built under the lock too: the items it reads are the ones that were scored.
-            result, pack = await self._scopes.run_fresh(
-                scope, self._retrieve_and_pack, scope, query, vector, model, requested=arrived
-            )
+            work = self._search_and_pack if vector is not None and not searched_ahead else self._retrieve_and_pack
+            result, pack = await self._scopes.run_fresh(scope, work, scope, query, vector, model, requested=arrived)
         except OSError as error:
             log.warning("[Memory] Could not read the memory items of %s: %s", scope.paths.items_dir, error)
             return None

@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, tzinfo
 from pathlib import PurePosixPath
@@ -115,6 +115,8 @@ class MemoryScopes:
         # Memory's own worker thread, so the reads under a scope's lock never queue behind the fsyncs of
         # session writes in the shared default pool.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory")
+        # And one for work that memory's thread hands on to run beside its own (`beside`).
+        self._beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-beside")
         # One inotify instance for every scope's folders, items and notes (the kernel allows a user few instances).
         self._folder_changes = FolderChanges()
 
@@ -191,6 +193,11 @@ class MemoryScopes:
             return function(*args)
         return await self.in_thread(function, *args)
 
+    def beside(self, function: Callable[..., T], *args: object) -> Future[T]:
+        """Start `function(*args)` in a second thread, for memory's thread to wait for after work of its own
+        (numpy work, which runs mostly without the GIL, side by side with other work)."""
+        return self._beside.submit(function, *args)
+
     async def in_thread(self, function: Callable[..., T], *args: object) -> T:
         """Run `function` in memory's thread (work too long for the event loop)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args))
@@ -248,6 +255,7 @@ class MemoryScopes:
             await scope.vector_cache.close()
             await asyncio.to_thread(scope.store.close)
         self._executor.shutdown(wait=False)
+        self._beside.shutdown(wait=False)
         self._folder_changes.close()
 
 
