@@ -245,14 +245,6 @@ def delete_item(connection: sqlite3.Connection, item_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def id_before(connection: sqlite3.Connection, name: str, pos: int) -> str | None:
-    """The item just before position `pos` of the file."""
-    row = connection.execute(
-        "SELECT id FROM items WHERE file = ? AND pos < ? ORDER BY pos DESC LIMIT 1", (name, pos)
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
 def ids_in_file(connection: sqlite3.Connection, name: str) -> list[str]:
     return [row[0] for row in connection.execute("SELECT id FROM items WHERE file = ?", (name,))]
 
