@@ -1,25 +1,34 @@
-"""`FactsTable`: every stored item's `ItemFacts`, and the order of the items of each day file, in RAM.
+"""`FactsTable`: every stored item's scoring facts, and the order of the items of each day file, in RAM.
 
-Retrieval scores several hundred candidates a message in a large memory, with the turns around each and
+Retrieval scores about a thousand candidates a message in a large memory, with the turns around each and
 theirs: read from the index database, their facts and neighbours would cost queries on every message (and
-subqueries per candidate for the neighbours); here they are dictionary lookups. The table follows the rows of
-the index database's `items` table: it is loaded from them when the store opens the database (the
-reconciler), and told of every row written or deleted after, by the write path and the reconciler once their
-transaction is committed, so it never holds what the database would not give.
+subqueries per candidate for the neighbours). Here they are columns: one numpy array per fact, a row per item
+(`rows_of` maps ids to rows), and for the turns of a day file the rows just before and after each, so that
+retrieval reads a candidate's facts and neighbours by gathers over arrays, not object by object. The table
+follows the rows of the index database's `items` table: it is loaded from them when the store opens the
+database (the reconciler), and told of every row written or deleted after, by the write path and the
+reconciler once their transaction is committed, so it never holds what the database would not give.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import date
+from itertools import repeat
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from bot.domain.memory import MemoryLayer
 from bot.memory.item_storage import ItemFacts
 
-_LAYERS = {layer.value: layer for layer in MemoryLayer}
+# The layers in the order of their codes in `FactsTable.layer`.
+LAYERS = tuple(MemoryLayer)
+_LAYER_CODES = {layer.value: code for code, layer in enumerate(LAYERS)}
+EPISODIC_CODE = LAYERS.index(MemoryLayer.EPISODIC)
 
 # The columns of an `items` row the table keeps, in the order of `index_sql.all_facts` (and `ItemRows.facts`):
 # id, layer, active, day, speaker, updated, salience, confidence, day_file, file, pos.
@@ -27,80 +36,187 @@ FactsRow = tuple[Any, ...]
 
 # A place is kept as file number × this + position (positions in a file stay far below it).
 _FILE_STEP = 1 << 40
+# No row: the neighbour of the first or last turn of a file, the row of an id not stored.
+NO_ROW = -1
+_FIRST_CAPACITY = 1024
+
+IntArray = npt.NDArray[np.int64]
 
 
 class FactsTable:
-    """The `ItemFacts` of every row of `items`, and for the rows of day files their order in the file (the
-    items just before and after one are its neighbours: the turns around it)."""
+    """The `ItemFacts` of every row of `items` as columns, and for the rows of day files their order in the file
+    (the items just before and after one are its neighbours: the turns around it).
+
+    A column is indexed by row (`rows_of`); a deleted item's row is given to the next new one. `speaker` holds a
+    code per row (`speaker_codes`, `NO_ROW` for none), `layer` an index into `LAYERS`, `day` the day's ordinal,
+    `before` and `after` the rows of the turns around a day file's item (`NO_ROW` at either end, and for an item
+    of another file)."""
 
     def __init__(self) -> None:
-        self._facts: dict[str, ItemFacts] = {}
+        self._row: dict[str, int] = {}
+        self._ids: list[str] = []  # by row; "" for a free row
+        self._free: list[int] = []
+        self.layer = np.zeros(0, dtype=np.int8)
+        self.active = np.zeros(0, dtype=bool)
+        self.day = np.zeros(0, dtype=np.int32)
+        self.speaker = np.zeros(0, dtype=np.int32)
+        self.updated = np.zeros(0, dtype=np.float64)
+        self.salience = np.zeros(0, dtype=np.float64)
+        self.confidence = np.zeros(0, dtype=np.float64)
+        self.before = np.zeros(0, dtype=np.int64)
+        self.after = np.zeros(0, dtype=np.int64)
+        self._grow(_FIRST_CAPACITY)
         # Items of day files: where each is (its file's number times `_FILE_STEP`, plus its position: one int
         # an item, not a tuple), and per file number the positions in order with the ids in that order.
         self._place: dict[str, int] = {}
         self._files: dict[int, tuple[array[int], list[str]]] = {}
         self._file_numbers: dict[str, int] = {}
-        # One object per day and per speaker (a year of turns holds 365 days, and a few speakers).
+        # One code per speaker (a few), and one date per day (a year of turns holds 365) for `facts_of`.
+        self._speaker_code: dict[str, int] = {}
+        self._speaker_names: list[str] = []
         self._days: dict[int, date] = {}
-        self._speakers: dict[str, str] = {}
         # How many active items each speaker speaks in (`speaks`).
         self._spoken: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self._facts)
+        return len(self._row)
+
+    def __contains__(self, item_id: str) -> bool:
+        return item_id in self._row
+
+    def _columns(self) -> tuple[npt.NDArray[Any], ...]:
+        return (
+            self.layer, self.active, self.day, self.speaker, self.updated, self.salience, self.confidence,
+            self.before, self.after,
+        )  # fmt: skip
+
+    def _grow(self, capacity: int) -> None:
+        """Room for `capacity` rows (the new rows of no item, with no neighbours)."""
+        old = len(self.layer)
+        if capacity <= old:
+            return
+        (
+            self.layer, self.active, self.day, self.speaker, self.updated, self.salience, self.confidence,
+            self.before, self.after,
+        ) = (np.resize(column, capacity) for column in self._columns())  # fmt: skip
+        self.active[old:] = False
+        self.speaker[old:] = NO_ROW
+        self.before[old:] = NO_ROW
+        self.after[old:] = NO_ROW
 
     def clear(self) -> None:
-        self._facts.clear()
+        self._row.clear()
+        self._ids.clear()
+        self._free.clear()
         self._place.clear()
         self._files.clear()
         self._spoken.clear()
+        self.active[:] = False
+        self.before[:] = NO_ROW
+        self.after[:] = NO_ROW
 
     def load(self, rows: Iterable[FactsRow]) -> None:
         """Start from `rows` (every row of `items`, in any order)."""
         self.clear()
-        facts, place, made = self._facts, self._place, self._made
-        unsorted: dict[int, list[tuple[int, str]]] = {}
+        place, row_of = self._place, self._row
+        columns: list[list[Any]] = [[] for _ in range(7)]
+        layer, active, day, speaker, updated, salience, confidence = columns
+        unsorted: dict[int, list[tuple[int, int]]] = {}
         for row in rows:
             item_id = row[0]
-            facts[item_id] = made(row)
-            self._count_speaker(facts[item_id], 1)
+            if item_id in row_of:  # one row an id; the database gives none twice
+                continue
+            number = len(self._ids)
+            row_of[item_id] = number
+            self._ids.append(item_id)
+            layer.append(_LAYER_CODES[row[1]])
+            active.append(bool(row[2]))
+            day.append(row[3])
+            speaker.append(self._speaker(row[4]))
+            updated.append(row[5])
+            salience.append(row[6])
+            confidence.append(row[7])
+            if row[2] and row[4] is not None:
+                self._spoken[row[4]] = self._spoken.get(row[4], 0) + 1
             if row[8]:
-                number = self._file_number(row[9])
-                place[item_id] = number * _FILE_STEP + row[10]
-                unsorted.setdefault(number, []).append((row[10], item_id))
-        for number, entries in unsorted.items():
+                file = self._file_number(row[9])
+                place[item_id] = file * _FILE_STEP + row[10]
+                unsorted.setdefault(file, []).append((row[10], number))
+        count = len(self._ids)
+        self._grow(max(count, _FIRST_CAPACITY))
+        for column, values in zip(self._columns(), columns, strict=False):
+            column[:count] = values
+        ids = self._ids
+        for file, entries in unsorted.items():
             entries.sort()
-            self._files[number] = (array("q", [pos for pos, _ in entries]), [item_id for _, item_id in entries])
+            in_order = np.array([number for _, number in entries], dtype=np.int64)
+            self.before[in_order[1:]] = in_order[:-1]
+            self.after[in_order[:-1]] = in_order[1:]
+            self._files[file] = (array("q", [pos for pos, _ in entries]), [ids[number] for _, number in entries])
 
     def put(self, rows: Iterable[FactsRow]) -> None:
         """Rows written: new ones, or ones that replace the row of their id (in its place or another)."""
         for row in rows:
             item_id = row[0]
-            self._unplace(item_id)
-            self._count_speaker(self._facts.get(item_id), -1)
-            self._facts[item_id] = facts = self._made(row)
-            self._count_speaker(facts, 1)
+            number = self._row.get(item_id)
+            if number is None:
+                number = self._new_row(item_id)
+            else:
+                self._unplace(item_id, number)
+                self._count_speaker(number, -1)
+            self.layer[number] = _LAYER_CODES[row[1]]
+            self.active[number] = bool(row[2])
+            self.day[number] = row[3]
+            self.speaker[number] = self._speaker(row[4])
+            self.updated[number] = row[5]
+            self.salience[number] = row[6]
+            self.confidence[number] = row[7]
+            self._count_speaker(number, 1)
             if row[8]:
-                number, pos = self._file_number(row[9]), row[10]
-                self._place[item_id] = number * _FILE_STEP + pos
-                positions, ids = self._files.setdefault(number, (array("q"), []))
-                at = bisect_left(positions, pos)
-                positions.insert(at, pos)
-                ids.insert(at, item_id)
+                self._place_at(item_id, number, self._file_number(row[9]), row[10])
 
     def remove(self, item_ids: Iterable[str]) -> None:
         """Rows deleted."""
         for item_id in item_ids:
-            self._unplace(item_id)
-            self._count_speaker(self._facts.pop(item_id, None), -1)
+            number = self._row.pop(item_id, None)
+            if number is None:
+                continue
+            self._unplace(item_id, number)
+            self._count_speaker(number, -1)
+            self.active[number] = False
+            self._ids[number] = ""
+            self._free.append(number)
 
-    def _count_speaker(self, facts: ItemFacts | None, change: int) -> None:
-        if facts is not None and facts.active and facts.speaker is not None:
-            count = self._spoken.get(facts.speaker, 0) + change
+    def _new_row(self, item_id: str) -> int:
+        if self._free:
+            number = self._free.pop()
+            self._ids[number] = item_id
+        else:
+            number = len(self._ids)
+            self._ids.append(item_id)
+            if number == len(self.layer):
+                self._grow(2 * number)
+        self._row[item_id] = number
+        return number
+
+    def _speaker(self, name: str | None) -> int:
+        if name is None:
+            return NO_ROW
+        code = self._speaker_code.get(name)
+        if code is None:
+            code = self._speaker_code[name] = len(self._speaker_names)
+            self._speaker_names.append(name)
+        return code
+
+    def _count_speaker(self, number: int, change: int) -> None:
+        code = int(self.speaker[number])
+        if self.active[number] and code != NO_ROW:
+            name = self._speaker_names[code]
+            count = self._spoken.get(name, 0) + change
             if count:
-                self._spoken[facts.speaker] = count
+                self._spoken[name] = count
             else:
-                del self._spoken[facts.speaker]
+                del self._spoken[name]
 
     def _file_number(self, name: str) -> int:
         number = self._file_numbers.get(name)
@@ -108,30 +224,88 @@ class FactsTable:
             number = self._file_numbers[name] = len(self._file_numbers)
         return number
 
-    def _unplace(self, item_id: str) -> None:
+    def _place_at(self, item_id: str, number: int, file: int, pos: int) -> None:
+        """The row `number` of `item_id` put at `pos` in its day file, between the turns around it."""
+        self._place[item_id] = file * _FILE_STEP + pos
+        positions, ids = self._files.setdefault(file, (array("q"), []))
+        at = bisect_left(positions, pos)
+        positions.insert(at, pos)
+        ids.insert(at, item_id)
+        before = self._row[ids[at - 1]] if at > 0 else NO_ROW
+        after = self._row[ids[at + 1]] if at + 1 < len(ids) else NO_ROW
+        self.before[number], self.after[number] = before, after
+        if before != NO_ROW:
+            self.after[before] = number
+        if after != NO_ROW:
+            self.before[after] = number
+
+    def _unplace(self, item_id: str, number: int) -> None:
         place = self._place.pop(item_id, None)
         if place is None:
             return
-        number, pos = divmod(place, _FILE_STEP)
-        positions, ids = self._files[number]
+        file, pos = divmod(place, _FILE_STEP)
+        positions, ids = self._files[file]
         at = bisect_left(positions, pos)
         del positions[at], ids[at]
         if not ids:
-            del self._files[number]
-
-    def _made(self, row: FactsRow) -> ItemFacts:
-        day = self._days.get(row[3])
-        if day is None:
-            day = self._days[row[3]] = date.fromordinal(row[3])
-        speaker = row[4] if row[4] is None else self._speakers.setdefault(row[4], row[4])
-        return ItemFacts(row[0], _LAYERS[row[1]], bool(row[2]), day, speaker, row[5], row[6], row[7])
+            del self._files[file]
+        before, after = int(self.before[number]), int(self.after[number])
+        if before != NO_ROW:
+            self.after[before] = after
+        if after != NO_ROW:
+            self.before[after] = before
+        self.before[number] = self.after[number] = NO_ROW
 
     # -- reading -------------------------------------------------------------------------------------
 
+    def rows_of(self, item_ids: Iterable[str]) -> IntArray:
+        """The row of each of `item_ids`, in that order (`NO_ROW` for one not stored)."""
+        return np.fromiter(map(self._row.get, item_ids, repeat(NO_ROW)), dtype=np.int64)
+
+    def ids_at(self, rows: Sequence[int]) -> list[str]:
+        """The id of each of `rows` (rows of stored items)."""
+        ids = self._ids
+        return [ids[row] for row in rows]
+
+    def speaker_codes(self, names: Iterable[str]) -> list[int]:
+        """The codes in `speaker` of those of `names` that speak in some item."""
+        return [code for name in names if (code := self._speaker_code.get(name)) is not None]
+
+    def episodic_at(self, rows: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether each of `rows` is an active EPISODIC item (False for `NO_ROW`)."""
+        safe = np.maximum(rows, 0)
+        episodic: npt.NDArray[np.bool_] = (rows != NO_ROW) & self.active[safe] & (self.layer[safe] == EPISODIC_CODE)
+        return episodic
+
+    def around(self, row: int) -> list[int]:
+        """The rows of the active EPISODIC items just before and after `row` in its day file, in that order."""
+        found = []
+        for other in (int(self.before[row]), int(self.after[row])):
+            if other != NO_ROW and self.active[other] and self.layer[other] == EPISODIC_CODE:
+                found.append(other)
+        return found
+
+    def facts_at(self, row: int) -> ItemFacts:
+        ordinal = int(self.day[row])
+        day = self._days.get(ordinal)
+        if day is None:
+            day = self._days[ordinal] = date.fromordinal(ordinal)
+        code = int(self.speaker[row])
+        return ItemFacts(
+            self._ids[row],
+            LAYERS[self.layer[row]],
+            bool(self.active[row]),
+            day,
+            None if code == NO_ROW else self._speaker_names[code],
+            float(self.updated[row]),
+            float(self.salience[row]),
+            float(self.confidence[row]),
+        )
+
     def facts_of(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
         """The facts of the stored items of `item_ids`, in that order."""
-        known = self._facts
-        return {item_id: facts for item_id in item_ids if (facts := known.get(item_id)) is not None}
+        known = self._row
+        return {item_id: self.facts_at(row) for item_id in item_ids if (row := known.get(item_id)) is not None}
 
     def speaks(self, name: str) -> bool:
         """Whether `name` speaks in some active item (see `MemoryItem.speaker`)."""
@@ -153,23 +327,10 @@ class FactsTable:
         return found
 
     def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
-        """The facts of the active EPISODIC items among the `neighbour_ids` of each of `item_ids`.
-
-        One loop for the several hundred candidates of a message (a call per candidate costs about as much)."""
-        known, places, files = self._facts, self._place, self._files
-        episodic = MemoryLayer.EPISODIC
+        """The facts of the active EPISODIC items among the `neighbour_ids` of each of `item_ids`."""
+        known = self._row
         found: dict[str, list[ItemFacts]] = {}
         for item_id in item_ids:
-            around: list[ItemFacts] = []
-            found[item_id] = around
-            place = places.get(item_id)
-            if place is None:
-                continue
-            number, pos = divmod(place, _FILE_STEP)
-            positions, ids = files[number]
-            at = bisect_left(positions, pos)
-            if at > 0 and (facts := known[ids[at - 1]]).active and facts.layer is episodic:
-                around.append(facts)
-            if at + 1 < len(ids) and (facts := known[ids[at + 1]]).active and facts.layer is episodic:
-                around.append(facts)
+            row = known.get(item_id)
+            found[item_id] = [] if row is None else [self.facts_at(other) for other in self.around(row)]
         return found

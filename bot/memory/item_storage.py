@@ -12,9 +12,12 @@ from collections.abc import Callable, Collection, Iterable
 from collections.abc import Set as AbstractSet
 from datetime import date, datetime
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from bot.domain.memory import MemoryItem, MemoryLayer
+
+if TYPE_CHECKING:
+    from bot.memory.item_facts import FactsTable
 
 
 class ItemFacts(NamedTuple):
@@ -134,6 +137,12 @@ class ItemStore(Protocol):
     def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]: ...
 
     def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]: ...
+
+    @property
+    def facts_table(self) -> FactsTable:
+        """Every stored item's facts as columns, which retrieval scores its candidates by (read under the scope's
+        lock, like every other read)."""
+        ...
 
     # -- writing -------------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.index_database import INDEX_FILE_NAME, IndexDatabase
 from bot.memory.item_caches import ItemCaches
+from bot.memory.item_facts import FactsTable
 from bot.memory.item_queries import ItemQueries
 from bot.memory.item_reconciler import ItemReconciler
 from bot.memory.item_state import ItemRows, StoreState
@@ -202,6 +203,11 @@ class MemoryItemStore:
     def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
         """The facts of the active EPISODIC items just before and after each of `item_ids` in its day file."""
         return self._queries.episodic_neighbours(item_ids)
+
+    @property
+    def facts_table(self) -> FactsTable:
+        """Every item's facts as columns (no line is parsed)."""
+        return self._caches.facts
 
     # -- writing -------------------------------------------------------------------------------------
 

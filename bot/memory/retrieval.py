@@ -37,10 +37,10 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from itertools import repeat
 from typing import NamedTuple
 
@@ -50,6 +50,7 @@ import numpy.typing as npt
 from bot.domain.conversation import kept_newest
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import Vector
+from bot.memory.item_facts import EPISODIC_CODE, LAYERS, NO_ROW, FactsTable, IntArray
 from bot.memory.item_storage import ItemFacts, ItemStore
 from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.temporal import time_window
@@ -159,6 +160,62 @@ class RetrievalResult:
     used_vectors: bool
 
 
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass
+class Candidates:
+    """A message's candidates in the order they were found: their ids, their rows in the facts table (`NO_ROW`
+    for an id a search index gives that is no longer stored) and a value each (the match, then the relevance)."""
+
+    ids: list[str]
+    rows: IntArray
+    values: FloatArray
+
+    def extend(self, item_ids: list[str], table: FactsTable, value: float) -> None:
+        """`item_ids` (not among the candidates) added with `value`."""
+        self._added(item_ids, table.rows_of(item_ids), value)
+
+    def extend_rows(self, rows: list[int], table: FactsTable) -> None:
+        """The items at `rows` of `table` (not among the candidates) added with 0."""
+        self._added(table.ids_at(rows), np.array(rows, dtype=np.int64), 0.0)
+
+    def _added(self, item_ids: list[str], rows: IntArray, value: float) -> None:
+        if item_ids:
+            self.ids += item_ids
+            self.rows = np.concatenate((self.rows, rows))
+            self.values = np.concatenate((self.values, np.full(len(item_ids), value)))
+
+    def places(self, rows: IntArray, table: FactsTable) -> IntArray:
+        """The place among the candidates of each of `rows` (stored items); those not among them are added with
+        0, in the order they first come in `rows`."""
+        places = np.full(len(rows), NO_ROW, dtype=np.int64)
+        if len(self.rows):
+            order = np.argsort(self.rows, kind="stable")
+            ordered = self.rows[order]
+            at = np.minimum(np.searchsorted(ordered, rows), len(ordered) - 1)
+            places = np.where(ordered[at] == rows, order[at], NO_ROW)
+        new = places == NO_ROW
+        if new.any():
+            unique, first = np.unique(rows[new], return_index=True)
+            appearance = np.argsort(first)
+            rank = np.empty(len(unique), dtype=np.int64)
+            rank[appearance] = np.arange(len(unique))
+            places[new] = len(self.ids) + rank[np.searchsorted(unique, rows[new])]
+            self.extend_rows(unique[appearance].tolist(), table)
+        return places
+
+    def place_of(self) -> dict[int, int]:
+        """The place of each stored candidate, by its row."""
+        return {row: place for place, row in enumerate(self.rows.tolist()) if row != NO_ROW}
+
+    def stored_ids(self) -> list[str]:
+        return [self.ids[place] for place in np.flatnonzero(self.rows != NO_ROW).tolist()]
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(self.ids, self.values.tolist(), strict=True))
+
+
 def names_in(text: str) -> set[str]:
     """The capitalised words of a message: the names it may mention ("Dave's" names Dave)."""
     return {_ENDS_POSSESSIVE.sub("", word) for word in _NAME.findall(text)}
@@ -183,29 +240,67 @@ def ranked_by_score(
     scored: Iterable[tuple[ItemFacts, float]], now: float, section: str | None = None
 ) -> list[RankedItem]:
     """Each (item, relevance) blended with the item's recency (1 for an item updated `now`, halving every
-    `RECENCY_HALF_LIFE_DAYS`), salience and confidence into its score, in the section of its layer (or `section`).
-
-    For the several hundred candidates of a message the arithmetic is done a column at a time: numpy's float64
-    operations are the same IEEE operations, in the same order, as the formula written out per item (no fused
-    multiply-add), `math.exp` is the one the formula uses, and `_rounded` gives `round(score, 4)`; each step
-    a C loop, where a Python loop over the candidates cost more than all of their arithmetic."""
+    `RECENCY_HALF_LIFE_DAYS`), salience and confidence into its score, in the section of its layer (or `section`),
+    in the order given."""
     pairs = list(scored)
     if not pairs:
         return []
     facts, relevances = zip(*pairs, strict=True)
     ids, layers, _, _, _, updated, salience, confidence = zip(*facts, strict=True)
-    age = np.maximum(np.subtract(now, updated), 0.0)
-    fresh = list(map(math.exp, (-(age / 86400) * _DECAY_PER_DAY).tolist()))
-    score = (
-        W_RELEVANCE * np.array(relevances, dtype=np.float64)
-        + W_RECENCY * np.array(fresh)
-        + W_SALIENCE * np.array(salience, dtype=np.float64)
-        + W_CONFIDENCE * np.array(confidence, dtype=np.float64)
+    relevance, when, salient, confident = (
+        np.array(column, dtype=np.float64) for column in (relevances, updated, salience, confidence)
     )
+    return _blended(ids, layers, relevance, when, salient, confident, now, section)
+
+
+def ranked_rows(
+    table: FactsTable, ids: Sequence[str], rows: IntArray, relevances: FloatArray, now: float
+) -> list[RankedItem]:
+    """`ranked_by_score` of the items of `ids` (at `rows` of `table`) with their `relevances`, best first: by
+    score, then the newer of two equal scores (of equal both, the one given first)."""
+    if not len(rows):
+        return []
+    updated = table.updated[rows]
+    layers = list(map(LAYERS.__getitem__, table.layer[rows].tolist()))
+    return _blended(
+        ids, layers, relevances, updated, table.salience[rows], table.confidence[rows], now, best_first=True
+    )
+
+
+def _blended(
+    ids: Sequence[str],
+    layers: Sequence[MemoryLayer],
+    relevances: FloatArray,
+    updated: FloatArray,
+    salience: FloatArray,
+    confidence: FloatArray,
+    now: float,
+    section: str | None = None,
+    best_first: bool = False,
+) -> list[RankedItem]:
+    """The `RankedItem`s of these columns (see `ranked_by_score`), in their order or `best_first`.
+
+    The arithmetic is done a column at a time: numpy's float64 operations are the same IEEE operations, in the
+    same order, as the formula written out per item (no fused multiply-add), `math.exp` is the one the formula
+    uses, and `_rounded` gives `round(score, 4)`; each step a C loop, where a Python loop over the candidates
+    cost more than all of their arithmetic."""
+    age = np.maximum(np.subtract(now, updated), 0.0)
+    fresh = np.array(list(map(math.exp, (-(age / 86400) * _DECAY_PER_DAY).tolist())))
+    score = W_RELEVANCE * relevances + W_RECENCY * fresh + W_SALIENCE * salience + W_CONFIDENCE * confidence
+    rounded = _rounded(score)
+    if best_first:
+        # Descending by score then by updated, stable (a sort of the negated keys: each negation is exact).
+        order = np.lexsort((-updated, -np.array(rounded)))
+        ids, layers = list(map(ids.__getitem__, order.tolist())), list(map(layers.__getitem__, order.tolist()))
+        relevances, fresh, salience, confidence, updated = (
+            column[order] for column in (relevances, fresh, salience, confidence, updated)
+        )
+        rounded = np.array(rounded)[order].tolist()
     sections = repeat(section) if section else map(SECTION_OF_LAYER.__getitem__, layers)
     columns = zip(
-        ids, layers, _rounded(score), sections, relevances, fresh, salience, confidence, updated, strict=False
-    )
+        ids, layers, rounded, sections, relevances.tolist(), fresh.tolist(), salience.tolist(), confidence.tolist(),
+        updated.tolist(), strict=False,
+    )  # fmt: skip
     # Each `RankedItem` made by `tuple.__new__` in C, without its generated `__new__` (a Python call per candidate).
     return list(map(tuple.__new__, repeat(RankedItem), columns))
 
@@ -345,26 +440,24 @@ class MemoryRetrievalService:
         )
         taken.update(item.id for item in working)
 
-        relevance, facts = self._relevance(query, query_vector, covered)
-        for core in self._store.core(CORE_CANDIDATES_PER_TOP_K * query.semantic_top_k):
-            relevance.setdefault(core.id, 0.0)
-        facts.update(self._store.facts_of(item_id for item_id in relevance if item_id not in facts))
+        found = self._relevance(query, query_vector, covered)
+        table = self._store.facts_table
+        listed = set(found.ids)
+        core = [item.id for item in self._store.core(CORE_CANDIDATES_PER_TOP_K * query.semantic_top_k)]
+        found.extend([item_id for item_id in dict.fromkeys(core) if item_id not in listed], table, 0.0)
+        ids, rows = found.ids, found.rows
         if query.live.ids:
             # The candidates known to refer to the live conversation are left out as they are; only the
             # others are looked up (an item may refer to an older live message: see `LiveCoverage`).
-            unsure = [item_id for item_id in relevance if item_id not in covered]
-            taken.update(item_id for item_id in relevance if item_id in covered)
+            unsure = [item_id for item_id in ids if item_id not in covered]
+            taken.update(item_id for item_id in ids if item_id in covered)
             taken.update(self._store.referring_among(unsure, query.live.ids))
-        ranked = ranked_by_score(
-            (
-                (found, item_relevance)
-                for item_id, item_relevance in relevance.items()
-                if (found := facts.get(item_id)) is not None and found.active and item_id not in taken
-            ),
-            now,
-        )
-        ranked.sort(key=_SCORE_THEN_UPDATED, reverse=True)
-        return RetrievalResult(chosen + ranked, len(relevance) + len(chosen), query_vector is not None)
+        kept = (rows != NO_ROW) & table.active[np.maximum(rows, 0)]
+        if taken:
+            kept &= np.fromiter((item_id not in taken for item_id in ids), dtype=bool, count=len(ids))
+        at = np.flatnonzero(kept)
+        ranked = ranked_rows(table, list(map(ids.__getitem__, at.tolist())), rows[at], found.values[at], now)
+        return RetrievalResult(chosen + ranked, len(ids) + len(chosen), query_vector is not None)
 
     def _match(self, text: str, query_vector: Vector | None) -> dict[str, float]:
         """Lexical plus dense relevance of the best candidates of each (unnormalised, 0..2)."""
@@ -381,56 +474,69 @@ class MemoryRetrievalService:
         dense = {} if query_vector is None else self._vectors.relevance(query_vector, VECTOR_CANDIDATES)
         return match, dense
 
-    def _relevance(
-        self, query: MemoryQuery, query_vector: Vector | None, covered: set[str]
-    ) -> tuple[dict[str, float], dict[str, ItemFacts]]:
-        """Each candidate's relevance 0..1: the match lifted by its day, its neighbours, time and skill
-        (with the facts of the candidates read for it). When every candidate is in `covered` (the live
-        conversation's own items, which are left out of the ranking), each is given 0 unscored."""
-        lifted, items = self._lifted(query, query_vector, covered)
-        best = max(lifted.values(), default=0.0)
-        relevance = {item_id: value / best for item_id, value in lifted.items()} if best > 0 else lifted
-        return relevance, items
+    def _relevance(self, query: MemoryQuery, query_vector: Vector | None, covered: set[str]) -> Candidates:
+        """Each candidate's relevance 0..1: the match lifted by its day, its neighbours, time and skill. When
+        every candidate is in `covered` (the live conversation's own items, which are left out of the ranking),
+        each is given 0 unscored."""
+        found = self._lifted(query, query_vector, covered)
+        best = float(found.values.max()) if len(found.values) else 0.0
+        if best > 0:
+            found.values = found.values / best
+        return found
 
-    def _lifted(
-        self, query: MemoryQuery, query_vector: Vector | None, covered: set[str]
-    ) -> tuple[dict[str, float], dict[str, ItemFacts]]:
+    def _lifted(self, query: MemoryQuery, query_vector: Vector | None, covered: set[str]) -> Candidates:
         """Each candidate's match with its lifts, before it is divided by the best (see `_relevance`)."""
         match = self._match(query.text, query_vector)
         self._bridge(query.text, match)
-        items = self._store.facts_of(match)
+        table = self._store.facts_table
+        found = Candidates(list(match), table.rows_of(match), np.fromiter(match.values(), np.float64, len(match)))
         named = names_in(query.text)
-        if named:
-            for item_id, item in items.items():
-                if item.speaker in named:
-                    match[item_id] += SPEAKER_WEIGHT
+        codes = table.speaker_codes(named) if named else []
+        if codes:
+            spoken = (found.rows != NO_ROW) & np.isin(table.speaker[np.maximum(found.rows, 0)], codes)
+            found.values[spoken] += SPEAKER_WEIGHT
         if query.active_skill:
             skilled = [
                 item.id for item in self._store.in_layer(MemoryLayer.PROCEDURAL) if query.active_skill in item.tags
             ]
-            for item_id, item in self._store.facts_of(skilled).items():
-                items[item_id] = item
-                match[item_id] = match.get(item_id, 0.0) + SKILL_WEIGHT
-        lifted = dict(match)
-        self._lift_by_day(items, match, lifted)
-        neighbours = self._neighbours(items, lifted)
-        for others in neighbours.values():
-            for neighbour in others:
-                items.setdefault(neighbour.id, neighbour)
-        if covered and covered.issuperset(items):
+            at = {item_id: place for place, item_id in enumerate(found.ids)}
+            added = []
+            for item_id in skilled:
+                if item_id in table:
+                    place = at.get(item_id)
+                    if place is None:
+                        added.append(item_id)
+                    else:
+                        found.values[place] += SKILL_WEIGHT
+            found.extend(added, table, SKILL_WEIGHT)
+        stored = found.rows != NO_ROW
+        episodic = np.flatnonzero(stored & (table.layer[np.maximum(found.rows, 0)] == EPISODIC_CODE))
+        lifted = found.values.copy()
+        self._lift_by_day(table, found, episodic, lifted)
+        # The EPISODIC candidates of relevance above 0 lift the active EPISODIC turns just before and after them.
+        sources = episodic[lifted[episodic] > 0]
+        around = np.stack((table.before[found.rows[sources]], table.after[found.rows[sources]]), axis=1).ravel()
+        near = table.episodic_at(around)
+        neighbours, lifting = around[near], np.repeat(sources, 2)[near]
+        known = len(found.ids)
+        places = found.places(neighbours, table)
+        lifted = np.concatenate((lifted, np.zeros(len(found.ids) - known)))
+        if covered and covered.issuperset(stored_ids := found.stored_ids()):
             # All of them the conversation the model is sent anyway (a chat whose memory is still all live):
             # nothing would be ranked, so nothing is scored.
-            return dict.fromkeys(items, 0.0), items
-        base = dict(lifted)
-        self._lift_by_neighbours(neighbours, base, lifted)
-        self._widen(neighbours, base, lifted, items)
+            rows = found.rows[found.rows != NO_ROW]
+            return Candidates(stored_ids, rows, np.zeros(len(rows)))
+        # What each candidate had before the neighbours' lifts (none for the neighbours it brought in).
+        base = lifted.copy()
+        np.maximum.at(lifted, places, base[places] + NEIGHBOUR_WEIGHT * base[lifting])
+        lifted = self._widen(table, found, sources, base, lifted)
         window = time_window(query.text, query.now.astimezone(self._zone))
         if window is not None:
-            first, last = window
-            for item_id, item in items.items():
-                if first <= item.day <= last:
-                    lifted[item_id] = lifted.get(item_id, 0.0) + TIME_WEIGHT
-        return lifted, items
+            first, last = (day.toordinal() for day in window)
+            days = table.day[np.maximum(found.rows, 0)]
+            lifted[(found.rows != NO_ROW) & (days >= first) & (days <= last)] += TIME_WEIGHT
+        found.values = lifted
+        return found
 
     def _bridge(self, text: str, match: dict[str, float]) -> None:
         """Rare words of the best matches that the message does not say, searched as a second, weaker query:
@@ -450,78 +556,78 @@ class MemoryRetrievalService:
         for item_id, score in found.items():
             match[item_id] = match.get(item_id, 0.0) + BRIDGE_WEIGHT * score / best
 
-    def _lift_by_day(self, items: dict[str, ItemFacts], match: dict[str, float], lifted: dict[str, float]) -> None:
-        by_day: dict[date, list[float]] = defaultdict(list)
-        for item_id, item in items.items():
-            if item.layer is MemoryLayer.EPISODIC:
-                by_day[item.day].append(match[item_id])
-        day_strength = {day: sum(sorted(values)[-DAY_TOP:]) / DAY_TOP for day, values in by_day.items()}
-        strongest = max(day_strength.values(), default=0.0)
+    @staticmethod
+    def _lift_by_day(table: FactsTable, found: Candidates, episodic: IntArray, lifted: FloatArray) -> None:
+        """The EPISODIC candidates (at `episodic`) lifted by the strength of their day: the mean of its best
+        `DAY_TOP` matches, against the strongest day's."""
+        if not len(episodic):
+            return
+        days, matches = table.day[found.rows[episodic]], found.values[episodic]
+        order = np.lexsort((matches, days))  # by day, each day's matches ascending
+        in_order = days[order]
+        starts = np.flatnonzero(np.concatenate(([True], in_order[1:] != in_order[:-1])))
+        ends = np.append(starts[1:], len(order)).tolist()
+        ascending = matches[order].tolist()
+        # Summed by `sum` over each day's best, as the formula is written (its rounding is the reference).
+        strength = [
+            sum(ascending[max(start, end - DAY_TOP) : end]) / DAY_TOP
+            for start, end in zip(starts.tolist(), ends, strict=True)
+        ]
+        strongest = max(strength)
         if strongest <= 0:
             return
-        for item_id, item in items.items():
-            if item.layer is MemoryLayer.EPISODIC:
-                lifted[item_id] += DAY_WEIGHT * day_strength[item.day] / strongest
+        day_of = np.empty(len(order), dtype=np.int64)
+        day_of[order] = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(order))))
+        lifted[episodic] += (DAY_WEIGHT * np.array(strength) / strongest)[day_of]
 
-    def _neighbours(self, items: dict[str, ItemFacts], lifted: dict[str, float]) -> dict[str, list[ItemFacts]]:
-        """The active EPISODIC items just before and after each EPISODIC candidate of relevance above 0 in its
-        day file: those it lifts."""
-        return self._store.episodic_neighbours(
-            item_id for item_id, item in items.items() if item.layer is MemoryLayer.EPISODIC and lifted[item_id] > 0
-        )
-
+    @staticmethod
     def _widen(
-        self,
-        neighbours: dict[str, list[ItemFacts]],
-        base: dict[str, float],
-        lifted: dict[str, float],
-        items: dict[str, ItemFacts],
-    ) -> None:
-        """The turns 2 to `WIDE_RING` away from the best `WIDE_SEEDS` matches take a share of their relevance
-        (`NEIGHBOUR_WEIGHT`, times `WIDE_DECAY` for each turn further): an answer is often a few turns after
-        the question it answers."""
-        if WIDE_RING < 2 or WIDE_SEEDS <= 0:
-            return
-        seeds = [
-            item_id
-            for item_id in sorted(neighbours, key=lambda i: base.get(i, 0.0), reverse=True)[:WIDE_SEEDS]
-            if base.get(item_id, 0.0) > 0
-        ]
-        reached = {seed: {seed} | {n.id for n in neighbours[seed]} for seed in seeds}
-        ring = {seed: [n.id for n in neighbours[seed]] for seed in seeds}
+        table: FactsTable, found: Candidates, sources: IntArray, base: FloatArray, lifted: FloatArray
+    ) -> FloatArray:
+        """The turns 2 to `WIDE_RING` away from the best `WIDE_SEEDS` matches (of `sources`, by `base`) take a
+        share of their relevance (`NEIGHBOUR_WEIGHT`, times `WIDE_DECAY` for each turn further): an answer is
+        often a few turns after the question it answers. Returns `lifted` with the turns reached added."""
+        if WIDE_RING < 2 or WIDE_SEEDS <= 0 or not len(sources):
+            return lifted
+        ranked = sources[np.argsort(-base[sources], kind="stable")[:WIDE_SEEDS]].tolist()
+        seeds = [(seed, int(found.rows[seed])) for seed in ranked if base[seed] > 0]
+        ring = {row: table.around(row) for _, row in seeds}
+        reached = {row: {row, *ring[row]} for _, row in seeds}
+        place_of = found.place_of()
+        known = len(base)
+        added: list[int] = []  # the rows of the turns reached that were not candidates
+        added_lifted: list[float] = []
         share = NEIGHBOUR_WEIGHT
         for _ in range(2, WIDE_RING + 1):
             share *= WIDE_DECAY
-            further = self._store.episodic_neighbours({i for ids in ring.values() for i in ids})
-            for seed in seeds:
+            further = {row: table.around(row) for rows in ring.values() for row in rows}
+            for seed, seed_row in seeds:
                 lift = share * base[seed]
                 next_ring = []
-                for near in ring[seed]:
-                    for neighbour in further.get(near, []):
-                        if neighbour.id in reached[seed]:
+                for near in ring[seed_row]:
+                    for row in further[near]:
+                        if row in reached[seed_row]:
                             continue
-                        reached[seed].add(neighbour.id)
-                        next_ring.append(neighbour.id)
-                        items.setdefault(neighbour.id, neighbour)
-                        own = base.get(neighbour.id, 0.0)
-                        lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + lift)
-                ring[seed] = next_ring
-
-    @staticmethod
-    def _lift_by_neighbours(
-        neighbours: dict[str, list[ItemFacts]], base: dict[str, float], lifted: dict[str, float]
-    ) -> None:
-        for item_id, others in neighbours.items():
-            lift = NEIGHBOUR_WEIGHT * base[item_id]
-            for neighbour in others:
-                own = base.get(neighbour.id, 0.0)
-                lifted[neighbour.id] = max(lifted.get(neighbour.id, own), own + lift)
+                        reached[seed_row].add(row)
+                        next_ring.append(row)
+                        place = place_of.get(row)
+                        if place is None:
+                            place = place_of[row] = known + len(added)
+                            added.append(row)
+                            added_lifted.append(0.0)
+                        if place < known:
+                            lifted[place] = max(lifted[place], base[place] + lift)
+                        else:
+                            added_lifted[place - known] = max(added_lifted[place - known], 0.0 + lift)
+                ring[seed_row] = next_ring
+        found.extend_rows(added, table)
+        return np.concatenate((lifted, added_lifted)) if added else lifted
 
     def explain(self, query: MemoryQuery, query_vector: Vector | None = None) -> list[ScoreParts]:
         """The ranking `retrieve` makes for `query`, each score in the parts that made it: the lexical and
         dense match and the lifts, in the units of the relevance they add up to, then the blend."""
         lexical, dense = self._match_parts(query.text, query_vector)
-        lifted, _ = self._lifted(query, query_vector, self._covered.items_of(query.live))
+        lifted = self._lifted(query, query_vector, self._covered.items_of(query.live)).as_dict()
         best = max(lifted.values(), default=0.0) or 1.0
         explained = []
         for entry in self.retrieve(query, query_vector).ranked:
