@@ -21,16 +21,18 @@ it, `PARSE_AHEAD` at a time, so the hundreds it never reaches cost nothing.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import NamedTuple
+
+import numpy as np
 
 from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
 from bot.domain.text import normalized_words
 from bot.memory.budget import cut_marker
-from bot.memory.retrieval import RankedItem, Section
+from bot.memory.item_facts import LAYERS
+from bot.memory.retrieval import RankedItem, Ranking, Section
 from bot.memory.temporal import with_said_dates
 
 # The items a pack reads, by id (`MemoryItemStore.get_many`: those no longer stored are left out).
@@ -61,34 +63,40 @@ SECTION_HEADERS = {
 }
 
 
-_ITEM_ID = operator.attrgetter("item_id")
-_SCORE = operator.attrgetter("score")
+def offered_order(items: Sequence[RankedItem], query: MemoryQuery) -> Ranking:
+    """Pinned, the working set, each layer's top k, then the rest: each group best first (equal scores in the
+    order of their ids)."""
+    ranking = Ranking.of(items)
+    scores = ranking.column("score")
+    order = np.argsort(-scores, kind="stable")
+    # Equal scores by id: each run of them sorted by id (rare enough that only those ids are compared).
+    ordered = scores[order]
+    tied = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(tied):
+        ids = ranking.ids
+        members = np.union1d(tied, tied + 1)
+        runs = np.cumsum(np.concatenate(([True], ordered[1:] != ordered[:-1])))[members]
+        by_id = np.argsort(np.array([ids[at] for at in order[members].tolist()]), kind="stable")
+        rank = np.empty(len(members), dtype=np.int64)
+        rank[by_id] = np.arange(len(members))
+        order[members] = order[members][np.lexsort((rank, runs))]
+    sections = ranking.sections()[order]
+    pinned = order[sections == _PINNED]
+    working = order[sections == _WORKING]
+    others = order[(sections != _PINNED) & (sections != _WORKING)]
+    layers = ranking.layers()[others]
+    guaranteed = np.zeros(len(others), dtype=bool)
+    for layer, top_k in (
+        (MemoryLayer.EPISODIC, query.episodic_top_k),
+        (MemoryLayer.SEMANTIC, query.semantic_top_k),
+        (MemoryLayer.PROCEDURAL, query.procedural_top_k),
+    ):
+        guaranteed[np.flatnonzero(layers == LAYERS.index(layer))[: max(top_k, 0)]] = True
+    return ranking.reordered(np.concatenate((pinned, working, others[guaranteed], others[~guaranteed])))
 
 
-def offered_order(items: list[RankedItem], query: MemoryQuery) -> list[RankedItem]:
-    """Pinned, the working set, each layer's top k, then the rest: each group best first."""
-    top_k = {
-        MemoryLayer.EPISODIC: query.episodic_top_k,
-        MemoryLayer.SEMANTIC: query.semantic_top_k,
-        MemoryLayer.PROCEDURAL: query.procedural_top_k,
-    }
-    first: list[RankedItem] = []
-    guaranteed: list[RankedItem] = []
-    rest: list[RankedItem] = []
-    # Best score first, equal scores by id: sorted by id, then stably by score (two sorts on a field each
-    # cost less than one on a key made per candidate).
-    ordered = sorted(items, key=_ITEM_ID)
-    ordered.sort(key=_SCORE, reverse=True)
-    for scored in ordered:
-        if scored.section in (Section.PINNED, Section.WORKING):
-            first.append(scored)
-        elif top_k[scored.layer] > 0:
-            top_k[scored.layer] -= 1
-            guaranteed.append(scored)
-        else:
-            rest.append(scored)
-    first.sort(key=lambda entry: entry.section != Section.PINNED)
-    return first + guaranteed + rest
+_PINNED = Section.ORDER.index(Section.PINNED)
+_WORKING = Section.ORDER.index(Section.WORKING)
 
 
 class Shown(NamedTuple):
@@ -128,11 +136,6 @@ class MemoryPromptPackService:
         return "- " + content.replace("\n", "\n  ")
 
     @staticmethod
-    def worth_more(scored: RankedItem) -> bool:
-        """Whether an item may go past the soft budget: pinned, or at least `HIGH_RELEVANCE` of the best match."""
-        return scored.section == Section.PINNED or scored.relevance >= HIGH_RELEVANCE
-
-    @staticmethod
     def worth_room(scored: RankedItem, filled: int, soft_tokens: int, max_tokens: int) -> bool:
         """Whether an item that fills the pack to `filled` tokens, past the soft budget, is worth its room: pinned,
         or relevant enough for how far past the soft budget it goes: `HIGH_RELEVANCE` of the best match at the
@@ -164,6 +167,7 @@ class MemoryPromptPackService:
         """The pack of `offered` (in `offered_order`) within the budgets, counted in `model`'s tokens; `items`
         reads the items it gets to (one left out by it, no longer stored, is passed over)."""
         soft_tokens = min(soft_tokens, max_tokens)
+        offered = Ranking.of(offered)
         chosen: dict[str, list[tuple[ScoredItem, str]]] = {section: [] for section in Section.ORDER}
         read: dict[str, MemoryItem] = {}
         # Day headings, and the clock times, already paid for: each is shown once.
@@ -172,32 +176,35 @@ class MemoryPromptPackService:
         used = 0
         dropped = 0
         missed: list[RankedItem] = []
-        # The last item that may still go past the soft budget (pinned or a high score): past it, none can.
-        last_worth = len(offered) - 1
-        while last_worth >= 0 and not self.worth_more(offered[last_worth]):
+        ids = offered.ids
+        # Which items may go past the soft budget (pinned, or a high score), and the last of them: past it, none can.
+        worth = ((offered.column("relevance") >= HIGH_RELEVANCE) | (offered.sections() == _PINNED)).tolist()
+        last_worth = len(worth) - 1
+        while last_worth >= 0 and not worth[last_worth]:
             last_worth -= 1
         soft_full = False  # the first item that does not fit in the soft budget fills it
         misses = 0  # high items in a row that did not fit under the max, once the soft budget is full
-        for position, scored in enumerate(offered):
-            if soft_full and not self.worth_more(scored):
+        for position, item_id in enumerate(ids):
+            if soft_full and not worth[position]:
                 dropped += 1
                 if len(missed) < MISSED_SHOWN:
-                    missed.append(scored)
+                    missed.append(offered[position])
                 if position > last_worth:
-                    dropped += len(offered) - position - 1
+                    dropped += len(ids) - position - 1
                     break
                 continue
-            if scored.item_id not in read:
+            if item_id not in read:
                 # This item and the next ones the loop will read (once the soft budget is full, the high ones).
                 ahead = [
-                    entry.item_id
-                    for entry in offered[position : position + PARSE_AHEAD]
-                    if entry.item_id not in read and (not soft_full or self.worth_more(entry))
+                    ids[at]
+                    for at in range(position, min(position + PARSE_AHEAD, len(ids)))
+                    if ids[at] not in read and (not soft_full or worth[at])
                 ]
                 read.update(items(ahead))
-            item = read.get(scored.item_id)
+            item = read.get(item_id)
             if item is None:
                 continue
+            scored = offered[position]
             shown = self.shown(item)
             same_text = shown.same_text
             if same_text in seen:
@@ -229,7 +236,7 @@ class MemoryPromptPackService:
                 misses += soft_full
                 soft_full = True
                 if misses >= FULL_AFTER_MISSES:
-                    dropped += len(offered) - position - 1
+                    dropped += len(ids) - position - 1
                     break
         blocks = []
         selected: list[ScoredItem] = []

@@ -35,14 +35,12 @@ few best matches whose rare words are bridged) are parsed (`RankedItem`).
 from __future__ import annotations
 
 import math
-import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
-from itertools import repeat
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -135,8 +133,87 @@ class RankedItem(NamedTuple):
         }
 
 
-# The order of the ranking: score, then the newer of two equal scores first (both descending).
-_SCORE_THEN_UPDATED = operator.attrgetter("score", "updated")
+class Ranking(Sequence[RankedItem]):
+    """Scored candidates in an order, kept as columns: each `RankedItem` is made when it is read (a message
+    scores about a thousand candidates, and its pack reads about a hundred of them).
+
+    Per candidate: its id, its layer (an index into `LAYERS`) and section (an index into `Section.ORDER`), and a
+    row of `numbers`: score, relevance, recency, salience, confidence, updated (the float fields of `RankedItem`,
+    in its order); `order` holds the positions of the candidates in this ranking's order."""
+
+    def __init__(
+        self, ids: Sequence[str], layers: IntArray, sections: IntArray, numbers: FloatArray, order: IntArray
+    ) -> None:
+        self._ids = ids
+        self._layers = layers
+        self._sections = sections
+        self._numbers = numbers
+        self._order = order
+        self._positions: list[int] = order.tolist()
+
+    @classmethod
+    def of(cls, items: Sequence[RankedItem]) -> Ranking:
+        """The ranking of `items`, in their order."""
+        if isinstance(items, Ranking):
+            return items
+        return cls(
+            [entry.item_id for entry in items],
+            np.array([LAYERS.index(entry.layer) for entry in items], dtype=np.int64),
+            np.array([Section.ORDER.index(entry.section) for entry in items], dtype=np.int64),
+            np.array([(entry[2], *entry[4:]) for entry in items], dtype=np.float64).reshape(len(items), len(_NUMBERS)),
+            np.arange(len(items)),
+        )
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, index: int) -> RankedItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RankedItem]: ...
+
+    def __getitem__(self, index: int | slice) -> RankedItem | list[RankedItem]:
+        if isinstance(index, slice):
+            return [self._item(position) for position in self._positions[index]]
+        return self._item(self._positions[index])
+
+    def _item(self, position: int) -> RankedItem:
+        score, relevance, recency, salience, confidence, updated = self._numbers[position].tolist()
+        layer, section = LAYERS[self._layers[position]], Section.ORDER[self._sections[position]]
+        # Made by `tuple.__new__` in C, without the generated `__new__` (a Python call).
+        fields = (self._ids[position], layer, score, section, relevance, recency, salience, confidence, updated)
+        return tuple.__new__(RankedItem, fields)
+
+    @property
+    def ids(self) -> list[str]:
+        """The candidates' ids, in order."""
+        return list(map(self._ids.__getitem__, self._positions))
+
+    def layers(self) -> IntArray:
+        """Each candidate's layer (an index into `LAYERS`), in order."""
+        layers: IntArray = self._layers[self._order]
+        return layers
+
+    def sections(self) -> IntArray:
+        """Each candidate's section (an index into `Section.ORDER`), in order."""
+        sections: IntArray = self._sections[self._order]
+        return sections
+
+    def column(self, name: str) -> FloatArray:
+        """One of the float fields of `RankedItem` (`score`, `relevance` ...), in order."""
+        column: FloatArray = self._numbers[self._order, _NUMBERS.index(name)]
+        return column
+
+    def reordered(self, order: IntArray) -> Ranking:
+        """The same candidates, those at `order` (positions in this ranking) in that order."""
+        return Ranking(self._ids, self._layers, self._sections, self._numbers, self._order[order])
+
+
+# The float fields of `RankedItem`, in its order: the columns of `Ranking`'s numbers.
+_NUMBERS = ("score", "relevance", "recency", "salience", "confidence", "updated")
+# The section of each layer (as indices into `Section.ORDER`, by index into `LAYERS`).
+_SECTION_OF_LAYER = np.array([Section.ORDER.index(SECTION_OF_LAYER[layer]) for layer in LAYERS], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -155,7 +232,7 @@ class ScoreParts:
 class RetrievalResult:
     """Every candidate, scored, best first (pinned and the working set first of all)."""
 
-    ranked: list[RankedItem]
+    ranked: Ranking
     candidates: int
     used_vectors: bool
 
@@ -247,62 +324,41 @@ def ranked_by_score(
         return []
     facts, relevances = zip(*pairs, strict=True)
     ids, layers, _, _, _, updated, salience, confidence = zip(*facts, strict=True)
+    codes = np.array([LAYERS.index(layer) for layer in layers], dtype=np.int64)
+    sections = _SECTION_OF_LAYER[codes] if section is None else np.full(len(ids), Section.ORDER.index(section))
     relevance, when, salient, confident = (
         np.array(column, dtype=np.float64) for column in (relevances, updated, salience, confidence)
     )
-    return _blended(ids, layers, relevance, when, salient, confident, now, section)
-
-
-def ranked_rows(
-    table: FactsTable, ids: Sequence[str], rows: IntArray, relevances: FloatArray, now: float
-) -> list[RankedItem]:
-    """`ranked_by_score` of the items of `ids` (at `rows` of `table`) with their `relevances`, best first: by
-    score, then the newer of two equal scores (of equal both, the one given first)."""
-    if not len(rows):
-        return []
-    updated = table.updated[rows]
-    layers = list(map(LAYERS.__getitem__, table.layer[rows].tolist()))
-    return _blended(
-        ids, layers, relevances, updated, table.salience[rows], table.confidence[rows], now, best_first=True
-    )
+    return list(_blended(ids, codes, sections, relevance, when, salient, confident, now, len(ids)))
 
 
 def _blended(
     ids: Sequence[str],
-    layers: Sequence[MemoryLayer],
+    layers: IntArray,
+    sections: IntArray,
     relevances: FloatArray,
     updated: FloatArray,
     salience: FloatArray,
     confidence: FloatArray,
     now: float,
-    section: str | None = None,
-    best_first: bool = False,
-) -> list[RankedItem]:
-    """The `RankedItem`s of these columns (see `ranked_by_score`), in their order or `best_first`.
+    placed: int,
+) -> Ranking:
+    """The `Ranking` of these columns (see `ranked_by_score`): the first `placed` in their order, then the rest
+    best first: by score, then the newer of two equal scores (of equal both, the one given first).
 
     The arithmetic is done a column at a time: numpy's float64 operations are the same IEEE operations, in the
     same order, as the formula written out per item (no fused multiply-add), `math.exp` is the one the formula
     uses, and `_rounded` gives `round(score, 4)`; each step a C loop, where a Python loop over the candidates
     cost more than all of their arithmetic."""
     age = np.maximum(np.subtract(now, updated), 0.0)
-    fresh = np.array(list(map(math.exp, (-(age / 86400) * _DECAY_PER_DAY).tolist())))
+    fresh = np.array(list(map(math.exp, (-(age / 86400) * _DECAY_PER_DAY).tolist())), dtype=np.float64)
     score = W_RELEVANCE * relevances + W_RECENCY * fresh + W_SALIENCE * salience + W_CONFIDENCE * confidence
-    rounded = _rounded(score)
-    if best_first:
-        # Descending by score then by updated, stable (a sort of the negated keys: each negation is exact).
-        order = np.lexsort((-updated, -np.array(rounded)))
-        ids, layers = list(map(ids.__getitem__, order.tolist())), list(map(layers.__getitem__, order.tolist()))
-        relevances, fresh, salience, confidence, updated = (
-            column[order] for column in (relevances, fresh, salience, confidence, updated)
-        )
-        rounded = np.array(rounded)[order].tolist()
-    sections = repeat(section) if section else map(SECTION_OF_LAYER.__getitem__, layers)
-    columns = zip(
-        ids, layers, rounded, sections, relevances.tolist(), fresh.tolist(), salience.tolist(), confidence.tolist(),
-        updated.tolist(), strict=False,
-    )  # fmt: skip
-    # Each `RankedItem` made by `tuple.__new__` in C, without its generated `__new__` (a Python call per candidate).
-    return list(map(tuple.__new__, repeat(RankedItem), columns))
+    rounded = np.array(_rounded(score), dtype=np.float64)
+    # Descending by score then by updated, stable (a sort of the negated keys: each negation is exact).
+    best_first = placed + np.lexsort((-updated[placed:], -rounded[placed:]))
+    order = np.concatenate((np.arange(placed), best_first))
+    numbers = np.column_stack((rounded, relevances, fresh, salience, confidence, updated))
+    return Ranking(ids, layers, sections, numbers, order)
 
 
 # How near to halfway between two multiples of 0.0001 a score may lie before `_rounded` asks `round` itself.
@@ -428,20 +484,18 @@ class MemoryRetrievalService:
 
     def retrieve(self, query: MemoryQuery, query_vector: Vector | None = None) -> RetrievalResult:
         now = query.now.timestamp()
-        pinned = self._store.pinned()
-        facts_of = self._store.facts_of
-        chosen = ranked_by_score(((item, 1.0) for item in facts_of(i.id for i in pinned).values()), now, Section.PINNED)
-        taken = {item.id for item in pinned}
+        table = self._store.facts_table
+        pinned = [item.id for item in self._store.pinned()]
+        taken = set(pinned)
         since = query.now - timedelta(days=query.working_days)
         covered = self._covered.items_of(query.live)
-        working = self._working.of(query.live, query.working_top_k, since, lambda i: i in taken or i in covered)
-        chosen += ranked_by_score(
-            ((item, 0.0) for item in facts_of(i.id for i in working).values()), now, Section.WORKING
-        )
-        taken.update(item.id for item in working)
+        working = [
+            item.id
+            for item in self._working.of(query.live, query.working_top_k, since, lambda i: i in taken or i in covered)
+        ]
+        taken.update(working)
 
         found = self._relevance(query, query_vector, covered)
-        table = self._store.facts_table
         listed = set(found.ids)
         core = [item.id for item in self._store.core(CORE_CANDIDATES_PER_TOP_K * query.semantic_top_k)]
         found.extend([item_id for item_id in dict.fromkeys(core) if item_id not in listed], table, 0.0)
@@ -452,12 +506,29 @@ class MemoryRetrievalService:
             unsure = [item_id for item_id in ids if item_id not in covered]
             taken.update(item_id for item_id in ids if item_id in covered)
             taken.update(self._store.referring_among(unsure, query.live.ids))
-        kept = (rows != NO_ROW) & table.active[np.maximum(rows, 0)]
-        if taken:
-            kept &= np.fromiter((item_id not in taken for item_id in ids), dtype=bool, count=len(ids))
+        # Pinned first, then the working set (each as it came, if still stored), then the active candidates not
+        # taken, scored and ranked.
+        kept = (rows != NO_ROW) & table.active[np.maximum(rows, 0)] & ~np.isin(rows, table.rows_of(taken))
         at = np.flatnonzero(kept)
-        ranked = ranked_rows(table, list(map(ids.__getitem__, at.tolist())), rows[at], found.values[at], now)
-        return RetrievalResult(chosen + ranked, len(ids) + len(chosen), query_vector is not None)
+        placed = [table.rows_of(pinned), table.rows_of(working)]
+        placed = [part[part != NO_ROW] for part in placed]
+        chosen = np.concatenate((*placed, rows[at]))
+        layers = table.layer[chosen].astype(np.int64)
+        sections = np.concatenate(
+            (
+                np.full(len(placed[0]), Section.ORDER.index(Section.PINNED)),
+                np.full(len(placed[1]), Section.ORDER.index(Section.WORKING)),
+                _SECTION_OF_LAYER[layers[len(placed[0]) + len(placed[1]) :]],
+            )
+        )
+        relevance = np.concatenate((np.ones(len(placed[0])), np.zeros(len(placed[1])), found.values[at]))
+        first = len(placed[0]) + len(placed[1])
+        ranked = _blended(
+            table.ids_at(chosen[:first].tolist()) + list(map(ids.__getitem__, at.tolist())),
+            layers, sections, relevance, table.updated[chosen], table.salience[chosen], table.confidence[chosen],
+            now, first,
+        )  # fmt: skip
+        return RetrievalResult(ranked, len(ids) + first, query_vector is not None)
 
     def _match(self, text: str, query_vector: Vector | None) -> dict[str, float]:
         """Lexical plus dense relevance of the best candidates of each (unnormalised, 0..2)."""
