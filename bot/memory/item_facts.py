@@ -65,10 +65,11 @@ class FactsTable:
         self.confidence = np.zeros(0, dtype=np.float64)
         self.before = np.zeros(0, dtype=np.int64)
         self.after = np.zeros(0, dtype=np.int64)
+        # Where an item of a day file is: its file's number times `_FILE_STEP`, plus its position (`NO_ROW` for
+        # an item of another file).
+        self.place = np.zeros(0, dtype=np.int64)
         self._grow(_FIRST_CAPACITY)
-        # Items of day files: where each is (its file's number times `_FILE_STEP`, plus its position: one int
-        # an item, not a tuple), and per file number the positions in order with the ids in that order.
-        self._place: dict[str, int] = {}
+        # Per day file's number, the positions of its items in order, with their ids in that order.
         self._files: dict[int, tuple[array[int], list[str]]] = {}
         self._file_numbers: dict[str, int] = {}
         # One code per speaker (a few), and one date per day (a year of turns holds 365) for `facts_of`.
@@ -87,7 +88,7 @@ class FactsTable:
     def _columns(self) -> tuple[npt.NDArray[Any], ...]:
         return (
             self.layer, self.active, self.day, self.speaker, self.updated, self.salience, self.confidence,
-            self.before, self.after,
+            self.before, self.after, self.place,
         )  # fmt: skip
 
     def _grow(self, capacity: int) -> None:
@@ -97,28 +98,29 @@ class FactsTable:
             return
         (
             self.layer, self.active, self.day, self.speaker, self.updated, self.salience, self.confidence,
-            self.before, self.after,
+            self.before, self.after, self.place,
         ) = (np.resize(column, capacity) for column in self._columns())  # fmt: skip
         self.active[old:] = False
         self.speaker[old:] = NO_ROW
         self.before[old:] = NO_ROW
         self.after[old:] = NO_ROW
+        self.place[old:] = NO_ROW
 
     def clear(self) -> None:
         self._row.clear()
         self._ids.clear()
         self._free.clear()
-        self._place.clear()
         self._files.clear()
         self._spoken.clear()
         self.active[:] = False
         self.before[:] = NO_ROW
         self.after[:] = NO_ROW
+        self.place[:] = NO_ROW
 
     def load(self, rows: Iterable[FactsRow]) -> None:
         """Start from `rows` (every row of `items`, in any order)."""
         self.clear()
-        place, row_of = self._place, self._row
+        row_of = self._row
         columns: list[list[Any]] = [[] for _ in range(7)]
         layer, active, day, speaker, updated, salience, confidence = columns
         unsorted: dict[int, list[tuple[int, int]]] = {}
@@ -140,7 +142,6 @@ class FactsTable:
                 self._spoken[row[4]] = self._spoken.get(row[4], 0) + 1
             if row[8]:
                 file = self._file_number(row[9])
-                place[item_id] = file * _FILE_STEP + row[10]
                 unsorted.setdefault(file, []).append((row[10], number))
         count = len(self._ids)
         self._grow(max(count, _FIRST_CAPACITY))
@@ -150,6 +151,7 @@ class FactsTable:
         for file, entries in unsorted.items():
             entries.sort()
             in_order = np.array([number for _, number in entries], dtype=np.int64)
+            self.place[in_order] = file * _FILE_STEP + np.array([pos for pos, _ in entries], dtype=np.int64)
             self.before[in_order[1:]] = in_order[:-1]
             self.after[in_order[:-1]] = in_order[1:]
             self._files[file] = (array("q", [pos for pos, _ in entries]), [ids[number] for _, number in entries])
@@ -162,7 +164,7 @@ class FactsTable:
             if number is None:
                 number = self._new_row(item_id)
             else:
-                self._unplace(item_id, number)
+                self._unplace(number)
                 self._count_speaker(number, -1)
             self.layer[number] = _LAYER_CODES[row[1]]
             self.active[number] = bool(row[2])
@@ -181,7 +183,7 @@ class FactsTable:
             number = self._row.pop(item_id, None)
             if number is None:
                 continue
-            self._unplace(item_id, number)
+            self._unplace(number)
             self._count_speaker(number, -1)
             self.active[number] = False
             self._ids[number] = ""
@@ -226,7 +228,7 @@ class FactsTable:
 
     def _place_at(self, item_id: str, number: int, file: int, pos: int) -> None:
         """The row `number` of `item_id` put at `pos` in its day file, between the turns around it."""
-        self._place[item_id] = file * _FILE_STEP + pos
+        self.place[number] = file * _FILE_STEP + pos
         positions, ids = self._files.setdefault(file, (array("q"), []))
         at = bisect_left(positions, pos)
         positions.insert(at, pos)
@@ -239,10 +241,11 @@ class FactsTable:
         if after != NO_ROW:
             self.before[after] = number
 
-    def _unplace(self, item_id: str, number: int) -> None:
-        place = self._place.pop(item_id, None)
-        if place is None:
+    def _unplace(self, number: int) -> None:
+        place = int(self.place[number])
+        if place == NO_ROW:
             return
+        self.place[number] = NO_ROW
         file, pos = divmod(place, _FILE_STEP)
         positions, ids = self._files[file]
         at = bisect_left(positions, pos)
@@ -314,16 +317,12 @@ class FactsTable:
     def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
         """The ids of the items just before and after each of `item_ids` in its day file, in that order (none for
         an item of another file, or not stored)."""
+        known, ids = self._row, self._ids
         found: dict[str, list[str]] = {}
         for item_id in item_ids:
-            place = self._place.get(item_id)
-            if place is None:
-                found[item_id] = []
-                continue
-            number, pos = divmod(place, _FILE_STEP)
-            positions, ids = self._files[number]
-            at = bisect_left(positions, pos)
-            found[item_id] = ids[max(at - 1, 0) : at] + ids[at + 1 : at + 2]
+            row = known.get(item_id)
+            around = () if row is None else (int(self.before[row]), int(self.after[row]))
+            found[item_id] = [ids[other] for other in around if other != NO_ROW]
         return found
 
     def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
