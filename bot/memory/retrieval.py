@@ -282,10 +282,6 @@ class Candidates:
             self.extend_rows(unique[appearance].tolist(), table)
         return places
 
-    def place_of(self) -> dict[int, int]:
-        """The place of each stored candidate, by its row."""
-        return {row: place for place, row in enumerate(self.rows.tolist()) if row != NO_ROW}
-
     def stored_ids(self) -> list[str]:
         return [self.ids[place] for place in np.flatnonzero(self.rows != NO_ROW).tolist()]
 
@@ -664,7 +660,10 @@ class MemoryRetrievalService:
         seeds = [(seed, int(found.rows[seed])) for seed in ranked if base[seed] > 0]
         ring = {row: table.around(row) for _, row in seeds}
         reached = {row: {row, *ring[row]} for _, row in seeds}
-        place_of = found.place_of()
+        # The places of the candidates among the turns reached, looked up a ring at a time.
+        by_row = np.argsort(found.rows, kind="stable")
+        in_row_order = found.rows[by_row]
+        place_of: dict[int, int] = {}
         known = len(base)
         added: list[int] = []  # the rows of the turns reached that were not candidates
         added_lifted: list[float] = []
@@ -672,6 +671,10 @@ class MemoryRetrievalService:
         for _ in range(2, WIDE_RING + 1):
             share *= WIDE_DECAY
             further = {row: table.around(row) for rows in ring.values() for row in rows}
+            wanted = np.array([row for rows in further.values() for row in rows if row not in place_of], dtype=np.int64)
+            at = np.minimum(np.searchsorted(in_row_order, wanted), len(in_row_order) - 1)
+            hits = in_row_order[at] == wanted
+            place_of.update(zip(wanted[hits].tolist(), by_row[at][hits].tolist(), strict=True))
             for seed, seed_row in seeds:
                 lift = share * base[seed]
                 next_ring = []
