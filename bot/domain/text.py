@@ -18,12 +18,12 @@ def scrub_surrogates(text: str) -> str:
     return text
 
 
-_NOT_WORD = re.compile(r"[^\w]+")
+_WORD_RUN = re.compile(r"\w+")
 
 
 def normalized_words(text: str) -> str:
     """Lower-case words separated by single spaces: the text up to case, punctuation and spacing."""
-    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
+    return " ".join(_WORD_RUN.findall(text.lower()))
 
 
 def fingerprint_of(content: str) -> str:

@@ -124,13 +124,16 @@ class MemoryPromptPackService:
         if kept is None:
             if len(self._shown) >= SHOWN_CACHE_SIZE:
                 self._shown.clear()  # one call, safe while a pack of a small scope is built on the event loop
-            kept = self._shown[key] = Shown(normalized_words(item.content), self.line(item), *self.when(item))
+            local = item.created_at.astimezone(self._zone)
+            kept = self._shown[key] = Shown(normalized_words(item.content), self.line(item, local), *self.when(local))
         return kept
 
-    def line(self, item: MemoryItem) -> str:
+    @staticmethod
+    def line(item: MemoryItem, local: datetime) -> str:
         """The item's line: its words, each relative date followed by the dates it meant when the item was
-        made ("last Friday (5 May 2023)"), so the model never reads it against today."""
-        content = with_said_dates(item.content.strip(), item.created_at.astimezone(self._zone))
+        made (at `local`, its time in the bot's zone: "last Friday (5 May 2023)"), so the model never reads it
+        against today."""
+        content = with_said_dates(item.content.strip(), local)
         if len(content) > ITEM_CHAR_LIMIT:
             content = content[:ITEM_CHAR_LIMIT].rstrip() + " " + cut_marker(len(content) - ITEM_CHAR_LIMIT)
         return "- " + content.replace("\n", "\n  ")
@@ -150,9 +153,9 @@ class MemoryPromptPackService:
         over = (filled - soft_tokens) / max(max_tokens - soft_tokens, 1)
         return scored.relevance >= HIGH_RELEVANCE + (1 - HIGH_RELEVANCE) * min(max(over, 0.0), 1.0)
 
-    def when(self, item: MemoryItem) -> tuple[str, str]:
-        """The item's day heading and clock time (one conversion to the bot's zone for both)."""
-        local = item.created_at.astimezone(self._zone)
+    @staticmethod
+    def when(local: datetime) -> tuple[str, str]:
+        """The day heading and clock time of an item made at `local` (its time in the bot's zone)."""
         return f"### {local:%Y-%m-%d (%A)}", f"{local:%H:%M} "
 
     def build(
