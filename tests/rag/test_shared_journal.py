@@ -149,12 +149,15 @@ async def test_a_queued_exchange_is_indexed_once_when_both_replicas_flush_togeth
     queued = [await exchange(a, f"Fact number {n}: the locker code is {n}{n}{n}.", [f"u{n}"], n) for n in range(6)]
     assert (await b.status()).queued == 6
 
-    lightrag_server.gate.clear()  # the first insert is held: both flushes run at once
-    flushes = [asyncio.create_task(a.flush()), asyncio.create_task(b.flush())]
-    await asyncio.wait_for(lightrag_server.inserting.wait(), 10)
-    await wait_until(lambda: any(flush.done() for flush in flushes))  # the other replica found nothing to index
+    lightrag_server.gate.clear()  # inserts are held until every exchange is claimed: both flushes run at once
+    flushes = asyncio.gather(a.flush(), b.flush())
+
+    async def all_claimed() -> bool:
+        return len(await database.fetch("SELECT id FROM rag_documents WHERE claimed_by IS NOT NULL")) == 6
+
+    await wait_until(all_claimed)
     lightrag_server.gate.set()
-    assert sorted(await asyncio.gather(*flushes)) == [0, 6]
+    assert sum(await flushes) == 6
     assert lightrag_server.requests.count(INSERT) == 6  # each exchange went to the graph once
     assert len(lightrag_server.documents["chat_test_1"]) == 6
     assert {doc_id: status for doc_id, (status, _) in (await texts_in_table(database)).items()} == dict.fromkeys(
