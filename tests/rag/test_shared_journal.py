@@ -32,6 +32,7 @@ from bot.settings import RuntimeConfig
 from bot.setup.export import export_workspace
 from bot.setup.migrate import migrate_workspace
 from bot.workspace import Workspace
+from tests.channels.telegram_harness import free_port
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -188,6 +189,40 @@ async def test_the_claim_of_a_replica_that_died_is_taken_over_after_its_lease(
     await wait_until(taken_over, timeout=5)
     assert time.monotonic() - claimed_at >= 0.9
     assert (await b.status()).indexed == 1 and len(lightrag_server.documents["chat_test_1"]) == 1
+
+
+async def test_replicas_queueing_in_the_same_second_get_ids_of_their_own(replicas: Replicas) -> None:
+    (a, _), (b, _) = await replicas.start(), await replicas.start()
+    queued = await asyncio.gather(
+        *(
+            exchange(rag, f"Exchange {n} of the same second, about the garden.", [f"u{n}"])
+            for n in range(4)
+            for rag in (a, b)
+        )
+    )
+    base = "conv_test_1_20260501_093000"
+    assert sorted(queued) == sorted([base, *(f"{base}_{n}" for n in range(2, 9))])
+    assert len(await a.store.live()) == 8
+
+
+async def test_a_failed_insert_leaves_the_exchange_to_any_replica_after_its_backoff(
+    replicas: Replicas, lightrag_server: HeldLightRagServer
+) -> None:
+    unreachable = FakeLightRagServer(port=free_port())  # nothing listens there
+    a, database = await replicas.start(serverUrl=unreachable.url, retryBackoffSeconds=0.5)
+    b, _ = await replicas.start()
+    doc_id = await exchange(a, "The gate code changes on Monday to 5150.", ["u1"])
+    assert await a.flush() == 0
+    [row] = await database.fetch("SELECT attempts, status, claimed_by FROM rag_documents")
+    assert (row["attempts"], row["status"], row["claimed_by"]) == (1, "queued", None)
+    assert await b.flush() == 0  # not before its next try
+
+    async def indexed_by_b() -> bool:
+        return await b.flush() == 1
+
+    await wait_until(indexed_by_b, timeout=5)
+    assert (await b.store.get(doc_id)).status == "indexed"  # type: ignore[union-attr]
+    assert len(lightrag_server.documents["chat_test_1"]) == 1
 
 
 async def test_an_exchange_forgotten_while_another_replica_indexes_it_leaves_the_graph(
