@@ -133,18 +133,20 @@ class RagJournalTable:
             )  # fmt: skip
             marked = {str(row["id"]) for row in rows}
             unmarked = [doc_id for doc_id in ids if doc_id not in marked]
-            # Not marked: forgotten meanwhile (its row left without text for this process, or deleted once this
-            # claim had run out), or taken by another process after this claim ran out (that one indexes it).
-            await _let_go(connection, unmarked, self._owner)
-            still_there = {
-                str(row["id"])
-                for row in await connection.fetch("SELECT id FROM rag_documents WHERE id = ANY($1::text[])", unmarked)
-            }
+            still_there: set[str] = set()
+            if unmarked:
+                # Forgotten meanwhile (its row left without text for this process, or deleted once this claim had
+                # run out), or taken by another process after this claim ran out (that one indexes it).
+                await _let_go(connection, unmarked, self._owner)
+                found = await connection.fetch("SELECT id FROM rag_documents WHERE id = ANY($1::text[])", unmarked)
+                still_there = {str(row["id"]) for row in found}
             forgotten = [doc for doc in docs if doc.id not in marked and doc.id not in still_there]
             taken = [doc.id for doc in docs if doc.id in still_there]
+            # A batch with a member forgotten is deleted from the graph and indexed again: its rows keep their text.
             deleted = {doc.backend_id or doc.id for doc in forgotten}
             kept = sorted({doc.backend_id or doc.id for doc in docs if doc.id in marked} - deleted)
-            await connection.execute(_DROP_TEXT_NOT_NEEDED, kept)
+            if kept:
+                await connection.execute(_DROP_TEXT_NOT_NEEDED, kept)
         if taken:
             log.warning("[RAG] Another process took %s while this one indexed them", ", ".join(taken))
         for doc in docs:
