@@ -63,7 +63,8 @@ class HeldLightRagServer(FakeLightRagServer):
 
 @pytest.fixture
 async def lightrag_server() -> AsyncIterator[HeldLightRagServer]:
-    server = await HeldLightRagServer().start()
+    server = HeldLightRagServer()
+    await server.start()
     server.gate.set()
     yield server
     server.gate.set()
