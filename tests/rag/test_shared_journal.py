@@ -1,16 +1,17 @@
 """The knowledge graph's journal in PostgreSQL (`BOT_DATABASE_URL`), shared by every replica of the database.
 
 Two replicas, each a `RagService` on its own connection to one database and a LightRAG server (the fake
-one, over HTTP): what one indexed, the other finds and forgets; a queued exchange is indexed once when
-both flush together; the claim of a replica that died is taken over once its lease ran out; an exchange
-forgotten while another replica indexes it leaves the graph all the same; and `bot migrate` then
-`bot export` give the journal file back as it was.
+one, over HTTP): what one indexed, the other finds and forgets (a memory forgotten through `/memory forget` on
+one bot too); a queued exchange is indexed once when both flush together; the claim of a replica that died is
+taken over once its lease ran out; an exchange forgotten while another replica indexes it leaves the graph all
+the same; and `bot migrate` then `bot export` give the journal file back as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -322,3 +323,41 @@ async def test_a_bot_on_the_database_keeps_its_journal_there_not_in_the_workspac
         assert not (workspace_dir / "rag" / "documents.jsonl").exists()
     finally:
         await bot.stop()
+
+
+async def test_a_memory_forgotten_through_one_bot_leaves_the_graph_the_other_bot_indexed_it_into(
+    database_url: str,
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+    channel: RecordingChannel,
+    lightrag_server: HeldLightRagServer,
+) -> None:
+    bots = []
+    for name in ("first", "second"):
+        write_runtime_config(tmp_path / name, {"backend": "server", "serverUrl": lightrag_server.url})
+        bots.append(Application(env_for(tmp_path / name, fake_openai, bot_database_url=database_url)))
+    first, second = bots
+    try:
+        for bot in bots:
+            await bot.start()
+        await say(first, channel, "1", "Remember that the bike lock code is 4242.")
+        rag = rag_of(first)
+
+        async def queued() -> bool:
+            return (await rag.store.counts())["queued"] == 1
+
+        await wait_until(queued)
+        assert await rag.flush() == 1
+        [(server_id, stored)] = lightrag_server.documents["global"].items()
+        assert "4242" in stored["text"]
+        assert "RAG (server): 1 documents indexed" in await say(second, channel, "1", "/status")
+
+        listing = await say(second, channel, "1", "/memory bike lock")
+        item_id = re.findall(r"^(m[0-9a-f]{11}) · semantic/fact", listing, re.M)[0]
+        assert await say(second, channel, "1", f"/memory forget {item_id}") == "Forgotten: the bike lock code is 4242."
+        assert ("DELETE", "/documents/delete_document", "global") in lightrag_server.requests
+        assert server_id not in lightrag_server.documents["global"]
+        assert await rag.store.live() == []
+    finally:
+        for bot in bots:
+            await bot.stop()
