@@ -10,9 +10,10 @@ document's text is removed at once.
 A queued document is indexed by one process: `due` claims rows (`FOR UPDATE SKIP LOCKED`) for this
 process until `claim_until`, and each insert renews the claim first. A claim lasts twice
 `rag.insertTimeoutSeconds` (the insert it is renewed for takes that long at most, the journal's writes
-around it far less), so the claims of a process that died mid-insert are taken by another once that
-time has passed. A document forgotten while another process indexes it stays as a row without text
-(`forgotten`, still claimed) until that process records its insert and deletes it from the graph again.
+around it far less): the claims of a process that hangs are taken by another once that time has passed,
+and those of a process that is gone (its presence lock free: it died, or stopped mid-insert) at once. A
+document forgotten while another process indexes it stays as a row without text (`forgotten`, still
+claimed) until that process records its insert and deletes it from the graph again.
 
 `bot migrate` copies `rag/documents.jsonl` into the table (`copy_journal_file`), `bot export` writes the
 table out as that file (`write_journal_file`).
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.database.connection import Database
+from bot.database.connection import Database, is_gone
 from bot.rag.documents import RagDocument
 from bot.rag.store import count_failure, replay
 from bot.settings import RagConfig
@@ -82,6 +83,7 @@ class RagJournalTable:
 
     async def due(self, now: float, limit: int) -> list[RagDocument]:
         async with self._database.transaction() as connection:
+            await self._end_claims_of_gone_processes(connection)
             gone = await connection.fetch(
                 "DELETE FROM rag_documents WHERE status = 'forgotten' AND (claim_until IS NULL OR claim_until < now())"
                 " RETURNING id"
@@ -100,6 +102,23 @@ class RagJournalTable:
                 now, limit, self._owner, self._lease_seconds(),
             )  # fmt: skip
         return _in_order(rows)
+
+    async def _end_claims_of_gone_processes(self, connection: Any) -> None:
+        """Let the claims of a process that is gone (its presence lock is free) run out now."""
+        rows = await connection.fetch(
+            "SELECT DISTINCT claimed_by FROM rag_documents WHERE claimed_by IS NOT NULL AND claimed_by <> $1"
+            " AND claim_until >= now()",
+            self._owner,
+        )
+        for row in rows:
+            owner = str(row["claimed_by"])
+            if await is_gone(connection, owner):
+                ended = await connection.fetch(
+                    "UPDATE rag_documents SET claim_until = now() - interval '1 microsecond'"
+                    " WHERE claimed_by = $1 RETURNING id",
+                    owner,
+                )  # fmt: skip
+                log.info("[RAG] Taking over %d documents claimed by a process that is gone", len(ended))
 
     async def renew_claims(self, docs: list[RagDocument]) -> list[RagDocument]:
         if not docs:

@@ -1,10 +1,11 @@
 """The knowledge graph's journal in PostgreSQL (`BOT_DATABASE_URL`), shared by every replica of the database.
 
 Two replicas, each a `RagService` on its own connection to one database and a LightRAG server (the fake
-one, over HTTP): what one indexed, the other finds and forgets (a memory forgotten through `/memory forget` on
-one bot too); a queued exchange is indexed once when both flush together; the claim of a replica that died is
-taken over once its lease ran out; an exchange forgotten while another replica indexes it leaves the graph all
-the same; and `bot migrate` then `bot export` give the journal file back as it was.
+one, over HTTP): what one indexed, the other finds and forgets (a memory forgotten through `/memory forget`
+on one bot too); a queued exchange is indexed once when both flush together; the claim of a replica that
+hangs is taken over once its lease ran out, that of one that died at once; an exchange forgotten while
+another replica indexes it leaves the graph all the same; and `bot migrate` then `bot export` give the
+journal file back as it was.
 """
 
 from __future__ import annotations
@@ -170,17 +171,16 @@ async def test_a_queued_exchange_is_indexed_once_when_both_replicas_flush_togeth
     assert {text for _, text in (await texts_in_table(database)).values()} == {""}
 
 
-async def test_the_claim_of_a_replica_that_died_is_taken_over_after_its_lease(
+async def test_the_claim_of_a_replica_that_hangs_is_taken_over_after_its_lease(
     replicas: Replicas, lightrag_server: HeldLightRagServer
 ) -> None:
     # A claim lasts twice `insertTimeoutSeconds`: one second here.
-    a, a_database = await replicas.start(insertTimeoutSeconds=0.5)
+    a, _ = await replicas.start(insertTimeoutSeconds=0.5)
     b, _ = await replicas.start(insertTimeoutSeconds=0.5)
     doc_id = await exchange(a, "The spare key is under the blue flowerpot.", ["u1"])
     claimed_at = time.monotonic()
-    [claimed] = await a.store.due(time.time(), 10)  # A claims it, then dies before indexing it
+    [claimed] = await a.store.due(time.time(), 10)  # A claims it, then never gets to index it
     assert claimed.id == doc_id
-    await a_database.close()
 
     assert await b.flush() == 0  # still A's
     assert INSERT not in lightrag_server.requests
@@ -190,6 +190,21 @@ async def test_the_claim_of_a_replica_that_died_is_taken_over_after_its_lease(
 
     await wait_until(taken_over, timeout=5)
     assert time.monotonic() - claimed_at >= 0.95
+    assert (await b.status()).indexed == 1 and len(lightrag_server.documents["chat_test_1"]) == 1
+
+
+async def test_the_claim_of_a_replica_that_died_is_taken_over_at_once(
+    replicas: Replicas, lightrag_server: HeldLightRagServer
+) -> None:
+    a, a_database = await replicas.start()  # a claim lasts 1,200 s here
+    b, _ = await replicas.start()
+    doc_id = await exchange(a, "The spare key is under the blue flowerpot.", ["u1"])
+    [claimed] = await a.store.due(time.time(), 10)
+    assert claimed.id == doc_id
+    assert await b.flush() == 0  # A runs: its claim holds
+    await a_database.close()  # A dies (its connections, and its presence lock, are gone)
+
+    assert await b.flush() == 1
     assert (await b.status()).indexed == 1 and len(lightrag_server.documents["chat_test_1"]) == 1
 
 
