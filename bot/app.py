@@ -154,8 +154,9 @@ class Application:
             stores.memory_documents, stores.memory_items,
         )  # fmt: skip
         rag = rag_install.install(
-            env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models
-        )
+            env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models,
+            stores.database,
+        )  # fmt: skip
         memory.service.on_forget(rag.forget_messages)
         compaction = compaction_install.install(
             sessions, llm, models.models, planner, config_store, memory.pre_compaction, tools.registry

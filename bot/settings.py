@@ -502,7 +502,9 @@ class RagConfig(ConfigSection):
     max_attempts: int = Field(8, ge=1)
     """After this many failures a document is set aside (kept, logged, shown in `/status`)"""
     insert_timeout_seconds: float = Field(600.0, gt=0)
-    """One batch may take at most this long."""
+    """One batch may take at most this long. With `BOT_DATABASE_URL`, a replica's claim of the exchanges it indexes
+    lasts twice this (after that another replica takes them, if it hangs; at once, if it died).
+    """
     query_mode: Literal["naive", "local", "global", "hybrid", "mix"] = "hybrid"
     """`naive` (text chunks by vector search), `local` (entities), `global` (relations), `hybrid` (both) or `mix`; no
     mode asks the model (keywords are made locally)

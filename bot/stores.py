@@ -1,5 +1,6 @@
 """The storage of each concern, chosen once at start: the workspace's files, or PostgreSQL when
 `BOT_DATABASE_URL` is set. Nothing else knows which: each concern's service takes its store by its interface.
+The knowledge graph's journal is chosen beside the graph's own storage, by `bot.rag.factory`, from `database`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The fourth memory layer: a LightRAG knowledge graph over every past conversation.
 
 - `documents`: what a finished exchange becomes (`conv_{session}_{YYYYMMDD_HHmmss}`), which are skipped.
-- `store`: the durable indexing queue and the record of indexed documents (`workspace/rag/documents.jsonl`).
+- `store`: the journal, the durable indexing queue and the record of indexed documents: its interface
+  (`RagJournal`) and its file (`workspace/rag/documents.jsonl`); `journal_table`: the same in PostgreSQL, shared
+  by every replica (with `BOT_DATABASE_URL`; `factory` picks one at start).
 - `service`: `RagService`: enqueue (RagIndexingSystem, 55), flush (the scheduler), retrieve (`# Relevant
   Memory` at ContextBuilding, 20), search (the `rag_query` tool), forget, status.
 - `backend`: the `RagBackend` protocol; `embedded` (lightrag-hku in the process, file or PostgreSQL

@@ -1,18 +1,21 @@
-"""Builds the RAG layer for the configured backend (read once at start; a change needs a restart)."""
+"""Builds the RAG layer for the configured backend (read once at start; a change needs a restart), and its
+journal: the workspace's `rag/documents.jsonl`, or with `BOT_DATABASE_URL` the database's table."""
 
 from __future__ import annotations
 
 import logging
 
 from bot.context.estimator import TokenEstimator
+from bot.database.connection import Database
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry, Tier
 from bot.rag.backend import RagBackend
 from bot.rag.embedded import EmbeddedLightRag, StorageKind
+from bot.rag.journal_table import RagJournalTable
 from bot.rag.server import LightRagServerBackend
 from bot.rag.service import RagService
-from bot.rag.store import RagDocumentStore
+from bot.rag.store import RagDocumentStore, RagJournal
 from bot.runtime_config import RuntimeConfigStore
 from bot.settings import EnvSettings
 from bot.workspace import Workspace
@@ -28,7 +31,9 @@ def build_rag_service(
     estimator: TokenEstimator,
     embedders: Embedders | None = None,
     models: ModelRegistry | None = None,
+    database: Database | None = None,
 ) -> RagService:
+    """The RAG layer, its journal in `database` (that of `BOT_DATABASE_URL`, opened at start) when there is one."""
     config = config_store.in_force()
 
     def default_extraction_model() -> str:
@@ -55,7 +60,11 @@ def build_rag_service(
         )  # fmt: skip
     where = " (PostgreSQL of BOT_DATABASE_URL)" if database_url and isinstance(backend, EmbeddedLightRag) else ""
     log.info("[RAG] Backend: %s%s%s", config.rag.backend, where, "" if config.rag.enabled else " (disabled)")
-    store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
+    store: RagJournal
+    if database is None:
+        store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
+    else:  # every process of the database sees every document
+        store = RagJournalTable(database, lambda: config_store.in_force().rag)
     # A LightRAG server extracts with a model of its own configuration: the bot does not know which.
     extraction_model = backend.extraction_model if isinstance(backend, EmbeddedLightRag) else None
     return RagService(store, backend, config_store.in_force, estimator, extraction_model)

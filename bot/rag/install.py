@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from bot.clock import Clock
 from bot.context.estimator import TokenEstimator
+from bot.database.connection import Database
 from bot.llm.client import LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.models import ModelRegistry
@@ -42,7 +43,8 @@ def install(
     config_store: RuntimeConfigStore,
     tools: ToolRegistry,
     models: ModelRegistry | None = None,
+    database: Database | None = None,
 ) -> InstalledRag:
-    service = build_rag_service(workspace, env, llm, config_store, estimator, embedders, models)
+    service = build_rag_service(workspace, env, llm, config_store, estimator, embedders, models, database)
     tools.register(rag_query_tool(service))
     return InstalledRag(service, DocumentReader(service, workspace.rag_dir, config_store.in_force, clock))

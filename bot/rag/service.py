@@ -37,7 +37,7 @@ from bot.rag.documents import (
     worth_indexing,
 )
 from bot.rag.keywords import content_words
-from bot.rag.store import RagDocumentStore
+from bot.rag.store import RagJournal
 from bot.rag.tokenizer import OfflineTokenizer
 from bot.settings import RagConfig, RuntimeConfig
 
@@ -96,7 +96,7 @@ class RagService:
 
     def __init__(
         self,
-        store: RagDocumentStore,
+        store: RagJournal,
         backend: RagBackend,
         config: Callable[[], RuntimeConfig],
         estimator: TokenEstimator,
@@ -119,7 +119,7 @@ class RagService:
         self._warming: asyncio.Task[None] | None = None
 
     @property
-    def store(self) -> RagDocumentStore:
+    def store(self) -> RagJournal:
         return self._store
 
     @property
@@ -214,6 +214,8 @@ class RagService:
             for members, full in batches(due, config.batch_tokens, self._tokenizer.count)
             if full or not full_only
         ][: config.batch_size]
+        chosen = {doc.id for members in packed for doc in members}
+        await self._store.release([doc for doc in due if doc.id not in chosen])
         by_workspace: dict[str, list[list[RagDocument]]] = defaultdict(list)
         for members in packed:
             by_workspace[members[0].rag_workspace].append(members)
@@ -230,6 +232,15 @@ class RagService:
     async def _index(self, workspace: str, packed: list[list[RagDocument]]) -> int:
         config = self._config().rag
         started = time.monotonic()
+        held = {doc.id for doc in await self._store.renew_claims([doc for members in packed for doc in members])}
+        # A batch with a member this process no longer holds (forgotten, or another's after a long wait) is
+        # left to the next flush, made again from what is queued then.
+        await self._store.release(
+            [doc for members in packed if not all(doc.id in held for doc in members) for doc in members]
+        )
+        packed = [members for members in packed if all(doc.id in held for doc in members)]
+        if not packed:
+            return 0
         documents = [batch_document(members) for members in packed]
         docs = [doc for members in packed for doc in members]
         try:
@@ -253,11 +264,15 @@ class RagService:
         for document, members in zip(documents, packed, strict=True):
             for doc in members:
                 doc.backend_id = backend_ids.get(document.id, document.id)
-        await self._store.mark_indexed(docs)
+        forgotten = await self._store.mark_indexed(docs)
         self.last_error = None
         elapsed = time.monotonic() - started
         log.info("[RAG] Indexed %d documents into %s as %d in %.2fs", len(docs), workspace, len(documents), elapsed)
-        return len(docs)
+        if forgotten:
+            # Forgotten by another process while this one indexed them: out of the graph again at once.
+            log.info("[RAG] %d documents were forgotten while being indexed; deleting them again", len(forgotten))
+            await self._index_again(await self._delete_from_graph(forgotten), {doc.id for doc in forgotten})
+        return len(docs) - len(forgotten)
 
     async def flush_all(self, max_seconds: float | None = None, full_only: bool = False) -> int:
         """Flush batch after batch until nothing is due, or `max_seconds` have passed (the scheduler's
@@ -282,29 +297,42 @@ class RagService:
         in a batch takes the batch's document with it: the other exchanges of that batch are indexed
         again at once, without it (whatever fails or does not fit this flush stays queued for the next).
         """
-        removed: list[str] = []
-        deleted: set[str] = set()
+        found: list[RagDocument] = []
         async with self._mutation_lock:
             for doc_id in doc_ids:
                 doc = await self._store.get(doc_id)
-                if doc is None or doc.status == "forgotten":
-                    continue
-                backend_id = doc.backend_id or doc.id
-                if doc.status == "indexed" and backend_id not in deleted:
-                    await self._backend.delete(doc.rag_workspace, [backend_id])
-                    deleted.add(backend_id)
-                removed.append(doc_id)
-            # The rest of each deleted batch first, so the forget's rewrite of the journal keeps their text.
-            requeued = [doc for doc in await self._store.requeue_indexed_in(deleted) if doc.id not in removed]
+                if doc is not None and doc.status != "forgotten":
+                    found.append(doc)
+            removed = [doc.id for doc in found]
+            # The rest of each deleted batch is queued first, so the forget's rewrite of the journal keeps their text.
+            requeued = await self._delete_from_graph([doc for doc in found if doc.status == "indexed"])
             await self._store.forget(removed)
-            if requeued:
-                log.info("[RAG] Indexing again %d exchanges indexed with a forgotten one", len(requeued))
-                await self._index_packed(requeued, full_only=False)
-                if any(doc.status == "queued" for doc in requeued):
-                    self._idle_due_at = time.monotonic()
+            await self._index_again(requeued, set(removed))
         if removed:
             log.info("[RAG] Forgot %d documents: %s", len(removed), ", ".join(removed))
         return removed
+
+    async def _delete_from_graph(self, docs: list[RagDocument]) -> list[RagDocument]:
+        """Delete the backend documents that carry `docs` (each once), and queue again the other exchanges
+        indexed in them; returns those."""
+        deleted: set[str] = set()
+        for doc in docs:
+            backend_id = doc.backend_id or doc.id
+            if backend_id not in deleted:
+                await self._backend.delete(doc.rag_workspace, [backend_id])
+                deleted.add(backend_id)
+        return await self._store.requeue_indexed_in(deleted)
+
+    async def _index_again(self, requeued: list[RagDocument], forgotten: set[str]) -> None:
+        """Index at once the exchanges queued again after their batch's document was deleted, but the
+        forgotten ones (whatever fails or does not fit stays queued for the next flush)."""
+        await self._store.release([doc for doc in requeued if doc.id in forgotten])
+        requeued = [doc for doc in requeued if doc.id not in forgotten]
+        if requeued:
+            log.info("[RAG] Indexing again %d exchanges indexed with a forgotten one", len(requeued))
+            await self._index_packed(requeued, full_only=False)
+            if any(doc.status == "queued" for doc in requeued):
+                self._idle_due_at = time.monotonic()
 
     async def documents_for_messages(self, message_ids: list[str]) -> list[str]:
         """Ids of the documents made from any of these messages."""

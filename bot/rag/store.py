@@ -1,11 +1,14 @@
-"""`RagDocumentStore`: the durable indexing queue and the record of every indexed document.
+"""The RAG layer's journal: the durable indexing queue and the record of every indexed document.
 
-One append-only JSONL journal, `workspace/rag/documents.jsonl`: each line is the whole record of one
-document at one moment, and the last line for an id wins. An exchange is appended (fsynced) before
-anything else happens to it, so a crash at any moment loses nothing: on start the journal is replayed
-and whatever was still `queued` is indexed by the next flush. Indexed documents keep their origin
-(session, message ids) so forgetting a memory can find them; an exchange indexed in a batch with
-others keeps its text too, so that forgetting one of them can index the rest again. The journal is
+`RagJournal` is what the service asks of it. `RagDocumentStore` keeps it in the workspace's files, one
+process's; `bot.rag.journal_table.RagJournalTable` in PostgreSQL, shared by every process of the database.
+
+The files' journal is one append-only JSONL file, `workspace/rag/documents.jsonl`: each line is the
+whole record of one document at one moment, and the last line for an id wins. An exchange is appended
+(fsynced) before anything else happens to it, so a crash at any moment loses nothing: on start the
+journal is replayed and whatever was still `queued` is indexed by the next flush. Indexed documents keep
+their origin (session, message ids) so forgetting a memory can find them; an exchange indexed in a batch
+with others keeps its text too, so that forgetting one of them can index the rest again. The journal is
 rewritten atomically when it has grown well past the live records, and at once after a forget, so
 forgotten text does not linger on disk.
 """
@@ -18,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bot.rag.documents import RagDocument
 from bot.settings import RagConfig
@@ -31,8 +34,91 @@ log = logging.getLogger(__name__)
 COMPACTION_SLACK_LINES = 500
 
 
+def replay(docs: dict[str, RagDocument], doc: RagDocument) -> None:
+    """Take one line of the journal into `docs`: the last line of an id wins, with the text of an earlier
+    one when it has none (a change of state is written without the text)."""
+    previous = docs.get(doc.id)
+    if previous is not None and not doc.text:
+        doc.text = previous.text
+    docs[doc.id] = doc
+
+
+def count_failure(doc: RagDocument, error: str, config: RagConfig) -> RagDocument:
+    """`doc` with one more failed try: its next try later (the wait doubling, up to the longest), and set
+    aside (`failed`) after `maxAttempts`."""
+    doc.attempts += 1
+    doc.last_error = error[:500]
+    backoff = min(config.retry_backoff_seconds * 2 ** (doc.attempts - 1), config.max_retry_backoff_seconds)
+    doc.next_attempt_at = time.time() + backoff
+    if doc.attempts >= config.max_attempts:
+        doc.status = "failed"
+    return doc
+
+
+class RagJournal(Protocol):
+    """Documents by id with their state: `queued`, `indexed`, `failed` (given up) or `forgotten`.
+
+    A document handed out by `due` or `requeue_indexed_in` is the caller's to index: with several
+    processes sharing one journal, it is claimed for this process alone until `mark_indexed`,
+    `mark_failed` or `release` lets go of it. A failed write raises `OSError`."""
+
+    async def add(self, doc: RagDocument) -> RagDocument:
+        """Queue a new document durably; an id already taken gets a `_2`, `_3` ... suffix."""
+        ...
+
+    async def due(self, now: float, limit: int) -> list[RagDocument]:
+        """Queued documents whose retry time has come, oldest first, claimed for this process."""
+        ...
+
+    async def renew_claims(self, docs: list[RagDocument]) -> list[RagDocument]:
+        """The documents of `docs` still claimed by this process (still queued), each claim made to last
+        one more insert; called just before they go to the backend."""
+        ...
+
+    async def release(self, docs: Iterable[RagDocument]) -> None:
+        """Let go of claimed documents left out of this flush: they stay queued for the next."""
+        ...
+
+    async def mark_indexed(self, indexed: Iterable[RagDocument]) -> list[RagDocument]:
+        """Record the documents indexed (with their `backend_id`); returns those forgotten while they were
+        being indexed (by another process), whose backend documents must be deleted again."""
+        ...
+
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
+        """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside."""
+        ...
+
+    async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
+        """Mark documents forgotten, their text removed at once; returns the ones known."""
+        ...
+
+    async def requeue_indexed_in(self, backend_ids: Iterable[str]) -> list[RagDocument]:
+        """Queue again (claimed for this process) the indexed documents that went into any of these backend
+        documents (the rest of a batch whose document was deleted); returns them."""
+        ...
+
+    async def get(self, doc_id: str) -> RagDocument | None: ...
+
+    async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
+        """Live documents that carry any of `message_ids`, or (with `session_id`) all of one chat's."""
+        ...
+
+    async def live(self) -> list[RagDocument]:
+        """Every document not forgotten, oldest first (the console lists them)."""
+        ...
+
+    async def counts(self) -> Counter[str]: ...
+
+    async def indexed_workspaces(self) -> list[str]:
+        """The LightRAG workspaces that hold at least one indexed document."""
+        ...
+
+    async def has_indexed(self, rag_workspace: str) -> bool: ...
+
+
 class RagDocumentStore:
-    """Documents by id with their state: `queued`, `indexed`, `failed` (given up) or `forgotten`."""
+    """The journal in `workspace/rag/documents.jsonl`, one process's: it claims nothing, since the
+    service's lock already runs one flush or forget at a time (nothing is forgotten mid-insert)."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -61,10 +147,7 @@ class RagDocumentStore:
             except (KeyError, TypeError, ValueError) as error:
                 log.warning("[RAG] Skipped a bad line of %s: %s", self._path, error)
                 continue
-            previous = docs.get(doc.id)
-            if previous is not None and not doc.text:
-                doc.text = previous.text
-            docs[doc.id] = doc
+            replay(docs, doc)
         self._docs = docs
         self._lines = len(records)
         queued = sum(1 for d in docs.values() if d.status == "queued")
@@ -89,7 +172,13 @@ class RagDocumentStore:
         ready = [d for d in docs.values() if d.status == "queued" and d.next_attempt_at <= now]
         return ready[:limit]
 
-    async def mark_indexed(self, indexed: Iterable[RagDocument]) -> None:
+    async def renew_claims(self, docs: list[RagDocument]) -> list[RagDocument]:
+        return list(docs)
+
+    async def release(self, docs: Iterable[RagDocument]) -> None:
+        return None
+
+    async def mark_indexed(self, indexed: Iterable[RagDocument]) -> list[RagDocument]:
         async with self._lock:
             changed = []
             for doc in indexed:
@@ -97,19 +186,12 @@ class RagDocumentStore:
                 changed.append(doc)
             await self._append(changed, with_text=False)
             await self._maybe_compact()
+            return []
 
     async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
         """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside."""
         async with self._lock:
-            changed = []
-            for doc in failed:
-                doc.attempts += 1
-                doc.last_error = error[:500]
-                backoff = min(config.retry_backoff_seconds * 2 ** (doc.attempts - 1), config.max_retry_backoff_seconds)
-                doc.next_attempt_at = time.time() + backoff
-                if doc.attempts >= config.max_attempts:
-                    doc.status = "failed"
-                changed.append(doc)
+            changed = [count_failure(doc, error, config) for doc in failed]
             await self._append(changed, with_text=False)
 
     async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:

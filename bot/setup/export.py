@@ -2,10 +2,12 @@
 
 Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md, the
 daily notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`,
-`access/pairing.json` and `preferences/runtime-config.json`, in the formats people read and edit; into
-FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is written whole (atomically)
-and replaces the one there; files the database has nothing for are left alone. The items' vectors stay
-in the database (a bot on the files makes them again). Edited files go back with `python -m bot migrate`.
+`access/pairing.json`, `preferences/runtime-config.json` and the knowledge graph's journal
+`rag/documents.jsonl`, in the formats people read and edit; into FOLDER, or the workspace
+(`BOT_WORKSPACE`) when none is given. Each file is written whole (atomically) and replaces the one
+there; files the database has nothing for are left alone. The items' vectors stay in the database (a
+bot on the files makes them again), and so does the knowledge graph itself (LightRAG's tables, which
+hold the journal's indexed documents). Edited files go back with `python -m bot migrate`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bot.access.pairing import ApprovedUser, PairingRequest, pairing_file
 from bot.database.connection import Database
 from bot.domain.session import checked_session_id
 from bot.memory.postgres_items import write_item_files
+from bot.rag.journal_table import write_journal_file
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import Reminder
 from bot.storage.files import write_atomic
@@ -81,4 +84,5 @@ async def export_workspace(database: Database, workspace: Workspace) -> Written:
     if config is not None:
         await write_atomic(workspace.runtime_config_file, config[1].encode("utf-8"))
         written.add("runtime configurations")
+    written.add("knowledge graph documents", await write_journal_file(database, workspace.rag_dir / "documents.jsonl"))
     return written

@@ -1,8 +1,10 @@
 """`python -m bot migrate`: copy a workspace's files into the database of `BOT_DATABASE_URL`.
 
 What is copied: sessions and their archives, MEMORY.md and the daily notes of every memory scope, the
-reminders, pairing and `preferences/runtime-config.json` (its text as it is); what the files hold wins
-over what the database holds for the same session, document, reminder, user or configuration. Safe to run
+reminders, pairing, `preferences/runtime-config.json` (its text as it is) and the knowledge graph's
+journal `rag/documents.jsonl` (a line that is not a document is skipped, counted in the summary and named
+in the log); what the files hold wins over what the database holds for the same session, document,
+reminder, user, configuration or journal entry. Safe to run
 twice: an archive line is keyed by the archive's length after it (as the bot keeps it), so a line copied
 before is not copied again, and every other row is written over (the configuration's version is raised
 only when its text changed). The workspace's files are left as they are. The memory items of every scope
@@ -25,6 +27,7 @@ from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.postgres_documents import MemoryDocumentRows
 from bot.memory.postgres_items import CopiedItems, copy_item_files, copy_vectors
 from bot.memory.vector_cache import VectorCache
+from bot.rag.journal_table import copy_journal_file
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import ReminderFile, ReminderTable
 from bot.storage.files import line_bytes, read_text_sync
@@ -55,7 +58,15 @@ async def migrate_workspace(workspace: Workspace, database: Database) -> Copied:
     await _reminders(workspace, database, copied)
     await _pairing(workspace, database, copied)
     await _runtime_config(workspace, database, copied)
+    await _rag_journal(workspace, database, copied)
     return copied
+
+
+async def _rag_journal(workspace: Workspace, database: Database, copied: Copied) -> None:
+    journal = await copy_journal_file(database, workspace.rag_dir / "documents.jsonl")
+    copied.add("knowledge graph documents", journal.documents)
+    copied.add("knowledge graph documents forgotten", journal.forgotten)
+    copied.add("journal lines that are not documents (skipped; see the log)", journal.skipped_lines)
 
 
 async def _runtime_config(workspace: Workspace, database: Database, copied: Copied) -> None:
