@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from bot.domain.memory import MemoryLayer
+from bot.memory.item_facts import NO_ROW
 from bot.memory.item_storage import ItemFacts
 from bot.memory.items_store import MemoryItemStore
 from bot.storage.jsonl import dumps_line
@@ -44,6 +45,17 @@ def assert_as_in_database(store: MemoryItemStore) -> None:
     speaking = {row[0] for row in store._db.connection.execute("SELECT speaker FROM items WHERE active")}
     assert store.speakers_among(["Ann", "Bob", "Cy"]) == speaking & {"Ann", "Bob", "Cy"}
     ids = [*facts, "missing"]
+    # The columns retrieval reads: one row per stored item, and which rows are active turns.
+    table = store.facts_table
+    rows = table.rows_of(ids)
+    assert (
+        rows[-1] == NO_ROW
+        and len(set(rows[:-1].tolist())) == len(facts)
+        and table.ids_at(rows[:-1].tolist()) == ids[:-1]
+    )
+    assert table.episodic_at(rows).tolist() == [
+        item_id in facts and facts[item_id].active and facts[item_id].layer is E for item_id in ids
+    ]
     assert store.facts_of(ids) == facts
     assert store.neighbour_ids(ids) == {**around, "missing": []}
     assert store.episodic_neighbours(ids) == {
@@ -92,6 +104,9 @@ async def test_the_facts_table_is_what_the_index_holds_after_every_kind_of_chang
     store.relocate(fact.model_copy(update={"layer": E}))
     assert_as_in_database(store)
     store.remove(["m4", "f2"])
+    assert_as_in_database(store)
+    # New items take the rows the removed ones left.
+    store.append([item(E, "Ann: turn 6 on monday", monday, item_id="m6"), item(S, "fact 4", NOW, item_id="f4")])
     assert_as_in_database(store)
     await store.flush()
 
