@@ -94,6 +94,8 @@ class Bm25Index:
         # ahead of its scoring, while its vector is made: see `MemoryService`).
         self._version = 0
         self._last: tuple[int, str, int, dict[str, float]] | None = None
+        # Each document's length normalisation (`_norms`), for the version it was computed at.
+        self._kept_norms: tuple[int, npt.NDArray[np.float32]] | None = None
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -206,8 +208,7 @@ class Bm25Index:
             return {}
         used = len(self._ids)
         alive = self._alive[:used]
-        lengths = self._lengths[:used]
-        average_length = max(self._total_length / count, 1.0)
+        norms = self._norms(used, max(self._total_length / count, 1.0))
         scores = np.zeros(used, dtype=np.float32)
         # Without removed documents every posting is live: the filtering by `alive` is skipped.
         all_alive = used == count
@@ -229,13 +230,21 @@ class Bm25Index:
                 slots = all_slots[live]
                 tfs = all_tfs[live].astype(np.float32)
             idf = math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
-            norm = K1 * (1 - B + B * lengths[slots] / average_length)
-            scores[slots] += idf * tfs * (K1 + 1) / (tfs + norm)
+            scores[slots] += idf * tfs * (K1 + 1) / (tfs + norms[slots])
             del all_slots, all_tfs, slots  # views on the postings' buffers, which appends need released
         hits = np.flatnonzero(scores)
         if len(hits) > limit:
             hits = hits[np.argpartition(-scores[hits], limit)[:limit]]
         return {self._ids[slot]: float(scores[slot]) for slot in hits}
+
+    def _norms(self, used: int, average_length: float) -> npt.NDArray[np.float32]:
+        """`K1 · (1 − B + B · length / average length)` of each of the first `used` documents (float32, each
+        the value a search would compute for it), kept until the index changes: a search gathers it for its
+        postings instead of computing it again from their lengths."""
+        kept = self._kept_norms
+        if kept is None or kept[0] != self._version:
+            kept = self._kept_norms = (self._version, K1 * (1 - B + B * self._lengths[:used] / average_length))
+        return kept[1]
 
     def _compact(self) -> None:
         """Drop dead slots from every array, renumbering the live ones in order."""
