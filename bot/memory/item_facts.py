@@ -22,13 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bot.domain.memory import MemoryLayer
-from bot.memory.item_storage import ItemFacts
+from bot.memory.item_storage import EPISODIC_CODE, LAYERS, NO_ROW, IntArray, ItemFacts
 
-# The layers in the order of their codes in `FactsTable.layer`.
-LAYERS = tuple(MemoryLayer)
 _LAYER_CODES = {layer.value: code for code, layer in enumerate(LAYERS)}
-EPISODIC_CODE = LAYERS.index(MemoryLayer.EPISODIC)
 
 # The columns of an `items` row the table keeps, in the order of `index_sql.all_facts` (and `ItemRows.facts`):
 # id, layer, active, day, speaker, updated, salience, confidence, day_file, file, pos.
@@ -36,38 +32,30 @@ FactsRow = tuple[Any, ...]
 
 # A place is kept as file number × this + position (positions in a file stay far below it).
 _FILE_STEP = 1 << 40
-# No row: the neighbour of the first or last turn of a file, the row of an id not stored.
-NO_ROW = -1
 _FIRST_CAPACITY = 1024
-
-IntArray = npt.NDArray[np.int64]
 
 
 class FactsTable:
-    """The `ItemFacts` of every row of `items` as columns, and for the rows of day files their order in the file
-    (the items just before and after one are its neighbours: the turns around it).
-
-    A column is indexed by row (`rows_of`); a deleted item's row is given to the next new one. `speaker` holds a
-    code per row (`speaker_codes`, `NO_ROW` for none), `layer` an index into `LAYERS`, `day` the day's ordinal,
-    `before` and `after` the rows of the turns around a day file's item (`NO_ROW` at either end, and for an item
-    of another file)."""
+    """The `ItemFacts` of every row of `items` as columns (`FactsColumns`), and for the rows of day files their
+    order in the file (the items just before and after one are its neighbours: the turns around it). A deleted
+    item's row is given to the next new one."""
 
     def __init__(self) -> None:
         self._row: dict[str, int] = {}
         self._ids: list[str] = []  # by row; "" for a free row
         self._free: list[int] = []
-        self.layer = np.zeros(0, dtype=np.int8)
-        self.active = np.zeros(0, dtype=bool)
-        self.day = np.zeros(0, dtype=np.int32)
-        self.speaker = np.zeros(0, dtype=np.int32)
-        self.updated = np.zeros(0, dtype=np.float64)
-        self.salience = np.zeros(0, dtype=np.float64)
-        self.confidence = np.zeros(0, dtype=np.float64)
-        self.before = np.zeros(0, dtype=np.int64)
-        self.after = np.zeros(0, dtype=np.int64)
+        self.layer: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
+        self.active: npt.NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        self.day: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self.speaker: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self.updated: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
+        self.salience: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
+        self.confidence: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
+        self.before: IntArray = np.zeros(0, dtype=np.int64)
+        self.after: IntArray = np.zeros(0, dtype=np.int64)
         # Where an item of a day file is: its file's number times `_FILE_STEP`, plus its position (`NO_ROW` for
         # an item of another file).
-        self.place = np.zeros(0, dtype=np.int64)
+        self.place: IntArray = np.zeros(0, dtype=np.int64)
         self._grow(_FIRST_CAPACITY)
         # Per day file's number, the positions of its items in order, with their ids in that order.
         self._files: dict[int, tuple[array[int], list[str]]] = {}

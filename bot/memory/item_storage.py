@@ -8,16 +8,16 @@ remove, then `flush` to make it durable), and the version that lets derived resu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from bot.domain.memory import MemoryItem, MemoryLayer
-
-if TYPE_CHECKING:
-    from bot.memory.item_facts import FactsTable
 
 
 class ItemFacts(NamedTuple):
@@ -31,6 +31,72 @@ class ItemFacts(NamedTuple):
     updated: float  # `updated_at`, in seconds since the epoch
     salience: float
     confidence: float
+
+
+# The layers in the order of their codes in `FactsColumns.layer`.
+LAYERS = tuple(MemoryLayer)
+EPISODIC_CODE = LAYERS.index(MemoryLayer.EPISODIC)
+# No row: the neighbour of the first or last turn of a file, the row of an id not stored, no speaker.
+NO_ROW = -1
+
+IntArray = npt.NDArray[np.int64]
+
+
+class FactsColumns(Protocol):
+    """Every stored item's `ItemFacts` as columns, a row per item (`rows_of`), which retrieval scores its
+    candidates by with array operations rather than object by object: `layer` an index into `LAYERS`, `day`
+    the day's ordinal, `speaker` a code (`speaker_codes`, `NO_ROW` for none), and for the turns of a day file
+    `before` and `after`, the rows of the items just before and after each (`NO_ROW` at either end, and for an
+    item of another file). Read under the scope's lock, like every other read."""
+
+    @property
+    def layer(self) -> npt.NDArray[np.int8]: ...
+
+    @property
+    def active(self) -> npt.NDArray[np.bool_]: ...
+
+    @property
+    def day(self) -> npt.NDArray[np.int32]: ...
+
+    @property
+    def speaker(self) -> npt.NDArray[np.int32]: ...
+
+    @property
+    def updated(self) -> npt.NDArray[np.float64]: ...
+
+    @property
+    def salience(self) -> npt.NDArray[np.float64]: ...
+
+    @property
+    def confidence(self) -> npt.NDArray[np.float64]: ...
+
+    @property
+    def before(self) -> IntArray: ...
+
+    @property
+    def after(self) -> IntArray: ...
+
+    def __contains__(self, item_id: str) -> bool: ...
+
+    def rows_of(self, item_ids: Iterable[str]) -> IntArray:
+        """The row of each of `item_ids`, in that order (`NO_ROW` for one not stored)."""
+        ...
+
+    def ids_at(self, rows: Sequence[int]) -> list[str]:
+        """The id of each of `rows` (rows of stored items)."""
+        ...
+
+    def speaker_codes(self, names: Iterable[str]) -> list[int]:
+        """The codes in `speaker` of those of `names` that speak in some item."""
+        ...
+
+    def episodic_at(self, rows: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether each of `rows` is an active EPISODIC item (False for `NO_ROW`)."""
+        ...
+
+    def around(self, row: int) -> list[int]:
+        """The rows of the active EPISODIC items just before and after `row` in its day file, in that order."""
+        ...
 
 
 class ItemIndex(Protocol):
@@ -139,9 +205,8 @@ class ItemStore(Protocol):
     def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]: ...
 
     @property
-    def facts_table(self) -> FactsTable:
-        """Every stored item's facts as columns, which retrieval scores its candidates by (read under the scope's
-        lock, like every other read)."""
+    def facts_table(self) -> FactsColumns:
+        """Every stored item's facts as columns, which retrieval scores its candidates by."""
         ...
 
     # -- writing -------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from bot.context.estimator import TokenEstimator
 from bot.domain.memory import MemoryItem, MemoryLayer, MemoryPack, MemoryQuery, PackDiagnostics, ScoredItem
 from bot.domain.text import normalized_words
 from bot.memory.budget import cut_marker
-from bot.memory.item_facts import LAYERS
+from bot.memory.item_storage import LAYERS
 from bot.memory.retrieval import RankedItem, Ranking, Section
 from bot.memory.temporal import with_said_dates
 

@@ -48,8 +48,7 @@ import numpy.typing as npt
 from bot.domain.conversation import kept_newest
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.embeddings import Vector
-from bot.memory.item_facts import EPISODIC_CODE, LAYERS, NO_ROW, FactsTable, IntArray
-from bot.memory.item_storage import ItemFacts, ItemStore
+from bot.memory.item_storage import EPISODIC_CODE, LAYERS, NO_ROW, FactsColumns, IntArray, ItemFacts, ItemStore
 from bot.memory.lexical_index import Bm25Index, tokenize
 from bot.memory.temporal import time_window
 from bot.memory.vector_index import VectorIndex
@@ -249,11 +248,11 @@ class Candidates:
     rows: IntArray
     values: FloatArray
 
-    def extend(self, item_ids: list[str], table: FactsTable, value: float) -> None:
+    def extend(self, item_ids: list[str], table: FactsColumns, value: float) -> None:
         """`item_ids` (not among the candidates) added with `value`."""
         self._added(item_ids, table.rows_of(item_ids), value)
 
-    def extend_rows(self, rows: list[int], table: FactsTable) -> None:
+    def extend_rows(self, rows: list[int], table: FactsColumns) -> None:
         """The items at `rows` of `table` (not among the candidates) added with 0."""
         self._added(table.ids_at(rows), np.array(rows, dtype=np.int64), 0.0)
 
@@ -263,7 +262,7 @@ class Candidates:
             self.rows = np.concatenate((self.rows, rows))
             self.values = np.concatenate((self.values, np.full(len(item_ids), value)))
 
-    def places(self, rows: IntArray, table: FactsTable) -> IntArray:
+    def places(self, rows: IntArray, table: FactsColumns) -> IntArray:
         """The place among the candidates of each of `rows` (stored items); those not among them are added with
         0, in the order they first come in `rows`."""
         places = np.full(len(rows), NO_ROW, dtype=np.int64)
@@ -624,7 +623,7 @@ class MemoryRetrievalService:
             match[item_id] = match.get(item_id, 0.0) + BRIDGE_WEIGHT * score / best
 
     @staticmethod
-    def _lift_by_day(table: FactsTable, found: Candidates, episodic: IntArray, lifted: FloatArray) -> None:
+    def _lift_by_day(table: FactsColumns, found: Candidates, episodic: IntArray, lifted: FloatArray) -> None:
         """The EPISODIC candidates (at `episodic`) lifted by the strength of their day: the mean of its best
         `DAY_TOP` matches, against the strongest day's."""
         if not len(episodic):
@@ -649,7 +648,7 @@ class MemoryRetrievalService:
 
     @staticmethod
     def _widen(
-        table: FactsTable, found: Candidates, sources: IntArray, base: FloatArray, lifted: FloatArray
+        table: FactsColumns, found: Candidates, sources: IntArray, base: FloatArray, lifted: FloatArray
     ) -> FloatArray:
         """The turns 2 to `WIDE_RING` away from the best `WIDE_SEEDS` matches (of `sources`, by `base`) take a
         share of their relevance (`NEIGHBOUR_WEIGHT`, times `WIDE_DECAY` for each turn further): an answer is

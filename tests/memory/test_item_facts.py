@@ -9,8 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from bot.domain.memory import MemoryLayer
-from bot.memory.item_facts import NO_ROW
-from bot.memory.item_storage import ItemFacts
+from bot.memory.item_storage import NO_ROW, ItemFacts
 from bot.memory.items_store import MemoryItemStore
 from bot.storage.jsonl import dumps_line
 from bot.workspace import MemoryPaths
