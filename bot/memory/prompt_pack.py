@@ -22,7 +22,7 @@ it, `PARSE_AHEAD` at a time, so the hundreds it never reaches cost nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, tzinfo
+from datetime import date, datetime, tzinfo
 from typing import NamedTuple
 
 import numpy as np
@@ -116,6 +116,8 @@ class MemoryPromptPackService:
         self._zone = zone
         # By (text, time made): an edited item is a new key, and one key holds what any item with them shows.
         self._shown: dict[tuple[str, datetime], Shown] = {}
+        # The day headings made, by day (a pack's items fall on a few of them).
+        self._headings: dict[date, str] = {}
 
     def shown(self, item: MemoryItem) -> Shown:
         """The item's `Shown`, kept for the next packs that read an item with its text and time."""
@@ -153,10 +155,15 @@ class MemoryPromptPackService:
         over = (filled - soft_tokens) / max(max_tokens - soft_tokens, 1)
         return scored.relevance >= HIGH_RELEVANCE + (1 - HIGH_RELEVANCE) * min(max(over, 0.0), 1.0)
 
-    @staticmethod
-    def when(local: datetime) -> tuple[str, str]:
+    def when(self, local: datetime) -> tuple[str, str]:
         """The day heading and clock time of an item made at `local` (its time in the bot's zone)."""
-        return f"### {local:%Y-%m-%d (%A)}", f"{local:%H:%M} "
+        day = local.date()
+        heading = self._headings.get(day)
+        if heading is None:
+            if len(self._headings) >= SHOWN_CACHE_SIZE:
+                self._headings.clear()
+            heading = self._headings[day] = f"### {local:%Y-%m-%d (%A)}"
+        return heading, f"{local.hour:02d}:{local.minute:02d} "
 
     def build(
         self,
