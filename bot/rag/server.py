@@ -27,6 +27,9 @@ from bot.settings import RagConfig
 log = logging.getLogger(__name__)
 
 TRACK_POLL_SECONDS = 0.2
+DELETE_RETRY_SECONDS = 0.5
+# Answers of `DELETE /documents/delete_document` that mean the deletion runs (older servers say `success`).
+DELETE_TAKEN = frozenset({"deletion_started", "success"})
 LIST_PAGE_SIZE = 200  # the largest page `/documents/paginated` serves
 # How the server names the document that already holds a text it refused as a duplicate
 # ("Identical content already exists under another filename. Original doc_id: X, Status: Y").
@@ -207,9 +210,22 @@ class LightRagServerBackend:
         return snippets_from_context(str((answer or {}).get("response", "")))
 
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
-        if backend_ids:
-            body = {"doc_ids": backend_ids, "delete_file": False, "delete_llm_cache": True}
-            await self._call("DELETE", "/documents/delete_document", workspace, body)
+        """Delete documents on the server. It refuses with 200 `busy` while its pipeline works (indexing
+        anything in the workspace), deleting nothing: asked again until it takes the deletion, for one
+        `serverTimeoutSeconds` at most, then an error (a forget must never look done when it is not)."""
+        if not backend_ids:
+            return
+        body = {"doc_ids": backend_ids, "delete_file": False, "delete_llm_cache": True}
+        deadline = time.monotonic() + self._config().server_timeout_seconds
+        while True:
+            answer = await self._call("DELETE", "/documents/delete_document", workspace, body)
+            status = str((answer or {}).get("status", "")) if isinstance(answer, dict) else ""
+            if status != "busy" or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(DELETE_RETRY_SECONDS)
+        if status not in DELETE_TAKEN:
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            raise RagBackendError(f"the server did not delete {', '.join(backend_ids)}: {status or '?'}: {message}")
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself

@@ -7,7 +7,8 @@ in LightRAG's format) with the documents sharing a word with the query, and chec
 Duplicates are refused as LightRAG 1.5 refuses them: a name it holds already with HTTP 409, the same text
 under a new name with a FAILED pointer record naming the original (older servers, `legacy=True`, answer
 a name they hold with 200 `duplicated`). With `hold_processing`, new documents stay `processing` until
-`finish_processing()`, as on a server slower than the bot's wait.
+`finish_processing()`, as on a server slower than the bot's wait; with `busy_deletes`, deletions are
+refused as `busy` that many times, as while the server's pipeline works.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class FakeLightRagServer:
     api_key: str | None = None
     legacy: bool = False
     hold_processing: bool = False
+    busy_deletes: int = 0  # how many deletions are refused as `busy` first, as while the pipeline works
     documents: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # The FAILED records of refused duplicates, per workspace: they point at a document and hold no text.
     pointers: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
@@ -149,6 +151,10 @@ class FakeLightRagServer:
 
     async def _delete(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if self.busy_deletes > 0:
+            self.busy_deletes -= 1
+            message = "Pipeline is busy with another operation."
+            return web.json_response({"status": "busy", "message": message, "doc_id": ", ".join(body["doc_ids"])})
         name = request.headers.get("LIGHTRAG-WORKSPACE", "")
         for doc_id in body["doc_ids"]:
             self.deleted.append(doc_id)

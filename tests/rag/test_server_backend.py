@@ -186,3 +186,24 @@ async def test_an_older_server_answering_duplicated_is_asked_for_the_id(
         assert await backend.insert("global", [doc]) == first
     finally:
         await backend.close()
+
+
+async def test_a_deletion_the_busy_server_refuses_is_asked_again_and_never_looks_done(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    config = RagConfig(server_url=lightrag_server.url, server_timeout_seconds=1.0)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    try:
+        (server_id,) = (await backend.insert("global", [doc])).values()
+        lightrag_server.busy_deletes = 2
+        await backend.delete("global", [server_id])
+        assert lightrag_server.deleted == [server_id] and lightrag_server.documents["global"] == {}
+
+        (server_id,) = (await backend.insert("global", [doc])).values()
+        lightrag_server.busy_deletes = 1000
+        with pytest.raises(RagBackendError, match=f"did not delete {server_id}: busy: Pipeline is busy"):
+            await backend.delete("global", [server_id])
+        assert server_id in lightrag_server.documents["global"]
+    finally:
+        await backend.close()
