@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -205,5 +206,25 @@ async def test_a_deletion_the_busy_server_refuses_is_asked_again_and_never_looks
         with pytest.raises(RagBackendError, match=f"did not delete {server_id}: busy: Pipeline is busy"):
             await backend.delete("global", [server_id])
         assert server_id in lightrag_server.documents["global"]
+    finally:
+        await backend.close()
+
+
+async def test_a_retry_while_the_server_still_processes_waits_for_the_document_it_holds(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    lightrag_server.hold_processing = True
+    config = RagConfig(server_url=lightrag_server.url, insert_timeout_seconds=0.5)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    try:
+        with pytest.raises(RagBackendError, match="conv_a still processing"):
+            await backend.insert("global", [doc])
+        retry = asyncio.create_task(backend.insert("global", [doc]))
+        await asyncio.sleep(0.3)
+        assert not retry.done()
+        lightrag_server.finish_processing()
+        (server_id,) = lightrag_server.documents["global"]
+        assert await retry == {"conv_a": server_id}
     finally:
         await backend.close()
