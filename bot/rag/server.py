@@ -4,7 +4,7 @@
 `POST /query/data` for structured context (`POST /query` with `only_need_context` on servers
 without it), `DELETE /documents/delete_document`, `GET /health`. The API key goes in `X-API-Key`;
 the LightRAG workspace of each call (one per chat with `memory.scope: chat`) in `LIGHTRAG-WORKSPACE`.
-The server names documents itself (by content), so the id it gave is kept with each document.
+The server names documents itself, so the id it gave is kept with each document: a forget deletes that id.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,22 @@ from bot.settings import RagConfig
 log = logging.getLogger(__name__)
 
 TRACK_POLL_SECONDS = 0.2
+DELETE_RETRY_SECONDS = 0.5
+# Answers of `DELETE /documents/delete_document` that mean the deletion runs (older servers say `success`).
+DELETE_TAKEN = frozenset({"deletion_started", "success"})
+LIST_PAGE_SIZE = 200  # the largest page `/documents/paginated` serves
+# How the server names the document that already holds a text it refused as a duplicate
+# ("Identical content already exists under another filename. Original doc_id: X, Status: Y").
+ORIGINAL_DOC_ID = re.compile(r"Original doc_id: ([^\s,]+)")
+
+
+class ServerAnswerError(RagBackendError):
+    """The server answered with an HTTP error status."""
+
+    def __init__(self, message: str, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
 
 
 class LightRagServerBackend:
@@ -54,7 +71,9 @@ class LightRagServerBackend:
             async with self._client().request(method, url, json=body, headers=headers, timeout=timeout) as response:
                 text = await response.text()
                 if response.status >= 400:
-                    raise RagBackendError(f"{method} {path}: HTTP {response.status}: {text[:200]}")
+                    raise ServerAnswerError(
+                        f"{method} {path}: HTTP {response.status}: {text[:200]}", response.status, text
+                    )
                 return json.loads(text) if text else None
         except aiohttp.ClientError as error:
             raise RagBackendError(f"{method} {path}: {type(error).__name__}: {error}") from error
@@ -66,18 +85,30 @@ class LightRagServerBackend:
 
     async def insert(self, workspace: str, documents: list[RagDocument]) -> dict[str, str]:
         tracks: dict[str, str] = {}
+        known: dict[str, str] = {}
+        deadline = time.monotonic() + self._config().insert_timeout_seconds
         for doc in documents:
-            answer = await self._call("POST", "/documents/text", workspace, {"text": doc.text, "file_source": doc.id})
+            try:
+                answer = await self._call(
+                    "POST", "/documents/text", workspace, {"text": doc.text, "file_source": doc.id}
+                )
+            except ServerAnswerError as error:
+                if error.status != 409 or "already contains" not in error.body:
+                    raise
+                # The server holds a document under this name already: an earlier try whose wait ran out
+                # while the server went on to process it.
+                known[doc.id] = await self._held_under(workspace, doc.id, deadline)
+                continue
             if not isinstance(answer, dict) or answer.get("status") == "failure":
                 raise RagBackendError(f"the server refused {doc.id}: {answer}")
             if answer.get("status") == "duplicated":
-                continue  # the same text is in the graph already
+                # Older servers answer a name they hold already with 200 and this status.
+                known[doc.id] = await self._held_under(workspace, doc.id, deadline)
+                continue
             tracks[doc.id] = str(answer.get("track_id", ""))
-        backend_ids: dict[str, str] = {}
-        deadline = time.monotonic() + self._config().insert_timeout_seconds
         for doc_id, track_id in tracks.items():
-            backend_ids[doc_id] = await self._wait_processed(workspace, doc_id, track_id, deadline)
-        return backend_ids
+            known[doc_id] = await self._wait_processed(workspace, doc_id, track_id, deadline)
+        return known
 
     async def _wait_processed(self, workspace: str, doc_id: str, track_id: str, deadline: float) -> str:
         while True:
@@ -89,10 +120,73 @@ class LightRagServerBackend:
                 if status == "processed":
                     return str(ours[0].get("id", doc_id))
                 if status == "failed":
-                    raise RagBackendError(f"the server failed {doc_id}: {ours[0].get('error_msg') or '?'}")
+                    return self._original_of(doc_id, ours[0])
             if time.monotonic() > deadline:
                 raise RagBackendError(f"{doc_id} still processing on the server")
             await asyncio.sleep(TRACK_POLL_SECONDS)
+
+    @staticmethod
+    def _original_of(doc_id: str, failed: dict[str, Any]) -> str:
+        """The id of the document that holds the text of `doc_id`, which the server refused as a duplicate.
+
+        Recorded as this exchange's own: the graph keeps one copy of a text, so forgetting the exchange
+        deletes that copy, which is what forgetting those words means (an exchange that shares it and is
+        not forgotten is indexed again). Any other failure is an error."""
+        message = str(failed.get("error_msg") or "?")
+        metadata = failed.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        found = ORIGINAL_DOC_ID.search(message)
+        original = metadata.get("original_doc_id") or (found.group(1) if found else None)
+        # Several documents share the name, and the server names none of them the original.
+        if not original or metadata.get("duplicate_kind") == "filename_conflict":
+            raise RagBackendError(f"the server failed {doc_id}: {message}")
+        log.info("[RAG] The server holds the text of %s already, as %s: %s", doc_id, original, message)
+        return str(original)
+
+    async def _held_under(self, workspace: str, doc_id: str, deadline: float) -> str:
+        """The id of the document the server holds under the name `doc_id`, once it is processed.
+
+        A document it failed is deleted, and the insert is an error: the next try sends it again."""
+        held = await self._find_by_name(workspace, doc_id)
+        status = str(held.get("status", "")).lower()
+        server_id = str(held["id"])
+        if status == "processed":
+            log.info("[RAG] The server holds %s already, as %s", doc_id, server_id)
+            return server_id
+        if status == "failed":
+            await self.delete(workspace, [server_id])
+            raise RagBackendError(
+                f"the server had failed {doc_id} ({held.get('error_msg') or '?'}); deleted {server_id} to send it again"
+            )
+        if held.get("track_id"):
+            return await self._wait_processed(workspace, doc_id, str(held["track_id"]), deadline)
+        raise RagBackendError(
+            f"{doc_id} is {status or 'in an unknown state'} on the server, which names no track for it"
+        )
+
+    async def _find_by_name(self, workspace: str, doc_id: str) -> dict[str, Any]:
+        """The server's record of the document named `doc_id`, read from its paginated list (the API
+        finds no document by name). Pointer records of refused duplicates are not documents."""
+        page = 1
+        while True:
+            body = {"page": page, "page_size": LIST_PAGE_SIZE, "sort_field": "file_path", "sort_direction": "asc"}
+            try:
+                answer = await self._call("POST", "/documents/paginated", workspace, body) or {}
+            except ServerAnswerError as error:
+                if error.status != 404:
+                    raise
+                raise RagBackendError(
+                    f"the server holds {doc_id} already and lists no documents ({error}); a forget cannot reach it"
+                ) from error
+            for held in answer.get("documents") or []:
+                metadata = held.get("metadata") or {}
+                if held.get("file_path") == doc_id and held.get("id") and not metadata.get("is_duplicate"):
+                    return dict(held)
+            if not (answer.get("pagination") or {}).get("has_next"):
+                raise RagBackendError(
+                    f"the server says it holds {doc_id} but lists no document of that name; a forget cannot reach it"
+                )
+            page += 1
 
     async def query(self, workspace: str, query: RagQuery) -> list[RagSnippet]:
         body = {
@@ -116,9 +210,22 @@ class LightRagServerBackend:
         return snippets_from_context(str((answer or {}).get("response", "")))
 
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
-        if backend_ids:
-            body = {"doc_ids": backend_ids, "delete_file": False, "delete_llm_cache": True}
-            await self._call("DELETE", "/documents/delete_document", workspace, body)
+        """Delete documents on the server. It refuses with 200 `busy` while its pipeline works (indexing
+        anything in the workspace), deleting nothing: asked again until it takes the deletion, for one
+        `serverTimeoutSeconds` at most, then an error (a forget must never look done when it is not)."""
+        if not backend_ids:
+            return
+        body = {"doc_ids": backend_ids, "delete_file": False, "delete_llm_cache": True}
+        deadline = time.monotonic() + self._config().server_timeout_seconds
+        while True:
+            answer = await self._call("DELETE", "/documents/delete_document", workspace, body)
+            status = str((answer or {}).get("status", "")) if isinstance(answer, dict) else ""
+            if status != "busy" or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(DELETE_RETRY_SECONDS)
+        if status not in DELETE_TAKEN:
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            raise RagBackendError(f"the server did not delete {', '.join(backend_ids)}: {status or '?'}: {message}")
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself

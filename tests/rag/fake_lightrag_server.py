@@ -1,8 +1,14 @@
 """A small fake of the LightRAG server's HTTP API on 127.0.0.1, for the `server` backend's tests.
 
-It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header), names them `doc-{md5}` as the
-real server does, answers `/query/data` (or, with `legacy=True`, only `/query` with a context string in
-LightRAG's format) with the documents sharing a word with the query, and checks `X-API-Key`.
+It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header), names them `doc-{md5 of the name}`
+as the real server does, answers `/query/data` (or, with `legacy=True`, only `/query` with a context string
+in LightRAG's format) with the documents sharing a word with the query, and checks `X-API-Key`.
+
+Duplicates are refused as LightRAG 1.5 refuses them: a name it holds already with HTTP 409, the same text
+under a new name with a FAILED pointer record naming the original (older servers, `legacy=True`, answer
+a name they hold with 200 `duplicated`). With `hold_processing`, new documents stay `processing` until
+`finish_processing()`, as on a server slower than the bot's wait; with `busy_deletes`, deletions are
+refused as `busy` that many times, as while the server's pipeline works.
 """
 
 from __future__ import annotations
@@ -22,9 +28,14 @@ from aiohttp.typedefs import Handler
 class FakeLightRagServer:
     api_key: str | None = None
     legacy: bool = False
+    hold_processing: bool = False
+    busy_deletes: int = 0  # how many deletions are refused as `busy` first, as while the pipeline works
     documents: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # The FAILED records of refused duplicates, per workspace: they point at a document and hold no text.
+    pointers: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     tracks: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     requests: list[tuple[str, str, str]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
     _runner: web.AppRunner | None = None
     port: int = 0
 
@@ -37,6 +48,7 @@ class FakeLightRagServer:
         app.router.add_get("/health", self._health)
         app.router.add_post("/documents/text", self._insert)
         app.router.add_get("/documents/track_status/{track_id}", self._track)
+        app.router.add_post("/documents/paginated", self._paginated)
         app.router.add_delete("/documents/delete_document", self._delete)
         app.router.add_post("/query", self._query)
         if not self.legacy:
@@ -63,31 +75,91 @@ class FakeLightRagServer:
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "healthy", "core_version": "fake"})
 
+    def finish_processing(self) -> None:
+        for workspace in self.documents.values():
+            for record in workspace.values():
+                record["status"] = "processed"
+
     async def _insert(self, request: web.Request) -> web.Response:
         body = await request.json()
-        workspace = self.documents.setdefault(request.headers.get("LIGHTRAG-WORKSPACE", ""), {})
-        doc_id = "doc-" + hashlib.md5(body["text"].encode()).hexdigest()
-        if doc_id in workspace:
+        name = request.headers.get("LIGHTRAG-WORKSPACE", "")
+        workspace = self.documents.setdefault(name, {})
+        file_path = body.get("file_source", "unknown_source")
+        held = [record for record in workspace.values() if record["file_path"] == file_path]
+        if held and self.legacy:
             return web.json_response({"status": "duplicated", "message": "exists", "track_id": ""})
-        workspace[doc_id] = {"text": body["text"], "file_path": body.get("file_source", "unknown_source")}
+        if held:
+            detail = (
+                f"Document storage already contains '{file_path}' (Status: {held[0]['status']}). "
+                "Delete the existing record before re-inserting."
+            )
+            return web.json_response({"detail": detail}, status=409)
         track_id = f"insert_{uuid.uuid4().hex[:8]}"
-        self.tracks[track_id] = [(request.headers.get("LIGHTRAG-WORKSPACE", ""), doc_id)]
+        doc_id = "doc-" + hashlib.md5(file_path.encode()).hexdigest()
+        same_text = [(held_id, r) for held_id, r in workspace.items() if r["text"] == body["text"]]
+        if same_text:
+            original_id, original = same_text[0]
+            self.pointers.setdefault(name, {})["dup-" + uuid.uuid4().hex] = {
+                "status": "failed",
+                "file_path": file_path,
+                "track_id": track_id,
+                "error_msg": "Identical content already exists under another filename. "
+                f"Original doc_id: {original_id}, Status: {original['status']}",
+                "metadata": {
+                    "is_duplicate": True,
+                    "duplicate_kind": "content_hash",
+                    "original_doc_id": original_id,
+                    "original_track_id": original["track_id"],
+                },
+            }
+        else:
+            status = "processing" if self.hold_processing else "processed"
+            workspace[doc_id] = {"text": body["text"], "file_path": file_path, "status": status, "track_id": track_id}
         return web.json_response({"status": "success", "message": "queued", "track_id": track_id})
+
+    def _records(self, workspace: str) -> list[dict[str, Any]]:
+        """Every record of a workspace as the API shows it (without the text)."""
+        documents = self.documents.get(workspace, {}) | self.pointers.get(workspace, {})
+        return [
+            {"id": doc_id, **{key: value for key, value in record.items() if key != "text"}}
+            for doc_id, record in documents.items()
+        ]
 
     async def _track(self, request: web.Request) -> web.Response:
         track_id = request.match_info["track_id"]
-        documents = [
-            {"id": doc_id, "status": "processed", "file_path": self.documents[ws][doc_id]["file_path"]}
-            for ws, doc_id in self.tracks.get(track_id, [])
-            if doc_id in self.documents.get(ws, {})
-        ]
+        records = self._records(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        documents = [record for record in records if record["track_id"] == track_id]
         return web.json_response({"track_id": track_id, "documents": documents, "total_count": len(documents)})
+
+    async def _paginated(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        page, size = int(body.get("page", 1)), int(body.get("page_size", 50))
+        if not 10 <= size <= 200:
+            return web.json_response({"detail": "page_size must be between 10 and 200"}, status=422)
+        records = self._records(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        records.sort(key=lambda record: str(record[body.get("sort_field", "id")]))
+        if body.get("sort_direction") == "desc":
+            records.reverse()
+        shown = records[(page - 1) * size : page * size]
+        pagination = {
+            "page": page,
+            "page_size": size,
+            "total_count": len(records),
+            "has_next": page * size < len(records),
+        }
+        return web.json_response({"documents": shown, "pagination": pagination})
 
     async def _delete(self, request: web.Request) -> web.Response:
         body = await request.json()
-        workspace = self.documents.get(request.headers.get("LIGHTRAG-WORKSPACE", ""), {})
+        if self.busy_deletes > 0:
+            self.busy_deletes -= 1
+            message = "Pipeline is busy with another operation."
+            return web.json_response({"status": "busy", "message": message, "doc_id": ", ".join(body["doc_ids"])})
+        name = request.headers.get("LIGHTRAG-WORKSPACE", "")
         for doc_id in body["doc_ids"]:
-            workspace.pop(doc_id, None)
+            self.deleted.append(doc_id)
+            self.documents.get(name, {}).pop(doc_id, None)
+            self.pointers.get(name, {}).pop(doc_id, None)
         return web.json_response({"status": "deletion_started", "message": "ok", "doc_id": ",".join(body["doc_ids"])})
 
     def _matches(self, request: web.Request, query: str) -> list[dict[str, Any]]:

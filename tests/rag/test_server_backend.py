@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from bot.app import Application
-from bot.rag.backend import RagQuery
+from bot.rag.backend import RagBackendError, RagQuery
 from bot.rag.documents import RagDocument
 from bot.rag.server import LightRagServerBackend
 from bot.settings import RagConfig
@@ -85,5 +87,144 @@ async def test_a_wrong_api_key_is_a_clear_error(lightrag_server: FakeLightRagSer
     try:
         with pytest.raises(Exception, match="HTTP 403"):
             await backend.query("global", RagQuery("anything", "naive", 5, 5, 500))
+    finally:
+        await backend.close()
+
+
+async def test_an_insert_retried_after_its_wait_ran_out_is_recorded_with_the_servers_id(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, lightrag_server: FakeLightRagServer
+) -> None:
+    # The server goes on processing after the bot stopped waiting; the retry finds the name taken.
+    lightrag_server.hold_processing = True
+    write_runtime_config(
+        workspace_dir,
+        {"backend": "server", "serverUrl": lightrag_server.url, "insertTimeoutSeconds": 0.5},
+        memory={"enabled": False, "scope": "chat"},
+    )
+    services = Application(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
+    rag = rag_of(services)
+    try:
+        await say(services, channel, "7", "My bank PIN is 4821, keep it safe for me.")
+
+        async def queued() -> bool:
+            return (await rag.store.counts())["queued"] == 1
+
+        await wait_until(queued)
+        (doc_id,) = await rag.documents_for_session("test:7")
+        assert await rag.flush() == 0
+        waited = await rag.store.get(doc_id)
+        assert waited is not None and (waited.status, waited.attempts, waited.backend_id) == ("queued", 1, None)
+
+        lightrag_server.finish_processing()
+        assert await rag.flush() == 1
+        (server_id,) = lightrag_server.documents["chat_test_7"]
+        assert (await rag.store.get(doc_id)).backend_id == server_id  # type: ignore[union-attr]
+        assert ("POST", "/documents/paginated", "chat_test_7") in lightrag_server.requests
+
+        assert await rag.forget_documents([doc_id]) == [doc_id]
+        assert lightrag_server.deleted == [server_id]
+        assert lightrag_server.documents["chat_test_7"] == {}
+    finally:
+        await services.stop()
+        await rag.close()
+
+
+async def test_the_same_text_under_a_new_name_is_recorded_as_the_original_and_forgetting_it_deletes_that(
+    workspace_dir: Path, fake_openai: FakeOpenAI, lightrag_server: FakeLightRagServer
+) -> None:
+    write_runtime_config(
+        workspace_dir, {"backend": "server", "serverUrl": lightrag_server.url}, memory={"enabled": False}
+    )
+    services = Application(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
+    rag = rag_of(services)
+    config = services.config_store.current_sync()
+    text = "Document minutes.txt, part 1 of 1:\nThe board meets on Thursday in the Orion room."
+    at = datetime.now(UTC)
+    try:
+        await rag.enqueue_part(config, "test:7", "file_first_001", text, at)
+        assert await rag.flush() == 1
+        await rag.enqueue_part(config, "test:7", "file_again_001", text, at)
+        assert await rag.flush() == 1
+        (original_id,) = lightrag_server.documents["global"]
+        assert lightrag_server.documents["global"][original_id]["file_path"] == "file_first_001"
+        assert (await rag.store.get("file_again_001")).backend_id == original_id  # type: ignore[union-attr]
+
+        assert await rag.forget_documents(["file_again_001"]) == ["file_again_001"]
+        assert lightrag_server.deleted == [original_id]
+        # The first copy is not forgotten: it goes back into the graph under its own name.
+        first = await rag.store.get("file_first_001")
+        assert first is not None and first.status == "indexed"
+        assert lightrag_server.documents["global"][first.backend_id or ""]["file_path"] == "file_first_001"
+    finally:
+        await services.stop()
+        await rag.close()
+
+
+async def test_a_name_the_server_failed_before_is_deleted_there_and_sent_again(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    backend = LightRagServerBackend(lambda: RagConfig(server_url=lightrag_server.url), API_KEY)
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    try:
+        (server_id,) = (await backend.insert("global", [doc])).values()
+        lightrag_server.documents["global"][server_id]["status"] = "failed"
+        with pytest.raises(RagBackendError, match=f"the server had failed conv_a .*deleted {server_id}"):
+            await backend.insert("global", [doc])
+        assert lightrag_server.deleted == [server_id]
+        assert await backend.insert("global", [doc]) == {"conv_a": server_id}
+    finally:
+        await backend.close()
+
+
+async def test_an_older_server_answering_duplicated_is_asked_for_the_id(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    lightrag_server.legacy = True
+    backend = LightRagServerBackend(lambda: RagConfig(server_url=lightrag_server.url), API_KEY)
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    try:
+        first = await backend.insert("global", [doc])
+        assert await backend.insert("global", [doc]) == first
+    finally:
+        await backend.close()
+
+
+async def test_a_deletion_the_busy_server_refuses_is_asked_again_and_never_looks_done(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    config = RagConfig(server_url=lightrag_server.url, server_timeout_seconds=1.0)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    try:
+        (server_id,) = (await backend.insert("global", [doc])).values()
+        lightrag_server.busy_deletes = 2
+        await backend.delete("global", [server_id])
+        assert lightrag_server.deleted == [server_id] and lightrag_server.documents["global"] == {}
+
+        (server_id,) = (await backend.insert("global", [doc])).values()
+        lightrag_server.busy_deletes = 1000
+        with pytest.raises(RagBackendError, match=f"did not delete {server_id}: busy: Pipeline is busy"):
+            await backend.delete("global", [server_id])
+        assert server_id in lightrag_server.documents["global"]
+    finally:
+        await backend.close()
+
+
+async def test_a_retry_while_the_server_still_processes_waits_for_the_document_it_holds(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    lightrag_server.hold_processing = True
+    config = RagConfig(server_url=lightrag_server.url, insert_timeout_seconds=0.5)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    try:
+        with pytest.raises(RagBackendError, match="conv_a still processing"):
+            await backend.insert("global", [doc])
+        retry = asyncio.create_task(backend.insert("global", [doc]))
+        await asyncio.sleep(0.3)
+        assert not retry.done()
+        lightrag_server.finish_processing()
+        (server_id,) = lightrag_server.documents["global"]
+        assert await retry == {"conv_a": server_id}
     finally:
         await backend.close()
