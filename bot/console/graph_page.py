@@ -18,6 +18,7 @@ from aiohttp import web
 
 from bot.console.html import esc, form, hidden, table
 from bot.console.server import SECURITY_HEADERS, Visit, back_to, notes_of
+from bot.rag.backend import RagBackendError
 from bot.rag.service import RagService
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,12 @@ class GraphPage:
         doc_id = visit.form.get("doc", "")
         if await self.rag.store.get(doc_id) is None:
             back_to("graph", error=f"No document {doc_id}.")
-        forgotten = await self.rag.forget_documents([doc_id])
+        try:
+            forgotten = await self.rag.forget_documents([doc_id])
+        except RagBackendError as error:
+            # Nothing is marked forgotten until the graph has deleted it: the document stays listed, to try again.
+            log.warning("[Console] The graph could not forget %s: %s", doc_id, error)
+            back_to("graph", error=f"The graph could not delete {doc_id} ({error}); it is still indexed: try again.")
         back_to("graph", note=f"Forgotten: {len(forgotten)} document(s) and what the graph drew from them only.")
 
 

@@ -22,6 +22,7 @@ from tests.console.helpers import (
 )
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec, Usage, echo_responder
 from tests.fakes.telegram_server import FakeTelegram
+from tests.rag.fake_lightrag_server import FakeLightRagServer
 from tests.rag.helpers import FAST_RAG, lightrag_responder
 
 QUESTION = "What is the bike lock code?"
@@ -159,3 +160,43 @@ async def test_an_item_edited_keeps_its_earlier_version_and_a_pinned_one_goes_in
         assert "## Pinned Memory\n- the bike lock code is 1234." in (fake_openai.system_prompts()[-1] or "")
     finally:
         await bot.stop()
+
+
+async def test_a_document_the_graph_server_will_not_delete_is_said_so_and_stays_listed(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.set_responder(lightrag_responder)
+    server = await FakeLightRagServer().start()
+    rag = {**FAST_RAG, "backend": "server", "serverUrl": server.url, "serverTimeoutSeconds": 0.3}
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram, {"rag": rag, "memory": {"enabled": False}})
+    try:
+        await say(fake_telegram, OWNER, "My sister Marta lives in Lisbon near the river.")
+        store = bot.app.rag.store
+        for _ in range(500):
+            if (await store.counts())["queued"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert await bot.app.rag.flush() == 1
+        [doc] = await store.live()
+        server_id = doc.backend_id
+        server.busy_deletes = 1000  # the server's pipeline stays busy: every deletion is refused
+        link = await login_link(fake_telegram, OWNER)
+        root = root_of(link)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            async with client.get(f"{root}/console/graph") as page:
+                text = await page.text()
+            async with client.post(f"{root}/console/graph/forget", data={"doc": doc.id, "csrf": csrf_of(text)}) as done:
+                assert done.status == 200
+                answer = await done.text()
+            assert f"The graph could not delete {doc.id}" in answer and "still indexed: try again" in answer
+            assert [(d.id, d.status) for d in await store.live()] == [(doc.id, "indexed")]
+            assert server.deleted == [] and server_id in server.documents["global"]
+
+            server.busy_deletes = 0
+            async with client.post(f"{root}/console/graph/forget", data={"doc": doc.id, "csrf": csrf_of(text)}) as done:
+                assert "Forgotten: 1 document(s)" in await done.text()
+            assert server.deleted == [server_id] and await store.live() == []
+    finally:
+        await bot.stop()
+        await server.stop()
