@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -50,6 +51,12 @@ class RagBackend(Protocol):
 
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
         """Remove documents and everything extracted only from them; unknown ids are not an error."""
+        ...
+
+    async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
+        """Remove the documents sent under these names whose backend ids the bot never learned (an insert
+        whose wait ran out may have finished in the backend), but those whose id is in `deleted`; a name the
+        backend does not hold is skipped. Returns the backend ids deleted."""
         ...
 
     async def open(self, workspace: str) -> None:

@@ -162,7 +162,9 @@ class RagDocument:
     """One exchange on its way into (or already in) the graph, with where it came from.
 
     `message_ids` lets forgetting a memory find the documents that carry it; `backend_id` is the id
-    the backend gave it when that differs from `id` (a LightRAG server names documents itself).
+    the backend gave it when that differs from `id` (a LightRAG server names documents itself);
+    `tried_as` names every backend document it was sent in, recorded before each try: an insert whose
+    wait ran out may still finish in the backend, under a name the bot never learned the id of.
     """
 
     id: str
@@ -176,9 +178,10 @@ class RagDocument:
     next_attempt_at: float = 0.0
     last_error: str | None = None
     backend_id: str | None = None
+    tried_as: list[str] = field(default_factory=list)
 
     def to_json(self, with_text: bool = True) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "id": self.id,
             "sessionId": self.session_id,
             "ragWorkspace": self.rag_workspace,
@@ -191,6 +194,9 @@ class RagDocument:
             "lastError": self.last_error,
             "backendId": self.backend_id,
         }
+        if self.tried_as:
+            record["triedAs"] = self.tried_as
+        return record
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RagDocument:
@@ -206,4 +212,12 @@ class RagDocument:
             next_attempt_at=float(data.get("nextAttemptAt", 0.0)),
             last_error=data.get("lastError"),
             backend_id=data.get("backendId"),
+            tried_as=[str(name) for name in data.get("triedAs", [])],
         )
+
+    def note_tried(self, name: str) -> bool:
+        """Add `name` to `tried_as`; whether it was not there yet."""
+        if name in self.tried_as:
+            return False
+        self.tried_as.append(name)
+        return True

@@ -29,7 +29,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -235,6 +235,12 @@ class EmbeddedLightRag:
                     if attempt == DELETE_ATTEMPTS:
                         raise RagBackendError(f"could not delete {doc_id}: {result.message}")
                     await asyncio.sleep(DELETE_RETRY_SECONDS)
+
+    async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
+        # A document's name is its id in LightRAG, and `delete` skips an id LightRAG does not hold.
+        wanted = [name for name in dict.fromkeys(names) if name not in deleted]
+        await self.delete(workspace, wanted)
+        return wanted
 
     async def open(self, workspace: str) -> None:
         await self._instance(workspace)

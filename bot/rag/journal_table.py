@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,9 +43,9 @@ CLAIM_TIMEOUTS = 2.0
 
 _COLUMNS = (
     "id, session_id, rag_workspace, text, created_at, message_ids, status, attempts, next_attempt_at, "
-    "last_error, backend_id"
+    "last_error, backend_id, tried_as"
 )
-_INSERT = f"INSERT INTO rag_documents ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+_INSERT = f"INSERT INTO rag_documents ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
 # The text of an indexed document is dropped once no other indexed document shares its backend document
 # (those of `$1`, or every one with NULL).
 _DROP_TEXT_NOT_NEEDED = (
@@ -137,6 +137,21 @@ class RagJournalTable:
             return
         async with self._database.transaction() as connection:
             await _let_go(connection, ids, self._owner)
+
+    async def mark_tried(self, tried: Mapping[str, list[RagDocument]]) -> None:
+        rows = [([doc.id for doc in docs], name) for name, docs in tried.items() if docs]
+        if not rows:
+            return
+        # Whatever row holds the id, claimed or not: a forget by another process reads the name from it.
+        async with self._database.transaction() as connection:
+            await connection.executemany(
+                "UPDATE rag_documents SET tried_as = array_append(tried_as, $2)"
+                " WHERE id = ANY($1::text[]) AND NOT ($2 = ANY(tried_as))",
+                rows,
+            )
+        for name, docs in tried.items():
+            for doc in docs:
+                doc.note_tried(name)
 
     async def mark_indexed(self, indexed: Iterable[RagDocument]) -> list[RagDocument]:
         docs = list(indexed)
@@ -277,7 +292,7 @@ async def _let_go(connection: Any, ids: list[str], owner: str) -> None:
 def _values(doc: RagDocument) -> tuple[object, ...]:
     return (
         doc.id, doc.session_id, doc.rag_workspace, doc.text, doc.created_at, doc.message_ids, doc.status,
-        doc.attempts, doc.next_attempt_at, doc.last_error, doc.backend_id,
+        doc.attempts, doc.next_attempt_at, doc.last_error, doc.backend_id, doc.tried_as,
     )  # fmt: skip
 
 
@@ -290,7 +305,7 @@ def _document(row: Any) -> RagDocument:
         id=str(row["id"]), session_id=str(row["session_id"]), rag_workspace=str(row["rag_workspace"]),
         text=str(row["text"]), created_at=str(row["created_at"]), message_ids=[str(m) for m in row["message_ids"]],
         status=str(row["status"]), attempts=int(row["attempts"]), next_attempt_at=float(row["next_attempt_at"]),
-        last_error=row["last_error"], backend_id=row["backend_id"],
+        last_error=row["last_error"], backend_id=row["backend_id"], tried_as=[str(n) for n in row["tried_as"]],
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import aiohttp
@@ -148,6 +148,10 @@ class LightRagServerBackend:
 
         A document it failed is deleted, and the insert is an error: the next try sends it again."""
         held = await self._find_by_name(workspace, doc_id)
+        if held is None:
+            raise RagBackendError(
+                f"the server says it holds {doc_id} but lists no document of that name; a forget cannot reach it"
+            )
         status = str(held.get("status", "")).lower()
         server_id = str(held["id"])
         if status == "processed":
@@ -164,9 +168,10 @@ class LightRagServerBackend:
             f"{doc_id} is {status or 'in an unknown state'} on the server, which names no track for it"
         )
 
-    async def _find_by_name(self, workspace: str, doc_id: str) -> dict[str, Any]:
+    async def _find_by_name(self, workspace: str, doc_id: str) -> dict[str, Any] | None:
         """The server's record of the document named `doc_id`, read from its paginated list (the API
-        finds no document by name). Pointer records of refused duplicates are not documents."""
+        finds no document by name); None when it holds none. Pointer records of refused duplicates are
+        not documents. A server that lists no documents is an error: it cannot say what it holds."""
         page = 1
         while True:
             body = {"page": page, "page_size": LIST_PAGE_SIZE, "sort_field": "file_path", "sort_direction": "asc"}
@@ -176,16 +181,14 @@ class LightRagServerBackend:
                 if error.status != 404:
                     raise
                 raise RagBackendError(
-                    f"the server holds {doc_id} already and lists no documents ({error}); a forget cannot reach it"
+                    f"the server lists no documents ({error}), so {doc_id} cannot be found by its name"
                 ) from error
             for held in answer.get("documents") or []:
                 metadata = held.get("metadata") or {}
                 if held.get("file_path") == doc_id and held.get("id") and not metadata.get("is_duplicate"):
                     return dict(held)
             if not (answer.get("pagination") or {}).get("has_next"):
-                raise RagBackendError(
-                    f"the server says it holds {doc_id} but lists no document of that name; a forget cannot reach it"
-                )
+                return None
             page += 1
 
     async def query(self, workspace: str, query: RagQuery) -> list[RagSnippet]:
@@ -226,6 +229,17 @@ class LightRagServerBackend:
         if status not in DELETE_TAKEN:
             message = answer.get("message") if isinstance(answer, dict) else answer
             raise RagBackendError(f"the server did not delete {', '.join(backend_ids)}: {status or '?'}: {message}")
+
+    async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
+        """Delete what the server holds under each name (the `file_source` it was sent with), found in its
+        list; a name it does not hold is skipped."""
+        found: list[str] = []
+        for name in dict.fromkeys(names):
+            held = await self._find_by_name(workspace, name)
+            if held is not None and str(held["id"]) not in deleted and str(held["id"]) not in found:
+                found.append(str(held["id"]))
+        await self.delete(workspace, found)
+        return found
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself

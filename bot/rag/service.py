@@ -243,6 +243,10 @@ class RagService:
             return 0
         documents = [batch_document(members) for members in packed]
         docs = [doc for members in packed for doc in members]
+        # Before the insert: once the backend has the text, it may finish it after this wait has run out.
+        await self._store.mark_tried(
+            {document.id: members for document, members in zip(documents, packed, strict=True)}
+        )
         try:
             backend_ids = await asyncio.wait_for(
                 self._backend.insert(workspace, documents), timeout=config.insert_timeout_seconds
@@ -271,7 +275,7 @@ class RagService:
         if forgotten:
             # Forgotten by another process while this one indexed them: out of the graph again at once.
             log.info("[RAG] %d documents were forgotten while being indexed; deleting them again", len(forgotten))
-            await self._index_again(await self._delete_from_graph(forgotten), {doc.id for doc in forgotten})
+            await self._index_again(await self._delete_from_graph(forgotten, forgotten), {doc.id for doc in forgotten})
         return len(docs) - len(forgotten)
 
     async def flush_all(self, max_seconds: float | None = None, full_only: bool = False) -> int:
@@ -296,6 +300,8 @@ class RagService:
         the entities and relations only it supported, and its cached extraction. An exchange indexed
         in a batch takes the batch's document with it: the other exchanges of that batch are indexed
         again at once, without it (whatever fails or does not fit this flush stays queued for the next).
+        Every backend document a forgotten exchange was sent in (`tried_as`) is deleted too, queued or
+        failed ones' included: an insert whose wait ran out may have finished in the backend all the same.
         """
         found: list[RagDocument] = []
         async with self._mutation_lock:
@@ -305,22 +311,28 @@ class RagService:
                     found.append(doc)
             removed = [doc.id for doc in found]
             # The rest of each deleted batch is queued first, so the forget's rewrite of the journal keeps their text.
-            requeued = await self._delete_from_graph([doc for doc in found if doc.status == "indexed"])
+            requeued = await self._delete_from_graph([doc for doc in found if doc.status == "indexed"], found)
             await self._store.forget(removed)
             await self._index_again(requeued, set(removed))
         if removed:
             log.info("[RAG] Forgot %d documents: %s", len(removed), ", ".join(removed))
         return removed
 
-    async def _delete_from_graph(self, docs: list[RagDocument]) -> list[RagDocument]:
-        """Delete the backend documents that carry `docs` (each once), and queue again the other exchanges
-        indexed in them; returns those."""
+    async def _delete_from_graph(self, indexed: list[RagDocument], tried: list[RagDocument]) -> list[RagDocument]:
+        """Delete the backend documents that carry `indexed` and those `tried` were sent in (each once), and
+        queue again the other exchanges indexed in them; returns those."""
         deleted: set[str] = set()
-        for doc in docs:
+        for doc in indexed:
             backend_id = doc.backend_id or doc.id
             if backend_id not in deleted:
                 await self._backend.delete(doc.rag_workspace, [backend_id])
                 deleted.add(backend_id)
+        names: dict[str, list[str]] = defaultdict(list)
+        for doc in tried:
+            names[doc.rag_workspace].extend(name for name in doc.tried_as if name not in deleted)
+        for workspace, workspace_names in names.items():
+            if workspace_names:
+                deleted.update(await self._backend.delete_named(workspace, workspace_names, deleted))
         return await self._store.requeue_indexed_in(deleted)
 
     async def _index_again(self, requeued: list[RagDocument], forgotten: set[str]) -> None:

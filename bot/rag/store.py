@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -77,6 +77,11 @@ class RagJournal(Protocol):
 
     async def release(self, docs: Iterable[RagDocument]) -> None:
         """Let go of claimed documents left out of this flush: they stay queued for the next."""
+        ...
+
+    async def mark_tried(self, tried: Mapping[str, list[RagDocument]]) -> None:
+        """Record durably, before an insert, the name of each backend document with the documents sent in
+        it (their `tried_as`), so a forget reaches that backend document even if the insert's wait runs out."""
         ...
 
     async def mark_indexed(self, indexed: Iterable[RagDocument]) -> list[RagDocument]:
@@ -177,6 +182,11 @@ class RagDocumentStore:
 
     async def release(self, docs: Iterable[RagDocument]) -> None:
         return None
+
+    async def mark_tried(self, tried: Mapping[str, list[RagDocument]]) -> None:
+        async with self._lock:
+            changed = {id(doc): doc for name, docs in tried.items() for doc in docs if doc.note_tried(name)}
+            await self._append(list(changed.values()), with_text=False)
 
     async def mark_indexed(self, indexed: Iterable[RagDocument]) -> list[RagDocument]:
         async with self._lock:

@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -59,6 +60,9 @@ class ScriptedBackend:
 
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
         return None
+
+    async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
+        return [name for name in names if name not in deleted]
 
     async def open(self, workspace: str) -> None:
         return None
