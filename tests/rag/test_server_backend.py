@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from bot.app import Application
+from bot.context.estimator import TokenEstimator
 from bot.rag.backend import RagBackendError, RagQuery
 from bot.rag.documents import RagDocument
 from bot.rag.server import LightRagServerBackend
-from bot.settings import RagConfig
+from bot.rag.service import RagService
+from bot.rag.store import RagDocumentStore
+from bot.settings import RagConfig, RuntimeConfig
 from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
@@ -228,3 +231,82 @@ async def test_a_retry_while_the_server_still_processes_waits_for_the_document_i
         assert await retry == {"conv_a": server_id}
     finally:
         await backend.close()
+
+
+async def test_an_exchange_whose_insert_timed_out_is_deleted_on_the_server_when_forgotten_before_any_retry(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, lightrag_server: FakeLightRagServer
+) -> None:
+    # The bot stops waiting, the server finishes the document all the same: the journal never learned its id.
+    lightrag_server.hold_processing = True
+    write_runtime_config(
+        workspace_dir,
+        {"backend": "server", "serverUrl": lightrag_server.url, "insertTimeoutSeconds": 0.5},
+        memory={"enabled": False, "scope": "chat"},
+    )
+    services = Application(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
+    rag = rag_of(services)
+    try:
+        await say(services, channel, "7", "My bank PIN is 4821, keep it safe for me.")
+
+        async def queued() -> bool:
+            return (await rag.store.counts())["queued"] == 1
+
+        await wait_until(queued)
+        (doc_id,) = await rag.documents_for_session("test:7")
+        assert await rag.flush() == 0
+        lightrag_server.finish_processing()
+        (server_id,) = lightrag_server.documents["chat_test_7"]
+        assert lightrag_server.documents["chat_test_7"][server_id]["status"] == "processed"
+
+        (message_id, *_) = (await rag.store.get(doc_id)).message_ids  # type: ignore[union-attr]
+        assert await rag.forget_documents(await rag.documents_for_messages([message_id])) == [doc_id]
+        assert lightrag_server.deleted == [server_id]
+        assert lightrag_server.documents["chat_test_7"] == {}
+        assert await rag.store.live() == [] and await rag.store.get(doc_id) is None
+        assert "4821" not in (workspace_dir / "rag" / "documents.jsonl").read_text()
+    finally:
+        await services.stop()
+        await rag.close()
+
+
+async def test_a_batch_that_timed_out_is_deleted_when_one_member_is_forgotten_and_the_rest_indexed_next(
+    tmp_path: Path, lightrag_server: FakeLightRagServer
+) -> None:
+    lightrag_server.hold_processing = True
+    config = RuntimeConfig.model_validate(
+        {
+            "rag": {
+                "backend": "server", "serverUrl": lightrag_server.url, "insertTimeoutSeconds": 0.5,
+                "minExchangeChars": 10, "batchTokens": 1100, "retryBackoffSeconds": 0.0,
+            },
+            "memory": {"scope": "chat"},
+        }
+    )  # fmt: skip
+    rag = RagService(
+        RagDocumentStore(tmp_path / "documents.jsonl"),
+        LightRagServerBackend(lambda: config.rag, API_KEY),
+        lambda: config,
+        TokenEstimator(),
+    )
+    at = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
+    try:
+        secret = await rag.enqueue(config, "test:1", at, "My diary password is Tulip-88.", "Noted.", ["u1"])
+        kept = await rag.enqueue(config, "test:1", at.replace(second=1), "Our cat is called Pixel.", "Noted.", ["u2"])
+        assert secret is not None and kept is not None
+        assert await rag.flush() == 0
+        (batch_id,) = lightrag_server.documents["chat_test_1"]
+        assert lightrag_server.documents["chat_test_1"][batch_id]["file_path"].startswith("convbatch_")
+        lightrag_server.finish_processing()
+
+        assert await rag.forget_documents(await rag.documents_for_messages(["u1"])) == [secret.id]
+        assert lightrag_server.deleted == [batch_id]
+        assert lightrag_server.documents["chat_test_1"] == {}
+        assert (await rag.store.get(kept.id)).status == "queued"  # type: ignore[union-attr]
+
+        lightrag_server.hold_processing = False
+        assert await rag.flush() == 1
+        [(server_id, stored)] = lightrag_server.documents["chat_test_1"].items()
+        assert stored["file_path"] == kept.id and "Pixel" in stored["text"] and "Tulip" not in stored["text"]
+        assert (await rag.store.get(kept.id)).backend_id == server_id  # type: ignore[union-attr]
+    finally:
+        await rag.close()

@@ -267,6 +267,25 @@ async def test_an_exchange_forgotten_while_another_replica_indexes_it_leaves_the
     assert await texts_in_table(database) == {kept: ("indexed", "")}
 
 
+async def test_an_insert_that_timed_out_on_one_replica_is_deleted_on_the_server_when_forgotten_through_another(
+    replicas: Replicas, lightrag_server: HeldLightRagServer
+) -> None:
+    # A stops waiting, the server finishes the document all the same: the table never learned its id.
+    lightrag_server.hold_processing = True
+    (a, database), (b, _) = await replicas.start(insertTimeoutSeconds=0.5), await replicas.start()
+    secret = await exchange(a, "My diary password is Tulip-88.", ["u1"])
+    assert await a.flush() == 0
+    (server_id,) = lightrag_server.documents["chat_test_1"]
+    lightrag_server.finish_processing()
+    [row] = await database.fetch("SELECT status, tried_as FROM rag_documents")
+    assert (row["status"], list(row["tried_as"])) == ("queued", [secret])
+
+    assert await b.forget_documents(await b.documents_for_messages(["u1"])) == [secret]
+    assert lightrag_server.deleted == [server_id]
+    assert lightrag_server.documents["chat_test_1"] == {}
+    assert await texts_in_table(database) == {}
+
+
 async def test_migrate_then_export_give_back_the_same_journal(
     database_url: str, tmp_path: Path, lightrag_server: HeldLightRagServer, caplog: pytest.LogCaptureFixture
 ) -> None:
