@@ -225,22 +225,29 @@ class EmbeddedLightRag:
         return snippets_from_data(result.get("data") or {})
 
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
+        await self._delete(workspace, backend_ids)
+
+    async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
+        # A document's name is its id in LightRAG.
+        return await self._delete(workspace, [name for name in dict.fromkeys(names) if name not in deleted])
+
+    async def _delete(self, workspace: str, backend_ids: list[str]) -> list[str]:
+        """Delete each id LightRAG holds (one it does not hold is skipped); returns those it held."""
         rag = await self._instance(workspace)
+        held: list[str] = []
         async with self._lock(workspace):
             for doc_id in backend_ids:
                 for attempt in range(1, DELETE_ATTEMPTS + 1):
                     result = await rag.adelete_by_doc_id(doc_id, delete_llm_cache=True)
-                    if result.status in ("success", "not_found") or result.status_code == 404:
+                    if result.status == "success":
+                        held.append(doc_id)
+                        break
+                    if result.status == "not_found" or result.status_code == 404:
                         break
                     if attempt == DELETE_ATTEMPTS:
                         raise RagBackendError(f"could not delete {doc_id}: {result.message}")
                     await asyncio.sleep(DELETE_RETRY_SECONDS)
-
-    async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
-        # A document's name is its id in LightRAG, and `delete` skips an id LightRAG does not hold.
-        wanted = [name for name in dict.fromkeys(names) if name not in deleted]
-        await self.delete(workspace, wanted)
-        return wanted
+        return held
 
     async def open(self, workspace: str) -> None:
         await self._instance(workspace)

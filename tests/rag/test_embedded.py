@@ -54,6 +54,27 @@ async def test_insert_query_delete_with_the_files_in_the_workspace(tmp_path: Pat
     assert any(r.path == "/v1/embeddings" for r in fake_openai.requests)
 
 
+async def test_deleting_by_name_removes_what_lightrag_holds_and_skips_a_name_it_does_not(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.set_responder(lightrag_responder)
+    llm = LlmClient("sk-test", fake_openai.base_url)
+    config = RagConfig.model_validate({**FAST_RAG, "embeddingModel": "text-embedding-3-small"})
+    backend = EmbeddedLightRag(tmp_path / "rag", llm, lambda: config, lambda: "fake-model")
+    try:
+        await backend.insert("global", [doc("convbatch_a_2_1234abcd", "User: my locker code is Quartz 77")])
+        await backend.insert("global", [doc("conv_b", "User: the Falcon rocket launch is on Friday")])
+        names = ["conv_never_sent", "convbatch_a_2_1234abcd", "conv_b"]
+        assert await backend.delete_named("global", names, deleted={"conv_b"}) == ["convbatch_a_2_1234abcd"]
+        assert await backend.delete_named("global", ["convbatch_a_2_1234abcd"]) == []  # held no longer
+        found = await backend.query("global", RagQuery("locker code Quartz Falcon rocket", "naive", 10, 5, 1000))
+        assert not any("Quartz" in snippet.text for snippet in found)
+        assert any("Falcon" in snippet.text for snippet in found)
+    finally:
+        await backend.close()
+        await llm.close()
+
+
 def test_lightrag_is_opened_without_pypinyin_and_says_nothing_of_it() -> None:
     # A process of its own: this worker may have imported lightrag already.
     opened = subprocess.run(

@@ -11,6 +11,7 @@ import time
 from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,19 +162,20 @@ async def test_an_older_journal_line_without_tried_names_reads_and_a_try_records
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "documents.jsonl"
-    older = {
-        "id": "conv_test_1_20260102_030405", "sessionId": "test:1", "ragWorkspace": "global",
+    doc_id = "conv_test_1_20260102_030405"
+    older: dict[str, Any] = {
+        "id": doc_id, "sessionId": "test:1", "ragWorkspace": "global",
         "text": "User: what is my boat called?\nAssistant: Nautilus.", "createdAt": "2026-01-02T03:04:05+00:00",
         "messageIds": ["m1"], "status": "queued", "attempts": 0, "nextAttemptAt": 0.0, "lastError": None,
         "backendId": None,
     }  # fmt: skip
     path.write_text(json.dumps(older) + "\n")
     service = service_with(tmp_path, ScriptedBackend(insert_failures=1))
-    doc = await service.store.get(older["id"])
+    doc = await service.store.get(doc_id)
     assert doc is not None and doc.tried_as == [] and doc.to_json() == older  # written back as it was read
 
     assert await service.flush() == 0
     *_, last = path.read_text().splitlines()
-    assert json.loads(last)["triedAs"] == [older["id"]] and json.loads(last)["attempts"] == 1
-    reread = await RagDocumentStore(path).get(older["id"])
-    assert reread is not None and reread.tried_as == [older["id"]] and "Nautilus" in reread.text
+    assert json.loads(last)["triedAs"] == [doc_id] and json.loads(last)["attempts"] == 1
+    reread = await RagDocumentStore(path).get(doc_id)
+    assert reread is not None and reread.tried_as == [doc_id] and "Nautilus" in reread.text
