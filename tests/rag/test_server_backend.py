@@ -94,10 +94,12 @@ async def test_a_wrong_api_key_is_a_clear_error(lightrag_server: FakeLightRagSer
         await backend.close()
 
 
-async def test_an_insert_retried_after_its_wait_ran_out_is_recorded_with_the_servers_id(
+@pytest.fixture
+async def insert_timed_out(
     workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, lightrag_server: FakeLightRagServer
-) -> None:
-    # The server goes on processing after the bot stopped waiting; the retry finds the name taken.
+) -> AsyncIterator[tuple[RagService, str]]:
+    """A bot on the server with one exchange whose insert it stopped waiting for, which the server goes on
+    processing (until `finish_processing`); the service and the exchange's id."""
     lightrag_server.hold_processing = True
     write_runtime_config(
         workspace_dir,
@@ -115,21 +117,29 @@ async def test_an_insert_retried_after_its_wait_ran_out_is_recorded_with_the_ser
         await wait_until(queued)
         (doc_id,) = await rag.documents_for_session("test:7")
         assert await rag.flush() == 0
-        waited = await rag.store.get(doc_id)
-        assert waited is not None and (waited.status, waited.attempts, waited.backend_id) == ("queued", 1, None)
-
-        lightrag_server.finish_processing()
-        assert await rag.flush() == 1
-        (server_id,) = lightrag_server.documents["chat_test_7"]
-        assert (await rag.store.get(doc_id)).backend_id == server_id  # type: ignore[union-attr]
-        assert ("POST", "/documents/paginated", "chat_test_7") in lightrag_server.requests
-
-        assert await rag.forget_documents([doc_id]) == [doc_id]
-        assert lightrag_server.deleted == [server_id]
-        assert lightrag_server.documents["chat_test_7"] == {}
+        yield rag, doc_id
     finally:
         await services.stop()
         await rag.close()
+
+
+async def test_an_insert_retried_after_its_wait_ran_out_is_recorded_with_the_servers_id(
+    insert_timed_out: tuple[RagService, str], lightrag_server: FakeLightRagServer
+) -> None:
+    # The server goes on processing after the bot stopped waiting; the retry finds the name taken.
+    rag, doc_id = insert_timed_out
+    waited = await rag.store.get(doc_id)
+    assert waited is not None and (waited.status, waited.attempts, waited.backend_id) == ("queued", 1, None)
+
+    lightrag_server.finish_processing()
+    assert await rag.flush() == 1
+    (server_id,) = lightrag_server.documents["chat_test_7"]
+    assert (await rag.store.get(doc_id)).backend_id == server_id  # type: ignore[union-attr]
+    assert ("POST", "/documents/paginated", "chat_test_7") in lightrag_server.requests
+
+    assert await rag.forget_documents([doc_id]) == [doc_id]
+    assert lightrag_server.deleted == [server_id]
+    assert lightrag_server.documents["chat_test_7"] == {}
 
 
 async def test_the_same_text_under_a_new_name_is_recorded_as_the_original_and_forgetting_it_deletes_that(
@@ -234,39 +244,20 @@ async def test_a_retry_while_the_server_still_processes_waits_for_the_document_i
 
 
 async def test_an_exchange_whose_insert_timed_out_is_deleted_on_the_server_when_forgotten_before_any_retry(
-    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, lightrag_server: FakeLightRagServer
+    insert_timed_out: tuple[RagService, str], lightrag_server: FakeLightRagServer, workspace_dir: Path
 ) -> None:
-    # The bot stops waiting, the server finishes the document all the same: the journal never learned its id.
-    lightrag_server.hold_processing = True
-    write_runtime_config(
-        workspace_dir,
-        {"backend": "server", "serverUrl": lightrag_server.url, "insertTimeoutSeconds": 0.5},
-        memory={"enabled": False, "scope": "chat"},
-    )
-    services = Application(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
-    rag = rag_of(services)
-    try:
-        await say(services, channel, "7", "My bank PIN is 4821, keep it safe for me.")
+    # The server finishes the document after the bot stopped waiting: the journal never learned its id.
+    rag, doc_id = insert_timed_out
+    lightrag_server.finish_processing()
+    (server_id,) = lightrag_server.documents["chat_test_7"]
+    assert lightrag_server.documents["chat_test_7"][server_id]["status"] == "processed"
 
-        async def queued() -> bool:
-            return (await rag.store.counts())["queued"] == 1
-
-        await wait_until(queued)
-        (doc_id,) = await rag.documents_for_session("test:7")
-        assert await rag.flush() == 0
-        lightrag_server.finish_processing()
-        (server_id,) = lightrag_server.documents["chat_test_7"]
-        assert lightrag_server.documents["chat_test_7"][server_id]["status"] == "processed"
-
-        (message_id, *_) = (await rag.store.get(doc_id)).message_ids  # type: ignore[union-attr]
-        assert await rag.forget_documents(await rag.documents_for_messages([message_id])) == [doc_id]
-        assert lightrag_server.deleted == [server_id]
-        assert lightrag_server.documents["chat_test_7"] == {}
-        assert await rag.store.live() == [] and await rag.store.get(doc_id) is None
-        assert "4821" not in (workspace_dir / "rag" / "documents.jsonl").read_text()
-    finally:
-        await services.stop()
-        await rag.close()
+    (message_id, *_) = (await rag.store.get(doc_id)).message_ids  # type: ignore[union-attr]
+    assert await rag.forget_documents(await rag.documents_for_messages([message_id])) == [doc_id]
+    assert lightrag_server.deleted == [server_id]
+    assert lightrag_server.documents["chat_test_7"] == {}
+    assert await rag.store.live() == [] and await rag.store.get(doc_id) is None
+    assert "4821" not in (workspace_dir / "rag" / "documents.jsonl").read_text()
 
 
 async def test_a_batch_that_timed_out_is_deleted_when_one_member_is_forgotten_and_the_rest_indexed_next(
