@@ -147,7 +147,7 @@ class LightRagServerBackend:
         """The id of the document the server holds under the name `doc_id`, once it is processed.
 
         A document it failed is deleted, and the insert is an error: the next try sends it again."""
-        held = await self._find_by_name(workspace, doc_id)
+        held = (await self._find_by_names(workspace, [doc_id])).get(doc_id)
         if held is None:
             raise RagBackendError(
                 f"the server says it holds {doc_id} but lists no document of that name; a forget cannot reach it"
@@ -168,12 +168,15 @@ class LightRagServerBackend:
             f"{doc_id} is {status or 'in an unknown state'} on the server, which names no track for it"
         )
 
-    async def _find_by_name(self, workspace: str, doc_id: str) -> dict[str, Any] | None:
-        """The server's record of the document named `doc_id`, read from its paginated list (the API
-        finds no document by name); None when it holds none. Pointer records of refused duplicates are
-        not documents. A server that lists no documents is an error: it cannot say what it holds."""
+    async def _find_by_names(self, workspace: str, names: list[str]) -> dict[str, dict[str, Any]]:
+        """The server's record of the document of each name it holds, read from its paginated list (the
+        API finds no document by name) in one pass; a name it does not hold is left out. Pointer records
+        of refused duplicates are not documents. A server that lists no documents is an error: it cannot
+        say what it holds."""
+        wanted = set(names)
+        found: dict[str, dict[str, Any]] = {}
         page = 1
-        while True:
+        while wanted - found.keys():
             body = {"page": page, "page_size": LIST_PAGE_SIZE, "sort_field": "file_path", "sort_direction": "asc"}
             try:
                 answer = await self._call("POST", "/documents/paginated", workspace, body) or {}
@@ -181,15 +184,17 @@ class LightRagServerBackend:
                 if error.status != 404:
                     raise
                 raise RagBackendError(
-                    f"the server lists no documents ({error}), so {doc_id} cannot be found by its name"
+                    f"the server lists no documents ({error}), so {', '.join(names)} cannot be found by name"
                 ) from error
             for held in answer.get("documents") or []:
                 metadata = held.get("metadata") or {}
-                if held.get("file_path") == doc_id and held.get("id") and not metadata.get("is_duplicate"):
-                    return dict(held)
+                name = held.get("file_path")
+                if name in wanted and name not in found and held.get("id") and not metadata.get("is_duplicate"):
+                    found[str(name)] = dict(held)
             if not (answer.get("pagination") or {}).get("has_next"):
-                return None
+                break
             page += 1
+        return found
 
     async def query(self, workspace: str, query: RagQuery) -> list[RagSnippet]:
         body = {
@@ -232,12 +237,11 @@ class LightRagServerBackend:
 
     async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
         """Delete what the server holds under each name (the `file_source` it was sent with), found in its
-        list; a name it does not hold is skipped."""
-        found: list[str] = []
-        for name in dict.fromkeys(names):
-            held = await self._find_by_name(workspace, name)
-            if held is not None and str(held["id"]) not in deleted and str(held["id"]) not in found:
-                found.append(str(held["id"]))
+        list in one pass; a name it does not hold is skipped."""
+        held = await self._find_by_names(workspace, names) if names else {}
+        found = [
+            server_id for server_id in dict.fromkeys(str(r["id"]) for r in held.values()) if server_id not in deleted
+        ]
         await self.delete(workspace, found)
         return found
 

@@ -260,6 +260,25 @@ async def test_an_exchange_whose_insert_timed_out_is_deleted_on_the_server_when_
     assert "4821" not in (workspace_dir / "rag" / "documents.jsonl").read_text()
 
 
+async def test_deleting_by_name_deletes_what_the_server_holds_under_each_name_and_skips_the_rest(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    backend = LightRagServerBackend(lambda: RagConfig(server_url=lightrag_server.url), API_KEY)
+    try:
+        texts = {"conv_a": "User: my locker code is Quartz 77", "conv_b": "User: the Falcon launch is on Friday"}
+        ids = await backend.insert(
+            "global", [RagDocument(name, "test:1", "global", t, "") for name, t in texts.items()]
+        )
+        names = ["conv_never_sent", "conv_a", "conv_b", "conv_a"]
+        assert await backend.delete_named("global", names, deleted={ids["conv_b"]}) == [ids["conv_a"]]
+        assert lightrag_server.deleted == [ids["conv_a"]]
+        assert await backend.delete_named("global", ["conv_a", "conv_never_sent"]) == []
+        assert lightrag_server.deleted == [ids["conv_a"]]  # nothing asked of the server for names it does not hold
+        assert [record["file_path"] for record in lightrag_server.documents["global"].values()] == ["conv_b"]
+    finally:
+        await backend.close()
+
+
 async def test_a_batch_that_timed_out_is_deleted_when_one_member_is_forgotten_and_the_rest_indexed_next(
     tmp_path: Path, lightrag_server: FakeLightRagServer
 ) -> None:
