@@ -216,8 +216,11 @@ class RagDocument:
         )
 
     def note_tried(self, name: str) -> bool:
-        """Add `name` to `tried_as`; whether it was not there yet."""
-        if name in self.tried_as:
+        """Put `name` last in `tried_as` (once); whether that changed it. The last name is the one the
+        document is indexed under once it has a backend id."""
+        if self.tried_as[-1:] == [name]:
             return False
+        if name in self.tried_as:
+            self.tried_as.remove(name)
         self.tried_as.append(name)
         return True

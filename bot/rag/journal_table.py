@@ -145,8 +145,8 @@ class RagJournalTable:
         # Whatever row holds the id, claimed or not: a forget by another process reads the name from it.
         async with self._database.transaction() as connection:
             await connection.executemany(
-                "UPDATE rag_documents SET tried_as = array_append(tried_as, $2)"
-                " WHERE id = ANY($1::text[]) AND NOT ($2 = ANY(tried_as))",
+                "UPDATE rag_documents SET tried_as = array_append(array_remove(tried_as, $2), $2)"
+                " WHERE id = ANY($1::text[]) AND tried_as[cardinality(tried_as)] IS DISTINCT FROM $2",
                 rows,
             )
         for name, docs in tried.items():

@@ -329,7 +329,10 @@ class RagService:
                 deleted.add(backend_id)
         names: dict[str, list[str]] = defaultdict(list)
         for doc in tried:
-            names[doc.rag_workspace].extend(name for name in doc.tried_as if name not in deleted)
+            # A document with a backend id is indexed under the name it was sent in last, which that id
+            # deleted above: only the earlier names are looked up (a server is asked for its list of them).
+            unknown = doc.tried_as[:-1] if doc.backend_id else doc.tried_as
+            names[doc.rag_workspace].extend(name for name in unknown if name not in deleted)
         for workspace, workspace_names in names.items():
             if workspace_names:
                 deleted.update(await self._backend.delete_named(workspace, workspace_names, deleted))

@@ -66,6 +66,8 @@ async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
         assert await rag.forget_documents([doc_id]) == [doc_id]
         assert lightrag_server.documents["chat_test_7"] == {}
         assert ("DELETE", "/documents/delete_document", "chat_test_7") in lightrag_server.requests
+        # Indexed at its first try: its server id is known, so the server's list is not read.
+        assert not any(path == "/documents/paginated" for _, path, _ in lightrag_server.requests)
     finally:
         await services.stop()
         await rag.close()

@@ -179,3 +179,10 @@ async def test_an_older_journal_line_without_tried_names_reads_and_a_try_records
     assert json.loads(last)["triedAs"] == [doc_id] and json.loads(last)["attempts"] == 1
     reread = await RagDocumentStore(path).get(doc_id)
     assert reread is not None and reread.tried_as == [doc_id] and "Nautilus" in reread.text
+
+
+def test_the_name_a_document_was_sent_in_last_stays_last_and_once() -> None:
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    assert doc.note_tried("batch_1") and doc.note_tried("batch_2") and doc.note_tried("batch_1")
+    assert not doc.note_tried("batch_1")
+    assert doc.tried_as == ["batch_2", "batch_1"]
