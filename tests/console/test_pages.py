@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.channels.telegram_harness import OWNER
+from bot.rag.store import RagJournal
+from tests.channels.telegram_harness import OWNER, RunningBot
 from tests.console.helpers import (
     csrf_of,
     log_in,
@@ -82,6 +83,18 @@ async def test_why_this_reply_shows_the_plan_the_pack_the_tools_and_the_tokens(
         await bot.stop()
 
 
+async def say_and_index(bot: RunningBot, fake_telegram: FakeTelegram, text: str) -> RagJournal:
+    """Say `text` to the bot as its owner, then index the exchange into the knowledge graph; the graph's journal."""
+    await say(fake_telegram, OWNER, text)
+    store = bot.app.rag.store
+    for _ in range(500):
+        if (await store.counts())["queued"] == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert await bot.app.rag.flush() == 1
+    return store
+
+
 async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
@@ -89,13 +102,7 @@ async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
     rag = {**FAST_RAG, "embeddingModel": "text-embedding-3-small"}
     bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram, {"rag": rag, "memory": {"enabled": False}})
     try:
-        await say(fake_telegram, OWNER, "My sister Marta lives in Lisbon near the river.")
-        store = bot.app.rag.store
-        for _ in range(500):
-            if (await store.counts())["queued"] == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert await bot.app.rag.flush() == 1
+        store = await say_and_index(bot, fake_telegram, "My sister Marta lives in Lisbon near the river.")
         link = await login_link(fake_telegram, OWNER)
         root = root_of(link)
         async with new_client() as client:
@@ -170,13 +177,7 @@ async def test_a_document_the_graph_server_will_not_delete_is_said_so_and_stays_
     rag = {**FAST_RAG, "backend": "server", "serverUrl": server.url, "serverTimeoutSeconds": 0.3}
     bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram, {"rag": rag, "memory": {"enabled": False}})
     try:
-        await say(fake_telegram, OWNER, "My sister Marta lives in Lisbon near the river.")
-        store = bot.app.rag.store
-        for _ in range(500):
-            if (await store.counts())["queued"] == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert await bot.app.rag.flush() == 1
+        store = await say_and_index(bot, fake_telegram, "My sister Marta lives in Lisbon near the river.")
         [doc] = await store.live()
         server_id = doc.backend_id
         server.busy_deletes = 1000  # the server's pipeline stays busy: every deletion is refused
