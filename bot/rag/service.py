@@ -57,6 +57,9 @@ MIN_EXCERPT_TOKENS = 16
 DEDUP_PREFIX_CHARS = 150
 # Queued documents one flush packs into batches, at most (a backlog drains over several flushes).
 MAX_DOCUMENTS_PACKED = 2000
+# The backend's own wait for an insert ends at `insertTimeoutSeconds` with the reason it knows ("still
+# processing on the server"); the service's, this much later, only stops a backend that does not answer.
+INSERT_GRACE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -247,14 +250,16 @@ class RagService:
         await self._store.mark_tried(
             {document.id: members for document, members in zip(documents, packed, strict=True)}
         )
+        timeout = config.insert_timeout_seconds + INSERT_GRACE_SECONDS
         try:
-            backend_ids = await asyncio.wait_for(
-                self._backend.insert(workspace, documents), timeout=config.insert_timeout_seconds
-            )
+            backend_ids = await asyncio.wait_for(self._backend.insert(workspace, documents), timeout=timeout)
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            if isinstance(error, TimeoutError):
+                reason = f"the graph's backend did not answer within {timeout:g} s (rag.insertTimeoutSeconds + grace)"
+            else:
+                reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             self.last_error = reason
             await self._store.mark_failed(docs, reason, config)
             attempts = max(doc.attempts for doc in docs)

@@ -132,6 +132,7 @@ async def test_an_insert_retried_after_its_wait_ran_out_is_recorded_with_the_ser
     rag, doc_id = insert_timed_out
     waited = await rag.store.get(doc_id)
     assert waited is not None and (waited.status, waited.attempts, waited.backend_id) == ("queued", 1, None)
+    assert f"{doc_id} still processing on the server" in (waited.last_error or "")  # the backend's reason
 
     lightrag_server.finish_processing()
     assert await rag.flush() == 1
