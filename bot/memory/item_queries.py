@@ -1,8 +1,8 @@
 """`ItemQueries`: the lookups of `MemoryItemStore`, read from the index database.
 
 Items are parsed from their rows on demand (`ItemCaches` keeps the recently used ones). Retrieval needs
-few of them parsed: it ranks candidates by `ItemFacts` (layer, day, speaker, salience ...) and
-`neighbour_ids`, kept in RAM for every item (`FactsTable`), and the pack parses only what it reads.
+few of them parsed: it ranks candidates by their facts (layer, day, speaker, salience ...) and the turns
+around them, kept in RAM for every item as columns (`FactsTable`), and the pack parses only what it reads.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from bot.memory import index_sql
 from bot.memory.index_database import IndexDatabase
 from bot.memory.item_caches import ItemCaches
 from bot.memory.item_state import ItemRows
-from bot.memory.item_storage import ItemFacts
 
 # Rows parsed at a time when every item is streamed (start-up, `items()`): bounds the memory it takes.
 STREAM_BATCH = 2000
@@ -188,17 +187,3 @@ class ItemQueries:
             offset += batch
             batch *= 4
         return list(self.get_many(found).values())
-
-    def facts_of(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
-        """The `ItemFacts` of the stored items of `item_ids`, in that order (from the facts table: no query)."""
-        return self._caches.facts.facts_of(item_ids)
-
-    def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
-        """The ids of the items just before and after each of `item_ids` in its day file (in that order; none
-        for an item not in a day file or not stored)."""
-        return self._caches.facts.neighbour_ids(item_ids)
-
-    def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
-        """The facts of the active EPISODIC items just before and after each of `item_ids` in its day file (in
-        that order)."""
-        return self._caches.facts.episodic_neighbours(item_ids)

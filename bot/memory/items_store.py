@@ -36,7 +36,7 @@ from bot.memory.item_facts import FactsTable
 from bot.memory.item_queries import ItemQueries
 from bot.memory.item_reconciler import ItemReconciler
 from bot.memory.item_state import ItemRows, StoreState
-from bot.memory.item_storage import ItemFacts, ItemIndex
+from bot.memory.item_storage import ItemIndex
 from bot.memory.item_writes import ItemWrites
 from bot.storage.durability import DeferredSync
 from bot.storage.folder_changes import FolderChanges
@@ -191,18 +191,6 @@ class MemoryItemStore:
     def speakers_among(self, names: Iterable[str]) -> set[str]:
         """Those of `names` that speak in some active item (see `MemoryItem.speaker`)."""
         return self._queries.speakers_among(names)
-
-    def facts_of(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
-        """The `ItemFacts` of the stored items of `item_ids`, in that order (no line is parsed)."""
-        return self._queries.facts_of(item_ids)
-
-    def neighbour_ids(self, item_ids: Iterable[str]) -> dict[str, list[str]]:
-        """The ids of the items just before and after each of `item_ids` in its day file."""
-        return self._queries.neighbour_ids(item_ids)
-
-    def episodic_neighbours(self, item_ids: Iterable[str]) -> dict[str, list[ItemFacts]]:
-        """The facts of the active EPISODIC items just before and after each of `item_ids` in its day file."""
-        return self._queries.episodic_neighbours(item_ids)
 
     @property
     def facts_table(self) -> FactsTable:

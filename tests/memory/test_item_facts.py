@@ -55,9 +55,9 @@ def assert_as_in_database(store: MemoryItemStore) -> None:
     assert table.episodic_at(rows).tolist() == [
         item_id in facts and facts[item_id].active and facts[item_id].layer is E for item_id in ids
     ]
-    assert store.facts_of(ids) == facts
-    assert store.neighbour_ids(ids) == {**around, "missing": []}
-    assert store.episodic_neighbours(ids) == {
+    assert store.facts_table.facts_of(ids) == facts
+    assert store.facts_table.neighbour_ids(ids) == {**around, "missing": []}
+    assert store.facts_table.episodic_neighbours(ids) == {
         **{
             item_id: [facts[other] for other in others if facts[other].active and facts[other].layer is E]
             for item_id, others in around.items()
@@ -90,7 +90,7 @@ async def test_the_facts_table_is_what_the_index_holds_after_every_kind_of_chang
     store.append([item(E, "Ann: turn 5 on monday", monday, item_id="m5"), item(S, "fact 3", NOW, item_id="f3")])
     assert_as_in_database(store)
     store.append([item(E, "Ann: turn 2, said again on tuesday", tuesday, item_id="m2")])
-    assert store.neighbour_ids(["m1", "m2"]) == {"m1": ["m3"], "m2": ["u1"]}
+    assert store.facts_table.neighbour_ids(["m1", "m2"]) == {"m1": ["m3"], "m2": ["u1"]}
     assert_as_in_database(store)
 
     # Changed in place (a superseded turn is no longer an active neighbour), moved to another layer, removed.
@@ -116,11 +116,11 @@ async def test_the_facts_table_is_what_the_index_holds_after_every_kind_of_chang
     monday_file.write_text(dumps_line(written.to_json_dict()) + "\n" + "".join(lines))
     later(monday_file)
     assert store.refresh_sync()
-    assert store.neighbour_ids(["h1"]) == {"h1": ["m1"]}
+    assert store.facts_table.neighbour_ids(["h1"]) == {"h1": ["m1"]}
     assert_as_in_database(store)
     paths.episodic_file(tuesday.date()).unlink()
     assert store.refresh_sync()
-    assert "u1" not in store.facts_of(["u1"])
+    assert "u1" not in store.facts_table.facts_of(["u1"])
     assert_as_in_database(store)
 
     # A restart loads the table from the index as the changes left it.

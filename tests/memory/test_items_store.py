@@ -122,7 +122,7 @@ def test_retrieval_reads_each_items_facts_and_neighbours_from_the_index_as_parsi
     store = MemoryItemStore(paths, zone)
     store.refresh_sync()
 
-    facts = store.facts_of(["f1", "t2", "missing", "f0", "t1"])
+    facts = store.facts_table.facts_of(["f1", "t2", "missing", "f0", "t1"])
     assert list(facts) == ["f1", "t2", "f0", "t1"]
     for item_id, fact in facts.items():
         parsed = store.get(item_id)
@@ -140,9 +140,14 @@ def test_retrieval_reads_each_items_facts_and_neighbours_from_the_index_as_parsi
     assert facts["t1"].day == date(2026, 3, 1) and facts["f1"].day == date(2026, 3, 1)
     assert facts["f1"].speaker == "Bob" and not facts["f0"].active
 
-    assert store.neighbour_ids(["t2", "t1", "t3", "f1"]) == {"t2": ["t1", "t3"], "t1": ["t2"], "t3": ["t2"], "f1": []}
+    assert store.facts_table.neighbour_ids(["t2", "t1", "t3", "f1"]) == {
+        "t2": ["t1", "t3"],
+        "t1": ["t2"],
+        "t3": ["t2"],
+        "f1": [],
+    }
     store.remove(["t2"])  # a change: what was read before is read again
-    assert store.neighbour_ids(["t1"]) == {"t1": ["t3"]} and "t2" not in store.facts_of(["t2"])
+    assert store.facts_table.neighbour_ids(["t1"]) == {"t1": ["t3"]} and "t2" not in store.facts_table.facts_of(["t2"])
 
 
 def test_an_index_lost_while_the_store_was_closed_is_filled_from_the_files_again(tmp_path: Path) -> None:
@@ -182,20 +187,20 @@ def test_facts_and_neighbours_follow_appends_and_changes_without_a_query(tmp_pat
     write_items(paths.episodic_file(NOW.date()), turns)
     store = MemoryItemStore(paths, UTC)
     store.refresh_sync()
-    assert store.neighbour_ids(["t1", "t2", "t3"]) == {"t1": ["t2"], "t2": ["t1", "t3"], "t3": ["t2"]}
+    assert store.facts_table.neighbour_ids(["t1", "t2", "t3"]) == {"t1": ["t2"], "t2": ["t1", "t3"], "t3": ["t2"]}
     queries: list[str] = []
     store._db.connection.set_trace_callback(queries.append)
 
     store.append([item(MemoryLayer.EPISODIC, "turn 4 about the boat", NOW, item_id="t4")])  # after t3 in its file
     queries.clear()
-    around = store.neighbour_ids(["t1", "t2", "t3", "t4"])
+    around = store.facts_table.neighbour_ids(["t1", "t2", "t3", "t4"])
 
     assert around == {"t1": ["t2"], "t2": ["t1", "t3"], "t3": ["t2", "t4"], "t4": ["t3"]}
-    assert list(store.facts_of(["t4", "t1"])) == ["t4", "t1"]
+    assert list(store.facts_table.facts_of(["t4", "t1"])) == ["t4", "t1"]
     assert queries == []  # the facts table answers: no query per message
 
     def episodic_neighbours() -> dict[str, list[str]]:
-        found = store.episodic_neighbours(["t2", "t3", "t4"])
+        found = store.facts_table.episodic_neighbours(["t2", "t3", "t4"])
         return {item_id: [facts.id for facts in others] for item_id, others in found.items()}
 
     assert episodic_neighbours() == {"t2": ["t1", "t3"], "t3": ["t2", "t4"], "t4": ["t3"]}
