@@ -119,6 +119,11 @@ class Workspace:
         return self.root / "rag"
 
     @cached_property
+    def rag_journal_file(self) -> Path:
+        """The knowledge graph's journal: its indexing queue and the record of what it indexed."""
+        return self.rag_dir / "documents.jsonl"
+
+    @cached_property
     def tool_results_dir(self) -> Path:
         return self.root / "tool_results"
 

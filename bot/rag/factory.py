@@ -62,7 +62,7 @@ def build_rag_service(
     log.info("[RAG] Backend: %s%s%s", config.rag.backend, where, "" if config.rag.enabled else " (disabled)")
     store: RagJournal
     if database is None:
-        store = RagDocumentStore(workspace.rag_dir / "documents.jsonl")
+        store = RagDocumentStore(workspace.rag_journal_file)
     else:  # every process of the database sees every document
         store = RagJournalTable(database, lambda: config_store.in_force().rag)
     # A LightRAG server extracts with a model of its own configuration: the bot does not know which.

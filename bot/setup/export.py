@@ -84,5 +84,5 @@ async def export_workspace(database: Database, workspace: Workspace) -> Written:
     if config is not None:
         await write_atomic(workspace.runtime_config_file, config[1].encode("utf-8"))
         written.add("runtime configurations")
-    written.add("knowledge graph documents", await write_journal_file(database, workspace.rag_dir / "documents.jsonl"))
+    written.add("knowledge graph documents", await write_journal_file(database, workspace.rag_journal_file))
     return written

@@ -63,7 +63,7 @@ async def migrate_workspace(workspace: Workspace, database: Database) -> Copied:
 
 
 async def _rag_journal(workspace: Workspace, database: Database, copied: Copied) -> None:
-    journal = await copy_journal_file(database, workspace.rag_dir / "documents.jsonl")
+    journal = await copy_journal_file(database, workspace.rag_journal_file)
     copied.add("knowledge graph documents", journal.documents)
     copied.add("knowledge graph documents forgotten", journal.forgotten)
     copied.add("journal lines that are not documents (skipped; see the log)", journal.skipped_lines)
