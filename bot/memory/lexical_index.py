@@ -232,7 +232,8 @@ class Bm25Index:
             idf = math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
             scores[slots] += idf * tfs * (K1 + 1) / (tfs + norms[slots])
             del all_slots, all_tfs, slots  # views on the postings' buffers, which appends need released
-        hits = np.flatnonzero(scores)
+        # Over a boolean mask: `nonzero` of the float scores themselves takes several times longer.
+        hits = np.flatnonzero(scores != 0)
         if len(hits) > limit:
             hits = hits[np.argpartition(-scores[hits], limit)[:limit]]
         return {self._ids[slot]: float(scores[slot]) for slot in hits}
