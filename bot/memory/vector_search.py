@@ -106,6 +106,7 @@ class SignCodes:
         for word in range(self._words):
             np.bitwise_xor(self._codes[word, :used], code[word], out=differing)
             distances += np.bitwise_count(differing)
-        # The cut-off: the smallest distance within which `size` rows lie (a count per distance, not a sort).
-        cutoff = int(np.searchsorted(np.cumsum(np.bincount(distances)), size))
+        # The cut-off: the smallest distance within which `size` rows lie, the `size`-th smallest distance (a
+        # partition, not a sort).
+        cutoff = int(np.partition(distances, size - 1)[size - 1])
         return np.flatnonzero(distances <= cutoff)
