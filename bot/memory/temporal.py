@@ -7,6 +7,7 @@ when the words differ. English cues only; a message without one gives no window 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -105,8 +106,18 @@ _SAID_DAY = re.compile(r"\b(yesterday|last night|today|tonight|this morning|tomo
 _SAID_UNIT = re.compile(r"\b(last|this|next|past|previous)\s+(week|weekend|month|year)\b", re.IGNORECASE)
 _SAID_WEEKDAY = re.compile(r"\b(last|next|this past|this coming)\s+(" + "|".join(WEEKDAYS) + r")\b", re.IGNORECASE)
 _SAID_AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago\b", re.IGNORECASE)
-# Every relative date above holds one of these ("yesterday" and the weekdays hold "day").
-_SAID_WORDS = ("day", "night", "morning", "tomorrow", "week", "month", "year", " ago")
+# What a text's lower case holds wherever each of the patterns above matches in it: a pattern is searched only
+# in a text with one of its pieces (most texts name no time, and a search costs far more than these checks).
+# No piece holds an "i" or an "s": a case-blind match also takes "ı", "İ" and "ſ" for them, which `str.lower`
+# leaves other letters.
+_SAID_PIECES = (
+    (_SAID_DAY, ("terday", "ght", "today", "morn", "tomorrow")),
+    (_SAID_UNIT, ("week", "month", "year")),
+    (_SAID_WEEKDAY, ("monday", "tue", "wedne", "thur", "fr", "aturday", "unday")),
+    (_SAID_AGO, ("ago",)),
+)
+# The letters a case-blind match takes for "i" and "s" that `str.lower` does not turn into them.
+_CASE_BLIND = str.maketrans({"ı": "i", "İ": "i", "ſ": "s"})
 _DAY_OFFSETS = {"yesterday": -1, "last night": -1, "today": 0, "tonight": 0, "this morning": 0, "tomorrow": 1}
 
 
@@ -151,25 +162,28 @@ def said_dates(text: str, said: datetime) -> list[SaidDate]:
     """The relative dates of `text` ("yesterday", "last Friday", "next month", "two weeks ago") as the dates
     they meant on the day `said` (in its own zone): when it was said, never when it is read."""
     lowered = text.lower()
-    if not any(word in lowered for word in _SAID_WORDS):
-        return []  # most texts name no time: one pass of substring checks instead of four searches
+    days, units, weekdays, agos = (
+        pattern if any(piece in lowered for piece in pieces) else None for pattern, pieces in _SAID_PIECES
+    )
+    if days is None and units is None and weekdays is None and agos is None:
+        return []
     today = said.date()
     found: list[SaidDate] = []
-    for match in _SAID_DAY.finditer(text):
-        day = today + timedelta(days=_DAY_OFFSETS[match[1].lower()])
+    for match in _matches(days, text):
+        day = today + timedelta(days=_DAY_OFFSETS[_word(match[1])])
         found.append(SaidDate(match.start(), match.end(), day, day))
-    for match in _SAID_UNIT.finditer(text):
-        found.append(SaidDate(match.start(), match.end(), *_unit_window(match[1].lower(), match[2].lower(), today)))
-    for match in _SAID_WEEKDAY.finditer(text):
-        weekday = WEEKDAYS.index(match[2].lower())
-        if match[1].lower() in ("next", "this coming"):
+    for match in _matches(units, text):
+        found.append(SaidDate(match.start(), match.end(), *_unit_window(_word(match[1]), _word(match[2]), today)))
+    for match in _matches(weekdays, text):
+        weekday = WEEKDAYS.index(_word(match[2]))
+        if _word(match[1]) in ("next", "this coming"):
             day = today + timedelta(days=(weekday - today.weekday()) % 7 or 7)
         else:
             day = today - timedelta(days=(today.weekday() - weekday) % 7 or 7)
         found.append(SaidDate(match.start(), match.end(), day, day))
-    for match in _SAID_AGO.finditer(text):
-        count = int(match[1]) if match[1].isdigit() else _NUMBERS[match[1].lower()]
-        unit = match[2].lower()
+    for match in _matches(agos, text):
+        count = int(match[1]) if match[1].isdigit() else _NUMBERS[_word(match[1])]
+        unit = _word(match[2])
         if unit == "day":
             day = today - timedelta(days=count)
             found.append(SaidDate(match.start(), match.end(), day, day))
@@ -184,6 +198,15 @@ def said_dates(text: str, said: datetime) -> list[SaidDate]:
             found.append(SaidDate(match.start(), match.end(), date(year, 1, 1), date(year, 12, 31)))
     found.sort(key=lambda said_date: said_date.start)
     return [each for n, each in enumerate(found) if n == 0 or each.start >= found[n - 1].end]
+
+
+def _word(matched: str) -> str:
+    """A matched word as the patterns spell it: "FRİDAY" and "laſt" match as "friday" and "last" do."""
+    return matched.translate(_CASE_BLIND).lower()
+
+
+def _matches(pattern: re.Pattern[str] | None, text: str) -> Iterator[re.Match[str]]:
+    return iter(()) if pattern is None else pattern.finditer(text)
 
 
 def with_said_dates(text: str, said: datetime) -> str:

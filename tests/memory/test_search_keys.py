@@ -62,6 +62,20 @@ def test_relative_dates_are_the_dates_they_meant_when_said() -> None:
     assert with_said_dates("No dates here.", SAID) == "No dates here."
 
 
+def test_relative_dates_in_any_case_are_read_even_with_the_letters_a_case_blind_match_takes_for_i_and_s() -> None:
+    # Python's case-blind matching takes "ı", "İ" and "ſ" for "i" and "s", which `str.lower` does not make them.
+    text = "THİS MORNİNG I woke, laſt week I ran, thıs coming FRİDAY I fly, ſix DAYS AGO I rested. Tonıght, a Hol..."
+    assert [(text[d.start : d.end], d.label()) for d in said_dates(text, SAID)] == [
+        ("THİS MORNİNG", "8 May 2023"),
+        ("laſt week", "1-7 May 2023"),
+        ("thıs coming FRİDAY", "12 May 2023"),
+        ("ſix DAYS AGO", "2 May 2023"),
+        ("Tonıght", "8 May 2023"),
+    ]
+    # A text that only looks like one ("birthday", "holiday", "frost") names no date.
+    assert said_dates("A birthday on holiday, in the frost; the day-to-day.", SAID) == []
+
+
 def test_an_items_keys_come_from_its_words_and_its_creation_time() -> None:
     stored = item(E, "[D1:3] Jon: I moved to Stamford last month.", SAID)
     assert search_keys(stored) == "Connecticut United States April 2023"
