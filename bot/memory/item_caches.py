@@ -19,8 +19,9 @@ from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.memory.item_facts import FactsTable
 
 # Parsed items kept for reuse (about 3 KB each): the pinned, the core and what the last prompts' packs read
-# (about 140 a prompt at 100,000 items: candidates are scored from their facts, not parsed).
-ITEM_CACHE_SIZE = 512
+# (about 70 a prompt at 100,000 items: candidates are scored from their facts, not parsed). A topic's best
+# matches come back message after message: the packs of the last few dozen messages are kept.
+ITEM_CACHE_SIZE = 4096
 # Appends remembered for `appended_since` (a few minutes of a busy scope; past it, derived results start over).
 APPEND_LOG_SIZE = 1024
 # SEMANTIC items this salient (names, constraints) are worth a prompt even without a word in common.

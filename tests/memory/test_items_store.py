@@ -10,13 +10,22 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from bot.context.estimator import TokenEstimator
 from bot.domain.memory import LiveConversation, MemoryItem, MemoryLayer, MemoryQuery
 from bot.memory.index_database import INDEX_FILE_NAME
 from bot.memory.item_caches import ITEM_CACHE_SIZE
 from bot.memory.item_storage import ItemFacts
 from bot.memory.items_store import MemoryItemStore
 from bot.memory.lexical_index import Bm25Index
-from bot.memory.retrieval import RECHECKED_MESSAGES, LiveCoverage, MemoryRetrievalService, WorkingSet
+from bot.memory.prompt_pack import MemoryPromptPackService
+from bot.memory.retrieval import (
+    RECHECKED_MESSAGES,
+    LiveCoverage,
+    MemoryRetrievalService,
+    RankedItem,
+    WorkingSet,
+    ranked_by_score,
+)
 from bot.memory.vector_index import VectorIndex
 from bot.storage.folder_changes import FolderChanges
 from bot.workspace import MemoryPaths
@@ -179,6 +188,43 @@ def test_items_already_parsed_are_returned_even_when_reading_the_others_pushes_t
     wanted = parsed_first + [f"f{n}" for n in range(10, count)]
     found = store.get_many(wanted)
     assert list(found) == wanted and all(found[item_id].id == item_id for item_id in wanted)
+
+
+async def test_a_parsed_item_kept_for_the_next_packs_is_read_anew_after_a_hand_edit_a_supersede_and_a_forget(
+    tmp_path: Path,
+) -> None:
+    paths = MemoryPaths(tmp_path)
+    write_items(paths.semantic_file, [item(S, "The dog is called Rex.", NOW, item_id="m1")])
+    store, _, _ = loaded(tmp_path)
+    pack = MemoryPromptPackService(TokenEstimator(), UTC)
+
+    def offered(item_id: str) -> list[RankedItem]:
+        return ranked_by_score([(store.facts_table.facts_of([item_id])[item_id], 1.0)], NOW.timestamp())
+
+    def packed(ranked: list[RankedItem]) -> str:
+        return pack.build(ranked, store.get_many, len(ranked), 200, 400).rendered
+
+    first = offered("m1")
+    assert packed(first) == "## Facts and Preferences\n- The dog is called Rex."  # parsed, and kept
+    paths.semantic_file.write_text(paths.semantic_file.read_text().replace("Rex", "Bolt"))
+    touch_later(paths.semantic_file)
+    store.refresh_sync()
+    assert packed(first) == "## Facts and Preferences\n- The dog is called Bolt."
+
+    old = store.get("m1")
+    assert old is not None
+    store.append([item(S, "The dog is called Max.", NOW, item_id="m2")])
+    store.replace([old.model_copy(update={"superseded_by": "m2"})])
+    await store.flush()
+    superseded = store.get_many(["m1"])["m1"]
+    assert superseded.superseded_by == "m2" and not superseded.active
+    newer = offered("m2")
+    assert packed(newer) == "## Facts and Preferences\n- The dog is called Max."
+
+    store.remove(["m2"])  # forgotten after it was ranked: the pack passes over it
+    assert packed(newer) == "" and store.get_many(["m1", "m2"]).keys() == {"m1"}
+    await store.flush()
+    assert "Max" not in paths.semantic_file.read_text()
 
 
 def test_facts_and_neighbours_follow_appends_and_changes_without_a_query(tmp_path: Path) -> None:
