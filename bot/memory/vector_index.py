@@ -302,13 +302,16 @@ class VectorIndex:
         if best_above <= 1e-6:
             return {}
         best = np.argpartition(-above, wanted - 1)[:wanted] if len(above) > wanted else np.arange(len(above))
-        # Best first (a stable sort: of equal values, the first found first), read as Python numbers at once.
+        # Best first (a stable sort: of equal values, the first found first); those above the mean lead.
         best = best[np.argsort(-above[best], kind="stable")]
-        row_keys, ids_of = self._row_keys, self._ids_of
+        best = best[: int(np.count_nonzero(above[best] > 0))]
+        # Each score as the double `value / best_above` of Python numbers (the same division), read at once.
+        scores = (above[best].astype(np.float64) / best_above).tolist()
+        keys = map(self._row_keys.__getitem__, (best if rows is None else rows[best]).tolist())
         found: dict[str, float] = {}
-        for value, row in zip(above[best].tolist(), (best if rows is None else rows[best]).tolist(), strict=True):
-            if value <= 0 or len(found) >= limit:
+        for item_ids, score in zip(map(self._ids_of.get, keys), scores, strict=True):
+            if len(found) >= limit:
                 break
-            for item_id in ids_of.get(row_keys[row], ()):
-                found[item_id] = value / best_above
+            for item_id in item_ids or ():
+                found[item_id] = score
         return found
