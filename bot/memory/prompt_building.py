@@ -247,15 +247,16 @@ class MemoryPromptBuilder:
     def _search_and_pack(
         self, scope: MemoryScope, query: MemoryQuery, vector: Vector, model: str | None
     ) -> tuple[RetrievalResult, MemoryPack]:
-        """`_retrieve_and_pack` with both searches made first, side by side past a small memory (the dense one in
-        a second thread; each index keeps its answer for the scoring)."""
+        """`_retrieve_and_pack` with both searches made first, side by side past a small memory (the lexical one in
+        a second thread; each index keeps its answer for the scoring). The dense search, the longer, is made here:
+        the scoring follows it in this thread, not after a wake-up from another."""
         if len(scope.store) <= INLINE_WORK_MAX_ITEMS:
             return self._retrieve_and_pack(scope, query, vector, model)
-        dense = self._scopes.beside(scope.vectors.relevance, vector, VECTOR_CANDIDATES)
+        lexical = self._scopes.beside(self._prefetch, scope, query.text)
         try:
-            self._prefetch(scope, query.text)
+            scope.vectors.relevance(vector, VECTOR_CANDIDATES)
         finally:
-            dense.result()  # the scope's lock is held until the dense search is over, whatever happened
+            lexical.result()  # the scope's lock is held until the lexical search is over, whatever happened
         return self._retrieve_and_pack(scope, query, vector, model)
 
     def _retrieve_and_pack(
