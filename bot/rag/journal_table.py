@@ -21,7 +21,6 @@ table out as that file (`write_journal_file`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -33,8 +32,8 @@ from bot.database.connection import Database, is_gone
 from bot.rag.documents import RagDocument
 from bot.rag.store import count_failure, replay
 from bot.settings import RagConfig
-from bot.storage.files import read_text_sync, write_atomic
-from bot.storage.jsonl import dumps_line
+from bot.storage.files import read_text_sync
+from bot.storage.jsonl import parse_numbered, write_records
 
 log = logging.getLogger(__name__)
 
@@ -328,21 +327,10 @@ async def copy_journal_file(database: Database, path: Path) -> CopiedJournal:
     """Write the documents of a journal file over their rows (safe to repeat): each id as the file's last line
     for it says, a forgotten one's row deleted; an indexed document's text kept only where the table keeps
     it. A line that is not a document is skipped, counted and logged with its number."""
-    copied = CopiedJournal()
+    parsed = parse_numbered(read_text_sync(path) or "", path, RagDocument.from_json, "a document")
+    copied = CopiedJournal(skipped_lines=len(parsed.skipped))
     docs: dict[str, RagDocument] = {}
-    text = read_text_sync(path) or ""
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-            doc = RagDocument.from_json(record)
-        except (KeyError, TypeError, ValueError) as error:
-            log.warning("[RAG] Skipped line %d of %s (not a document): %s", number, path, error)
-            copied.skipped_lines += 1
-            continue
+    for doc in parsed.records:
         replay(docs, doc)
     if not docs:
         return copied
@@ -364,8 +352,4 @@ async def write_journal_file(database: Database, path: Path) -> int:
     """Write every document not forgotten to the journal file at `path` (atomically), as the files' journal
     keeps it once compacted; how many (none: the file is left as it is)."""
     rows = await database.fetch(f"SELECT {_COLUMNS} FROM rag_documents WHERE status <> 'forgotten' ORDER BY position")
-    if not rows:
-        return 0
-    lines = "".join(dumps_line(_document(row).to_json(with_text=True)) + "\n" for row in rows)
-    await write_atomic(path, lines.encode("utf-8", "backslashreplace"))
-    return len(rows)
+    return await write_records(path, [_document(row).to_json(with_text=True) for row in rows])
