@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 # the whole stop STOP_DEADLINE_SECONDS; a stage still stopping then is left, and each stage after it still
 # gets STAGE_STOP_MIN_SECONDS (closing a client or a file takes less).
 SHUTDOWN_GRACE_SECONDS = 7.0
-# How often a process sharing the database looks for turns that a process gone (stopped, died) left open.
+# How often a process sharing the database looks for turns and readings that a process gone (stopped, died) left.
 ADOPT_EVERY_SECONDS = 2.0
 STOP_DEADLINE_SECONDS = 9.0
 STAGE_STOP_MIN_SECONDS = 0.1
@@ -352,7 +352,7 @@ class Application:
             await channel.stop()
 
     async def _resume_documents(self) -> None:
-        self.documents.resume({channel.channel_type: channel for channel in self.channels})
+        await self.documents.resume({channel.channel_type: channel for channel in self.channels})
 
     async def _start_scheduler(self) -> None:
         self.reminders.connect(_chat_delivery(self), self._channel_types())
@@ -362,18 +362,23 @@ class Application:
         self.router.resume(self._backlog, self.channels)
         self._backlog = []
         if self.stores.ledger.shared:
-            self._adopting = asyncio.create_task(self._adopt_left_turns(), name="turns left by other processes")
+            self._adopting = asyncio.create_task(self._adopt_left_work(), name="work left by other processes")
 
-    async def _adopt_left_turns(self) -> None:
-        """Answer the turns another process sharing the database left open when it stopped or died."""
+    async def _adopt_left_work(self) -> None:
+        """Take over what another process sharing the database left when it stopped or died: its open turns,
+        answered here, and the documents it was reading, watched here."""
         while True:
             await asyncio.sleep(ADOPT_EVERY_SECONDS)
             try:
                 turns = await self.ledger.adopt(self._session_read_again, self._channel_types())
             except OSError as error:
                 log.error("[App] Could not look for turns other processes left open: %s", error)
-                continue
-            self.router.resume(turns, self.channels)
+            else:
+                self.router.resume(turns, self.channels)
+            try:
+                await self.documents.adopt()
+            except OSError as error:
+                log.error("[App] Could not look for documents other processes left being read: %s", error)
 
     async def _session_read_again(self, session_id: str) -> AgentSession | None:
         # Another process answered the chat last; a chat this one is answering now keeps the session it holds.
