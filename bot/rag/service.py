@@ -169,7 +169,7 @@ class RagService:
         existing = await self._store.get(doc_id)
         if existing is not None and existing.status != "forgotten":
             if existing.status == "queued":
-                self._idle_due_at = time.monotonic()  # still waited for, after a restart
+                self.index_soon()  # still waited for, after a restart
             return existing
         doc = RagDocument(
             id=doc_id,
@@ -179,8 +179,13 @@ class RagService:
             created_at=at.isoformat(),
         )
         doc = await self._store.add(doc)
-        self._idle_due_at = time.monotonic()  # someone is waiting for it: no reason to wait for quiet
+        self.index_soon()
         return doc
+
+    def index_soon(self) -> None:
+        """Index what is queued at the next tick, without waiting for the chat to be quiet: someone waits
+        for it (a document's reading)."""
+        self._idle_due_at = time.monotonic()
 
     async def flush_if_due(self) -> int:
         """The scheduler's tick: index once the chat was quiet `idleFlushSeconds` after an exchange, or

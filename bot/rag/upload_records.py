@@ -98,9 +98,9 @@ class UploadRecords(Protocol):
         """Mark the upload forgotten; the upload, or None when the chat has no such upload."""
         ...
 
-    async def adopt(self) -> list[Upload]:
-        """The uploads being read whose watching process is gone (stopped or died), now this process's to
-        watch: each taken by one process."""
+    async def adopt(self, channel_types: set[str]) -> list[Upload]:
+        """The uploads being read, sent through one of `channel_types`, whose watching process is gone
+        (stopped or died), now this process's to watch: each taken by one process."""
         ...
 
 
@@ -147,9 +147,10 @@ class UploadFile:
             await self._save()
             return upload
 
-    async def adopt(self) -> list[Upload]:
+    async def adopt(self, channel_types: set[str]) -> list[Upload]:
         # No other process reads this file: every reading is this one's to watch.
-        return [upload for upload in (await self._loaded()).values() if upload.status == READING]
+        uploads = (await self._loaded()).values()
+        return [upload for upload in uploads if upload.status == READING and upload.channel_type in channel_types]
 
     async def _loaded(self) -> dict[tuple[str, str], Upload]:
         if self._uploads is None:

@@ -86,21 +86,22 @@ class UploadTable:
         upload.status = FORGOTTEN
         return upload
 
-    async def adopt(self) -> list[Upload]:
+    async def adopt(self, channel_types: set[str]) -> list[Upload]:
         # Each gone owner's presence lock is held for the transaction: of processes adopting at once, one
         # takes its readings.
+        reading = "status = $1 AND channel_type = ANY($2::text[])"
         async with self._database.transaction() as connection:
             owners = await connection.fetch(
-                "SELECT DISTINCT owner FROM rag_uploads WHERE status = $1 AND owner IS DISTINCT FROM $2",
-                READING, self._owner,
+                f"SELECT DISTINCT owner FROM rag_uploads WHERE {reading} AND owner IS DISTINCT FROM $3",
+                READING, sorted(channel_types), self._owner,
             )  # fmt: skip
             gone = [row["owner"] for row in owners if row["owner"] is None or await is_gone(connection, row["owner"])]
             if not gone:
                 return []
             rows = await connection.fetch(
-                f"UPDATE rag_uploads SET owner = $1 WHERE status = $2 AND (owner IS NULL OR owner = ANY($3::text[]))"
+                f"UPDATE rag_uploads SET owner = $3 WHERE {reading} AND (owner IS NULL OR owner = ANY($4::text[]))"
                 f" RETURNING position, {_COLUMNS}",
-                self._owner, READING, [owner for owner in gone if owner is not None],
+                READING, sorted(channel_types), self._owner, [owner for owner in gone if owner is not None],
             )  # fmt: skip
         return [_upload(row) for row in sorted(rows, key=lambda row: int(row["position"]))]
 

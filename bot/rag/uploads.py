@@ -108,13 +108,15 @@ class DocumentReader:
         self._channels = channels
         await self.adopt()
 
-    async def adopt(self) -> None:
-        """Watch the readings whose process is gone (stopped or died), taken over from the record."""
-        for upload in await self._records.adopt():
-            channel = self._channels.get(upload.channel_type)
-            if channel is not None:
-                log.info("[RAG] Resuming the reading of %s for %s", upload.name, upload.session_id)
-                self._watch(upload, channel)
+    async def adopt(self) -> list[Upload]:
+        """Watch the readings whose process is gone (stopped or died), taken over from the record; returns them."""
+        adopted = await self._records.adopt(set(self._channels))
+        if adopted:
+            self._rag.index_soon()  # its parts may be queued by the process that is gone
+        for upload in adopted:
+            log.info("[RAG] Resuming the reading of %s for %s", upload.name, upload.session_id)
+            self._watch(upload, self._channels[upload.channel_type])
+        return adopted
 
     # -- progress -------------------------------------------------------------------------------------
 
