@@ -164,10 +164,11 @@ class RagService:
     async def enqueue_part(
         self, config: RuntimeConfig, session_id: str, doc_id: str, text: str, at: datetime
     ) -> RagDocument:
-        """Queue one part of a document sent in a chat, to be indexed at once; an id queued before (a
-        restart in the middle of reading) is not queued twice."""
+        """Queue one part of a document sent in a chat, to be indexed at once; an id this chat queued
+        before (a restart in the middle of reading) is not queued twice. The same file sent in another chat
+        is that chat's own (in its graph, forgotten on its own): it gets the next free id."""
         existing = await self._store.get(doc_id)
-        if existing is not None and existing.status != "forgotten":
+        if existing is not None and existing.status != "forgotten" and existing.session_id == session_id:
             if existing.status == "queued":
                 self.index_soon()  # still waited for, after a restart
             return existing
