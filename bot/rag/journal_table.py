@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from bot.rag.documents import RagDocument
 from bot.rag.store import count_failure, replay
 from bot.settings import RagConfig
 from bot.storage.files import read_text_sync
-from bot.storage.jsonl import parse_numbered, write_records
+from bot.storage.jsonl import CopiedRecords, parse_numbered, write_records
 
 log = logging.getLogger(__name__)
 
@@ -316,19 +315,12 @@ def _in_order(rows: list[Any]) -> list[RagDocument]:
 # -- moving in and out: `bot migrate` and `bot export` ---------------------------------------------------
 
 
-@dataclass
-class CopiedJournal:
-    documents: int = 0
-    forgotten: int = 0
-    skipped_lines: int = 0
-
-
-async def copy_journal_file(database: Database, path: Path) -> CopiedJournal:
+async def copy_journal_file(database: Database, path: Path) -> CopiedRecords:
     """Write the documents of a journal file over their rows (safe to repeat): each id as the file's last line
     for it says, a forgotten one's row deleted; an indexed document's text kept only where the table keeps
     it. A line that is not a document is skipped, counted and logged with its number."""
     parsed = parse_numbered(read_text_sync(path) or "", path, RagDocument.from_json, "a document")
-    copied = CopiedJournal(skipped_lines=len(parsed.skipped))
+    copied = CopiedRecords(skipped_lines=len(parsed.skipped))
     docs: dict[str, RagDocument] = {}
     for doc in parsed.records:
         replay(docs, doc)
@@ -344,7 +336,7 @@ async def copy_journal_file(database: Database, path: Path) -> CopiedJournal:
             [_values(doc) for doc in live],
         )
         await connection.execute(_DROP_TEXT_NOT_NEEDED, None)
-    copied.documents, copied.forgotten = len(live), len(forgotten)
+    copied.records, copied.forgotten = len(live), len(forgotten)
     return copied
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from bot.database.connection import Database, is_gone
 from bot.rag.upload_records import FORGOTTEN, READING, Upload, UploadClaim
 from bot.storage.files import read_text_sync
-from bot.storage.jsonl import parse_numbered, write_records
+from bot.storage.jsonl import CopiedRecords, parse_numbered, write_records
 
 _COLUMNS = (
     "session_id, id, name, channel_type, chat_id, parts, created_at, progress_message_id, status, problems, owner"
@@ -139,19 +139,12 @@ def _upload(row: Any) -> Upload:
 # -- moving in and out: `bot migrate` and `bot export` ---------------------------------------------------
 
 
-@dataclass
-class CopiedUploads:
-    uploads: int = 0
-    forgotten: int = 0
-    skipped_lines: int = 0
-
-
-async def copy_uploads_file(database: Database, path: Path) -> CopiedUploads:
+async def copy_uploads_file(database: Database, path: Path) -> CopiedRecords:
     """Write the uploads of the file over their rows (safe to repeat): each as the file's last line for its
     chat and id says, a forgotten one's row deleted; a reading is left to the next bot that starts (no
     owner). A line that is not an upload is skipped, counted and logged with its number."""
     parsed = parse_numbered(read_text_sync(path) or "", path, Upload.from_json, "an upload")
-    copied = CopiedUploads(skipped_lines=len(parsed.skipped))
+    copied = CopiedRecords(skipped_lines=len(parsed.skipped))
     uploads = {upload.key: upload for upload in parsed.records}
     if not uploads:
         return copied
@@ -163,7 +156,7 @@ async def copy_uploads_file(database: Database, path: Path) -> CopiedUploads:
         await connection.executemany(
             _INSERT + f" ON CONFLICT (session_id, id) DO UPDATE SET {updated}", [_values(u, None) for u in live]
         )
-    copied.uploads, copied.forgotten = len(live), len(forgotten)
+    copied.records, copied.forgotten = len(live), len(forgotten)
     return copied
 
 

@@ -66,14 +66,14 @@ async def migrate_workspace(workspace: Workspace, database: Database) -> Copied:
 
 async def _uploads(workspace: Workspace, database: Database, copied: Copied) -> None:
     uploads = await copy_uploads_file(database, workspace.uploads_file)
-    copied.add("documents sent in chats", uploads.uploads)
+    copied.add("documents sent in chats", uploads.records)
     copied.add("documents sent in chats forgotten", uploads.forgotten)
     copied.add("upload lines that are not uploads (skipped; see the log)", uploads.skipped_lines)
 
 
 async def _rag_journal(workspace: Workspace, database: Database, copied: Copied) -> None:
     journal = await copy_journal_file(database, workspace.rag_journal_file)
-    copied.add("knowledge graph documents", journal.documents)
+    copied.add("knowledge graph documents", journal.records)
     copied.add("knowledge graph documents forgotten", journal.forgotten)
     copied.add("journal lines that are not documents (skipped; see the log)", journal.skipped_lines)
 

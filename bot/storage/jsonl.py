@@ -51,6 +51,16 @@ class NumberedLines(Generic[T]):
     skipped: list[tuple[int, str]] = field(default_factory=list)
 
 
+@dataclass
+class CopiedRecords:
+    """What copying a JSONL file's records into a table did (`bot migrate`): records written, forgotten
+    ones whose rows were deleted, lines that are not records skipped."""
+
+    records: int = 0
+    forgotten: int = 0
+    skipped_lines: int = 0
+
+
 def parse_numbered(text: str, source: Path, parse: Callable[[dict[str, Any]], T], what: str) -> NumberedLines[T]:
     """The record `parse` makes of each line of `text` (a JSON object each). A line that is not a JSON
     object, or that `parse` refuses (`KeyError`, `TypeError`, `ValueError`), is logged with its number as
