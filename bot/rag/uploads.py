@@ -18,6 +18,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 
 from bot.channels.base import Channel, FileUnavailable
 from bot.clock import Clock
@@ -80,27 +81,38 @@ class DocumentReader:
         upload_id = "file_" + hashlib.sha256(data).hexdigest()[:12]
         at = self._clock.now()
         upload = Upload(upload_id, name, inbound.session_id, inbound.channel_type, inbound.chat_id, [], at.isoformat())
-        parts = parts_of(text)
+        try:
+            read = await self._queue(upload, parts_of(text), at, channel)
+        except OSError as error:  # the record refused: whatever was queued is indexed, and found if sent again
+            log.error("[RAG] Could not record the reading of %s for %s: %s", name, inbound.session_id, error)
+            await channel.send_text(inbound.chat_id, f"I couldn't keep {name}: my storage failed. Send it again later.")
+            return
+        if read:
+            log.info("[RAG] Reading %s (%s, %d chars) in %d parts for %s", name, upload_id, len(text),
+                     len(upload.parts), inbound.session_id)  # fmt: skip
+            self._watch(upload, channel)
+
+    async def _queue(self, upload: Upload, parts: list[str], at: datetime, channel: Channel) -> bool:
+        """Queue the parts of a new upload and record it, with its progress message; False (and the chat
+        told) when the chat has it already."""
         async with self._records.claim(upload) as claim:
             known = claim.known
             if known is not None:
                 done = "am reading" if known.status == READING else "have read"
                 reply = f"I {done} {known.name} already ({plural(len(known.parts), 'part')}, id {known.id})."
-                await channel.send_text(inbound.chat_id, reply)
-                return
+                await channel.send_text(upload.chat_id, reply)
+                return False
             # Queued before the upload is recorded: a crash in between leaves parts that are indexed
             # anyway, and the same file sent again finds them queued (never twice).
             for number, part in enumerate(parts, start=1):
-                header = f"Document {name} (sent in chat {inbound.session_id}), part {number} of {len(parts)}:"
+                header = f"Document {upload.name} (sent in chat {upload.session_id}), part {number} of {len(parts)}:"
                 doc = await self._rag.enqueue_part(
-                    self._config(), inbound.session_id, f"{upload_id}_{number:03d}", f"{header}\n{part}", at
+                    self._config(), upload.session_id, f"{upload.id}_{number:03d}", f"{header}\n{part}", at
                 )
                 upload.parts.append(doc.id)
-            upload.progress_message_id = await channel.send_text(inbound.chat_id, self._progress(upload, 0))
+            upload.progress_message_id = await channel.send_text(upload.chat_id, self._progress(upload, 0))
             await claim.keep(upload)
-        log.info("[RAG] Reading %s (%s, %d chars) in %d parts for %s", name, upload_id, len(text), len(parts),
-                 inbound.session_id)  # fmt: skip
-        self._watch(upload, channel)
+            return True
 
     async def resume(self, channels: dict[str, Channel]) -> None:
         """At start: go on watching the readings a stop interrupted (their parts are queued), and with a

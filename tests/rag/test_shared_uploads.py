@@ -172,6 +172,17 @@ async def test_a_reading_left_by_a_replica_that_died_is_watched_to_its_end_by_on
     assert await other.reader.adopt() == []
 
 
+async def test_a_document_the_database_cannot_record_is_answered_with_why(
+    replicas: Replicas, lightrag_server: FakeLightRagServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel = RecordingChannel()
+    a = await replicas.start(lightrag_server.url, channel)
+    await a.database.close()  # the database is out of reach
+    await a.reader.accept(channel.document(CHAT, "report.txt", REPORT.encode()), channel)
+    assert channel.sent[CHAT] == ["I couldn't keep report.txt: my storage failed. Send it again later."]
+    assert "[RAG] Could not record the reading of report.txt for test:7" in caplog.text
+
+
 async def test_migrate_then_export_give_back_the_uploads_file(
     database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
