@@ -52,9 +52,13 @@ class Upload:
     def from_json(cls, record: dict[str, Any]) -> Upload:
         """An upload from its JSON line; `TypeError` or `ValueError` when the line is not one."""
         upload = cls(**record)
-        texts = (upload.id, upload.name, upload.session_id, upload.channel_type, upload.chat_id, upload.created_at)
-        if not all(isinstance(text, str) for text in texts) or not isinstance(upload.parts, list):
-            raise ValueError("a field has the wrong type")
+        texts = [upload.id, upload.name, upload.session_id, upload.channel_type, upload.chat_id, upload.created_at]
+        if not isinstance(upload.parts, list) or not isinstance(upload.problems, list):
+            raise ValueError("parts and problems are lists")
+        if not all(isinstance(text, str) for text in [*texts, *upload.parts, *upload.problems]):
+            raise ValueError("a field of text holds something else")
+        if not isinstance(upload.progress_message_id, str | None):
+            raise ValueError("progress_message_id is not text")
         if upload.status not in (READING, DONE, INCOMPLETE, FORGOTTEN):
             raise ValueError(f"unknown status {upload.status!r}")
         return upload

@@ -280,10 +280,11 @@ async def test_a_reading_one_bot_left_when_it_stopped_is_finished_listed_and_for
             await second.stop()
 
 
-def test_an_upload_line_is_read_back_as_written() -> None:
+def test_an_upload_line_is_read_back_and_one_with_a_field_of_the_wrong_kind_is_refused() -> None:
     upload = Upload("file_aaa", "notes.md", "telegram:1", "telegram", "1", ["file_aaa_001"], "2026-05-01", "3")
     assert Upload.from_json(upload.to_json()) == upload
-    for bad in ({**upload.to_json(), "parts": "file_aaa_001"}, {**upload.to_json(), "status": "lost"}):
+    line = upload.to_json()
+    for bad in ({**line, "parts": "file_aaa_001"}, {**line, "problems": [3]}, {**line, "status": "lost"}):
         with pytest.raises(ValueError):
             Upload.from_json(bad)
     with pytest.raises(TypeError):
