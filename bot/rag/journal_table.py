@@ -250,6 +250,12 @@ class RagJournalTable:
         )
         return _document(rows[0]) if rows else None
 
+    async def statuses(self, doc_ids: list[str]) -> dict[str, str]:
+        rows = await self._database.fetch(
+            "SELECT id, status FROM rag_documents WHERE id = ANY($1::text[]) AND status <> 'forgotten'", doc_ids
+        )
+        return {str(row["id"]): str(row["status"]) for row in rows}
+
     async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
         wanted = sorted(set(message_ids))
         if not wanted and not session_id:

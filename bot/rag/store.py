@@ -106,6 +106,11 @@ class RagJournal(Protocol):
 
     async def get(self, doc_id: str) -> RagDocument | None: ...
 
+    async def statuses(self, doc_ids: list[str]) -> dict[str, str]:
+        """The state of each of `doc_ids` that is not forgotten, in one read (a document's reading follows
+        its parts so)."""
+        ...
+
     async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
         """Live documents that carry any of `message_ids`, or (with `session_id`) all of one chat's."""
         ...
@@ -237,6 +242,10 @@ class RagDocumentStore:
 
     async def get(self, doc_id: str) -> RagDocument | None:
         return (await self._loaded()).get(doc_id)
+
+    async def statuses(self, doc_ids: list[str]) -> dict[str, str]:
+        docs = await self._loaded()
+        return {doc_id: doc.status for doc_id in doc_ids if (doc := docs.get(doc_id)) and doc.status != "forgotten"}
 
     async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
         """Live documents that carry any of `message_ids`, or (with `session_id`) all of one chat's."""

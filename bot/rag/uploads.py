@@ -148,9 +148,8 @@ class DocumentReader:
                 if current is None or current.status != READING:
                     return
                 upload = current
-                statuses = [
-                    doc.status if (doc := await self._rag.store.get(part)) else "forgotten" for part in upload.parts
-                ]
+                known = await self._rag.store.statuses(upload.parts)
+                statuses = [known.get(part, "forgotten") for part in upload.parts]
                 indexed = statuses.count("indexed")
                 settled = all(status != "queued" for status in statuses)
                 if settled:

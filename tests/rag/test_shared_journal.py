@@ -418,3 +418,25 @@ async def test_a_memory_forgotten_through_one_bot_leaves_the_graph_the_other_bot
     finally:
         for bot in bots:
             await bot.stop()
+
+
+async def test_the_states_of_many_documents_are_read_at_once_on_either_journal(
+    replicas: Replicas, lightrag_server: HeldLightRagServer, tmp_path: Path
+) -> None:
+    config = config_for(lightrag_server)
+    on_files = RagService(
+        RagDocumentStore(tmp_path / "documents.jsonl"), LightRagServerBackend(lambda: config.rag, None),
+        lambda: config, TokenEstimator(),
+    )  # fmt: skip
+    (on_table, _) = await replicas.start()
+    try:
+        for rag in (on_files, on_table):
+            indexed = await exchange(rag, "Marta lives in Lisbon.", ["u1"])
+            assert await rag.flush() == 1
+            forgotten = await exchange(rag, "The boiler was serviced in May.", ["u2"], 1)
+            await rag.forget_documents([forgotten])
+            queued = await exchange(rag, "The plumber is called Rui.", ["u3"], 2)
+            asked = [queued, "conv_unknown", indexed, forgotten]
+            assert await rag.store.statuses(asked) == {queued: "queued", indexed: "indexed"}
+    finally:
+        await on_files.close()
