@@ -141,6 +141,7 @@ class DocumentReader:
 
     async def _follow(self, upload: Upload, channel: Channel) -> None:
         shown = 0  # the progress message starts at "0 of N"
+        failing = False
         while True:
             try:
                 # Read again each time: another replica may have forgotten it.
@@ -163,8 +164,11 @@ class DocumentReader:
                     await self._show(upload, channel, self._progress(upload, indexed))
                 if settled:
                     return
+                failing = False
             except OSError as error:  # the record or the queue out of reach: asked again on the next round
-                log.warning("[RAG] Could not follow the reading of %s: %s", upload.name, error)
+                if not failing:
+                    log.warning("[RAG] Could not follow the reading of %s (trying again): %s", upload.name, error)
+                failing = True
             await asyncio.sleep(WATCH_SECONDS)
 
     def _progress(self, upload: Upload, indexed: int) -> str:

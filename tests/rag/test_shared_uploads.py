@@ -183,6 +183,20 @@ async def test_a_document_the_database_cannot_record_is_answered_with_why(
     assert "[RAG] Could not record the reading of report.txt for test:7" in caplog.text
 
 
+async def test_a_reading_whose_database_is_out_of_reach_is_followed_on_with_one_warning(
+    replicas: Replicas, lightrag_server: FakeLightRagServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel = RecordingChannel()
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    a = await replicas.start(unreachable, channel)
+    await a.reader.accept(channel.document(CHAT, "report.txt", REPORT.encode()), channel)
+    caplog.set_level(logging.WARNING)
+    await a.database.close()
+    await asyncio.sleep(1.2)  # two rounds and more
+    assert caplog.text.count("[RAG] Could not follow the reading of report.txt (trying again)") == 1
+    assert channel.sent[CHAT] == ["Reading report.txt: 0 of 3 parts"]
+
+
 async def test_migrate_then_export_give_back_the_uploads_file(
     database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
