@@ -117,6 +117,7 @@ class UploadFile:
         self._uploads: dict[tuple[str, str], Upload] | None = None
         self._kept_lines: list[str] = []
         self._lock = asyncio.Lock()
+        self._load_lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
     async def claim(self, upload: Upload) -> AsyncIterator[UploadClaim]:
@@ -157,15 +158,13 @@ class UploadFile:
         return [upload for upload in uploads if upload.status == READING and upload.channel_type in channel_types]
 
     async def _loaded(self) -> dict[tuple[str, str], Upload]:
-        if self._uploads is None:
-            text = await asyncio.to_thread(read_text_sync, self._path)
-            uploads: dict[tuple[str, str], Upload] = {}
-            parsed = parse_numbered(text or "", self._path, Upload.from_json, "an upload")
-            for upload in parsed.records:
-                uploads[upload.key] = upload
-            self._kept_lines = [line for _, line in parsed.skipped]
-            self._uploads = uploads
-        return self._uploads
+        async with self._load_lock:  # one read, however many ask at once (a document may come during `adopt`)
+            if self._uploads is None:
+                text = await asyncio.to_thread(read_text_sync, self._path)
+                parsed = parse_numbered(text or "", self._path, Upload.from_json, "an upload")
+                self._kept_lines = [line for _, line in parsed.skipped]
+                self._uploads = {upload.key: upload for upload in parsed.records}
+            return self._uploads
 
     async def _put(self, upload: Upload) -> None:
         (await self._loaded())[upload.key] = upload
