@@ -2,7 +2,8 @@
 
 `POST /documents/text` (then `GET /documents/track_status/{track_id}` until processed),
 `POST /query/data` for structured context (`POST /query` with `only_need_context` on servers
-without it), `DELETE /documents/delete_document`, `GET /health`. The API key goes in `X-API-Key`;
+without it), `DELETE /documents/delete_document`, `GET /graphs` and `GET /graph/label/list` for the
+console's drawing, `GET /health`. The API key goes in `X-API-Key`;
 the LightRAG workspace of each call (one per chat with `memory.scope: chat`) in `LIGHTRAG-WORKSPACE`.
 The server names documents itself, so the id it gave is kept with each document: a forget deletes that id.
 """
@@ -16,12 +17,14 @@ import re
 import time
 from collections.abc import Callable, Collection
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 
-from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
+from bot.rag.backend import GraphView, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.embedded import snippets_from_data
+from bot.rag.graph_view import view_of
 from bot.settings import RagConfig
 
 log = logging.getLogger(__name__)
@@ -244,6 +247,20 @@ class LightRagServerBackend:
         ]
         await self.delete(workspace, found)
         return found
+
+    async def graph(self, workspace: str, max_entities: int) -> GraphView:
+        """The server's most connected entities (`label=*`) and the relations between them; its labels are
+        listed only when the graph holds more than is drawn (to count them). The server serves no chunk's
+        text: each entity names the documents it was drawn from instead."""
+        query = urlencode({"label": "*", "max_depth": 1, "max_nodes": max_entities})
+        drawn = await self._call("GET", f"/graphs?{query}", workspace)
+        if not isinstance(drawn, dict):
+            raise RagBackendError(f"GET /graphs: the answer is not a graph: {str(drawn)[:200]}")
+        total = 0
+        if drawn.get("is_truncated"):
+            labels = await self._call("GET", "/graph/label/list", workspace)
+            total = len(labels) if isinstance(labels, list) else 0
+        return view_of(drawn, total)
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself
