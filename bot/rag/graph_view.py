@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bot.rag.backend import GraphEntity, GraphRelation, GraphView
-from bot.rag.documents import RagDocument
+from bot.rag.documents import EXCHANGE_HEADER, RagDocument
 
 # LightRAG joins the several values of one property (descriptions, chunk ids, document names) with this.
 SEPARATOR = "<SEP>"
@@ -91,13 +91,19 @@ def merged(views: Sequence[GraphView], max_entities: int) -> GraphView:
 
 def with_journal_sources(view: GraphView, documents: Iterable[RagDocument]) -> GraphView:
     """`view` with the sources its backend could not read (a LightRAG server serves no chunk's text) taken from
-    the bot's own journal: the text of each exchange or part sent in the documents an entity names."""
+    the bot's own journal: the text of each exchange or part sent in the documents an entity names. The journal
+    keeps an indexed exchange's text only while a batch shares it; one indexed alone is named by its chat and
+    date."""
     texts: dict[str, list[str]] = defaultdict(list)
     for doc in documents:
-        if doc.status != "indexed" or not doc.text:
+        if doc.status != "indexed":
             continue
+        text = doc.text or (
+            f"{EXCHANGE_HEADER}{doc.session_id} on {doc.created_at[:16].replace('T', ' ')} "
+            "(its text is kept in the graph's backend alone)"
+        )
         for name in dict.fromkeys([doc.id, *doc.tried_as, *([doc.backend_id] if doc.backend_id else [])]):
-            texts[name].append(doc.text)
+            texts[name].append(text)
     entities = []
     for entity in view.entities:
         if not entity.sources and entity.documents:
