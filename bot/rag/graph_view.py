@@ -57,7 +57,7 @@ def view_of(knowledge_graph: Mapping[str, Any], total: int, chunks: Mapping[str,
         GraphRelation(
             source=str(edge.get("source", "")),
             target=str(edge.get("target", "")),
-            description=" ".join(split_joined((edge.get("properties") or {}).get("description"))),
+            description="; ".join(split_joined((edge.get("properties") or {}).get("description"))),
             keywords=str((edge.get("properties") or {}).get("keywords") or ""),
         )
         for edge in knowledge_graph.get("edges") or []
