@@ -190,12 +190,16 @@ class RagJournalTable:
                 doc.status, doc.text = "forgotten", ""
         return forgotten
 
-    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> list[RagDocument]:
         docs = [count_failure(doc, error, config) for doc in failed]
         if not docs:
-            return
+            return []
         ids = [doc.id for doc in docs]
         async with self._database.transaction() as connection:
+            rows = await connection.fetch(
+                "SELECT id FROM rag_documents WHERE id = ANY($1::text[]) AND claimed_by = $2 AND status = 'forgotten'",
+                ids, self._owner,
+            )  # fmt: skip
             await connection.execute(
                 "UPDATE rag_documents AS d SET attempts = t.attempts, next_attempt_at = t.next_attempt_at,"
                 " status = t.status, last_error = $5, claimed_by = NULL, claim_until = NULL"
@@ -206,6 +210,11 @@ class RagJournalTable:
                 [doc.status for doc in docs], docs[0].last_error, self._owner,
             )  # fmt: skip
             await _let_go(connection, ids, self._owner)
+        forgotten = {str(row["id"]) for row in rows}
+        for doc in docs:
+            if doc.id in forgotten:
+                doc.status, doc.text = "forgotten", ""
+        return [doc for doc in docs if doc.id in forgotten]
 
     async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
         ids = list(doc_ids)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.context.estimator import TokenEstimator
-from bot.rag.backend import GraphView, QueryMode, RagBackend, RagQuery, RagSnippet
+from bot.rag.backend import GraphView, QueryMode, RagBackend, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import (
     RagDocument,
     batch_document,
@@ -262,7 +262,7 @@ class RagService:
             else:
                 reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             self.last_error = reason
-            await self._store.mark_failed(docs, reason, config)
+            forgotten = await self._store.mark_failed(docs, reason, config)
             attempts = max(doc.attempts for doc in docs)
             given_up = [doc.id for doc in docs if doc.status == "failed"]
             log.warning(
@@ -270,6 +270,8 @@ class RagService:
                 len(docs), workspace, attempts, reason,
                 f"; gave up on {', '.join(given_up)}" if given_up else "; will retry with backoff",
             )  # fmt: skip
+            if forgotten:
+                await self._delete_forgotten_while_tried(forgotten)
             return 0
         for document, members in zip(documents, packed, strict=True):
             for doc in members:
@@ -343,6 +345,19 @@ class RagService:
             if workspace_names:
                 deleted.update(await self._backend.delete_named(workspace, workspace_names, deleted))
         return await self._store.requeue_indexed_in(deleted)
+
+    async def _delete_forgotten_while_tried(self, forgotten: list[RagDocument]) -> None:
+        """Forgotten by another process while this one's insert of them failed: a backend whose wait ran out
+        may hold them all the same (the forget, earlier, found nothing yet), so the names they were sent
+        under are deleted now, and their batches' other exchanges are queued again by that delete."""
+        ids = ", ".join(doc.id for doc in forgotten)
+        log.info(
+            "[RAG] %d documents were forgotten while an insert of them failed; deleting them: %s", len(forgotten), ids
+        )
+        try:
+            await self._index_again(await self._delete_from_graph([], forgotten), {doc.id for doc in forgotten})
+        except RagBackendError as error:
+            log.warning("[RAG] The graph may still hold %s, forgotten while being indexed: %s", ids, error)
 
     async def _index_again(self, requeued: list[RagDocument], forgotten: set[str]) -> None:
         """Index at once the exchanges queued again after their batch's document was deleted, but the

@@ -89,8 +89,10 @@ class RagJournal(Protocol):
         being indexed (by another process), whose backend documents must be deleted again."""
         ...
 
-    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
-        """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside."""
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> list[RagDocument]:
+        """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside.
+        Returns those forgotten while they were being tried (by another process): the backend may have their
+        text all the same, so the names they were sent under must be deleted."""
         ...
 
     async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
@@ -198,11 +200,12 @@ class RagDocumentStore:
             await self._maybe_compact()
             return []
 
-    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> list[RagDocument]:
         """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside."""
         async with self._lock:
             changed = [count_failure(doc, error, config) for doc in failed]
             await self._append(changed, with_text=False)
+            return []
 
     async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
         """Mark documents forgotten and rewrite the journal without their text; returns the ones known."""

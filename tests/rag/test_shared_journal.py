@@ -4,8 +4,8 @@ Two replicas, each a `RagService` on its own connection to one database and a Li
 one, over HTTP): what one indexed, the other finds and forgets (a memory forgotten through `/memory forget`
 on one bot too); a queued exchange is indexed once when both flush together; the claim of a replica that
 hangs is taken over once its lease ran out, that of one that died at once; an exchange forgotten while
-another replica indexes it leaves the graph all the same; and `bot migrate` then `bot export` give the
-journal file back as it was.
+another replica indexes it leaves the graph all the same, even when that insert's wait runs out; and
+`bot migrate` then `bot export` give the journal file back as it was.
 """
 
 from __future__ import annotations
@@ -283,6 +283,29 @@ async def test_an_insert_that_timed_out_on_one_replica_is_deleted_on_the_server_
     assert await b.forget_documents(await b.documents_for_messages(["u1"])) == [secret]
     assert lightrag_server.deleted == [server_id]
     assert lightrag_server.documents["chat_test_1"] == {}
+    assert await texts_in_table(database) == {}
+
+
+async def test_an_exchange_forgotten_before_the_server_had_it_leaves_the_graph_when_the_insert_times_out(
+    replicas: Replicas, lightrag_server: HeldLightRagServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # B's forget finds nothing on the server (A's insert has not reached it); the server then takes the text,
+    # and A stops waiting for it: A deletes it.
+    lightrag_server.hold_processing = True
+    (a, database), (b, _) = await replicas.start(insertTimeoutSeconds=0.5), await replicas.start()
+    secret = await exchange(a, "My diary password is Tulip-88.", ["u1"])
+    lightrag_server.gate.clear()
+    flushing = asyncio.create_task(a.flush())
+    await asyncio.wait_for(lightrag_server.inserting.wait(), 10)
+    assert await b.forget_documents(await b.documents_for_messages(["u1"])) == [secret]
+    assert lightrag_server.deleted == []
+
+    caplog.set_level(logging.INFO)
+    lightrag_server.gate.set()
+    assert await asyncio.wait_for(flushing, 10) == 0
+    assert "1 documents were forgotten while an insert of them failed" in caplog.text
+    assert lightrag_server.documents["chat_test_1"] == {}
+    assert len(lightrag_server.deleted) == 1
     assert await texts_in_table(database) == {}
 
 
