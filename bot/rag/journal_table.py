@@ -84,22 +84,24 @@ class RagJournalTable:
     async def due(self, now: float, limit: int) -> list[RagDocument]:
         async with self._database.transaction() as connection:
             await self._end_claims_of_gone_processes(connection)
-            gone = await connection.fetch(
-                "DELETE FROM rag_documents WHERE status = 'forgotten' AND (claim_until IS NULL OR claim_until < now())"
-                " RETURNING id"
-            )
-            if gone:
-                log.warning(
-                    "[RAG] %d documents were forgotten while a process that is gone indexed them: %s; if it "
-                    "inserted them first, the graph still holds them",
-                    len(gone), ", ".join(str(row["id"]) for row in gone),
-                )  # fmt: skip
             rows = await connection.fetch(
                 "WITH picked AS (SELECT id FROM rag_documents WHERE status = 'queued' AND next_attempt_at <= $1"
                 " AND (claim_until IS NULL OR claim_until < now()) ORDER BY position LIMIT $2 FOR UPDATE SKIP LOCKED)"
                 " UPDATE rag_documents AS d SET claimed_by = $3, claim_until = now() + make_interval(secs => $4)"
                 f" FROM picked WHERE d.id = picked.id RETURNING d.position, {_qualified('d')}",
                 now, limit, self._owner, self._lease_seconds(),
+            )  # fmt: skip
+        return _in_order(rows)
+
+    async def left_behind(self) -> list[RagDocument]:
+        async with self._database.transaction() as connection:
+            await self._end_claims_of_gone_processes(connection)
+            rows = await connection.fetch(
+                "WITH picked AS (SELECT id FROM rag_documents WHERE status = 'forgotten'"
+                " AND (claim_until IS NULL OR claim_until < now()) ORDER BY position FOR UPDATE SKIP LOCKED)"
+                " UPDATE rag_documents AS d SET claimed_by = $1, claim_until = now() + make_interval(secs => $2)"
+                f" FROM picked WHERE d.id = picked.id RETURNING d.position, {_qualified('d')}",
+                self._owner, self._lease_seconds(),
             )  # fmt: skip
         return _in_order(rows)
 
@@ -172,7 +174,9 @@ class RagJournalTable:
                 # Forgotten meanwhile (its row left without text for this process, or deleted once this claim had
                 # run out), or taken by another process after this claim ran out (that one indexes it).
                 await _let_go(connection, unmarked, self._owner)
-                found = await connection.fetch("SELECT id FROM rag_documents WHERE id = ANY($1::text[])", unmarked)
+                found = await connection.fetch(
+                    "SELECT id FROM rag_documents WHERE id = ANY($1::text[]) AND status <> 'forgotten'", unmarked
+                )
                 still_there = {str(row["id"]) for row in found}
             forgotten = [doc for doc in docs if doc.id not in marked and doc.id not in still_there]
             taken = [doc.id for doc in docs if doc.id in still_there]
@@ -190,16 +194,12 @@ class RagJournalTable:
                 doc.status, doc.text = "forgotten", ""
         return forgotten
 
-    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> list[RagDocument]:
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
         docs = [count_failure(doc, error, config) for doc in failed]
         if not docs:
-            return []
+            return
         ids = [doc.id for doc in docs]
         async with self._database.transaction() as connection:
-            rows = await connection.fetch(
-                "SELECT id FROM rag_documents WHERE id = ANY($1::text[]) AND claimed_by = $2 AND status = 'forgotten'",
-                ids, self._owner,
-            )  # fmt: skip
             await connection.execute(
                 "UPDATE rag_documents AS d SET attempts = t.attempts, next_attempt_at = t.next_attempt_at,"
                 " status = t.status, last_error = $5, claimed_by = NULL, claim_until = NULL"
@@ -210,11 +210,6 @@ class RagJournalTable:
                 [doc.status for doc in docs], docs[0].last_error, self._owner,
             )  # fmt: skip
             await _let_go(connection, ids, self._owner)
-        forgotten = {str(row["id"]) for row in rows}
-        for doc in docs:
-            if doc.id in forgotten:
-                doc.status, doc.text = "forgotten", ""
-        return [doc for doc in docs if doc.id in forgotten]
 
     async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
         ids = list(doc_ids)
@@ -288,10 +283,14 @@ class RagJournalTable:
 
 
 async def _let_go(connection: Any, ids: list[str], owner: str) -> None:
-    """Release `owner`'s claims of `ids`; those forgotten meanwhile go now."""
+    """Release `owner`'s claims of `ids`. Those forgotten meanwhile and never sent to the graph go now; those
+    sent may be in the graph all the same (an insert whose wait ran out), so their rows stay, without text and
+    unclaimed, for the next flush of any process to delete what the graph holds under their names."""
     await connection.execute(
-        "DELETE FROM rag_documents WHERE id = ANY($1::text[]) AND claimed_by = $2 AND status = 'forgotten'", ids, owner
-    )
+        "DELETE FROM rag_documents WHERE id = ANY($1::text[]) AND claimed_by = $2 AND status = 'forgotten'"
+        " AND cardinality(tried_as) = 0",
+        ids, owner,
+    )  # fmt: skip
     await connection.execute(
         "UPDATE rag_documents SET claimed_by = NULL, claim_until = NULL WHERE id = ANY($1::text[]) AND claimed_by = $2",
         ids, owner,

@@ -209,6 +209,7 @@ class RagService:
         if not config.enabled:
             return 0
         async with self._mutation_lock:
+            await self._delete_left_behind()
             return await self._index_packed(await self._store.due(time.time(), MAX_DOCUMENTS_PACKED), full_only)
 
     async def _index_packed(self, due: list[RagDocument], full_only: bool) -> int:
@@ -262,7 +263,7 @@ class RagService:
             else:
                 reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             self.last_error = reason
-            forgotten = await self._store.mark_failed(docs, reason, config)
+            await self._store.mark_failed(docs, reason, config)
             attempts = max(doc.attempts for doc in docs)
             given_up = [doc.id for doc in docs if doc.status == "failed"]
             log.warning(
@@ -270,8 +271,8 @@ class RagService:
                 len(docs), workspace, attempts, reason,
                 f"; gave up on {', '.join(given_up)}" if given_up else "; will retry with backoff",
             )  # fmt: skip
-            if forgotten:
-                await self._delete_forgotten_while_tried(forgotten)
+            # Any forgotten by another process meanwhile: the backend may hold them though this wait failed.
+            await self._delete_left_behind()
             return 0
         for document, members in zip(documents, packed, strict=True):
             for doc in members:
@@ -284,6 +285,7 @@ class RagService:
             # Forgotten by another process while this one indexed them: out of the graph again at once.
             log.info("[RAG] %d documents were forgotten while being indexed; deleting them again", len(forgotten))
             await self._index_again(await self._delete_from_graph(forgotten, forgotten), {doc.id for doc in forgotten})
+            await self._store.forget([doc.id for doc in forgotten])
         return len(docs) - len(forgotten)
 
     async def flush_all(self, max_seconds: float | None = None, full_only: bool = False) -> int:
@@ -346,18 +348,23 @@ class RagService:
                 deleted.update(await self._backend.delete_named(workspace, workspace_names, deleted))
         return await self._store.requeue_indexed_in(deleted)
 
-    async def _delete_forgotten_while_tried(self, forgotten: list[RagDocument]) -> None:
-        """Forgotten by another process while this one's insert of them failed: a backend whose wait ran out
-        may hold them all the same (the forget, earlier, found nothing yet), so the names they were sent
-        under are deleted now, and their batches' other exchanges are queued again by that delete."""
-        ids = ", ".join(doc.id for doc in forgotten)
-        log.info(
-            "[RAG] %d documents were forgotten while an insert of them failed; deleting them: %s", len(forgotten), ids
-        )
+    async def _delete_left_behind(self) -> None:
+        """Delete from the graph the forgotten documents a process was sending to it at the time of the forget
+        (its insert failed, ran out of time, hung or died: the backend may have taken the text after the forget
+        looked for it), then drop their rows; a graph that cannot delete now is tried again once the claim
+        `left_behind` made has run out."""
+        left = await self._store.left_behind()
+        if not left:
+            return
+        ids = ", ".join(doc.id for doc in left)
+        log.info("[RAG] Deleting %d documents forgotten while being sent to the graph: %s", len(left), ids)
         try:
-            await self._index_again(await self._delete_from_graph([], forgotten), {doc.id for doc in forgotten})
+            requeued = await self._delete_from_graph([], left)
         except RagBackendError as error:
             log.warning("[RAG] The graph may still hold %s, forgotten while being indexed: %s", ids, error)
+            return
+        await self._store.forget([doc.id for doc in left])
+        await self._index_again(requeued, {doc.id for doc in left})
 
     async def _index_again(self, requeued: list[RagDocument], forgotten: set[str]) -> None:
         """Index at once the exchanges queued again after their batch's document was deleted, but the

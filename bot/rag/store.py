@@ -70,6 +70,12 @@ class RagJournal(Protocol):
         """Queued documents whose retry time has come, oldest first, claimed for this process."""
         ...
 
+    async def left_behind(self) -> list[RagDocument]:
+        """Forgotten documents whose rows were kept because a process was sending them to the graph then (it
+        failed, ran out of time, hung or died), claimed for this process: the graph may hold them under the
+        names they were sent in (`tried_as`); once those are deleted, `forget` drops the rows."""
+        ...
+
     async def renew_claims(self, docs: list[RagDocument]) -> list[RagDocument]:
         """The documents of `docs` still claimed by this process (still queued), each claim made to last
         one more insert; called just before they go to the backend."""
@@ -89,10 +95,8 @@ class RagJournal(Protocol):
         being indexed (by another process), whose backend documents must be deleted again."""
         ...
 
-    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> list[RagDocument]:
-        """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside.
-        Returns those forgotten while they were being tried (by another process): the backend may have their
-        text all the same, so the names they were sent under must be deleted."""
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
+        """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside."""
         ...
 
     async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
@@ -179,6 +183,10 @@ class RagDocumentStore:
         ready = [d for d in docs.values() if d.status == "queued" and d.next_attempt_at <= now]
         return ready[:limit]
 
+    async def left_behind(self) -> list[RagDocument]:
+        """None: one process owns the file, and a forget waits for its inserts (the service's lock)."""
+        return []
+
     async def renew_claims(self, docs: list[RagDocument]) -> list[RagDocument]:
         return list(docs)
 
@@ -200,12 +208,11 @@ class RagDocumentStore:
             await self._maybe_compact()
             return []
 
-    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> list[RagDocument]:
+    async def mark_failed(self, failed: Iterable[RagDocument], error: str, config: RagConfig) -> None:
         """Count a failed try; the next waits longer (doubling), and after `maxAttempts` the document is set aside."""
         async with self._lock:
             changed = [count_failure(doc, error, config) for doc in failed]
             await self._append(changed, with_text=False)
-            return []
 
     async def forget(self, doc_ids: Iterable[str]) -> list[RagDocument]:
         """Mark documents forgotten and rewrite the journal without their text; returns the ones known."""
