@@ -17,7 +17,6 @@ import re
 import time
 from collections.abc import Callable, Collection
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 
@@ -65,13 +64,16 @@ class LightRagServerBackend:
             self._session = aiohttp.ClientSession(headers=headers)
         return self._session
 
-    async def _call(self, method: str, path: str, workspace: str | None, body: Any = None) -> Any:
+    async def _call(
+        self, method: str, path: str, workspace: str | None, body: Any = None, params: dict[str, str] | None = None
+    ) -> Any:
         config = self._config()
         url = config.server_url.rstrip("/") + path
         headers = {"LIGHTRAG-WORKSPACE": workspace} if workspace else {}
         timeout = aiohttp.ClientTimeout(total=config.server_timeout_seconds)
+        request = self._client().request(method, url, json=body, params=params, headers=headers, timeout=timeout)
         try:
-            async with self._client().request(method, url, json=body, headers=headers, timeout=timeout) as response:
+            async with request as response:
                 text = await response.text()
                 if response.status >= 400:
                     raise ServerAnswerError(
@@ -252,8 +254,8 @@ class LightRagServerBackend:
         """The server's most connected entities (`label=*`) and the relations between them; its labels are
         listed only when the graph holds more than is drawn (to count them). The server serves no chunk's
         text: each entity names the documents it was drawn from instead."""
-        query = urlencode({"label": "*", "max_depth": 1, "max_nodes": max_entities})
-        drawn = await self._call("GET", f"/graphs?{query}", workspace)
+        query = {"label": "*", "max_depth": "1", "max_nodes": str(max_entities)}
+        drawn = await self._call("GET", "/graphs", workspace, params=query)
         if not isinstance(drawn, dict):
             raise RagBackendError(f"GET /graphs: the answer is not a graph: {str(drawn)[:200]}")
         total = 0
