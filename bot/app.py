@@ -191,7 +191,7 @@ class Application:
         # Stored items' vectors are made while no message waits for its reply or is being answered.
         memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(
-            reminder_store=stores.reminders, runtime_config_file=workspace.runtime_config_file, clock=clock,
+            reminder_store=stores.reminders, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
             rag=rag.service, tools=tools.registry, commands=commands,
             chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
