@@ -56,7 +56,7 @@ class GraphPage:
     async def data(self, visit: Visit) -> web.StreamResponse:
         try:
             view = await self.rag.graph(MAX_NODES)
-        except (RagBackendError, TimeoutError) as error:
+        except RagBackendError as error:
             reason = str(error) or f"no answer ({type(error).__name__})"
             log.warning("[Console] The knowledge graph could not be read: %s", reason)
             unread = {"nodes": [], "edges": [], "total": 0, "error": f"The knowledge graph could not be read: {reason}"}

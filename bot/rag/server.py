@@ -82,6 +82,11 @@ class LightRagServerBackend:
                 return json.loads(text) if text else None
         except aiohttp.ClientError as error:
             raise RagBackendError(f"{method} {path}: {type(error).__name__}: {error}") from error
+        except TimeoutError as error:
+            # aiohttp's own limit (a caller's wait_for cancels instead): the server took the request and went quiet.
+            raise RagBackendError(
+                f"{method} {path}: no answer within {config.server_timeout_seconds:g} s (rag.serverTimeoutSeconds)"
+            ) from error
         except json.JSONDecodeError as error:
             raise RagBackendError(f"{method} {path}: the answer is not JSON") from error
 

@@ -354,6 +354,25 @@ async def test_the_servers_graph_is_read_most_connected_first_and_a_server_that_
         await backend.close()
 
 
+async def test_a_server_that_takes_a_request_and_goes_quiet_is_a_clear_error_after_its_timeout() -> None:
+    async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)  # the request taken, no answer ever
+        await asyncio.sleep(30)
+
+    listener = await asyncio.start_server(quiet, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    config = RagConfig(server_url=f"http://127.0.0.1:{port}", server_timeout_seconds=0.3)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    try:
+        with pytest.raises(RagBackendError, match=r"GET /graphs: no answer within 0.3 s \(rag.serverTimeoutSeconds\)"):
+            await backend.graph("global", 400)
+        with pytest.raises(RagBackendError, match="DELETE /documents/delete_document: no answer within"):
+            await backend.delete("global", ["conv_a"])
+    finally:
+        await backend.close()
+        listener.close()
+
+
 async def test_every_chats_graph_is_drawn_as_one_with_the_exchanges_each_entity_came_from(
     tmp_path: Path, lightrag_server: FakeLightRagServer
 ) -> None:
