@@ -202,7 +202,7 @@ class Application:
         # The web console's pages go on the listener (when it runs); /console hands out its login links.
         self.traces = pipeline.traces
         self.console = console_install.install(
-            commands, self.listener, config_store, workspace, memory.service, rag.service, planner, pipeline.traces,
+            commands, self.listener, config_store, memory.service, rag.service, planner, pipeline.traces,
             metrics, tools.mcp, router.dispatcher.queue_depths, stores.database,
         )  # fmt: skip
         self._backlog: list[Turn] = []

@@ -34,6 +34,39 @@ class RagSnippet:
     text: str
 
 
+@dataclass(frozen=True)
+class GraphEntity:
+    """An entity of the knowledge graph as the console draws it: its descriptions (LightRAG keeps one per
+    extraction), the text it was drawn from where the backend can read it (`sources`), and the names of the
+    documents it was drawn from (`documents`), by which the bot's journal finds their text otherwise."""
+
+    name: str
+    type: str
+    descriptions: tuple[str, ...]
+    sources: tuple[str, ...] = ()
+    documents: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GraphRelation:
+    """A relation between two entities, with what it says and its keywords."""
+
+    source: str
+    target: str
+    description: str
+    keywords: str
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """The most connected entities of a knowledge graph and the relations between them; `total` counts every
+    entity of the graph, drawn or not."""
+
+    entities: tuple[GraphEntity, ...]
+    relations: tuple[GraphRelation, ...]
+    total: int
+
+
 class RagBackend(Protocol):
     """A LightRAG store. Every call names the LightRAG workspace it acts on (one per chat with
     `memory.scope: chat`), and nothing crosses between workspaces."""
@@ -57,6 +90,11 @@ class RagBackend(Protocol):
         """Remove the documents sent under these names whose backend ids the bot never learned (an insert
         whose wait ran out may have finished in the backend), but those whose id is in `deleted`; a name the
         backend does not hold is skipped. Returns the backend ids deleted."""
+        ...
+
+    async def graph(self, workspace: str, max_entities: int) -> GraphView:
+        """The `max_entities` most connected entities of `workspace`'s graph and the relations between them.
+        Raises `RagBackendError` when the graph cannot be read (a server or a database that does not answer)."""
         ...
 
     async def open(self, workspace: str) -> None:

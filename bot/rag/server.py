@@ -2,7 +2,8 @@
 
 `POST /documents/text` (then `GET /documents/track_status/{track_id}` until processed),
 `POST /query/data` for structured context (`POST /query` with `only_need_context` on servers
-without it), `DELETE /documents/delete_document`, `GET /health`. The API key goes in `X-API-Key`;
+without it), `DELETE /documents/delete_document`, `GET /graphs` and `GET /graph/label/list` for the
+console's drawing, `GET /health`. The API key goes in `X-API-Key`;
 the LightRAG workspace of each call (one per chat with `memory.scope: chat`) in `LIGHTRAG-WORKSPACE`.
 The server names documents itself, so the id it gave is kept with each document: a forget deletes that id.
 """
@@ -19,9 +20,10 @@ from typing import Any
 
 import aiohttp
 
-from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
+from bot.rag.backend import GraphView, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.embedded import snippets_from_data
+from bot.rag.graph_view import view_of
 from bot.settings import RagConfig
 
 log = logging.getLogger(__name__)
@@ -62,13 +64,16 @@ class LightRagServerBackend:
             self._session = aiohttp.ClientSession(headers=headers)
         return self._session
 
-    async def _call(self, method: str, path: str, workspace: str | None, body: Any = None) -> Any:
+    async def _call(
+        self, method: str, path: str, workspace: str | None, body: Any = None, params: dict[str, str] | None = None
+    ) -> Any:
         config = self._config()
         url = config.server_url.rstrip("/") + path
         headers = {"LIGHTRAG-WORKSPACE": workspace} if workspace else {}
         timeout = aiohttp.ClientTimeout(total=config.server_timeout_seconds)
+        request = self._client().request(method, url, json=body, params=params, headers=headers, timeout=timeout)
         try:
-            async with self._client().request(method, url, json=body, headers=headers, timeout=timeout) as response:
+            async with request as response:
                 text = await response.text()
                 if response.status >= 400:
                     raise ServerAnswerError(
@@ -77,6 +82,11 @@ class LightRagServerBackend:
                 return json.loads(text) if text else None
         except aiohttp.ClientError as error:
             raise RagBackendError(f"{method} {path}: {type(error).__name__}: {error}") from error
+        except TimeoutError as error:
+            # aiohttp's own limit (a caller's wait_for cancels instead): the server took the request and went quiet.
+            raise RagBackendError(
+                f"{method} {path}: no answer within {config.server_timeout_seconds:g} s (rag.serverTimeoutSeconds)"
+            ) from error
         except json.JSONDecodeError as error:
             raise RagBackendError(f"{method} {path}: the answer is not JSON") from error
 
@@ -244,6 +254,20 @@ class LightRagServerBackend:
         ]
         await self.delete(workspace, found)
         return found
+
+    async def graph(self, workspace: str, max_entities: int) -> GraphView:
+        """The server's most connected entities (`label=*`) and the relations between them; its labels are
+        listed only when the graph holds more than is drawn (to count them). The server serves no chunk's
+        text: each entity names the documents it was drawn from instead."""
+        query = {"label": "*", "max_depth": "1", "max_nodes": str(max_entities)}
+        drawn = await self._call("GET", "/graphs", workspace, params=query)
+        if not isinstance(drawn, dict):
+            raise RagBackendError(f"GET /graphs: the answer is not a graph: {str(drawn)[:200]}")
+        total = 0
+        if drawn.get("is_truncated"):
+            labels = await self._call("GET", "/graph/label/list", workspace)
+            total = len(labels) if isinstance(labels, list) else 0
+        return view_of(drawn, total)
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself

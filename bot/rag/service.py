@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.context.estimator import TokenEstimator
-from bot.rag.backend import QueryMode, RagBackend, RagBackendError, RagQuery, RagSnippet
+from bot.rag.backend import GraphView, QueryMode, RagBackend, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import (
     RagDocument,
     batch_document,
@@ -36,6 +36,7 @@ from bot.rag.documents import (
     rag_workspace_for,
     worth_indexing,
 )
+from bot.rag.graph_view import merged, with_journal_sources
 from bot.rag.keywords import content_words
 from bot.rag.store import RagJournal
 from bot.rag.tokenizer import OfflineTokenizer
@@ -452,6 +453,18 @@ class RagService:
         query = RagQuery(query_text, chosen, rag.top_k * 2, chunks, rag.tool_max_tokens)
         snippets = await self._backend.query(workspace, query)
         return self.render(snippets, rag.tool_max_tokens, "")
+
+    async def graph(self, max_entities: int) -> GraphView:
+        """Every chat's knowledge graph drawn as one (the console's page): the `max_entities` most connected
+        entities, each with the text it was drawn from (the backend's chunks, else the journal's documents).
+        Raises `RagBackendError` when the backend cannot answer."""
+        views = [
+            await self._backend.graph(workspace, max_entities) for workspace in await self._store.indexed_workspaces()
+        ]
+        view = merged(views, max_entities)
+        if any(not entity.sources and entity.documents for entity in view.entities):
+            view = with_journal_sources(view, await self._store.live())
+        return view
 
     def render(self, snippets: list[RagSnippet], max_tokens: int, header: str) -> str:
         """Facts, then excerpts of past exchanges, added while they fit in `max_tokens`."""

@@ -1,6 +1,7 @@
 """What the console's pages show, over plain HTTP: why a reply said what it said (the plan, the memory
 packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns),
-and the knowledge graph LightRAG really built from a conversation, with a document forgotten from it."""
+and the knowledge graph LightRAG really built from a conversation, with a document forgotten from it, on every
+graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that cannot be read."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import pytest
+
+from bot.console.graph_page import SOURCE_CHARS, sources_of
+from bot.rag.documents import BATCH_SEPARATOR
+from bot.rag.embedded import lightrag_postgres_environment
 from bot.rag.store import RagJournal
 from tests.channels.telegram_harness import OWNER, RunningBot
 from tests.console.helpers import (
@@ -95,6 +102,23 @@ async def say_and_index(bot: RunningBot, fake_telegram: FakeTelegram, text: str)
     return store
 
 
+async def drawn_graph(client: aiohttp.ClientSession, root: str) -> dict[str, Any]:
+    """The graph the page draws (graph.json), checked to show what LightRAG extracted from the Marta exchange:
+    each entity's type and descriptions, the exchange it came from, the relation with what it says."""
+    async with client.get(f"{root}/console/graph.json") as data:
+        assert data.status == 200
+        graph: dict[str, Any] = await data.json()
+    nodes = {node["id"]: node for node in graph["nodes"]}
+    assert {"Marta", "Lisbon"} <= set(nodes) and graph["total"] == len(nodes)
+    assert nodes["Marta"]["type"] == "concept"
+    assert any("Marta lives in Lisbon" in text for text in nodes["Marta"]["descriptions"])
+    assert any("User: My sister Marta lives in Lisbon near the river." in text for text in nodes["Marta"]["sources"])
+    [relation] = [edge for edge in graph["edges"] if {edge["source"], edge["target"]} == {"Marta", "Lisbon"}]
+    assert relation["description"] == "Marta and Lisbon came up together"
+    assert relation["keywords"] == "mentioned together"
+    return graph
+
+
 async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
@@ -107,13 +131,7 @@ async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
         root = root_of(link)
         async with new_client() as client:
             (await log_in(client, link)).release()
-            async with client.get(f"{root}/console/graph.json") as data:
-                graph = await data.json()
-            nodes = {node["id"]: node for node in graph["nodes"]}
-            assert {"Marta", "Lisbon"} <= set(nodes)
-            assert any("Marta lives in Lisbon" in text for text in nodes["Marta"]["descriptions"])
-            assert any("Marta lives in Lisbon" in source for source in nodes["Marta"]["sources"])
-            assert any({edge["source"], edge["target"]} == {"Marta", "Lisbon"} for edge in graph["edges"])
+            await drawn_graph(client, root)
 
             async with client.get(f"{root}/console/graph") as page:
                 text = await page.text()
@@ -198,6 +216,76 @@ async def test_a_document_the_graph_server_will_not_delete_is_said_so_and_stays_
             async with client.post(f"{root}/console/graph/forget", data={"doc": doc.id, "csrf": csrf_of(text)}) as done:
                 assert "Forgotten: 1 document(s)" in await done.text()
             assert server.deleted == [server_id] and await store.live() == []
+    finally:
+        await bot.stop()
+        await server.stop()
+
+
+def test_a_node_shows_the_exchanges_that_name_it_of_the_text_it_came_from() -> None:
+    lisbon = "Conversation in chat telegram:1 on 2026-05-01 09:30 (UTC)\nUser: My sister Marta lives in Lisbon."
+    orion = "Conversation in chat telegram:1 on 2026-05-01 09:31 (UTC)\nUser: Orion Labs moved offices."
+    chunk = lisbon + BATCH_SEPARATOR + orion  # a chunk of a batch of exchanges
+    assert sources_of("Marta", (chunk,)) == [lisbon]
+    assert sources_of("marta", (lisbon, orion)) == [lisbon]  # exchanges from the journal, one a source
+    assert sources_of("Labs", (chunk, orion)) == [orion]
+    assert sources_of("Lisboa", (chunk,)) == [chunk]  # named otherwise by the model: the whole text
+    [long] = sources_of("Marta", ("User: Marta " + "and so on " * 100,))
+    assert len(long) <= SOURCE_CHARS and long.endswith("…")
+
+
+async def test_the_graph_in_postgresql_is_drawn(
+    workspace_dir: Path,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [*lightrag_postgres_environment(database_url), "POSTGRES_WORKSPACE"]:
+        monkeypatch.setenv(name, "")  # put back as it was after the test (the bot sets them from the URL)
+        monkeypatch.delenv(name)
+    fake_openai.set_responder(lightrag_responder)
+    config = {"rag": FAST_RAG, "memory": {"enabled": False}}
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram, config, bot_database_url=database_url)
+    try:
+        await say_and_index(bot, fake_telegram, "My sister Marta lives in Lisbon near the river.")
+        link = await login_link(fake_telegram, OWNER)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            await drawn_graph(client, root_of(link))
+        assert not list((workspace_dir / "rag").rglob("*.graphml"))  # drawn from LightRAG's tables
+    finally:
+        await bot.stop()
+
+
+async def test_the_graph_on_a_lightrag_server_is_drawn_and_one_that_cannot_answer_is_said_so(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.set_responder(lightrag_responder)
+    server = await FakeLightRagServer().start()
+    rag = {**FAST_RAG, "backend": "server", "serverUrl": server.url}
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram, {"rag": rag, "memory": {"enabled": False}})
+    try:
+        await say_and_index(bot, fake_telegram, "My sister Marta lives in Lisbon near the river.")
+        link = await login_link(fake_telegram, OWNER)
+        root = root_of(link)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            # The server serves no chunk's text: a node's sources are the exchanges the bot's journal holds.
+            await drawn_graph(client, root)
+            assert ("GET", "/graphs", "global") in server.requests
+
+            server.graph_error = "the graph storage does not answer"
+            async with client.get(f"{root}/console/graph.json") as data:
+                assert data.status == 503
+                error = (await data.json())["error"]
+            assert error.startswith("The knowledge graph could not be read: GET /graphs")
+            assert "HTTP 500" in error and "the graph storage does not answer" in error
+            await server.stop()
+            async with client.get(f"{root}/console/graph.json") as data:
+                assert data.status == 503
+                assert "could not be read: GET /graphs" in (await data.json())["error"]
+            async with client.get(f"{root}/console/graph") as page:  # the documents are listed all the same
+                assert page.status == 200 and "Documents indexed · 1" in await page.text()
     finally:
         await bot.stop()
         await server.stop()

@@ -83,14 +83,24 @@ document.addEventListener("DOMContentLoaded", async () => {
   const panel = document.getElementById("graph-node");
   if (!svg || !panel) return;
   const response = await fetch("graph.json", { credentials: "same-origin" });
-  const graph = await response.json();
+  const graph = await response.json().catch(() => ({}));
   const width = 800, height = 600;
   let view = { x: 0, y: 0, w: width, h: height };
   const apply = () => svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
   apply();
+  if (!response.ok || !Array.isArray(graph.nodes)) {
+    panel.textContent = graph.error || `The knowledge graph could not be read (HTTP ${response.status}).`;
+    panel.setAttribute("role", "alert");
+    return;
+  }
   if (!graph.nodes.length) {
     panel.textContent = "The graph is empty so far: it grows as conversations and documents are indexed.";
     return;
+  }
+  if (graph.total > graph.nodes.length) {
+    panel.querySelector("p").textContent =
+      `The ${graph.nodes.length} most connected of ${graph.total} entities are drawn. ` +
+      "Select a node to see its descriptions and sources.";
   }
   const links = layout(graph.nodes, graph.edges, width, height);
   // The view fits the drawing, with room for the labels.
