@@ -9,6 +9,8 @@ from typing import Literal, Protocol
 from bot.rag.documents import RagDocument
 
 QueryMode = Literal["naive", "local", "global", "hybrid", "mix"]
+# How many relations away from an entity its neighbourhood reaches.
+NEIGHBOURHOOD_DEPTH = 2
 
 
 class RagBackendError(Exception):
@@ -59,12 +61,15 @@ class GraphRelation:
 
 @dataclass(frozen=True)
 class GraphView:
-    """The most connected entities of a knowledge graph and the relations between them; `total` counts every
-    entity of the graph, drawn or not."""
+    """Entities of a knowledge graph and the relations between them: the most connected of the whole graph, or
+    those nearest one entity (its neighbourhood). `total` counts every entity of the whole graph, drawn or not;
+    of a neighbourhood, those drawn. `truncated`: more entities lie beyond those drawn (of a neighbourhood, within
+    its reach)."""
 
     entities: tuple[GraphEntity, ...]
     relations: tuple[GraphRelation, ...]
     total: int
+    truncated: bool = False
 
 
 class RagBackend(Protocol):
@@ -92,9 +97,17 @@ class RagBackend(Protocol):
         backend does not hold is skipped. Returns the backend ids deleted."""
         ...
 
-    async def graph(self, workspace: str, max_entities: int) -> GraphView:
-        """The `max_entities` most connected entities of `workspace`'s graph and the relations between them.
-        Raises `RagBackendError` when the graph cannot be read (a server or a database that does not answer)."""
+    async def graph(self, workspace: str, max_entities: int, around: str | None = None) -> GraphView:
+        """The `max_entities` most connected entities of `workspace`'s graph and the relations between them; with
+        `around`, that entity and the `max_entities` nearest it within `NEIGHBOURHOOD_DEPTH` relations (an empty
+        view when the graph does not hold it). Raises `RagBackendError` when the graph cannot be read (a server or
+        a database that does not answer)."""
+        ...
+
+    async def search_entities(self, workspace: str, query: str, limit: int) -> list[str]:
+        """The names of `workspace`'s entities that contain `query` (case aside), at most `limit`, the best first
+        (LightRAG's order: the name itself, then names starting with it, then the shortest). Raises
+        `RagBackendError` when the graph cannot be read."""
         ...
 
     async def open(self, workspace: str) -> None:

@@ -62,12 +62,14 @@ def view_of(knowledge_graph: Mapping[str, Any], total: int, chunks: Mapping[str,
         )
         for edge in knowledge_graph.get("edges") or []
     ]
-    return GraphView(tuple(entities), tuple(relations), max(total, len(entities)))
+    truncated = bool(knowledge_graph.get("is_truncated"))
+    return GraphView(tuple(entities), tuple(relations), max(total, len(entities)), truncated)
 
 
-def merged(views: Sequence[GraphView], max_entities: int) -> GraphView:
+def merged(views: Sequence[GraphView], max_entities: int, around: str | None = None) -> GraphView:
     """Several chats' graphs drawn as one: an entity of several graphs is one, with the descriptions and
-    sources of each; the `max_entities` most connected are kept (ties by name), with the relations between them.
+    sources of each; the `max_entities` most connected are kept (ties by name), with the relations between them;
+    with `around` (the views are its neighbourhoods), the nearest it first, then the most connected.
     `total` counts an entity that is not drawn once per graph that holds it."""
     by_name: dict[str, GraphEntity] = {}
     for view in views:
@@ -80,13 +82,35 @@ def merged(views: Sequence[GraphView], max_entities: int) -> GraphView:
         for end in (relation.source, relation.target):
             if end in degree:
                 degree[end] += 1
-    kept = set(sorted(degree, key=lambda name: (-degree[name], name))[:max_entities])
+    hops = _hops_from(around, relations) if around is not None else {}
+    beyond = len(by_name)  # further than any entity reached (every entity, when drawing the whole graph)
+    ranked = sorted(degree, key=lambda name: (hops.get(name, beyond), -degree[name], name))
+    kept = set(ranked[:max_entities])
     undrawn = sum(max(0, view.total - len(view.entities)) for view in views)
     return GraphView(
         tuple(entity for name, entity in by_name.items() if name in kept),
         tuple(relation for relation in relations if relation.source in kept and relation.target in kept),
         len(by_name) + undrawn,
+        len(kept) < len(by_name) or any(view.truncated for view in views),
     )
+
+
+def ranked_names(query: str, found: Iterable[Iterable[str]], limit: int) -> list[str]:
+    """The names several graphs found for `query`, each once, ranked as LightRAG ranks one graph's: the name
+    itself, then the names starting with it, then the others, the shortest and those where it starts a word
+    first; ties by name."""
+    wanted = query.strip().casefold()
+
+    def rank(name: str) -> tuple[int, str]:
+        folded = name.casefold()
+        if folded == wanted:
+            return -1000, name
+        if folded.startswith(wanted):
+            return -500, name
+        starts_word = f" {wanted}" in folded or f"_{wanted}" in folded
+        return -(100 - len(name) + (50 if starts_word else 0)), name
+
+    return sorted({name for names in found for name in names}, key=rank)[:limit]
 
 
 def with_journal_sources(view: GraphView, documents: Iterable[RagDocument]) -> GraphView:
@@ -113,7 +137,25 @@ def with_journal_sources(view: GraphView, documents: Iterable[RagDocument]) -> G
                 entity.documents,
             )  # fmt: skip
         entities.append(entity)
-    return GraphView(tuple(entities), view.relations, view.total)
+    return GraphView(tuple(entities), view.relations, view.total, view.truncated)
+
+
+def _hops_from(start: str, relations: Sequence[GraphRelation]) -> dict[str, int]:
+    """How many relations away from `start` each entity it reaches is."""
+    neighbours: dict[str, set[str]] = defaultdict(set)
+    for relation in relations:
+        neighbours[relation.source].add(relation.target)
+        neighbours[relation.target].add(relation.source)
+    hops, frontier = {start: 0}, [start]
+    while frontier:
+        reached = []
+        for name in frontier:
+            for other in neighbours[name]:
+                if other not in hops:
+                    hops[other] = hops[name] + 1
+                    reached.append(other)
+        frontier = reached
+    return hops
 
 
 def _latest(values: list[str]) -> list[str]:

@@ -2,8 +2,8 @@
 
 `POST /documents/text` (then `GET /documents/track_status/{track_id}` until processed),
 `POST /query/data` for structured context (`POST /query` with `only_need_context` on servers
-without it), `DELETE /documents/delete_document`, `GET /graphs` and `GET /graph/label/list` for the
-console's drawing, `GET /health`. The API key goes in `X-API-Key`;
+without it), `DELETE /documents/delete_document`, `GET /graphs`, `GET /graph/label/list` and
+`GET /graph/label/search` for the console's drawing and search, `GET /health`. The API key goes in `X-API-Key`;
 the LightRAG workspace of each call (one per chat with `memory.scope: chat`) in `LIGHTRAG-WORKSPACE`.
 The server names documents itself, so the id it gave is kept with each document: a forget deletes that id.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from bot.rag.backend import GraphView, RagBackendError, RagQuery, RagSnippet
+from bot.rag.backend import NEIGHBOURHOOD_DEPTH, GraphView, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.embedded import snippets_from_data
 from bot.rag.graph_view import view_of
@@ -33,6 +33,7 @@ DELETE_RETRY_SECONDS = 0.5
 # Answers of `DELETE /documents/delete_document` that mean the deletion runs (older servers say `success`).
 DELETE_TAKEN = frozenset({"deletion_started", "success"})
 LIST_PAGE_SIZE = 200  # the largest page `/documents/paginated` serves
+SEARCH_LIMIT = 100  # the most names `/graph/label/search` answers with
 # How the server names the document that already holds a text it refused as a duplicate
 # ("Identical content already exists under another filename. Original doc_id: X, Status: Y").
 ORIGINAL_DOC_ID = re.compile(r"Original doc_id: ([^\s,]+)")
@@ -255,19 +256,28 @@ class LightRagServerBackend:
         await self.delete(workspace, found)
         return found
 
-    async def graph(self, workspace: str, max_entities: int) -> GraphView:
-        """The server's most connected entities (`label=*`) and the relations between them; its labels are
-        listed only when the graph holds more than is drawn (to count them). The server serves no chunk's
-        text: each entity names the documents it was drawn from instead."""
-        query = {"label": "*", "max_depth": "1", "max_nodes": str(max_entities)}
+    async def graph(self, workspace: str, max_entities: int, around: str | None = None) -> GraphView:
+        """The server's most connected entities (`label=*`) or an entity's neighbourhood (`label=` its name), and
+        the relations between them; for the whole graph, its labels are listed only when the graph holds more
+        than is drawn (to count them). The server serves no chunk's text: each entity names the documents it was
+        drawn from instead."""
+        label, depth = ("*", 1) if around is None else (around, NEIGHBOURHOOD_DEPTH)
+        query = {"label": label, "max_depth": str(depth), "max_nodes": str(max_entities)}
         drawn = await self._call("GET", "/graphs", workspace, params=query)
         if not isinstance(drawn, dict):
             raise RagBackendError(f"GET /graphs: the answer is not a graph: {str(drawn)[:200]}")
         total = 0
-        if drawn.get("is_truncated"):
+        if around is None and drawn.get("is_truncated"):
             labels = await self._call("GET", "/graph/label/list", workspace)
             total = len(labels) if isinstance(labels, list) else 0
         return view_of(drawn, total)
+
+    async def search_entities(self, workspace: str, query: str, limit: int) -> list[str]:
+        params = {"q": query, "limit": str(min(limit, SEARCH_LIMIT))}
+        found = await self._call("GET", "/graph/label/search", workspace, params=params)
+        if not isinstance(found, list):
+            raise RagBackendError(f"GET /graph/label/search: the answer is not a list of names: {str(found)[:200]}")
+        return [str(name) for name in found]
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself

@@ -36,7 +36,7 @@ from bot.rag.documents import (
     rag_workspace_for,
     worth_indexing,
 )
-from bot.rag.graph_view import merged, with_journal_sources
+from bot.rag.graph_view import merged, ranked_names, with_journal_sources
 from bot.rag.keywords import content_words
 from bot.rag.store import RagJournal
 from bot.rag.tokenizer import OfflineTokenizer
@@ -454,17 +454,28 @@ class RagService:
         snippets = await self._backend.query(workspace, query)
         return self.render(snippets, rag.tool_max_tokens, "")
 
-    async def graph(self, max_entities: int) -> GraphView:
+    async def graph(self, max_entities: int, around: str | None = None) -> GraphView:
         """Every chat's knowledge graph drawn as one (the console's page): the `max_entities` most connected
-        entities, each with the text it was drawn from (the backend's chunks, else the journal's documents).
-        Raises `RagBackendError` when the backend cannot answer."""
+        entities, or with `around` that entity and the `max_entities` nearest it in any chat's graph (an empty view
+        when none holds it), each with the text it was drawn from (the backend's chunks, else the journal's
+        documents). Raises `RagBackendError` when the backend cannot answer."""
         views = [
-            await self._backend.graph(workspace, max_entities) for workspace in await self._store.indexed_workspaces()
+            await self._backend.graph(workspace, max_entities, around)
+            for workspace in await self._store.indexed_workspaces()
         ]
-        view = merged(views, max_entities)
+        view = merged(views, max_entities, around)
         if any(not entity.sources and entity.documents for entity in view.entities):
             view = with_journal_sources(view, await self._store.live())
         return view
+
+    async def search_entities(self, query: str, limit: int) -> list[str]:
+        """The names of the entities of every chat's graph that contain `query` (case aside), at most `limit`, the
+        best first. Raises `RagBackendError` when the backend cannot answer."""
+        found = [
+            await self._backend.search_entities(workspace, query, limit)
+            for workspace in await self._store.indexed_workspaces()
+        ]
+        return ranked_names(query, found, limit)
 
     def render(self, snippets: list[RagSnippet], max_tokens: int, header: str) -> str:
         """Facts, then excerpts of past exchanges, added while they fit in `max_tokens`."""

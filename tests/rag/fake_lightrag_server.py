@@ -12,8 +12,10 @@ refused as `busy` that many times, as while the server's pipeline works.
 
 Its knowledge graph is extracted as `tests.rag.helpers.lightrag_responder` extracts it for the embedded
 backend (each capitalised word an entity, related to the next), from the processed documents of a workspace,
-so a deleted document takes what only it supported; `GET /graphs` and `GET /graph/label/list` answer in the
-real server's shapes. With `graph_error`, `GET /graphs` fails as the server does when its storage fails (500).
+so a deleted document takes what only it supported; `GET /graphs` (the most connected with `label=*`, else the
+label's neighbourhood breadth first), `GET /graph/label/list` and `GET /graph/label/search` (ranked as LightRAG's
+graph storages rank) answer in the real server's shapes, refusing what it refuses (422). With `graph_error`,
+`GET /graphs` and the search fail as the server does when its storage fails (500).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class FakeLightRagServer:
         app.router.add_post("/query", self._query)
         app.router.add_get("/graphs", self._graphs)
         app.router.add_get("/graph/label/list", self._labels)
+        app.router.add_get("/graph/label/search", self._search_labels)
         if not self.legacy:
             app.router.add_post("/query/data", self._query_data)
         self._runner = web.AppRunner(app, access_log=None)
@@ -264,3 +267,28 @@ class FakeLightRagServer:
     async def _labels(self, request: web.Request) -> web.Response:
         nodes, _ = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
         return web.json_response(sorted(nodes))
+
+    async def _search_labels(self, request: web.Request) -> web.Response:
+        if "q" not in request.query:
+            return web.json_response({"detail": [{"loc": ["query", "q"], "msg": "Field required"}]}, status=422)
+        limit = int(request.query.get("limit", 50))
+        if not 1 <= limit <= 100:
+            detail = [{"loc": ["query", "limit"], "msg": "Input should be between 1 and 100"}]
+            return web.json_response({"detail": detail}, status=422)
+        if self.graph_error is not None:
+            return web.json_response({"detail": self.graph_error}, status=500)
+        wanted = request.query["q"].lower().strip()
+        nodes, _ = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        if not wanted:
+            return web.json_response([])
+
+        def score(name: str) -> int:  # LightRAG's: the name itself, then a prefix, then shorter names first
+            lower = name.lower()
+            if lower == wanted:
+                return 1000
+            if lower.startswith(wanted):
+                return 500
+            return 100 - len(name) + (50 if f" {wanted}" in lower or f"_{wanted}" in lower else 0)
+
+        found = sorted((name for name in nodes if wanted in name.lower()), key=lambda name: (-score(name), name))
+        return web.json_response(found[:limit])

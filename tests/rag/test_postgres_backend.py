@@ -68,6 +68,15 @@ async def test_documents_live_in_postgresql_per_chat_workspace(
         top = await backend.graph(first, 1)
         assert [entity.name for entity in top.entities] == ["Lisbon"] and top.relations == () and top.total == 2
         assert (await backend.graph(second, 400)).entities == ()
+        # The search and a neighbourhood, from the tables: the names containing the query, ranked; one's relations.
+        assert await backend.search_entities(first, "s", 10) == ["Lisbon"]
+        assert await backend.search_entities(first, "a", 10) == ["Marta"]
+        assert await backend.search_entities(first, "lis", 10) == ["Lisbon"]
+        assert await backend.search_entities(second, "lis", 10) == []
+        around = await backend.graph(first, 400, around="Lisbon")
+        assert {entity.name for entity in around.entities} == {"Marta", "Lisbon"} and len(around.relations) == 1
+        assert {e.name: e for e in around.entities}["Lisbon"].sources == (text,)
+        assert (await backend.graph(first, 400, around="Oslo")).entities == ()
 
         await backend.delete(first, ["conv_a"])
         assert not any("Lisbon" in s.text for s in await backend.query(first, RagQuery("Marta", "naive", 10, 5, 1000)))

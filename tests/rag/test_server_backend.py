@@ -343,10 +343,22 @@ async def test_the_servers_graph_is_read_most_connected_first_and_a_server_that_
         assert ("GET", "/graph/label/list", "global") in lightrag_server.requests
         whole = await backend.graph("global", 400)
         assert len(whole.entities) == whole.total == 4 and len(whole.relations) == 3
+        # The search (GET /graph/label/search) reaches every name; a neighbourhood reaches two relations out.
+        assert await backend.search_entities("global", "r", 10) == ["Bruno", "Carla", "Marta"]
+        assert await backend.search_entities("global", "LIS", 2) == ["Lisbon"]
+        assert await backend.search_entities("global", "Oslo", 500) == []  # within the server's limit of 100
+        around = await backend.graph("global", 400, around="Marta")
+        assert [entity.name for entity in around.entities] == ["Marta", "Bruno", "Carla"] and around.total == 3
+        assert not around.truncated and len(around.relations) == 2
+        nearest = await backend.graph("global", 2, around="Marta")
+        assert [entity.name for entity in nearest.entities] == ["Marta", "Bruno"] and nearest.truncated
+        assert (await backend.graph("global", 400, around="Oslo")).entities == ()
 
         lightrag_server.graph_error = "the graph storage does not answer"
         with pytest.raises(RagBackendError, match=r"GET /graphs.*HTTP 500.*the graph storage does not answer"):
             await backend.graph("global", 400)
+        with pytest.raises(RagBackendError, match=r"GET /graph/label/search.*HTTP 500.*does not answer"):
+            await backend.search_entities("global", "Marta", 10)
         await lightrag_server.stop()
         with pytest.raises(RagBackendError, match="GET /graphs"):
             await backend.graph("global", 400)
@@ -400,6 +412,16 @@ async def test_every_chats_graph_is_drawn_as_one_with_the_exchanges_each_entity_
         pairs = {frozenset((r.source, r.target)) for r in drawn.relations}
         assert pairs == {frozenset(pair) for pair in [("Marta", "Lisbon"), ("Lisbon", "Orion"), ("Orion", "Labs"),
                                                       ("Marta", "Porto"), ("Marta", "Braga")]}  # fmt: skip
+
+        # Searched and drawn around an entity across the chats: each name once, each chat's neighbourhood as one.
+        assert await rag.search_entities("o", 10) == ["Orion", "Porto", "Lisbon"]
+        assert await rag.search_entities("MART", 10) == ["Marta"]
+        around = await rag.graph(400, around="Marta")
+        assert {entity.name for entity in around.entities} == {"Marta", "Lisbon", "Orion", "Porto", "Braga"}
+        marta_around = {e.name: e for e in around.entities}["Marta"]
+        assert set(marta_around.sources) == {lisbon.text, orion.text, porto.text, braga.text}
+        nearest = await rag.graph(2, around="Marta")  # the entity first, then the nearest (here all as connected)
+        assert [entity.name for entity in nearest.entities] == ["Marta", "Braga"] and nearest.truncated
 
         assert await rag.forget_documents([porto.id]) == [porto.id]
         assert "Porto" not in {entity.name for entity in (await rag.graph(400)).entities}
