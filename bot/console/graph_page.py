@@ -1,5 +1,6 @@
-"""The knowledge graph page: the entities and relations LightRAG extracted, drawn by graph.js (search,
-zoom, a node's descriptions and sources), and the documents indexed, each of which can be forgotten.
+"""The knowledge graph page: the entities and relations LightRAG extracted, drawn by graph.js (zoom, a node's
+descriptions and sources, a search of every entity's name whose choice draws that entity's neighbourhood),
+and the documents indexed, each of which can be forgotten.
 
 The graph is the backend's to read (LightRAG's storages in the process, files or PostgreSQL alike, or a
 LightRAG server's API), every chat's graph drawn as one; a backend that cannot answer is said so on the page."""
@@ -14,7 +15,7 @@ from aiohttp import web
 
 from bot.console.html import esc, form, hidden, table
 from bot.console.server import SECURITY_HEADERS, Visit, back_to, notes_of
-from bot.rag.backend import GraphView, RagBackendError
+from bot.rag.backend import NEIGHBOURHOOD_DEPTH, GraphView, RagBackendError
 from bot.rag.documents import BATCH_SEPARATOR, exchanges_in
 from bot.rag.service import RagService
 
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 MAX_NODES = 400
 # A source shown with a node is cut to this.
 SOURCE_CHARS = 500
+# The names a search answers with, the best first.
+SEARCH_RESULTS = 20
+# The longest search or entity name taken: LightRAG cuts the names it extracts to this many characters.
+MAX_NAME_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,13 @@ class GraphPage:
         ]  # fmt: skip
         body = (
             notes_of(visit.request) + '<div class="graph-tools">'
-            '<input type="search" id="graph-search" placeholder="Find an entity" aria-label="find an entity">'
-            '<button type="button" id="zoom-in">+</button><button type="button" id="zoom-out">−</button></div>'
+            '<input type="search" id="graph-search" placeholder="Find an entity" aria-label="find an entity" '
+            f'maxlength="{MAX_NAME_CHARS}" autocomplete="off" aria-controls="graph-found">'
+            '<button type="button" id="zoom-in" aria-label="zoom in">+</button>'
+            '<button type="button" id="zoom-out" aria-label="zoom out">−</button>'
+            '<button type="button" id="graph-whole" class="whole" hidden>Whole graph</button></div>'
+            '<ul id="graph-found" class="graph-found" aria-label="entities found"></ul>'
+            '<p id="graph-drawn" class="graph-drawn" role="status"></p>'
             '<div class="graph-area"><svg id="graph" role="img" aria-label="knowledge graph"></svg>'
             '<aside id="graph-node"><p>Select a node to see its descriptions and sources.</p></aside></div>'
             f"<h2>Documents indexed · {len(docs)}</h2>"
@@ -54,14 +64,37 @@ class GraphPage:
         return visit.page("Knowledge graph", body, scripts=("graph.js",))
 
     async def data(self, visit: Visit) -> web.StreamResponse:
+        """The graph drawn: every chat's most connected entities, or with `?entity=` that entity's neighbourhood."""
+        around = visit.request.query.get("entity")
+        unread: dict[str, Any] = {"nodes": [], "edges": [], "total": 0}
+        if around is not None and not around.strip():
+            return _json({**unread, "error": "Choose an entity to draw: its name is empty."}, 400)
+        if around is not None and len(around) > MAX_NAME_CHARS:
+            refused = f"No entity's name is longer than {MAX_NAME_CHARS} characters: choose one the search found."
+            return _json({**unread, "error": refused}, 400)
         try:
-            view = await self.rag.graph(MAX_NODES)
+            view = await self.rag.graph(MAX_NODES, around)
         except RagBackendError as error:
-            reason = str(error) or f"no answer ({type(error).__name__})"
-            log.warning("[Console] The knowledge graph could not be read: %s", reason)
-            unread = {"nodes": [], "edges": [], "total": 0, "error": f"The knowledge graph could not be read: {reason}"}
-            return web.json_response(unread, status=503, headers=SECURITY_HEADERS)
-        return web.json_response(graph_json(view), headers=SECURITY_HEADERS)
+            return _json({**unread, "error": _unanswered("read", error)}, 503)
+        if around is not None and not view.entities:
+            missing = f"The knowledge graph holds no entity named “{around}” (forgotten since, or never extracted)."
+            return _json({**unread, "entity": around, "error": missing}, 404)
+        drawn = graph_json(view)
+        return _json(drawn if around is None else {**drawn, "entity": around, "depth": NEIGHBOURHOOD_DEPTH})
+
+    async def search(self, visit: Visit) -> web.StreamResponse:
+        """The names of the entities of every chat's graph that contain `?q=` (case aside), the best first."""
+        query = visit.request.query.get("q", "").strip()
+        if not query:
+            return _json({"query": query, "names": [], "error": "Type part of an entity's name to find it."}, 400)
+        if len(query) > MAX_NAME_CHARS:
+            refused = f"A search is at most {MAX_NAME_CHARS} characters: no entity's name is longer."
+            return _json({"query": query[:MAX_NAME_CHARS], "names": [], "error": refused}, 400)
+        try:
+            names = await self.rag.search_entities(query, SEARCH_RESULTS)
+        except RagBackendError as error:
+            return _json({"query": query, "names": [], "error": _unanswered("searched", error)}, 503)
+        return _json({"query": query, "names": names})
 
     async def forget(self, visit: Visit) -> web.StreamResponse:
         doc_id = visit.form.get("doc", "")
@@ -76,8 +109,20 @@ class GraphPage:
         back_to("graph", note=f"Forgotten: {len(forgotten)} document(s) and what the graph drew from them only.")
 
 
+def _json(answer: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(answer, status=status, headers=SECURITY_HEADERS)
+
+
+def _unanswered(done: str, error: RagBackendError) -> str:
+    """What the page says, and the log, of a backend that could not answer."""
+    reason = str(error) or f"no answer ({type(error).__name__})"
+    log.warning("[Console] The knowledge graph could not be %s: %s", done, reason)
+    return f"The knowledge graph could not be {done}: {reason}"
+
+
 def graph_json(view: GraphView) -> dict[str, Any]:
-    """What graph.js draws: the nodes with their type, descriptions and sources, the edges, and `total`."""
+    """What graph.js draws: the nodes with their type, descriptions and sources, the edges, `total` and whether
+    more lie beyond what is drawn (`truncated`)."""
     return {
         "nodes": [
             {"id": entity.name, "type": entity.type, "descriptions": list(entity.descriptions),
@@ -90,6 +135,7 @@ def graph_json(view: GraphView) -> dict[str, Any]:
             for relation in view.relations
         ],
         "total": view.total,
+        "truncated": view.truncated,
     }  # fmt: skip
 
 

@@ -75,6 +75,7 @@ def install(
             "why": (WhyPage(traces).show, None, False),
             "graph": (graph.show, None, True),
             "graph.json": (graph.data, None, True),
+            "graph/search.json": (graph.search, None, True),
             "graph/forget": (None, graph.forget, True),
             "settings": (settings.show, settings.save, True),
             "health": (HealthPage(metrics, traces, mcp, queue_depths).show, None, True),

@@ -120,7 +120,8 @@ async def test_under_user_scope_a_person_sees_only_their_own_memory(
             ) as refused:
                 assert f"No memory item {owners.id} in your memory." in await refused.text()
             assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
-            for owners_page in ("graph", "graph.json", "settings", "health"):
+            owners_pages = ("graph", "graph.json", "graph.json?entity=Miso", "graph/search.json?q=Miso", "settings")
+            for owners_page in (*owners_pages, "health"):
                 async with client.get(f"{root}/console/{owners_page}") as page:
                     assert page.status == 403, owners_page
         # Without `scope: user`, the console is the owner's alone.

@@ -1,7 +1,8 @@
 """The console in a real browser (headless Chromium from the machine's packages, driven by selenium): log in
 through the link `/console` sends on Telegram, find an item and read its score's parts, edit MEMORY.md and
-see the next reply's prompt use it, read why a reply said what it said, forget an item, open the graph,
-change a setting; a screenshot of each page (and of one at a phone's 390 px) goes to `test-artifacts/console/`.
+see the next reply's prompt use it, read why a reply said what it said, forget an item, open the graph, find an
+entity it does not draw and draw its neighbourhood, change a setting; a screenshot of each page (and of one at a
+phone's 390 px) goes to `test-artifacts/console/`.
 
 One browser for the module; the bot runs on the test's event loop, so every browser call is made from a
 thread (a blocking call on the loop would keep the bot from answering the browser)."""
@@ -24,6 +25,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from bot.console import graph_page
 from tests.channels.telegram_harness import OWNER
 from tests.console.helpers import login_link, say, start_console_bot
 from tests.fakes.openai_server import FakeOpenAI
@@ -82,7 +84,11 @@ def text_of(driver: WebDriver) -> str:
 
 
 async def test_the_owner_uses_the_console_in_a_browser(
-    browser: WebDriver, workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+    browser: WebDriver,
+    workspace_dir: Path,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fake_openai.set_responder(lightrag_responder)  # the echo, and LightRAG's extraction answered
     bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
@@ -172,6 +178,46 @@ async def test_the_owner_uses_the_console_in_a_browser(
         assert "Ann — Nautilus: Ann and Nautilus came up together" in shown
         assert "User: Ann sails her boat Nautilus on weekends." in shown  # the exchange it came from
         await off_loop(browser.save_screenshot, str(ARTIFACTS / "graph.png"))
+
+        # An entity that is not drawn is found by the search, and choosing it draws its neighbourhood.
+        await say(fake_telegram, OWNER, "Ann's cousin Bruno rows with Carla in Porto.")  # Ann - Bruno - Carla - Porto
+        for _ in range(500):
+            if (await bot.app.rag.store.counts())["queued"]:
+                break
+            await asyncio.sleep(0.01)
+        assert await bot.app.rag.flush_all() >= 1
+        monkeypatch.setattr(graph_page, "MAX_NODES", 4)  # Ann, Bruno, Carla and Nautilus, the most connected
+        await open_page(browser, f"{root}/graph")
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Carla']"))
+        assert not await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle[data-id='Porto']")
+        assert "The 4 most connected of" in await off_loop(lambda: browser.find_element(By.ID, "graph-drawn").text)
+        search = await off_loop(browser.find_element, By.ID, "graph-search")
+        await off_loop(search.send_keys, "port")
+        found = await wait_for(
+            browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph-found button[data-name='Porto']")
+        )
+        await off_loop(found[0].click)
+        await wait_for(
+            browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle.centre.selected[data-id='Porto']")
+        )
+        drawn = {
+            c.get_attribute("data-id") for c in await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle")
+        }
+        assert drawn == {"Porto", "Carla", "Bruno"}  # Ann is three relations away
+        shown = await off_loop(lambda: browser.find_element(By.ID, "graph-node").text)
+        assert "Porto was mentioned" in shown and "User: Ann's cousin Bruno rows with Carla in Porto." in shown
+        note = await off_loop(lambda: browser.find_element(By.ID, "graph-drawn").text)
+        assert note == "Porto and the 2 entities within 2 relations of it are drawn."
+        assert (await off_loop(lambda: browser.current_url)).endswith("/graph#Porto")
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "graph-neighbourhood.png"))
+        await off_loop(search.clear)
+        await off_loop(search.send_keys, "Zanzibar")
+        await wait_for(
+            browser, lambda d: "No entity's name contains “Zanzibar”." in d.find_element(By.ID, "graph-found").text
+        )
+        await off_loop(browser.find_element(By.ID, "graph-whole").click)  # back to the whole graph
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Nautilus']"))
+        assert not await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle[data-id='Porto']")
 
         # A setting: a refused value is named and nothing written; a good one is written and in force.
         await open_page(browser, f"{root}/settings")

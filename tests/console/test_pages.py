@@ -1,7 +1,8 @@
 """What the console's pages show, over plain HTTP: why a reply said what it said (the plan, the memory
 packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns),
-and the knowledge graph LightRAG really built from a conversation, with a document forgotten from it, on every
-graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that cannot be read."""
+and the knowledge graph LightRAG really built from a conversation, searched beyond what is drawn and drawn around an
+entity found, with a document forgotten from it, on every graph backend (LightRAG's files, its PostgreSQL tables, a
+LightRAG server), and a graph that cannot be read or searched."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bot.console import graph_page
 from bot.console.graph_page import SOURCE_CHARS, sources_of
 from bot.rag.documents import BATCH_SEPARATOR
 from bot.rag.embedded import lightrag_postgres_environment
@@ -119,8 +121,56 @@ async def drawn_graph(client: aiohttp.ClientSession, root: str) -> dict[str, Any
     return graph
 
 
-async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
-    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+FRIENDS = "Marta met Bruno and Carla in Porto."  # Marta - Bruno - Carla - Porto, as the model extracts it
+
+
+async def searched_and_drawn(client: aiohttp.ClientSession, root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph of the Marta exchange and `FRIENDS` (Lisbon - Marta - Bruno - Carla - Porto), the page drawing
+    its four most connected entities: the search finds Porto, which is not drawn, and choosing it draws its
+    neighbourhood (the entities within two relations, with their descriptions and sources); what cannot be
+    searched or drawn is answered with why."""
+    monkeypatch.setattr(graph_page, "MAX_NODES", 4)  # a graph larger than what is drawn
+    async with client.get(f"{root}/console/graph.json") as data:
+        whole = await data.json()
+    assert {node["id"] for node in whole["nodes"]} == {"Lisbon", "Marta", "Bruno", "Carla"}
+    assert whole["total"] == 5 and whole["truncated"]
+    async with client.get(f"{root}/console/graph/search.json", params={"q": "port"}) as found:
+        assert found.status == 200
+        assert await found.json() == {"query": "port", "names": ["Porto"]}
+    async with client.get(f"{root}/console/graph/search.json", params={"q": "A"}) as found:
+        names = (await found.json())["names"]
+    assert names == ["Carla", "Marta"]  # as long as each other: by name
+
+    async with client.get(f"{root}/console/graph.json", params={"entity": "Porto"}) as data:
+        assert data.status == 200
+        around = await data.json()
+    nodes = {node["id"]: node for node in around["nodes"]}
+    assert set(nodes) == {"Porto", "Carla", "Bruno"}  # Marta is three relations away
+    assert around["entity"] == "Porto" and around["depth"] == 2 and not around["truncated"]
+    assert any("Porto was mentioned" in text for text in nodes["Porto"]["descriptions"])
+    assert any(f"User: {FRIENDS}" in text for text in nodes["Porto"]["sources"])
+    assert {frozenset((edge["source"], edge["target"])) for edge in around["edges"]} == {
+        frozenset(("Carla", "Porto")),
+        frozenset(("Bruno", "Carla")),
+    }
+
+    async def refused(path: str, params: dict[str, str], status: int) -> str:
+        async with client.get(f"{root}/console/{path}", params=params) as answer:
+            assert answer.status == status, (path, params, await answer.text())
+            error: str = (await answer.json())["error"]
+        return error
+
+    assert await refused("graph/search.json", {"q": "  "}, 400) == "Type part of an entity's name to find it."
+    assert "at most 256 characters" in await refused("graph/search.json", {"q": "Porto" * 60}, 400)
+    assert "holds no entity named “Oslo”" in await refused("graph.json", {"entity": "Oslo"}, 404)
+    assert "its name is empty" in await refused("graph.json", {"entity": ""}, 400)
+    assert "longer than 256 characters" in await refused("graph.json", {"entity": "x" * 300}, 400)
+    async with client.get(f"{root}/console/graph/search.json", params={"q": "Zanzibar"}) as found:
+        assert found.status == 200 and (await found.json())["names"] == []
+
+
+async def test_the_graph_lightrag_built_is_drawn_searched_and_a_document_forgotten(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_openai.set_responder(lightrag_responder)
     rag = {**FAST_RAG, "embeddingModel": "text-embedding-3-small"}
@@ -132,16 +182,22 @@ async def test_the_graph_lightrag_built_is_drawn_and_a_document_forgotten(
         async with new_client() as client:
             (await log_in(client, link)).release()
             await drawn_graph(client, root)
+            [lisbon] = await store.live()
+            await say_and_index(bot, fake_telegram, FRIENDS)
+            await searched_and_drawn(client, root, monkeypatch)
 
             async with client.get(f"{root}/console/graph") as page:
                 text = await page.text()
-            assert "Documents indexed · 1" in text and "My sister Marta lives in Lisbon" in text
-            [doc] = await store.live()
-            async with client.post(f"{root}/console/graph/forget", data={"doc": doc.id, "csrf": csrf_of(text)}) as done:
+            assert "Documents indexed · 2" in text and "My sister Marta lives in Lisbon" in text
+            forget = {"doc": lisbon.id, "csrf": csrf_of(text)}
+            async with client.post(f"{root}/console/graph/forget", data=forget) as done:
                 assert "Forgotten: 1 document(s)" in await done.text()
             async with client.get(f"{root}/console/graph.json") as data:
-                assert "Marta" not in {node["id"] for node in (await data.json())["nodes"]}
-            assert await store.live() == []
+                assert "Lisbon" not in {node["id"] for node in (await data.json())["nodes"]}
+            async with client.get(f"{root}/console/graph/search.json", params={"q": "Lisbon"}) as found:
+                assert (await found.json())["names"] == []
+            [kept] = await store.live()
+            assert kept.id != lisbon.id and FRIENDS in kept.text
     finally:
         await bot.stop()
 
@@ -233,7 +289,7 @@ def test_a_node_shows_the_exchanges_that_name_it_of_the_text_it_came_from() -> N
     assert len(long) <= SOURCE_CHARS and long.endswith("…")
 
 
-async def test_the_graph_in_postgresql_is_drawn(
+async def test_the_graph_in_postgresql_is_drawn_and_searched(
     workspace_dir: Path,
     fake_openai: FakeOpenAI,
     fake_telegram: FakeTelegram,
@@ -252,13 +308,15 @@ async def test_the_graph_in_postgresql_is_drawn(
         async with new_client() as client:
             (await log_in(client, link)).release()
             await drawn_graph(client, root_of(link))
-        assert not list((workspace_dir / "rag").rglob("*.graphml"))  # drawn from LightRAG's tables
+            await say_and_index(bot, fake_telegram, FRIENDS)
+            await searched_and_drawn(client, root_of(link), monkeypatch)
+        assert not list((workspace_dir / "rag").rglob("*.graphml"))  # drawn and searched from LightRAG's tables
     finally:
         await bot.stop()
 
 
-async def test_the_graph_on_a_lightrag_server_is_drawn_and_one_that_cannot_answer_is_said_so(
-    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+async def test_the_graph_on_a_lightrag_server_is_drawn_and_searched_and_one_that_cannot_answer_is_said_so(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_openai.set_responder(lightrag_responder)
     server = await FakeLightRagServer().start()
@@ -273,6 +331,9 @@ async def test_the_graph_on_a_lightrag_server_is_drawn_and_one_that_cannot_answe
             # The server serves no chunk's text: a node's sources are the exchanges the bot's journal holds.
             await drawn_graph(client, root)
             assert ("GET", "/graphs", "global") in server.requests
+            await say_and_index(bot, fake_telegram, FRIENDS)
+            await searched_and_drawn(client, root, monkeypatch)
+            assert ("GET", "/graph/label/search", "global") in server.requests
 
             server.graph_error = "the graph storage does not answer"
             async with client.get(f"{root}/console/graph.json") as data:
@@ -280,12 +341,22 @@ async def test_the_graph_on_a_lightrag_server_is_drawn_and_one_that_cannot_answe
                 error = (await data.json())["error"]
             assert error.startswith("The knowledge graph could not be read: GET /graphs")
             assert "HTTP 500" in error and "the graph storage does not answer" in error
+            async with client.get(f"{root}/console/graph/search.json", params={"q": "Porto"}) as found:
+                assert found.status == 503
+                error = (await found.json())["error"]
+            assert error.startswith("The knowledge graph could not be searched: GET /graph/label/search")
+            assert "HTTP 500" in error and "the graph storage does not answer" in error
             await server.stop()
-            async with client.get(f"{root}/console/graph.json") as data:
-                assert data.status == 503
-                assert "could not be read: GET /graphs" in (await data.json())["error"]
+            for path, params in (
+                ("graph.json", {}),
+                ("graph.json", {"entity": "Porto"}),
+                ("graph/search.json", {"q": "P"}),
+            ):
+                async with client.get(f"{root}/console/{path}", params=params) as data:
+                    assert data.status == 503
+                    assert "The knowledge graph could not be" in (await data.json())["error"]
             async with client.get(f"{root}/console/graph") as page:  # the documents are listed all the same
-                assert page.status == 200 and "Documents indexed · 1" in await page.text()
+                assert page.status == 200 and "Documents indexed · 2" in await page.text()
     finally:
         await bot.stop()
         await server.stop()
