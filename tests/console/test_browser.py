@@ -22,6 +22,7 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -218,6 +219,12 @@ async def test_the_owner_uses_the_console_in_a_browser(
         await off_loop(browser.find_element(By.ID, "graph-whole").click)  # back to the whole graph
         await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Nautilus']"))
         assert not await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle[data-id='Porto']")
+        await off_loop(search.clear)
+        await off_loop(search.send_keys, "bruno" + Keys.ENTER)  # Enter draws the first name found
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle.centre[data-id='Bruno']"))
+        await off_loop(browser.back)  # the address named Bruno: Back draws the whole graph again
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Nautilus']"))
+        assert not await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle.centre")
 
         # A setting: a refused value is named and nothing written; a good one is written and in force.
         await open_page(browser, f"{root}/settings")

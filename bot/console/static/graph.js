@@ -188,6 +188,7 @@ document.addEventListener("DOMContentLoaded", () => {
 
   choose = (name) => {
     found.replaceChildren();
+    listedFor = null;
     if (location.hash !== `#${encodeURIComponent(name)}`) history.pushState(null, "", `#${encodeURIComponent(name)}`);
     load(name);
   };
@@ -232,7 +233,7 @@ document.addEventListener("DOMContentLoaded", () => {
       return li;
     }));
   };
-  let asked = 0, pending = null;
+  let asked = 0, pending = null, listedFor = null;
   const ask = async (wanted) => {
     const mine = ++asked;
     let response, answer;
@@ -243,6 +244,7 @@ document.addEventListener("DOMContentLoaded", () => {
       response = { ok: false, status: 0 }; answer = { error: `The bot did not answer (${error}).` };
     }
     if (mine !== asked) return; // a later search was typed meanwhile
+    listedFor = wanted;
     if (!response.ok || !Array.isArray(answer.names)) {
       listed([{ error: true, text: answer.error || `The search failed (HTTP ${response.status}).` }]);
     } else if (!answer.names.length) {
@@ -270,15 +272,18 @@ document.addEventListener("DOMContentLoaded", () => {
       select(first);
     }
     clearTimeout(pending);
-    if (!wanted) { asked++; found.replaceChildren(); return; }
+    if (!wanted) { asked++; listedFor = null; found.replaceChildren(); return; }
     pending = setTimeout(() => ask(wanted), 150);
   });
-  // Enter draws the first name found (the name itself when it is one).
-  search.addEventListener("keydown", (event) => {
+  // Enter draws the first name found (the name itself when it is one), asking at once for what was just typed.
+  search.addEventListener("keydown", async (event) => {
     if (event.key !== "Enter") return;
     event.preventDefault();
+    const wanted = search.value.trim();
+    if (!wanted) return;
+    if (listedFor !== wanted) { clearTimeout(pending); await ask(wanted); }
     const first = found.querySelector("button[data-name]");
-    if (first) choose(first.dataset.name);
+    if (first && listedFor === wanted) choose(first.dataset.name);
   });
 
   load(fromAddress());
