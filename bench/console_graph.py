@@ -1,7 +1,10 @@
 """The console's graph page on a large knowledge graph: the time the backend takes to read what the page draws
-(`RagBackend.graph`: the 400 most connected entities, the text of their chunks, and the names counted), on
-LightRAG's file storage and on its PostgreSQL tables (a throw-away server, `tests/postgres_server.py`: 127.0.0.1,
-fsync off as in the tests), and the size of the JSON the page sends.
+(`RagBackend.graph`: the 400 most connected entities, the text of their chunks, and the names counted), to
+search every entity's name (`RagBackend.search_entities`: for a text every name contains, a hundred do, one
+does, none does) and to read the neighbourhood a name found draws (`graph(..., around=)`: of the most connected
+entity, cut at 400, and of one of the least), on LightRAG's file storage and on its PostgreSQL tables (a
+throw-away server, `tests/postgres_server.py`: 127.0.0.1, fsync off as in the tests), and the size of the JSON
+the page sends.
 
 The graph is written straight into LightRAG's storages through its own API (no extraction: the figures are the
 read's): `--entities` entities, each related to two earlier ones picked in proportion to their relations (so a
@@ -9,7 +12,10 @@ few are far more connected than the rest, as in a real graph), each drawn from o
 chunks of about 1,000 characters. Each read is timed on a graph already open (the page is opened in a bot that
 runs); the first read of the files after they are written is reported apart (it loads the GraphML).
 
-Run: `.venv/bin/python -m bench.console_graph [--entities 20000] [--chunks 5000] [--runs 5] [--json]`
+The PostgreSQL tables are analyzed after they are written, as autovacuum analyzes them in a database that runs
+(`--unanalyzed`: read as written, before any statistics).
+
+Run: `.venv/bin/python -m bench.console_graph [--entities 20000] [--chunks 5000] [--runs 5] [--unanalyzed] [--json]`
 """
 
 from __future__ import annotations
@@ -22,16 +28,20 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from bot.console.graph_page import MAX_NODES, graph_json
+import asyncpg  # type: ignore[import-untyped]
+
+from bot.console.graph_page import MAX_NODES, SEARCH_RESULTS, graph_json
 from bot.llm.client import LlmClient
 from bot.rag.embedded import EmbeddedLightRag, StorageKind
 from bot.rag.graph_view import SEPARATOR
 from bot.settings import RagConfig
 from tests.postgres_server import create_database, running_server
 
+T = TypeVar("T")
 WORKSPACE = "chat_bench"
 EXCHANGE = (
     "Conversation in chat telegram:1 on 2026-05-01 09:30 (UTC)\nUser: {a} told me about {b} and the trip they "
@@ -94,7 +104,7 @@ async def write_graph(backend: EmbeddedLightRag, entities: int, chunks: int) -> 
 
 
 async def figures(
-    folder: Path, storage: StorageKind, url: str | None, entities: int, chunks: int, runs: int
+    folder: Path, storage: StorageKind, url: str | None, entities: int, chunks: int, runs: int, analyze: bool = True
 ) -> dict[str, float]:
     llm = LlmClient("sk-bench", "http://127.0.0.1:9/v1")  # never called: nothing is extracted or embedded
     config = RagConfig()
@@ -107,6 +117,14 @@ async def figures(
         await write_graph(writer, entities, chunks)
     finally:
         await writer.close()
+    if url is not None and analyze:
+        # A database that runs has its new rows analyzed by autovacuum within a minute or so; until then the planner
+        # takes LightRAG's tables for nearly empty, and a neighbourhood's traversal is many times slower.
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute("ANALYZE")
+        finally:
+            await connection.close()
     reader = backend()
     results: dict[str, float] = {}
     try:
@@ -122,10 +140,34 @@ async def figures(
         results["drawn"] = len(view.entities)
         results["total"] = view.total
         results["json_kb"] = len(json.dumps(graph_json(view))) / 1024
+        for kind, query in searches(entities).items():
+            found, results[f"search {kind}_ms"] = await timed(
+                runs, reader.search_entities, WORKSPACE, query, SEARCH_RESULTS
+            )
+            results[f"search {kind}_found"] = len(found)
+        for kind, name in (("hub", "Entity 000000"), ("leaf", f"Entity {entities - 1:06d}")):
+            around, results[f"around {kind}_ms"] = await timed(runs, reader.graph, WORKSPACE, MAX_NODES, name)
+            results[f"around {kind}_drawn"] = len(around.entities)
     finally:
         await reader.close()
         await llm.close()
     return results
+
+
+def searches(entities: int) -> dict[str, str]:
+    """What the bench searches for, by how many of the names contain it (the names are "Entity 000000" onwards)."""
+    middle = f"Entity {entities // 2:06d}"
+    return {"every name": "entity", "a hundred": middle[:-2], "one": middle, "none": "zebra"}
+
+
+async def timed(runs: int, read: Callable[..., Awaitable[T]], *args: Any) -> tuple[T, float]:
+    """What `read(*args)` answers, and its median time in milliseconds over `runs` calls."""
+    spent = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        answer = await read(*args)
+        spent.append((time.perf_counter() - started) * 1000)
+    return answer, statistics.median(spent)
 
 
 async def main() -> None:
@@ -134,6 +176,7 @@ async def main() -> None:
     parser.add_argument("--chunks", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--unanalyzed", action="store_true", help="PostgreSQL's tables read before any ANALYZE")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # LightRAG's notes on opening its tables
     report: dict[str, dict[str, float]] = {}
@@ -141,7 +184,9 @@ async def main() -> None:
         report["files"] = await figures(Path(folder), "files", None, args.entities, args.chunks, args.runs)
         with running_server() as server:
             url = await asyncio.to_thread(create_database, server, "bench")
-            report["postgres"] = await figures(Path(folder), "postgres", url, args.entities, args.chunks, args.runs)
+            report["postgres"] = await figures(
+                Path(folder), "postgres", url, args.entities, args.chunks, args.runs, not args.unanalyzed
+            )
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -152,6 +197,16 @@ async def main() -> None:
             f"first read {result['first_read_ms']:7.1f} ms; {result['drawn']:.0f} of {result['total']:,.0f} "
             f"entities drawn; JSON {result['json_kb']:.0f} KB"
         )
+        for kind in searches(args.entities):
+            print(
+                f"  {'':9} search matching {kind:10} {result[f'search {kind}_ms']:7.1f} ms "
+                f"({result[f'search {kind}_found']:.0f} answered)"
+            )
+        for kind in ("hub", "leaf"):
+            print(
+                f"  {'':9} neighbourhood of a {kind:4} {result[f'around {kind}_ms']:7.1f} ms "
+                f"({result[f'around {kind}_drawn']:.0f} entities drawn)"
+            )
 
 
 if __name__ == "__main__":
