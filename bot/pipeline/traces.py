@@ -133,7 +133,11 @@ class TurnTraces:
 
     def record(self, ctx: TurnContext, reply_seconds: float = 0.0) -> None:
         """Hand the turn's trace to the store, without waiting for it."""
-        task = asyncio.create_task(self._keep(trace_of(ctx, reply_seconds)), name=f"trace of {ctx.session.id}")
+        self.keep(trace_of(ctx, reply_seconds))
+
+    def keep(self, trace: TurnTrace) -> None:
+        """Hand `trace` to the store, without waiting for it (`settle` waits)."""
+        task = asyncio.create_task(self._keep(trace), name=f"trace of {trace.session_id}")
         self._writing.add(task)
         task.add_done_callback(self._writing.discard)
 
