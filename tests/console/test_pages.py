@@ -1,5 +1,6 @@
 """What the console's pages show, over plain HTTP: why a reply said what it said (the plan, the memory
-packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns),
+packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns,
+kept across a restart, an item forgotten since shown as forgotten),
 and the knowledge graph LightRAG really built from a conversation, with a document forgotten from it, on every
 graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that cannot be read."""
 
@@ -86,6 +87,42 @@ async def test_why_this_reply_shows_the_plan_the_pack_the_tools_and_the_tokens(
         assert int(reply.group(1).replace(",", "")) >= 22000 and int(reply.group(2)) >= 60
         assert "<td>10,000</td><td>6,000</td><td>60%</td>" in tokens
         assert "<td>12,000</td><td>9,000</td><td>75%</td>" in tokens
+    finally:
+        await bot.stop()
+
+
+async def test_why_this_reply_outlasts_a_restart_and_a_forgotten_item_shows_as_forgotten(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.set_responder(answer_with_memory_search)
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        await say(fake_telegram, OWNER, "Remember that the bike lock code is 4242.")
+        await say(fake_telegram, OWNER, "/new")
+        assert await say(fake_telegram, OWNER, QUESTION) == "It is 4242."
+    finally:
+        await bot.stop()
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        link = await login_link(fake_telegram, OWNER)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            why = f"{root_of(link)}/console/why"
+            async with client.get(why) as page:
+                shown = (await page.text()).split('<section class="turn"', 1)[1]
+            assert QUESTION in shown and "It is 4242." in shown  # answered by the bot before its restart
+            packed = re.search(
+                r'<span class="packed" data-item="(m[0-9a-f]+)">the bike lock code is 4242\.</span>', shown
+            )
+            assert packed, shown
+            forgotten = await say(fake_telegram, OWNER, f"/memory forget {packed[1]}")
+            assert forgotten == "Forgotten: the bike lock code is 4242."
+            async with client.get(why) as page:
+                shown = (await page.text()).split('<section class="turn"', 1)[1]
+        assert f'<span class="packed" data-item="{packed[1]}"><em class="forgotten">(forgotten)</em></span>' in shown
+        tools = shown.split("<h3>Tools</h3>", 1)[1].split("<h3>", 1)[0]
+        assert "memory_search" in tools and "(forgotten)" in tools
+        assert "the bike lock code is 4242." not in shown
     finally:
         await bot.stop()
 
