@@ -85,7 +85,7 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
             None,
             ReminderFile(workspace.reminders_file),
             PairingStore(pairing_file(workspace.root)),
-            TraceFiles(workspace.root / "state" / "traces"),
+            TraceFiles(workspace.root / "state" / "traces", deferred),
         )
     from bot.memory.postgres_items import ItemRowsInDatabase
 

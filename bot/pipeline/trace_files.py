@@ -12,6 +12,7 @@ from pathlib import Path
 from bot.domain.memory import MemoryItem
 from bot.domain.session import checked_session_id
 from bot.pipeline.traces import TurnTrace, redacted, trace_from_json, trace_to_json
+from bot.storage.durability import DeferredSync
 from bot.storage.files import append_lines, line_bytes, read_text_sync, write_atomic
 from bot.storage.jsonl import dumps_line, parse_numbered
 
@@ -31,10 +32,12 @@ class TraceFiles:
     """One JSONL file a chat, a trace a line, oldest first. A turn is appended; once the file holds twice
     `kept` traces it is rewritten (atomically) with the newest `kept`, so that a turn costs one append, not
     a rewrite. A line that is not a trace is logged, left out and written back as it was. The files are
-    read once, when first asked for."""
+    read once, when first asked for. Given `deferred`, a write is made durable by its next round: a trace
+    lost to a crash of the machine is a line missing from the console, and a turn need not wait a disk."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, deferred: DeferredSync | None = None) -> None:
         self._folder = folder
+        self._deferred = deferred
         self._chats: dict[str, _Chat] | None = None
         self._lock = asyncio.Lock()
 
@@ -47,7 +50,7 @@ class TraceFiles:
                 del chat.traces[:-kept]
                 await self._rewrite(trace.session_id, chat)
             else:
-                await append_lines(self._path(trace.session_id), [dumps_line(trace_to_json(trace))])
+                await append_lines(self._path(trace.session_id), [dumps_line(trace_to_json(trace))], self._deferred)
 
     async def chats(self) -> list[str]:
         return sorted(session_id for session_id, chat in (await self._loaded()).items() if chat.traces)
@@ -76,7 +79,7 @@ class TraceFiles:
 
     async def _rewrite(self, session_id: str, chat: _Chat) -> None:
         lines = chat.kept_lines + [dumps_line(trace_to_json(trace)) for trace in chat.traces]
-        await write_atomic(self._path(session_id), b"".join(line_bytes(line) for line in lines))
+        await write_atomic(self._path(session_id), b"".join(line_bytes(line) for line in lines), self._deferred)
 
     async def _loaded(self) -> dict[str, _Chat]:
         if self._chats is None:
