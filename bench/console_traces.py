@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench.pipeline_overhead import percentile
 from bot.database.connection import Database
 from bot.domain.memory import MemoryItem
 from bot.pipeline.trace_files import TraceFiles
@@ -102,11 +103,6 @@ def busy_turn(number: int, chats: int) -> TurnTrace:
         tokens=(TokenUse("gpt-bench", 12000, 40, 9000), TokenUse("gpt-bench", 13000, 200, 11000)),
         reply_seconds=2.5,
     )
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 async def figures(store: TraceStore, turns: int, chats: int) -> dict[str, float]:
