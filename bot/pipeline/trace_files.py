@@ -23,17 +23,21 @@ SUFFIX = ".jsonl"
 
 @dataclass
 class _Chat:
+    # The newest traces (after an `add`, no more than it keeps).
     traces: list[TurnTrace] = field(default_factory=list)
     # Lines that are not traces, written back as they were.
     kept_lines: list[str] = field(default_factory=list)
+    # How many traces the file holds.
+    in_file: int = 0
 
 
 class TraceFiles:
     """One JSONL file a chat, a trace a line, oldest first. A turn is appended; once the file holds twice
     `kept` traces it is rewritten (atomically) with the newest `kept`, so that a turn costs one append, not
-    a rewrite. A line that is not a trace is logged, left out and written back as it was. The files are
-    read once, when first asked for. Given `deferred`, a write is made durable by its next round: a trace
-    lost to a crash of the machine is a line missing from the console, and a turn need not wait a disk."""
+    a rewrite; the newest `kept` a chat are held in memory. A line that is not a trace is logged, left out
+    and written back as it was. The files are read once, when first asked for. Given `deferred`, a write
+    is made durable by its next round: a trace lost to a crash of the machine is a line missing from the
+    console, and a turn need not wait a disk."""
 
     def __init__(self, folder: Path, deferred: DeferredSync | None = None) -> None:
         self._folder = folder
@@ -46,8 +50,9 @@ class TraceFiles:
             chats = await self._loaded()
             chat = chats.setdefault(trace.session_id, _Chat())
             chat.traces.append(trace)
-            if len(chat.traces) >= 2 * kept:
-                del chat.traces[:-kept]
+            del chat.traces[:-kept]
+            chat.in_file += 1
+            if chat.in_file >= 2 * kept:
                 await self._rewrite(trace.session_id, chat)
             else:
                 await append_lines(self._path(trace.session_id), [dumps_line(trace_to_json(trace))], self._deferred)
@@ -68,7 +73,8 @@ class TraceFiles:
         async with self._lock:
             for session_id, chat in (await self._loaded()).items():
                 shown = [redacted(trace, items) for trace in chat.traces]
-                if any(trace is not None for trace in shown):
+                # The file's older traces, past what is held, are not read again: the rewrite drops them.
+                if any(trace is not None for trace in shown) or chat.in_file > len(chat.traces):
                     changed += sum(trace is not None for trace in shown)
                     chat.traces = [new or old for new, old in zip(shown, chat.traces, strict=True)]
                     await self._rewrite(session_id, chat)
@@ -79,6 +85,7 @@ class TraceFiles:
 
     async def _rewrite(self, session_id: str, chat: _Chat) -> None:
         lines = chat.kept_lines + [dumps_line(trace_to_json(trace)) for trace in chat.traces]
+        chat.in_file = len(chat.traces)
         await write_atomic(self._path(session_id), b"".join(line_bytes(line) for line in lines), self._deferred)
 
     async def _loaded(self) -> dict[str, _Chat]:
@@ -97,5 +104,6 @@ class TraceFiles:
         for name in names:
             path = self._folder / name
             parsed = parse_numbered(read_text_sync(path) or "", path, trace_from_json, "a turn's trace")
-            chats[name.removesuffix(SUFFIX)] = _Chat(parsed.records, [line for _, line in parsed.skipped])
+            skipped = [line for _, line in parsed.skipped]
+            chats[name.removesuffix(SUFFIX)] = _Chat(parsed.records, skipped, len(parsed.records))
         return chats

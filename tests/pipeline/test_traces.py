@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -133,6 +134,17 @@ async def test_a_forgotten_item_is_blanked_in_the_files_and_stays_so(tmp_path: P
     for kept in (files, TraceFiles(tmp_path)):
         [shown] = await kept.of(CHAT, 5)
         assert_forgotten(shown)
+
+
+async def test_a_forgotten_item_leaves_no_older_line_of_a_file(tmp_path: Path) -> None:
+    files = TraceFiles(tmp_path)
+    await files.add(trace(1), 2)
+    for number in (2, 3):  # the two kept turns never packed it
+        await files.add(replace(trace(number), packed=(), graph="", tools=()), 2)
+    assert LOCK_CODE in (tmp_path / f"{CHAT}.jsonl").read_text()
+    assert await files.forget([forgotten_item()]) == 0
+    assert LOCK_CODE not in (tmp_path / f"{CHAT}.jsonl").read_text()
+    assert [shown.turn_id for shown in await TraceFiles(tmp_path).of(CHAT, 2)] == ["turn-2", "turn-3"]
 
 
 def assert_forgotten(shown: TurnTrace) -> None:
