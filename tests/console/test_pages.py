@@ -1,12 +1,14 @@
 """What the console's pages show, over plain HTTP: why a reply said what it said (the plan, the memory
 packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns,
-kept across a restart, an item forgotten since shown as forgotten),
+kept across a restart, an item forgotten since shown as forgotten; a trace that cannot be kept costs the
+reply nothing),
 and the knowledge graph LightRAG really built from a conversation, with a document forgotten from it, on every
 graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that cannot be read."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec, Usage, ec
 from tests.fakes.telegram_server import FakeTelegram
 from tests.rag.fake_lightrag_server import FakeLightRagServer
 from tests.rag.helpers import FAST_RAG, lightrag_responder
+from tests.waiting import wait_until
 
 QUESTION = "What is the bike lock code?"
 
@@ -123,6 +126,21 @@ async def test_why_this_reply_outlasts_a_restart_and_a_forgotten_item_shows_as_f
         tools = shown.split("<h3>Tools</h3>", 1)[1].split("<h3>", 1)[0]
         assert "memory_search" in tools and "(forgotten)" in tools
         assert "the bike lock code is 4242." not in shown
+    finally:
+        await bot.stop()
+
+
+async def test_a_turn_whose_trace_cannot_be_kept_is_answered_all_the_same(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    (workspace_dir / "state").mkdir(parents=True)
+    (workspace_dir / "state" / "traces").write_text("a file where the folder of the traces should be")
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        with caplog.at_level(logging.ERROR):
+            assert await say(fake_telegram, OWNER, "Hello there.") == "echo: Hello there."
+            assert await say(fake_telegram, OWNER, "And again.") == "echo: And again."
+            await wait_until(lambda: caplog.text.count(f"The trace of a turn of telegram:{OWNER} was not kept") == 2)
     finally:
         await bot.stop()
 
