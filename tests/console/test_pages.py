@@ -1,9 +1,8 @@
 """What the console's pages show, over plain HTTP: why a reply said what it said (the plan, the memory
 packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns,
 kept across a restart, an item forgotten since shown as forgotten; a trace that cannot be kept costs the
-reply nothing),
-and the knowledge graph LightRAG really built from a conversation, with a document forgotten from it, on every
-graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that cannot be read."""
+reply nothing), and the knowledge graph LightRAG really built from a conversation, with a document forgotten
+from it, on every graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that cannot be read."""
 
 from __future__ import annotations
 
