@@ -2,7 +2,8 @@
 packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns,
 kept across a restart, an item forgotten since shown as forgotten; a trace that cannot be kept costs the
 reply nothing), and the knowledge graph LightRAG really built from a conversation, with a document forgotten
-from it, on every graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that cannot be read."""
+from it, on every graph backend (LightRAG's files, its PostgreSQL tables, a LightRAG server), and a graph that
+cannot be read."""
 
 from __future__ import annotations
 
