@@ -157,7 +157,7 @@ class Application:
             env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models,
             stores.database,
         )  # fmt: skip
-        memory.service.on_forget(rag.forget_messages)
+        memory.service.on_forget(lambda forgotten: rag.forget_messages(forgotten.message_ids))
         compaction = compaction_install.install(
             sessions, llm, models.models, planner, config_store, memory.pre_compaction, tools.registry
         )
@@ -169,9 +169,11 @@ class Application:
         pipeline = pipeline_install.install(
             workspace=workspace, clock=clock, sessions=sessions, config_store=config_store, llm=llm, planner=planner,
             compaction=compaction, memory=memory.service, rag=rag.service, skills=skills.library, tools=tools.registry,
-            media_store=media.store, vision=media.vision, ledger=ledger, metrics=metrics,
+            media_store=media.store, vision=media.vision, ledger=ledger, metrics=metrics, trace_store=stores.traces,
         )  # fmt: skip
         self.runner = pipeline.runner
+        # A memory item forgotten is no longer shown in the console's traces either.
+        memory.service.on_forget(lambda forgotten: pipeline.traces.forget(forgotten.items))
         self.status = commands_install.install(
             commands, sessions=sessions, clock=clock, config_store=config_store, model_switch=model_switch,
             planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
@@ -396,6 +398,7 @@ class Application:
         await self.router.dispatcher.close(SHUTDOWN_GRACE_SECONDS)
         # The question of a turn is written with its answer: a turn the stop cut short has it written now.
         await self.sessions.write_unwritten()
+        await self.traces.settle()
 
     def _listener(self) -> HttpListener | None:
         """The HTTP listener, in webhook mode or when `BOT_LISTEN_PORT` is set; channels add their routes."""

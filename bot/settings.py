@@ -653,7 +653,8 @@ class ConsoleConfig(ConfigSection):
     session_hours: float = Field(12.0, gt=0, le=720)
     """A console login lasts this long."""
     turns_kept: int = Field(20, ge=1, le=500)
-    """Recent turns kept per chat for the console's "why this reply" page (in memory only)."""
+    """Recent turns kept per chat for the console's "why this reply" page (in `state/traces/`, or the table
+    `console_traces` with `BOT_DATABASE_URL`)."""
 
 
 class SkillsConfig(ConfigSection):

@@ -80,26 +80,22 @@ class RagJournalTable:
         return doc
 
     async def due(self, now: float, limit: int) -> list[RagDocument]:
-        async with self._database.transaction() as connection:
-            await self._end_claims_of_gone_processes(connection)
-            rows = await connection.fetch(
-                "WITH picked AS (SELECT id FROM rag_documents WHERE status = 'queued' AND next_attempt_at <= $1"
-                " AND (claim_until IS NULL OR claim_until < now()) ORDER BY position LIMIT $2 FOR UPDATE SKIP LOCKED)"
-                " UPDATE rag_documents AS d SET claimed_by = $3, claim_until = now() + make_interval(secs => $4)"
-                f" FROM picked WHERE d.id = picked.id RETURNING d.position, {_qualified('d')}",
-                now, limit, self._owner, self._lease_seconds(),
-            )  # fmt: skip
-        return _in_order(rows)
+        return await self._claim("status = 'queued' AND next_attempt_at <= $3", "LIMIT $4", now, limit)
 
     async def left_behind(self) -> list[RagDocument]:
+        return await self._claim("status = 'forgotten'", "")
+
+    async def _claim(self, which: str, limit: str, *arguments: object) -> list[RagDocument]:
+        """Claim for this process, oldest first, the rows `which` selects whose claim is free or has run out
+        (a gone process's ends now); `which` and `limit` take their parameters from $3 on."""
         async with self._database.transaction() as connection:
             await self._end_claims_of_gone_processes(connection)
             rows = await connection.fetch(
-                "WITH picked AS (SELECT id FROM rag_documents WHERE status = 'forgotten'"
-                " AND (claim_until IS NULL OR claim_until < now()) ORDER BY position FOR UPDATE SKIP LOCKED)"
+                f"WITH picked AS (SELECT id FROM rag_documents WHERE {which}"
+                f" AND (claim_until IS NULL OR claim_until < now()) ORDER BY position {limit} FOR UPDATE SKIP LOCKED)"
                 " UPDATE rag_documents AS d SET claimed_by = $1, claim_until = now() + make_interval(secs => $2)"
                 f" FROM picked WHERE d.id = picked.id RETURNING d.position, {_qualified('d')}",
-                self._owner, self._lease_seconds(),
+                self._owner, self._lease_seconds(), *arguments,
             )  # fmt: skip
         return _in_order(rows)
 

@@ -1,12 +1,14 @@
 """What the console's pages show, over plain HTTP: why a reply said what it said (the plan, the memory
-packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns),
-and the knowledge graph LightRAG really built from a conversation, searched beyond what is drawn and drawn around an
-entity found, with a document forgotten from it, on every graph backend (LightRAG's files, its PostgreSQL tables, a
-LightRAG server), and a graph that cannot be read or searched."""
+packed, the tools with their results, the tokens and the cached share, the last `console.turnsKept` turns,
+kept across a restart, an item forgotten since shown as forgotten; a trace that cannot be kept costs the
+reply nothing), and the knowledge graph LightRAG really built from a conversation, searched beyond what is drawn
+and drawn around an entity found, with a document forgotten from it, on every graph backend (LightRAG's files,
+its PostgreSQL tables, a LightRAG server), and a graph that cannot be read or searched."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec, Usage, ec
 from tests.fakes.telegram_server import FakeTelegram
 from tests.rag.fake_lightrag_server import FakeLightRagServer
 from tests.rag.helpers import FAST_RAG, lightrag_responder
+from tests.waiting import wait_until
 
 QUESTION = "What is the bike lock code?"
 
@@ -88,6 +91,57 @@ async def test_why_this_reply_shows_the_plan_the_pack_the_tools_and_the_tokens(
         assert int(reply.group(1).replace(",", "")) >= 22000 and int(reply.group(2)) >= 60
         assert "<td>10,000</td><td>6,000</td><td>60%</td>" in tokens
         assert "<td>12,000</td><td>9,000</td><td>75%</td>" in tokens
+    finally:
+        await bot.stop()
+
+
+async def test_why_this_reply_outlasts_a_restart_and_a_forgotten_item_shows_as_forgotten(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.set_responder(answer_with_memory_search)
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        await say(fake_telegram, OWNER, "Remember that the bike lock code is 4242.")
+        await say(fake_telegram, OWNER, "/new")
+        assert await say(fake_telegram, OWNER, QUESTION) == "It is 4242."
+    finally:
+        await bot.stop()
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        link = await login_link(fake_telegram, OWNER)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            why = f"{root_of(link)}/console/why"
+            async with client.get(why) as page:
+                shown = (await page.text()).split('<section class="turn"', 1)[1]
+            assert QUESTION in shown and "It is 4242." in shown  # answered by the bot before its restart
+            packed = re.search(
+                r'<span class="packed" data-item="(m[0-9a-f]+)">the bike lock code is 4242\.</span>', shown
+            )
+            assert packed, shown
+            forgotten = await say(fake_telegram, OWNER, f"/memory forget {packed[1]}")
+            assert forgotten == "Forgotten: the bike lock code is 4242."
+            async with client.get(why) as page:
+                shown = (await page.text()).split('<section class="turn"', 1)[1]
+        assert f'<span class="packed" data-item="{packed[1]}"><em class="forgotten">(forgotten)</em></span>' in shown
+        tools = shown.split("<h3>Tools</h3>", 1)[1].split("<h3>", 1)[0]
+        assert "memory_search" in tools and "(forgotten)" in tools
+        assert "the bike lock code is 4242." not in shown
+    finally:
+        await bot.stop()
+
+
+async def test_a_turn_whose_trace_cannot_be_kept_is_answered_all_the_same(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    (workspace_dir / "state").mkdir(parents=True)
+    (workspace_dir / "state" / "traces").write_text("a file where the folder of the traces should be")
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        with caplog.at_level(logging.ERROR):
+            assert await say(fake_telegram, OWNER, "Hello there.") == "echo: Hello there."
+            assert await say(fake_telegram, OWNER, "And again.") == "echo: And again."
+            await wait_until(lambda: caplog.text.count(f"The trace of a turn of telegram:{OWNER} was not kept") == 2)
     finally:
         await bot.stop()
 
