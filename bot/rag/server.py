@@ -23,7 +23,7 @@ import aiohttp
 from bot.rag.backend import NEIGHBOURHOOD_DEPTH, GraphView, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.embedded import snippets_from_data
-from bot.rag.graph_view import view_of
+from bot.rag.graph_view import ranked_names, view_of
 from bot.settings import RagConfig
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class LightRagServerBackend:
         self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
         self._query_data_supported = True
+        self._label_search_supported = True
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -273,11 +274,25 @@ class LightRagServerBackend:
         return view_of(drawn, total)
 
     async def search_entities(self, workspace: str, query: str, limit: int) -> list[str]:
-        params = {"q": query, "limit": str(min(limit, SEARCH_LIMIT))}
-        found = await self._call("GET", "/graph/label/search", workspace, params=params)
-        if not isinstance(found, list):
-            raise RagBackendError(f"GET /graph/label/search: the answer is not a list of names: {str(found)[:200]}")
-        return [str(name) for name in found]
+        """`GET /graph/label/search`; a server older than it lists every name (`GET /graph/label/list`), and those
+        that contain `query` are ranked here as the server ranks them."""
+        if self._label_search_supported:
+            params = {"q": query, "limit": str(min(limit, SEARCH_LIMIT))}
+            try:
+                found = await self._call("GET", "/graph/label/search", workspace, params=params)
+            except ServerAnswerError as error:
+                if error.status != 404:
+                    raise
+                self._label_search_supported = False
+            else:
+                if not isinstance(found, list):
+                    raise RagBackendError(f"GET /graph/label/search: the answer is not a list: {str(found)[:200]}")
+                return [str(name) for name in found]
+        labels = await self._call("GET", "/graph/label/list", workspace)
+        if not isinstance(labels, list):
+            raise RagBackendError(f"GET /graph/label/list: the answer is not a list: {str(labels)[:200]}")
+        wanted = query.strip().casefold()
+        return ranked_names(query, [[str(name) for name in labels if wanted in str(name).casefold()]], limit)
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself

@@ -2,7 +2,8 @@
 
 It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header), names them `doc-{md5 of the name}`
 as the real server does, answers `/query/data` (or, with `legacy=True`, only `/query` with a context string
-in LightRAG's format) with the documents sharing a word with the query, and checks `X-API-Key`.
+in LightRAG's format, and no `/graph/label/search`) with the documents sharing a word with the query, and checks
+`X-API-Key`.
 
 Duplicates are refused as LightRAG 1.5 refuses them: a name it holds already with HTTP 409, the same text
 under a new name with a FAILED pointer record naming the original (older servers, `legacy=True`, answer
@@ -67,9 +68,9 @@ class FakeLightRagServer:
         app.router.add_post("/query", self._query)
         app.router.add_get("/graphs", self._graphs)
         app.router.add_get("/graph/label/list", self._labels)
-        app.router.add_get("/graph/label/search", self._search_labels)
         if not self.legacy:
             app.router.add_post("/query/data", self._query_data)
+            app.router.add_get("/graph/label/search", self._search_labels)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -87,7 +87,7 @@ async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
         await rag.close()
 
 
-async def test_a_server_without_query_data_is_read_through_query_context() -> None:
+async def test_a_server_without_query_data_or_label_search_is_read_through_query_and_its_label_list() -> None:
     server = await FakeLightRagServer(legacy=True).start()
     backend = LightRagServerBackend(lambda: RagConfig(server_url=server.url), None)
     try:
@@ -96,6 +96,12 @@ async def test_a_server_without_query_data_is_read_through_query_context() -> No
         found = await backend.query("global", RagQuery("what colour is the Nautilus", "naive", 5, 5, 500))
         assert [s.text for s in found] == ["User: the Nautilus is blue"]
         assert await backend.query("global", RagQuery("unrelated words entirely", "naive", 5, 5, 500)) == []
+        # Without the label search, the names are listed and matched by the bot, ranked as the server ranks them.
+        await backend.insert("global", [RagDocument("conv_b", "test:1", "global", "User: Nadia rows the Nautilus", "")])
+        assert await backend.search_entities("global", "NA", 10) == ["Nadia", "Nautilus"]
+        assert await backend.search_entities("global", "utilu", 10) == ["Nautilus"]
+        assert [r[1] for r in server.requests].count("/graph/label/search") == 1  # asked once, then listed
+        assert [r[1] for r in server.requests].count("/graph/label/list") == 2
     finally:
         await backend.close()
         await server.stop()
