@@ -146,7 +146,9 @@ document.addEventListener("DOMContentLoaded", () => {
   };
 
   // Draws the whole graph (around null) or an entity's neighbourhood; says what went wrong otherwise.
+  let loads = 0;
   const load = async (around) => {
+    const mine = ++loads;
     const address = around === null ? "graph.json" : `graph.json?entity=${encodeURIComponent(around)}`;
     let response, graph;
     try {
@@ -155,6 +157,7 @@ document.addEventListener("DOMContentLoaded", () => {
     } catch (error) {
       response = { ok: false, status: 0 }; graph = { error: `The bot did not answer (${error}).` };
     }
+    if (mine !== loads) return; // another drawing was asked for meanwhile
     if (!response.ok || !Array.isArray(graph.nodes)) {
       const error = graph.error || `The knowledge graph could not be read (HTTP ${response.status}).`;
       // An entity that cannot be drawn (an address naming one forgotten since) leaves the whole graph drawn.
