@@ -99,10 +99,10 @@ def ranked_names(query: str, found: Iterable[Iterable[str]], limit: int) -> list
     """The names several graphs found for `query`, each once, ranked as LightRAG ranks one graph's: the name
     itself, then the names starting with it, then the others, the shortest and those where it starts a word
     first; ties by name."""
-    wanted = query.strip().casefold()
+    wanted = query.strip().lower()  # lower(), not casefold(): LightRAG's own folding
 
     def rank(name: str) -> tuple[int, str]:
-        folded = name.casefold()
+        folded = name.lower()
         if folded == wanted:
             return -1000, name
         if folded.startswith(wanted):

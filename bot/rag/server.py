@@ -291,8 +291,8 @@ class LightRagServerBackend:
         labels = await self._call("GET", "/graph/label/list", workspace)
         if not isinstance(labels, list):
             raise RagBackendError(f"GET /graph/label/list: the answer is not a list: {str(labels)[:200]}")
-        wanted = query.strip().casefold()
-        return ranked_names(query, [[str(name) for name in labels if wanted in str(name).casefold()]], limit)
+        wanted = query.strip().lower()
+        return ranked_names(query, [[str(name) for name in labels if wanted in str(name).lower()]], limit)
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself
