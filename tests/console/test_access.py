@@ -45,6 +45,8 @@ async def test_a_link_works_once_and_only_while_fresh(
                 assert refused.status == 403
             async with client.get(f"{root_of(stale)}/console/memory") as page:
                 assert page.status == 401  # no session came of it
+            async with client.get(f"{root_of(stale)}/console/graph.json") as page:
+                assert page.status == 401 and "Send /console" in (await page.json())["error"]
 
             config_file = workspace_dir / "preferences" / "runtime-config.json"
             config = json.loads(config_file.read_text())
@@ -140,6 +142,8 @@ async def test_under_user_scope_a_person_sees_only_their_own_memory(
             for owners_page in (*owners_pages, "health"):
                 async with client.get(f"{root}/console/{owners_page}") as page:
                     assert page.status == 403, owners_page
+                    if ".json" in owners_page:  # the page's script shows the reason
+                        assert await page.json() == {"error": "This page is the owner's."}, owners_page
         # Without `scope: user`, the console is the owner's alone.
         config_file = workspace_dir / "preferences" / "runtime-config.json"
         runtime = json.loads(config_file.read_text())
