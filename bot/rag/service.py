@@ -19,9 +19,10 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from bot.context.estimator import TokenEstimator
 from bot.rag.backend import GraphView, QueryMode, RagBackend, RagBackendError, RagQuery, RagSnippet
@@ -61,6 +62,9 @@ MAX_DOCUMENTS_PACKED = 2000
 # The backend's own wait for an insert ends at `insertTimeoutSeconds` with the reason it knows ("still
 # processing on the server"); the service's, this much later, only stops a backend that does not answer.
 INSERT_GRACE_SECONDS = 5.0
+# The console reads this many chats' graphs at once (each a few round trips on a server or in a database).
+GRAPHS_READ_AT_ONCE = 4
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -459,10 +463,7 @@ class RagService:
         entities, or with `around` that entity and the `max_entities` nearest it in any chat's graph (an empty view
         when none holds it), each with the text it was drawn from (the backend's chunks, else the journal's
         documents). Raises `RagBackendError` when the backend cannot answer."""
-        views = [
-            await self._backend.graph(workspace, max_entities, around)
-            for workspace in await self._store.indexed_workspaces()
-        ]
+        views = await self._each_graph(lambda workspace: self._backend.graph(workspace, max_entities, around))
         view = merged(views, max_entities, around)
         if any(not entity.sources and entity.documents for entity in view.entities):
             view = with_journal_sources(view, await self._store.live())
@@ -471,11 +472,19 @@ class RagService:
     async def search_entities(self, query: str, limit: int) -> list[str]:
         """The names of the entities of every chat's graph that contain `query` (case aside), at most `limit`, the
         best first. Raises `RagBackendError` when the backend cannot answer."""
-        found = [
-            await self._backend.search_entities(workspace, query, limit)
-            for workspace in await self._store.indexed_workspaces()
-        ]
+        found = await self._each_graph(lambda workspace: self._backend.search_entities(workspace, query, limit))
         return ranked_names(query, found, limit)
+
+    async def _each_graph(self, read: Callable[[str], Awaitable[T]]) -> list[T]:
+        """`read` of every chat's graph, `GRAPHS_READ_AT_ONCE` at a time (a server's or a database's round trips
+        overlap), in the journal's order."""
+        gate = asyncio.Semaphore(GRAPHS_READ_AT_ONCE)
+
+        async def gated(workspace: str) -> T:
+            async with gate:
+                return await read(workspace)
+
+        return list(await asyncio.gather(*(gated(workspace) for workspace in await self._store.indexed_workspaces())))
 
     def render(self, snippets: list[RagSnippet], max_tokens: int, header: str) -> str:
         """Facts, then excerpts of past exchanges, added while they fit in `max_tokens`."""
