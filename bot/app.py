@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 # the whole stop STOP_DEADLINE_SECONDS; a stage still stopping then is left, and each stage after it still
 # gets STAGE_STOP_MIN_SECONDS (closing a client or a file takes less).
 SHUTDOWN_GRACE_SECONDS = 7.0
-# How often a process sharing the database looks for turns that a process gone (stopped, died) left open.
+# How often a process sharing the database looks for turns and readings that a process gone (stopped, died) left.
 ADOPT_EVERY_SECONDS = 2.0
 STOP_DEADLINE_SECONDS = 9.0
 STAGE_STOP_MIN_SECONDS = 0.1
@@ -157,7 +157,7 @@ class Application:
             env, workspace, clock, llm, estimator, models.embedders, config_store, tools.registry, models.models,
             stores.database,
         )  # fmt: skip
-        memory.service.on_forget(rag.forget_messages)
+        memory.service.on_forget(lambda forgotten: rag.forget_messages(forgotten.message_ids))
         compaction = compaction_install.install(
             sessions, llm, models.models, planner, config_store, memory.pre_compaction, tools.registry
         )
@@ -169,9 +169,11 @@ class Application:
         pipeline = pipeline_install.install(
             workspace=workspace, clock=clock, sessions=sessions, config_store=config_store, llm=llm, planner=planner,
             compaction=compaction, memory=memory.service, rag=rag.service, skills=skills.library, tools=tools.registry,
-            media_store=media.store, vision=media.vision, ledger=ledger, metrics=metrics,
+            media_store=media.store, vision=media.vision, ledger=ledger, metrics=metrics, trace_store=stores.traces,
         )  # fmt: skip
         self.runner = pipeline.runner
+        # A memory item forgotten is no longer shown in the console's traces either.
+        memory.service.on_forget(lambda forgotten: pipeline.traces.forget(forgotten.items))
         self.status = commands_install.install(
             commands, sessions=sessions, clock=clock, config_store=config_store, model_switch=model_switch,
             planner=planner, compaction=compaction, memory=memory.service, rag=rag.service, documents=rag.documents,
@@ -191,7 +193,7 @@ class Application:
         # Stored items' vectors are made while no message waits for its reply or is being answered.
         memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(
-            reminder_store=stores.reminders, runtime_config_file=workspace.runtime_config_file, clock=clock,
+            reminder_store=stores.reminders, clock=clock,
             sessions=sessions, config_store=config_store, compaction=compaction, memory=memory.service,
             rag=rag.service, tools=tools.registry, commands=commands,
             chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
@@ -202,7 +204,7 @@ class Application:
         # The web console's pages go on the listener (when it runs); /console hands out its login links.
         self.traces = pipeline.traces
         self.console = console_install.install(
-            commands, self.listener, config_store, workspace, memory.service, rag.service, planner, pipeline.traces,
+            commands, self.listener, config_store, memory.service, rag.service, planner, pipeline.traces,
             metrics, tools.mcp, router.dispatcher.queue_depths, stores.database,
         )  # fmt: skip
         self._backlog: list[Turn] = []
@@ -352,7 +354,7 @@ class Application:
             await channel.stop()
 
     async def _resume_documents(self) -> None:
-        self.documents.resume({channel.channel_type: channel for channel in self.channels})
+        await self.documents.resume({channel.channel_type: channel for channel in self.channels})
 
     async def _start_scheduler(self) -> None:
         self.reminders.connect(_chat_delivery(self), self._channel_types())
@@ -362,18 +364,23 @@ class Application:
         self.router.resume(self._backlog, self.channels)
         self._backlog = []
         if self.stores.ledger.shared:
-            self._adopting = asyncio.create_task(self._adopt_left_turns(), name="turns left by other processes")
+            self._adopting = asyncio.create_task(self._adopt_left_work(), name="work left by other processes")
 
-    async def _adopt_left_turns(self) -> None:
-        """Answer the turns another process sharing the database left open when it stopped or died."""
+    async def _adopt_left_work(self) -> None:
+        """Take over what another process sharing the database left when it stopped or died: its open turns,
+        answered here, and the documents it was reading, watched here."""
         while True:
             await asyncio.sleep(ADOPT_EVERY_SECONDS)
             try:
                 turns = await self.ledger.adopt(self._session_read_again, self._channel_types())
             except OSError as error:
                 log.error("[App] Could not look for turns other processes left open: %s", error)
-                continue
-            self.router.resume(turns, self.channels)
+            else:
+                self.router.resume(turns, self.channels)
+            try:
+                await self.documents.adopt()
+            except OSError as error:
+                log.error("[App] Could not look for documents other processes left being read: %s", error)
 
     async def _session_read_again(self, session_id: str) -> AgentSession | None:
         # Another process answered the chat last; a chat this one is answering now keeps the session it holds.
@@ -391,6 +398,7 @@ class Application:
         await self.router.dispatcher.close(SHUTDOWN_GRACE_SECONDS)
         # The question of a turn is written with its answer: a turn the stop cut short has it written now.
         await self.sessions.write_unwritten()
+        await self.traces.settle()
 
     def _listener(self) -> HttpListener | None:
         """The HTTP listener, in webhook mode or when `BOT_LISTEN_PORT` is set; channels add their routes."""

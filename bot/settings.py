@@ -425,19 +425,19 @@ class ToolLoopConfig(ConfigSection):
 
 
 class SchedulerConfig(ConfigSection):
-    """The `scheduler` section: background jobs (the jobs' timings are read at start)."""
+    """The `scheduler` section: background jobs (a change of a job's timing reschedules it at once)."""
 
-    reminder_check_seconds: float = Field(5.0, ge=1, le=300, json_schema_extra=READ_AT_START)
+    reminder_check_seconds: float = Field(5.0, ge=1, le=300)
     """How often due reminders are looked for."""
-    reminder_late_after_seconds: float = Field(120.0, ge=0, json_schema_extra=READ_AT_START)
+    reminder_late_after_seconds: float = Field(120.0, ge=0)
     """A reminder later than this (the bot was down) says so when it arrives."""
     idle_compaction_minutes: float = Field(60.0, ge=0)
     """A chat quiet this long is compacted in the background; `0` turns it off."""
     idle_compaction_fill_ratio: float = Field(0.5, gt=0, le=1)
     """Idle compaction runs only when the conversation fills at least this share of its room."""
-    idle_check_seconds: float = Field(300.0, ge=1, json_schema_extra=READ_AT_START)
+    idle_check_seconds: float = Field(300.0, ge=1)
     """How often idle chats are looked for."""
-    maintenance_cron: str = Field("30 3 * * *", json_schema_extra=READ_AT_START)
+    maintenance_cron: str = Field("30 3 * * *")
     """When memory maintenance runs (5-field cron in `BOT_TIMEZONE`): salience decay, promotion, merging duplicates,
     dropping old history, archiving old notes; every change logged, every file rewritten atomically.
     """
@@ -653,7 +653,8 @@ class ConsoleConfig(ConfigSection):
     session_hours: float = Field(12.0, gt=0, le=720)
     """A console login lasts this long."""
     turns_kept: int = Field(20, ge=1, le=500)
-    """Recent turns kept per chat for the console's "why this reply" page (in memory only)."""
+    """Recent turns kept per chat for the console's "why this reply" page (in `state/traces/`, or the table
+    `console_traces` with `BOT_DATABASE_URL`)."""
 
 
 class SkillsConfig(ConfigSection):

@@ -22,6 +22,9 @@ from bot.ledger.store import LedgerFile, LedgerStore
 from bot.ledger.turns import Turn
 from bot.memory.documents import DocumentsInDatabase, MemoryDocuments
 from bot.memory.postgres_documents import MemoryDocumentRows
+from bot.pipeline.trace_files import TraceFiles
+from bot.pipeline.trace_table import TraceTable
+from bot.pipeline.traces import TraceStore
 from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.sessions.postgres import SessionTables
 from bot.sessions.service import SessionService
@@ -56,6 +59,8 @@ class Stores:
     memory_items: ItemRowsInDatabase | None
     reminders: ReminderStore
     pairing: PairingStorage
+    # The console's recent turns of each chat ("why this reply").
+    traces: TraceStore
 
     async def start(self) -> None:
         """Open the database and bring its schema up to date (nothing to do for files)."""
@@ -80,6 +85,7 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
             None,
             ReminderFile(workspace.reminders_file),
             PairingStore(pairing_file(workspace.root)),
+            TraceFiles(workspace.root / "state" / "traces", deferred),
         )
     from bot.memory.postgres_items import ItemRowsInDatabase
 
@@ -96,6 +102,7 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
         ItemRowsInDatabase(database),
         ReminderTable(database),
         PairingTables(database),
+        TraceTable(database),
     )
 
 

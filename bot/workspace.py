@@ -124,6 +124,11 @@ class Workspace:
         return self.rag_dir / "documents.jsonl"
 
     @cached_property
+    def uploads_file(self) -> Path:
+        """The documents sent in chats (`DocumentReader`), and how far reading each got."""
+        return self.rag_dir / "uploads.jsonl"
+
+    @cached_property
     def tool_results_dir(self) -> Path:
         return self.root / "tool_results"
 

@@ -248,12 +248,12 @@ async def test_changing_a_setting_read_at_start_says_it_waits_for_a_restart(
     store = store_at(tmp_path)
     await store.current()
     with caplog.at_level(logging.WARNING):
-        write(store.path, json.dumps({"scheduler": {"maintenanceCron": "0 4 * * *"}, "memory": {"recentDays": 3}}))
+        write(store.path, json.dumps({"rag": {"backend": "server"}, "memory": {"recentDays": 3}}))
         config = await store.current()
-    assert config.scheduler.maintenance_cron == "0 4 * * *"  # in force for whatever reads it later
+    assert config.rag.backend == "server"  # in force for whatever reads it later
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
-    assert "scheduler.maintenanceCron changed" in warnings[0] and "after a restart" in warnings[0]
+    assert "rag.backend changed" in warnings[0] and "after a restart" in warnings[0]
 
 
 async def test_the_owner_hears_of_a_typo_once_on_telegram_and_status_lists_it_until_fixed(

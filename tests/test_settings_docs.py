@@ -57,7 +57,8 @@ def test_the_schema_gives_each_key_its_description_default_and_whether_it_applie
         assert prop["x-appliesLive"] is (key not in restart), key
         assert "default" in prop, key
     assert _schema_property(schema, "memory.recentDays")["default"] == 7
-    assert _schema_property(schema, "scheduler.maintenanceCron")["x-appliesLive"] is False
+    assert _schema_property(schema, "rag.backend")["x-appliesLive"] is False
+    assert _schema_property(schema, "scheduler.maintenanceCron")["x-appliesLive"] is True
 
 
 def test_the_docs_tables_are_the_model_written_out() -> None:

@@ -1,41 +1,39 @@
-"""The knowledge graph page: the entities and relations LightRAG extracted, drawn by graph.js (search,
-zoom, a node's descriptions and sources), and the documents indexed, each of which can be forgotten.
+"""The knowledge graph page: the entities and relations LightRAG extracted, drawn by graph.js (zoom, a node's
+descriptions and sources, a search of every entity's name whose choice draws that entity's neighbourhood),
+and the documents indexed, each of which can be forgotten.
 
-The graph is read from the GraphML files LightRAG keeps in the workspace's `rag/` folder (its default
-file storage); with the PostgreSQL storage there is none to draw, and the page says so."""
+The graph is the backend's to read (LightRAG's storages in the process, files or PostgreSQL alike, or a
+LightRAG server's API), every chat's graph drawn as one; a backend that cannot answer is said so on the page."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from bot.console.html import esc, form, hidden, table
 from bot.console.server import SECURITY_HEADERS, Visit, back_to, notes_of
-from bot.rag.backend import RagBackendError
+from bot.rag.backend import NEIGHBOURHOOD_DEPTH, GraphView, RagBackendError
+from bot.rag.documents import BATCH_SEPARATOR, exchanges_in
 from bot.rag.service import RagService
 
 log = logging.getLogger(__name__)
 
-GRAPH_FILE = "graph_chunk_entity_relation.graphml"
-CHUNKS_FILE = "kv_store_text_chunks.json"
-# LightRAG joins the several values of one attribute (descriptions, sources) with this.
-SEPARATOR = "<SEP>"
-# The most connected entities drawn; a larger graph is reached by search.
+# The most connected entities drawn (a force layout of more is slow in the browser); `total` says how many there are.
 MAX_NODES = 400
-_NS = "{http://graphml.graphdrawing.org/xmlns}"
+# A source shown with a node is cut to this.
+SOURCE_CHARS = 500
+# The names a search answers with, the best first.
+SEARCH_RESULTS = 20
+# The longest search or entity name taken: LightRAG cuts the names it extracts to this many characters.
+MAX_NAME_CHARS = 256
 
 
 @dataclass(frozen=True)
 class GraphPage:
     rag: RagService
-    rag_dir: Path
 
     async def show(self, visit: Visit) -> web.StreamResponse:
         docs = await self.rag.store.live()
@@ -47,8 +45,13 @@ class GraphPage:
         ]  # fmt: skip
         body = (
             notes_of(visit.request) + '<div class="graph-tools">'
-            '<input type="search" id="graph-search" placeholder="Find an entity" aria-label="find an entity">'
-            '<button type="button" id="zoom-in">+</button><button type="button" id="zoom-out">−</button></div>'
+            '<input type="search" id="graph-search" placeholder="Find an entity" aria-label="find an entity" '
+            f'maxlength="{MAX_NAME_CHARS}" autocomplete="off" aria-controls="graph-found">'
+            '<button type="button" id="zoom-in" aria-label="zoom in">+</button>'
+            '<button type="button" id="zoom-out" aria-label="zoom out">−</button>'
+            '<button type="button" id="graph-whole" class="whole" hidden>Whole graph</button></div>'
+            '<ul id="graph-found" class="graph-found" aria-label="entities found"></ul>'
+            '<p id="graph-drawn" class="graph-drawn" role="status"></p>'
             '<div class="graph-area"><svg id="graph" role="img" aria-label="knowledge graph"></svg>'
             '<aside id="graph-node"><p>Select a node to see its descriptions and sources.</p></aside></div>'
             f"<h2>Documents indexed · {len(docs)}</h2>"
@@ -61,8 +64,37 @@ class GraphPage:
         return visit.page("Knowledge graph", body, scripts=("graph.js",))
 
     async def data(self, visit: Visit) -> web.StreamResponse:
-        graph = await asyncio.to_thread(read_graph, self.rag_dir)
-        return web.json_response(graph, headers=SECURITY_HEADERS)
+        """The graph drawn: every chat's most connected entities, or with `?entity=` that entity's neighbourhood."""
+        around = visit.request.query.get("entity")
+        unread: dict[str, Any] = {"nodes": [], "edges": [], "total": 0}
+        if around is not None and not around.strip():
+            return _json({**unread, "error": "Choose an entity to draw: its name is empty."}, 400)
+        if around is not None and len(around) > MAX_NAME_CHARS:
+            refused = f"No entity's name is longer than {MAX_NAME_CHARS} characters: choose one the search found."
+            return _json({**unread, "error": refused}, 400)
+        try:
+            view = await self.rag.graph(MAX_NODES, around)
+        except RagBackendError as error:
+            return _json({**unread, "error": _unanswered("read", error)}, 503)
+        if around is not None and not view.entities:
+            missing = f"The knowledge graph holds no entity named “{around}” (forgotten since, or never extracted)."
+            return _json({**unread, "entity": around, "error": missing}, 404)
+        drawn = graph_json(view)
+        return _json(drawn if around is None else {**drawn, "entity": around, "depth": NEIGHBOURHOOD_DEPTH})
+
+    async def search(self, visit: Visit) -> web.StreamResponse:
+        """The names of the entities of every chat's graph that contain `?q=` (case aside), the best first."""
+        query = visit.request.query.get("q", "").strip()
+        if not query:
+            return _json({"query": query, "names": [], "error": "Type part of an entity's name to find it."}, 400)
+        if len(query) > MAX_NAME_CHARS:
+            refused = f"A search is at most {MAX_NAME_CHARS} characters: no entity's name is longer."
+            return _json({"query": query[:MAX_NAME_CHARS], "names": [], "error": refused}, 400)
+        try:
+            names = await self.rag.search_entities(query, SEARCH_RESULTS)
+        except RagBackendError as error:
+            return _json({"query": query, "names": [], "error": _unanswered("searched", error)}, 503)
+        return _json({"query": query, "names": names})
 
     async def forget(self, visit: Visit) -> web.StreamResponse:
         doc_id = visit.form.get("doc", "")
@@ -77,61 +109,47 @@ class GraphPage:
         back_to("graph", note=f"Forgotten: {len(forgotten)} document(s) and what the graph drew from them only.")
 
 
-def read_graph(rag_dir: Path) -> dict[str, Any]:
-    """Every graph file's entities (the most connected `MAX_NODES`) and the relations between them."""
-    nodes: dict[str, dict[str, Any]] = {}
-    edges: list[dict[str, Any]] = []
-    for path in sorted(rag_dir.rglob(GRAPH_FILE)):
-        chunks = _chunks(path.parent / CHUNKS_FILE)
-        try:
-            root = ElementTree.parse(path).getroot()
-        except (OSError, ElementTree.ParseError) as error:
-            log.warning("[Console] Could not read the graph %s: %s", path, error)
-            continue
-        keys = {key.get("id"): key.get("attr.name") for key in root.iter(f"{_NS}key")}
-        for node in root.iter(f"{_NS}node"):
-            values = _values(node, keys)
-            nodes[node.get("id", "")] = {
-                "id": node.get("id", ""),
-                "type": values.get("entity_type", ""),
-                "descriptions": _split(values.get("description", "")),
-                "sources": [chunks.get(source, source) for source in _split(values.get("source_id", ""))],
-            }
-        for edge in root.iter(f"{_NS}edge"):
-            values = _values(edge, keys)
-            edges.append(
-                {"source": edge.get("source", ""), "target": edge.get("target", ""),
-                 "description": values.get("description", ""), "keywords": values.get("keywords", "")}
-            )  # fmt: skip
-    degree: dict[str, int] = dict.fromkeys(nodes, 0)
-    for relation in edges:
-        for end in (relation["source"], relation["target"]):
-            if end in degree:
-                degree[end] += 1
-    kept = set(sorted(degree, key=lambda name: degree[name], reverse=True)[:MAX_NODES])
+def _json(answer: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(answer, status=status, headers=SECURITY_HEADERS)
+
+
+def _unanswered(done: str, error: RagBackendError) -> str:
+    """What the page says, and the log, of a backend that could not answer."""
+    reason = str(error) or f"no answer ({type(error).__name__})"
+    log.warning("[Console] The knowledge graph could not be %s: %s", done, reason)
+    return f"The knowledge graph could not be {done}: {reason}"
+
+
+def graph_json(view: GraphView) -> dict[str, Any]:
+    """What graph.js draws: the nodes with their type, descriptions and sources, the edges, `total` and whether
+    more lie beyond what is drawn (`truncated`)."""
     return {
-        "nodes": [node for name, node in nodes.items() if name in kept],
-        "edges": [edge for edge in edges if edge["source"] in kept and edge["target"] in kept],
-        "total": len(nodes),
-    }
+        "nodes": [
+            {"id": entity.name, "type": entity.type, "descriptions": list(entity.descriptions),
+             "sources": sources_of(entity.name, entity.sources)}
+            for entity in view.entities
+        ],
+        "edges": [
+            {"source": relation.source, "target": relation.target, "description": relation.description,
+             "keywords": relation.keywords}
+            for relation in view.relations
+        ],
+        "total": view.total,
+        "truncated": view.truncated,
+    }  # fmt: skip
 
 
-def _values(element: ElementTree.Element, keys: dict[str | None, str | None]) -> dict[str, str]:
-    return {str(keys.get(data.get("key"))): data.text or "" for data in element.iter(f"{_NS}data")}
+def sources_of(name: str, sources: tuple[str, ...]) -> list[str]:
+    """What a node shows of the text it was drawn from: of each source (a chunk, or an exchange, of a batch of
+    exchanges), the exchanges that name the entity; every source whole when none does (a name the model
+    wrote otherwise than the text); each cut to `SOURCE_CHARS`."""
+    naming = [
+        BATCH_SEPARATOR.join(exchange.strip() for exchange in exchanges if name.casefold() in exchange.casefold())
+        for exchanges in (exchanges_in(source.strip()) for source in sources)
+    ]
+    shown = [text for text in naming if text] or [source.strip() for source in sources]
+    return list(dict.fromkeys(_cut(text) for text in shown))
 
 
-def _split(value: str) -> list[str]:
-    return [part.strip() for part in value.split(SEPARATOR) if part.strip()]
-
-
-def _chunks(path: Path) -> dict[str, str]:
-    """The text of each chunk, by id: a node's sources are chunks of the documents indexed."""
-    try:
-        stored = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(stored, dict):
-        return {}
-    return {
-        chunk_id: str(chunk.get("content", ""))[:300] for chunk_id, chunk in stored.items() if isinstance(chunk, dict)
-    }
+def _cut(text: str) -> str:
+    return text if len(text) <= SOURCE_CHARS else text[: SOURCE_CHARS - 1].rstrip() + "…"

@@ -15,6 +15,9 @@ from bot.metrics import BotMetrics
 from bot.pipeline.traces import TurnTraces
 from bot.tools.mcp import McpManager
 
+# The recent turns drawn, of every chat.
+RECENT_TURNS = 50
+
 
 def _totals(metrics: BotMetrics) -> dict[str, dict[tuple[str, ...], float]]:
     """Each sample's value by name, then by its label values."""
@@ -59,7 +62,7 @@ class HealthPage:
             "<h2>Pipeline stages</h2>"
             + (table(["stage", "runs", "mean"], stage_rows) if stage_rows else "<p>No run yet.</p>")
         )
-        turns = self.traces.all()[-50:]
+        turns = await self.traces.recent(RECENT_TURNS)
         slowest = max((turn.reply_seconds for turn in turns), default=0.0) or 1.0
         rows = []
         for turn in turns:

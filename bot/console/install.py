@@ -28,7 +28,6 @@ from bot.pipeline.traces import TurnTraces
 from bot.rag.service import RagService
 from bot.runtime_config import RuntimeConfigStore
 from bot.tools.mcp import McpManager
-from bot.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,6 @@ def install(
     commands: CommandRegistry,
     listener: HttpListener | None,
     config_store: RuntimeConfigStore,
-    workspace: Workspace,
     memory: MemoryService,
     rag: RagService,
     planner: ContextPlanner,
@@ -66,7 +64,7 @@ def install(
         return InstalledConsole(auth, None)
     server = ConsoleServer(auth, config_store)
     memory_pages = MemoryPages(memory, config_store, planner)
-    graph = GraphPage(rag, workspace.rag_dir)
+    graph = GraphPage(rag)
     settings = SettingsPage(config_store)
     server.install(
         listener,
@@ -77,6 +75,7 @@ def install(
             "why": (WhyPage(traces).show, None, False),
             "graph": (graph.show, None, True),
             "graph.json": (graph.data, None, True),
+            "graph/search.json": (graph.search, None, True),
             "graph/forget": (None, graph.forget, True),
             "settings": (settings.show, settings.save, True),
             "health": (HealthPage(metrics, traces, mcp, queue_depths).show, None, True),

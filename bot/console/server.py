@@ -67,7 +67,12 @@ def html_response(text: str, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", headers=SECURITY_HEADERS)
 
 
-def refusal(text: str, status: int, viewer: Viewer | None = None, csrf: str = "") -> web.Response:
+def refusal(
+    text: str, status: int, viewer: Viewer | None = None, csrf: str = "", request: web.Request | None = None
+) -> web.Response:
+    """A refusal as a page, or as `{"error": text}` to a page's script asking for JSON (it shows the reason)."""
+    if request is not None and request.path.endswith(".json"):
+        return web.json_response({"error": text}, status=status, headers=SECURITY_HEADERS)
     return html_response(page("Refused", f'<p class="error">{esc(text)}</p>', viewer, csrf), status)
 
 
@@ -100,7 +105,7 @@ def _answering(handler: Handler) -> Handler:
             return await handler(request)
         except DatabaseError as error:
             log.error("[Console] %s %s: the database does not answer (%s)", request.method, request.path, error)
-            return refusal(NO_DATABASE, 503)
+            return refusal(NO_DATABASE, 503, request=request)
 
     return answering
 
@@ -139,7 +144,7 @@ class ConsoleServer:
             self._enabled()
             session = await self.auth.session(request.cookies.get(COOKIE_NAME))
             if session is None:
-                return refusal(NO_SESSION, 401)
+                return refusal(NO_SESSION, 401, request=request)
             form: dict[str, str] = {}
             if change:
                 posted = await request.post()
@@ -154,7 +159,7 @@ class ConsoleServer:
                         session.csrf,
                     )
             if owner_only and not session.viewer.owner:
-                return refusal("This page is the owner's.", 403, session.viewer, session.csrf)
+                return refusal("This page is the owner's.", 403, session.viewer, session.csrf, request)
             return await handler(Visit(request, session, form))
 
         return guarded

@@ -1,7 +1,8 @@
 """ "Why this reply": for a recent turn of a chat, the prompt plan (each part against its share, drawn),
 the memory items packed with their scores and those that just missed, the graph snippets, the tools
 called with their results, and the tokens (cached among them). The owner sees every chat; anyone else
-only their own private chat."""
+only their own private chat. The turns are those every replica answered (where they share a database), kept
+across restarts; an item forgotten since shows as forgotten."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from aiohttp import web
 
 from bot.console.html import PREFIX, bar, esc, stacked_bar, table
 from bot.console.server import Visit
-from bot.pipeline.traces import TurnTrace, TurnTraces
+from bot.pipeline.traces import FORGOTTEN_TEXT, PackEntry, TurnTrace, TurnTraces
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,11 @@ class WhyPage:
 
     async def show(self, visit: Visit) -> web.StreamResponse:
         viewer = visit.viewer
-        chats = [chat for chat in self.traces.chats() if viewer.owner or chat == viewer.person]
+        chats = [chat for chat in await self.traces.chats() if viewer.owner or chat == viewer.person]
         chat = visit.request.query.get("chat") or (chats[0] if chats else "")
-        if chat not in chats:
-            return visit.page("Why this reply", "<p>No answered turn of yours since the bot started.</p>")
-        turns = self.traces.of(chat)
+        turns = await self.traces.of(chat) if chat in chats else []
+        if not turns:
+            return visit.page("Why this reply", "<p>No answered turn of yours is kept.</p>")
         wanted = visit.request.query.get("turn")
         trace = next((turn for turn in turns if turn.turn_id == wanted), turns[-1])
         chat_links = " ".join(
@@ -46,6 +47,10 @@ class WhyPage:
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _content(entry: PackEntry) -> str:
+    return f'<em class="forgotten">{esc(FORGOTTEN_TEXT)}</em>' if entry.forgotten else esc(entry.content)
 
 
 def _trace(trace: TurnTrace) -> str:
@@ -69,7 +74,7 @@ def _trace(trace: TurnTrace) -> str:
     parts.append(f"<h3>Memory pack</h3><p>{esc(trace.pack_summary or 'No structured memory in this prompt.')}</p>")
     if trace.packed:
         rows = [
-            [f'<span class="packed" data-item="{esc(entry.item_id)}">{esc(entry.content)}</span>', esc(entry.section),
+            [f'<span class="packed" data-item="{esc(entry.item_id)}">{_content(entry)}</span>', esc(entry.section),
              f"{entry.score:.3f}", esc(", ".join(f"{name} {value:.2f}" for name, value in entry.parts.items()))]
             for entry in trace.packed
         ]  # fmt: skip

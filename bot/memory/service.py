@@ -47,9 +47,19 @@ from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
 
-# Given the ids of the session messages behind forgotten items.
-ForgetListener = Callable[[list[str]], Awaitable[object]]
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What one forget removed: the items (the one named first, then the exchanges that held it), and the
+    ids of the session messages behind them."""
+
+    items: list[MemoryItem]
+    message_ids: list[str]
+
+
+ForgetListener = Callable[[Forgotten], Awaitable[object]]
 
 # Leads the items the owner shared, where a chat that does not see the owner's memory is shown them.
 SHARED_ITEMS_LINE = "Shared by the owner:"
@@ -313,17 +323,17 @@ class MemoryService:
         return result
 
     def on_forget(self, listener: ForgetListener) -> None:
-        """Told the message ids behind everything forgotten, so other stores (the knowledge graph)
-        forget what came from those messages too."""
+        """Told what each forget removed, so other stores forget it too (the knowledge graph what came from
+        its messages, the console's traces its text)."""
         self._forget_listeners.append(listener)
 
     async def forget(self, config: MemoryConfig, session_id: str, item_id: str) -> MemoryItem:
         """Forget one item (and the recorded exchanges containing it) here and in every listener."""
         removed = await self.change(config, session_id, lambda writer: writer.forget(item_id))
-        message_ids = sorted({reference for item in removed for reference in item.references})
+        forgotten = Forgotten(removed, sorted({reference for item in removed for reference in item.references}))
         for listener in self._forget_listeners:
             try:
-                await listener(message_ids)
+                await listener(forgotten)
             except Exception:
                 log.exception("[Memory] Forgot %s here, but another store could not forget it", item_id)
         return removed[0]

@@ -30,7 +30,7 @@ from bot.pipeline.systems.context_building import ContextBuildingSystem
 from bot.pipeline.systems.memory_persist import MemoryPersistSystem
 from bot.pipeline.systems.rag_indexing import RagIndexingSystem
 from bot.pipeline.systems.tool_loop import ToolLoopExecutionSystem
-from bot.pipeline.traces import TurnTraces
+from bot.pipeline.traces import TraceStore, TurnTraces
 from bot.rag.service import RagService
 from bot.rag.uploads import DocumentReader
 from bot.runtime_config import RuntimeConfigStore
@@ -76,6 +76,7 @@ def install(
     vision: VisionSupport,
     ledger: TurnLedger,
     metrics: BotMetrics,
+    trace_store: TraceStore,
 ) -> InstalledPipeline:
     memory_persist = MemoryPersistSystem(memory, clock)
     rag_indexing = RagIndexingSystem(rag, clock)
@@ -89,7 +90,7 @@ def install(
         memory_persist,
         rag_indexing,
     ]
-    traces = TurnTraces(lambda: config_store.in_force().console.turns_kept)
+    traces = TurnTraces(trace_store, lambda: config_store.in_force().console.turns_kept)
     runner = PipelineRunner(systems, sessions, config_store, metrics, tools, traces)
     outbound = Outbound(metrics, clock)
     return InstalledPipeline(runner, ledger, outbound, memory_persist, rag_indexing, config_store, traces)

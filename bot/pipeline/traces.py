@@ -1,28 +1,43 @@
 """`TurnTraces`: what went into each of a chat's recent replies, for the console's "why this reply" page.
 
 The runner hands every answered turn here as soon as its reply went out (before memory and RAG are
-written, which add nothing to it), so keeping a trace costs the reply nothing. A trace is built from
-what the turn already carries (`TurnContext`: the plan, the memory pack, the prompt parts, the new
-messages, the usage): no system records anything for it. Only the last `console.turnsKept` turns of
-each chat are kept, in memory: they are a window on the bot at work, not a history (the session and
-its archive are that).
+written, which add nothing to it). A trace is built from what the turn already carries (`TurnContext`:
+the plan, the memory pack, the prompt parts, the new messages, the usage): no system records anything
+for it. Keeping it is handed over to a task of its own, so the reply never waits for a store, and a
+store that fails costs a log line and nothing else.
+
+Only the last `console.turnsKept` turns of each chat are kept, in a `TraceStore`: the workspace's files
+(`bot.pipeline.trace_files`), or PostgreSQL with `BOT_DATABASE_URL` (`bot.pipeline.trace_table`), where
+every replica writes and the console of any replica reads every replica's turns. They are a window on
+the bot at work, not a history (the session and its archive are that): `migrate` and `export` leave them.
+A memory item forgotten is forgotten in the traces too: its text is no longer shown (`redacted`).
 """
 
 from __future__ import annotations
 
-from collections import deque
+import asyncio
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any, Protocol
 
 from bot.context.plan import ContextPlan
-from bot.domain.memory import MemoryPack
+from bot.domain.memory import MemoryItem, MemoryPack
 from bot.domain.message import Message
 from bot.domain.turn import PromptSection
 from bot.pipeline.turn import TurnContext
 
+log = logging.getLogger(__name__)
+
 # A tool's result is shown up to this many characters (tool outputs can be whole web pages).
 TOOL_RESULT_CHARS = 2000
+# What a forgotten item's text is shown as, in the items packed and wherever a tool's result or the
+# graph's snippets quoted it.
+FORGOTTEN_TEXT = "(forgotten)"
+# A forgotten text shorter than this is not looked for in tool results and graph snippets: a word or two
+# would blank out unrelated text that happens to hold them.
+FORGOTTEN_QUOTE_MIN_CHARS = 12
 
 
 @dataclass(frozen=True)
@@ -38,13 +53,15 @@ class PlanPart:
 
 @dataclass(frozen=True)
 class PackEntry:
-    """An item the memory pack offered the prompt, with its score and the parts of it."""
+    """An item the memory pack offered the prompt, with its score and the parts of it; an item forgotten
+    since keeps its id and score, its text blanked (`forgotten`)."""
 
     item_id: str
     content: str
     section: str
     score: float
     parts: dict[str, float]
+    forgotten: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,36 +102,80 @@ class TurnTrace:
     reply_seconds: float = 0.0
 
 
-class TurnTraces:
-    """The last few turns of each chat (`console.turnsKept`), newest last."""
+class TraceStore(Protocol):
+    """Where the recent traces are kept. Each chat keeps the newest `kept` turns it was given; a read gives
+    at most `kept` a chat, in the order they were given. A failed write or read raises `OSError`."""
 
-    def __init__(self, kept: Callable[[], int]) -> None:
+    async def add(self, trace: TurnTrace, kept: int) -> None: ...
+
+    async def chats(self) -> list[str]:
+        """The session ids with a trace kept, sorted."""
+        ...
+
+    async def of(self, session_id: str, kept: int) -> list[TurnTrace]: ...
+
+    async def recent(self, limit: int) -> list[TurnTrace]:
+        """The newest `limit` traces of every chat, the newest last."""
+        ...
+
+    async def forget(self, items: list[MemoryItem]) -> int:
+        """Blank the text of `items` out of every trace (`redacted`); how many traces changed."""
+        ...
+
+
+class TurnTraces:
+    """The recent turns of each chat (`console.turnsKept`), kept in a `TraceStore` off the reply's path."""
+
+    def __init__(self, store: TraceStore, kept: Callable[[], int]) -> None:
+        self._store = store
         self._kept = kept
-        self._by_chat: dict[str, deque[TurnTrace]] = {}
+        self._writing: set[asyncio.Task[None]] = set()
 
     def record(self, ctx: TurnContext, reply_seconds: float = 0.0) -> None:
-        kept = max(self._kept(), 1)
-        chat = self._by_chat.get(ctx.session.id)
-        if chat is None or chat.maxlen != kept:
-            chat = self._by_chat[ctx.session.id] = deque(chat or (), maxlen=kept)
-        chat.append(trace_of(ctx, reply_seconds))
+        """Hand the turn's trace to the store, without waiting for it."""
+        self.keep(trace_of(ctx, reply_seconds))
 
-    def chats(self) -> list[str]:
-        return sorted(self._by_chat)
+    def keep(self, trace: TurnTrace) -> None:
+        """Hand `trace` to the store, without waiting for it (`settle` waits)."""
+        task = asyncio.create_task(self._keep(trace), name=f"trace of {trace.session_id}")
+        self._writing.add(task)
+        task.add_done_callback(self._writing.discard)
 
-    def of(self, session_id: str) -> list[TurnTrace]:
-        return list(self._by_chat.get(session_id, ()))
+    async def _keep(self, trace: TurnTrace) -> None:
+        try:
+            await self._store.add(trace, self._kept_now())
+        except OSError as error:
+            log.error("[Console] The trace of a turn of %s was not kept: %s", trace.session_id, error)
+        except Exception:
+            log.exception("[Console] The trace of a turn of %s was not kept", trace.session_id)
 
-    def all(self) -> list[TurnTrace]:
-        """Every kept turn, oldest first."""
-        return sorted((trace for chat in self._by_chat.values() for trace in chat), key=lambda trace: trace.at)
+    def _kept_now(self) -> int:
+        return max(self._kept(), 1)
 
-    def find(self, turn_id: str) -> TurnTrace | None:
-        for chat in self._by_chat.values():
-            for trace in chat:
-                if trace.turn_id == turn_id:
-                    return trace
-        return None
+    async def chats(self) -> list[str]:
+        return await self._store.chats()
+
+    async def of(self, session_id: str) -> list[TurnTrace]:
+        """The chat's kept turns, the newest last."""
+        return await self._store.of(session_id, self._kept_now())
+
+    async def recent(self, limit: int) -> list[TurnTrace]:
+        return await self._store.recent(limit)
+
+    async def forget(self, items: list[MemoryItem]) -> None:
+        """Forgotten memory items are forgotten in the traces too; a store that fails is logged."""
+        try:
+            changed = await self._store.forget(items)
+        except OSError as error:
+            log.error("[Console] %d forgotten items may still show in the traces: %s", len(items), error)
+            return
+        if changed:
+            log.info("[Console] Forgot %d items in %d traces", len(items), changed)
+
+    async def settle(self) -> None:
+        """Wait for the traces being kept (at a stop, before the stores close)."""
+        while self._writing:
+            await asyncio.gather(*self._writing, return_exceptions=True)
 
 
 def trace_of(ctx: TurnContext, reply_seconds: float = 0.0) -> TurnTrace:
@@ -162,3 +223,149 @@ def _tools(messages: list[Message]) -> tuple[ToolUse, ...]:
         for message in messages
         for call in message.tool_calls or ()
     )
+
+
+# -- forgetting --------------------------------------------------------------------------------------
+
+
+def redacted(trace: TurnTrace, items: list[MemoryItem]) -> TurnTrace | None:
+    """`trace` without the text of `items`, or None when it shows none of it: an item packed keeps its
+    id, section and score, its text blanked; a tool's result or the graph's snippets that quote an item
+    show `FORGOTTEN_TEXT` there. The question and the reply stay: they are the conversation, which the
+    chat's session keeps too."""
+    ids = {item.id for item in items}
+    quotes = [item.content for item in items if len(item.content) >= FORGOTTEN_QUOTE_MIN_CHARS]
+
+    def unquoted(text: str) -> str:
+        for quote in quotes:
+            text = text.replace(quote, FORGOTTEN_TEXT)
+        return text
+
+    changed = replace(
+        trace,
+        packed=tuple(
+            replace(entry, content="", forgotten=True) if entry.item_id in ids else entry for entry in trace.packed
+        ),
+        graph=unquoted(trace.graph),
+        tools=tuple(replace(tool, result=unquoted(tool.result)) for tool in trace.tools),
+    )
+    return None if changed == trace else changed
+
+
+# -- (de)serialising: one JSON object a trace -------------------------------------------------------
+
+
+def trace_to_json(trace: TurnTrace) -> dict[str, Any]:
+    """The trace as a JSON object (`trace_from_json` reads it back equal)."""
+    return {
+        "turnId": trace.turn_id,
+        "sessionId": trace.session_id,
+        "at": trace.at.isoformat(),
+        "question": trace.question,
+        "reply": trace.reply,
+        "model": trace.model,
+        "plan": [
+            {"label": p.label, "share": p.share, "tokens": p.tokens, "given": p.given, "cut": p.cut} for p in trace.plan
+        ],
+        "thresholdTokens": trace.threshold_tokens,
+        "packed": [
+            {
+                "itemId": e.item_id,
+                "content": e.content,
+                "section": e.section,
+                "score": e.score,
+                "parts": e.parts,
+                "forgotten": e.forgotten,
+            }
+            for e in trace.packed
+        ],
+        "missed": [[item_id, score, section] for item_id, score, section in trace.missed],
+        "packSummary": trace.pack_summary,
+        "graph": trace.graph,
+        "tools": [{"name": t.name, "arguments": t.arguments, "result": t.result} for t in trace.tools],
+        "tokens": [
+            {"model": u.model, "prompt": u.prompt, "completion": u.completion, "cached": u.cached} for u in trace.tokens
+        ],
+        "replySeconds": trace.reply_seconds,
+    }
+
+
+def trace_from_json(record: dict[str, Any]) -> TurnTrace:
+    """The trace a JSON object holds; `KeyError`, `TypeError` or `ValueError` when it is not one."""
+    at = datetime.fromisoformat(_text(record["at"]))
+    return TurnTrace(
+        turn_id=_text(record["turnId"]),
+        session_id=_text(record["sessionId"]),
+        at=at,
+        question=_text(record["question"]),
+        reply=_text(record["reply"]),
+        model=_text(record["model"]),
+        plan=tuple(
+            PlanPart(_text(p["label"]), _text(p["share"]), _int(p["tokens"]), _int(p["given"]), _flag(p["cut"]))
+            for p in _list(record["plan"])
+        ),
+        threshold_tokens=_int(record["thresholdTokens"]),
+        packed=tuple(
+            PackEntry(
+                _text(e["itemId"]),
+                _text(e["content"]),
+                _text(e["section"]),
+                _number(e["score"]),
+                {_text(name): _number(value) for name, value in _object(e["parts"]).items()},
+                _flag(e["forgotten"]),
+            )
+            for e in _list(record["packed"])
+        ),
+        missed=tuple(_missed(entry) for entry in _list(record["missed"])),
+        pack_summary=_text(record["packSummary"]),
+        graph=_text(record["graph"]),
+        tools=tuple(
+            ToolUse(_text(t["name"]), _text(t["arguments"]), _text(t["result"])) for t in _list(record["tools"])
+        ),
+        tokens=tuple(
+            TokenUse(_text(u["model"]), _int(u["prompt"]), _int(u["completion"]), _int(u["cached"]))
+            for u in _list(record["tokens"])
+        ),
+        reply_seconds=_number(record["replySeconds"]),
+    )
+
+
+def _missed(entry: Any) -> tuple[str, float, str]:
+    item_id, score, section = _list(entry)
+    return _text(item_id), _number(score), _text(section)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
+
+
+def _number(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{value!r} is not true or false")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{value!r} is not a list")
+    return value
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{value!r} is not an object")
+    return value

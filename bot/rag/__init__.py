@@ -12,6 +12,7 @@
 - `graph_batches`: batched reads for LightRAG's file graph storage (one lock per batch, not per item).
 - `keywords`: what in a message is worth looking up, decided without a model.
 - `reading` and `uploads`: documents sent in a chat (text extraction and limits; `DocumentReader`: queue,
-  progress message, resume after a restart, `/docs`).
+  progress message, resume after a restart, `/docs`); `upload_records`: their record (`UploadRecords`) and
+  its file (`workspace/rag/uploads.jsonl`); `upload_table`: the same in PostgreSQL, shared by every replica.
 - `tool`: the `rag_query` tool.
 """

@@ -40,9 +40,10 @@ from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.local_embeddings import LOCAL_MODEL, LocalEmbedder
 from bot.logging_setup import add_secrets
-from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
+from bot.rag.backend import NEIGHBOURHOOD_DEPTH, GraphView, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.graph_batches import use_batched_reads
+from bot.rag.graph_view import source_chunk_ids, view_of
 from bot.rag.keywords import content_words
 from bot.rag.tokenizer import OfflineTokenizer
 from bot.settings import RagConfig
@@ -79,6 +80,8 @@ TABLES_CONNECT_TIMEOUT_SECONDS = 10.0
 CHUNK_TOKENS = 1200
 CHUNK_OVERLAP_TOKENS = 100
 WORKER_SHUTDOWN_SECONDS = 5.0
+# The most entities one read of a graph returns (LightRAG's own default, passed so MAX_GRAPH_NODES cannot change it).
+MAX_GRAPH_NODES = 1000
 # Adapters in this process that have opened a LightRAG instance and not closed yet.
 _open_adapters = 0
 EMBEDDER_FILE = "embedder.json"
@@ -249,6 +252,38 @@ class EmbeddedLightRag:
                     await asyncio.sleep(DELETE_RETRY_SECONDS)
         return held
 
+    async def graph(self, workspace: str, max_entities: int, around: str | None = None) -> GraphView:
+        """Read through LightRAG's storage API, so the file and the PostgreSQL storages answer alike: the
+        whole graph's most connected entities (`*`) or an entity's neighbourhood, their chunks' text, and, for
+        the whole graph, every label only when the graph holds more than is drawn (to count them)."""
+        label, depth = ("*", 1) if around is None else (around, NEIGHBOURHOOD_DEPTH)
+        try:
+            rag = await self._instance(workspace)
+            drawn = (await rag.get_knowledge_graph(label, max_depth=depth, max_nodes=max_entities)).model_dump()
+            chunk_ids = source_chunk_ids(drawn)
+            found = await rag.text_chunks.get_by_ids(chunk_ids) if chunk_ids else []
+            chunks = {
+                chunk_id: str(chunk.get("content", ""))
+                for chunk_id, chunk in zip(chunk_ids, found, strict=True)
+                if isinstance(chunk, dict)
+            }
+            counted = around is None and drawn.get("is_truncated")
+            total = len(await rag.get_graph_labels()) if counted else 0
+        except RagBackendError:
+            raise
+        except Exception as error:  # the database's own errors (asyncpg, connection refused) among them
+            raise RagBackendError(f"reading the graph {workspace}: {type(error).__name__}: {error}") from error
+        return view_of(drawn, total, chunks)
+
+    async def search_entities(self, workspace: str, query: str, limit: int) -> list[str]:
+        try:
+            rag = await self._instance(workspace)
+            return [str(name) for name in await rag.chunk_entity_relation_graph.search_labels(query, limit)]
+        except RagBackendError:
+            raise
+        except Exception as error:
+            raise RagBackendError(f"searching the graph {workspace}: {type(error).__name__}: {error}") from error
+
     async def open(self, workspace: str) -> None:
         await self._instance(workspace)
 
@@ -328,6 +363,7 @@ class EmbeddedLightRag:
             chunk_overlap_token_size=CHUNK_OVERLAP_TOKENS,
             top_k=config.top_k,
             chunk_top_k=config.chunk_top_k,
+            max_graph_nodes=MAX_GRAPH_NODES,
             # One extraction pass: an exchange is short, and a second ("gleaning") pass doubles the cost.
             entity_extract_max_gleaning=0,
             enable_llm_cache=False,

@@ -14,6 +14,8 @@ from bot.llm.models import ModelRegistry
 from bot.rag.factory import build_rag_service
 from bot.rag.service import RagService
 from bot.rag.tool import rag_query_tool
+from bot.rag.upload_records import UploadFile, UploadRecords
+from bot.rag.upload_table import UploadTable
 from bot.rag.uploads import DocumentReader
 from bot.runtime_config import RuntimeConfigStore
 from bot.settings import EnvSettings
@@ -47,4 +49,6 @@ def install(
 ) -> InstalledRag:
     service = build_rag_service(workspace, env, llm, config_store, estimator, embedders, models, database)
     tools.register(rag_query_tool(service))
-    return InstalledRag(service, DocumentReader(service, workspace.rag_dir, config_store.in_force, clock))
+    # Kept where the knowledge graph's journal is: with a database, every replica's uploads are every other's.
+    records: UploadRecords = UploadFile(workspace.uploads_file) if database is None else UploadTable(database)
+    return InstalledRag(service, DocumentReader(service, records, config_store.in_force, clock))

@@ -21,11 +21,9 @@ table out as that file (`write_journal_file`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +31,8 @@ from bot.database.connection import Database, is_gone
 from bot.rag.documents import RagDocument
 from bot.rag.store import count_failure, replay
 from bot.settings import RagConfig
-from bot.storage.files import read_text_sync, write_atomic
-from bot.storage.jsonl import dumps_line
+from bot.storage.files import read_text_sync
+from bot.storage.jsonl import CopiedRecords, parse_numbered, write_records
 
 log = logging.getLogger(__name__)
 
@@ -82,24 +80,22 @@ class RagJournalTable:
         return doc
 
     async def due(self, now: float, limit: int) -> list[RagDocument]:
+        return await self._claim("status = 'queued' AND next_attempt_at <= $3", "LIMIT $4", now, limit)
+
+    async def left_behind(self) -> list[RagDocument]:
+        return await self._claim("status = 'forgotten'", "")
+
+    async def _claim(self, which: str, limit: str, *arguments: object) -> list[RagDocument]:
+        """Claim for this process, oldest first, the rows `which` selects whose claim is free or has run out
+        (a gone process's ends now); `which` and `limit` take their parameters from $3 on."""
         async with self._database.transaction() as connection:
             await self._end_claims_of_gone_processes(connection)
-            gone = await connection.fetch(
-                "DELETE FROM rag_documents WHERE status = 'forgotten' AND (claim_until IS NULL OR claim_until < now())"
-                " RETURNING id"
-            )
-            if gone:
-                log.warning(
-                    "[RAG] %d documents were forgotten while a process that is gone indexed them: %s; if it "
-                    "inserted them first, the graph still holds them",
-                    len(gone), ", ".join(str(row["id"]) for row in gone),
-                )  # fmt: skip
             rows = await connection.fetch(
-                "WITH picked AS (SELECT id FROM rag_documents WHERE status = 'queued' AND next_attempt_at <= $1"
-                " AND (claim_until IS NULL OR claim_until < now()) ORDER BY position LIMIT $2 FOR UPDATE SKIP LOCKED)"
-                " UPDATE rag_documents AS d SET claimed_by = $3, claim_until = now() + make_interval(secs => $4)"
+                f"WITH picked AS (SELECT id FROM rag_documents WHERE {which}"
+                f" AND (claim_until IS NULL OR claim_until < now()) ORDER BY position {limit} FOR UPDATE SKIP LOCKED)"
+                " UPDATE rag_documents AS d SET claimed_by = $1, claim_until = now() + make_interval(secs => $2)"
                 f" FROM picked WHERE d.id = picked.id RETURNING d.position, {_qualified('d')}",
-                now, limit, self._owner, self._lease_seconds(),
+                self._owner, self._lease_seconds(), *arguments,
             )  # fmt: skip
         return _in_order(rows)
 
@@ -172,7 +168,9 @@ class RagJournalTable:
                 # Forgotten meanwhile (its row left without text for this process, or deleted once this claim had
                 # run out), or taken by another process after this claim ran out (that one indexes it).
                 await _let_go(connection, unmarked, self._owner)
-                found = await connection.fetch("SELECT id FROM rag_documents WHERE id = ANY($1::text[])", unmarked)
+                found = await connection.fetch(
+                    "SELECT id FROM rag_documents WHERE id = ANY($1::text[]) AND status <> 'forgotten'", unmarked
+                )
                 still_there = {str(row["id"]) for row in found}
             forgotten = [doc for doc in docs if doc.id not in marked and doc.id not in still_there]
             taken = [doc.id for doc in docs if doc.id in still_there]
@@ -243,6 +241,12 @@ class RagJournalTable:
         )
         return _document(rows[0]) if rows else None
 
+    async def statuses(self, doc_ids: list[str]) -> dict[str, str]:
+        rows = await self._database.fetch(
+            "SELECT id, status FROM rag_documents WHERE id = ANY($1::text[]) AND status <> 'forgotten'", doc_ids
+        )
+        return {str(row["id"]): str(row["status"]) for row in rows}
+
     async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
         wanted = sorted(set(message_ids))
         if not wanted and not session_id:
@@ -279,10 +283,14 @@ class RagJournalTable:
 
 
 async def _let_go(connection: Any, ids: list[str], owner: str) -> None:
-    """Release `owner`'s claims of `ids`; those forgotten meanwhile go now."""
+    """Release `owner`'s claims of `ids`. Those forgotten meanwhile and never sent to the graph go now; those
+    sent may be in the graph all the same (an insert whose wait ran out), so their rows stay, without text and
+    unclaimed, for the next flush of any process to delete what the graph holds under their names."""
     await connection.execute(
-        "DELETE FROM rag_documents WHERE id = ANY($1::text[]) AND claimed_by = $2 AND status = 'forgotten'", ids, owner
-    )
+        "DELETE FROM rag_documents WHERE id = ANY($1::text[]) AND claimed_by = $2 AND status = 'forgotten'"
+        " AND cardinality(tried_as) = 0",
+        ids, owner,
+    )  # fmt: skip
     await connection.execute(
         "UPDATE rag_documents SET claimed_by = NULL, claim_until = NULL WHERE id = ANY($1::text[]) AND claimed_by = $2",
         ids, owner,
@@ -317,32 +325,14 @@ def _in_order(rows: list[Any]) -> list[RagDocument]:
 # -- moving in and out: `bot migrate` and `bot export` ---------------------------------------------------
 
 
-@dataclass
-class CopiedJournal:
-    documents: int = 0
-    forgotten: int = 0
-    skipped_lines: int = 0
-
-
-async def copy_journal_file(database: Database, path: Path) -> CopiedJournal:
+async def copy_journal_file(database: Database, path: Path) -> CopiedRecords:
     """Write the documents of a journal file over their rows (safe to repeat): each id as the file's last line
     for it says, a forgotten one's row deleted; an indexed document's text kept only where the table keeps
     it. A line that is not a document is skipped, counted and logged with its number."""
-    copied = CopiedJournal()
+    parsed = parse_numbered(read_text_sync(path) or "", path, RagDocument.from_json, "a document")
+    copied = CopiedRecords(skipped_lines=len(parsed.skipped))
     docs: dict[str, RagDocument] = {}
-    text = read_text_sync(path) or ""
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-            doc = RagDocument.from_json(record)
-        except (KeyError, TypeError, ValueError) as error:
-            log.warning("[RAG] Skipped line %d of %s (not a document): %s", number, path, error)
-            copied.skipped_lines += 1
-            continue
+    for doc in parsed.records:
         replay(docs, doc)
     if not docs:
         return copied
@@ -356,7 +346,7 @@ async def copy_journal_file(database: Database, path: Path) -> CopiedJournal:
             [_values(doc) for doc in live],
         )
         await connection.execute(_DROP_TEXT_NOT_NEEDED, None)
-    copied.documents, copied.forgotten = len(live), len(forgotten)
+    copied.records, copied.forgotten = len(live), len(forgotten)
     return copied
 
 
@@ -364,8 +354,4 @@ async def write_journal_file(database: Database, path: Path) -> int:
     """Write every document not forgotten to the journal file at `path` (atomically), as the files' journal
     keeps it once compacted; how many (none: the file is left as it is)."""
     rows = await database.fetch(f"SELECT {_COLUMNS} FROM rag_documents WHERE status <> 'forgotten' ORDER BY position")
-    if not rows:
-        return 0
-    lines = "".join(dumps_line(_document(row).to_json(with_text=True)) + "\n" for row in rows)
-    await write_atomic(path, lines.encode("utf-8", "backslashreplace"))
-    return len(rows)
+    return await write_records(path, [_document(row).to_json(with_text=True) for row in rows])

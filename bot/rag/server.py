@@ -2,7 +2,8 @@
 
 `POST /documents/text` (then `GET /documents/track_status/{track_id}` until processed),
 `POST /query/data` for structured context (`POST /query` with `only_need_context` on servers
-without it), `DELETE /documents/delete_document`, `GET /health`. The API key goes in `X-API-Key`;
+without it), `DELETE /documents/delete_document`, `GET /graphs`, `GET /graph/label/list` and
+`GET /graph/label/search` for the console's drawing and search, `GET /health`. The API key goes in `X-API-Key`;
 the LightRAG workspace of each call (one per chat with `memory.scope: chat`) in `LIGHTRAG-WORKSPACE`.
 The server names documents itself, so the id it gave is kept with each document: a forget deletes that id.
 """
@@ -19,9 +20,10 @@ from typing import Any
 
 import aiohttp
 
-from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
+from bot.rag.backend import NEIGHBOURHOOD_DEPTH, GraphView, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.embedded import snippets_from_data
+from bot.rag.graph_view import ranked_names, view_of
 from bot.settings import RagConfig
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ DELETE_RETRY_SECONDS = 0.5
 # Answers of `DELETE /documents/delete_document` that mean the deletion runs (older servers say `success`).
 DELETE_TAKEN = frozenset({"deletion_started", "success"})
 LIST_PAGE_SIZE = 200  # the largest page `/documents/paginated` serves
+SEARCH_LIMIT = 100  # the most names `/graph/label/search` answers with
 # How the server names the document that already holds a text it refused as a duplicate
 # ("Identical content already exists under another filename. Original doc_id: X, Status: Y").
 ORIGINAL_DOC_ID = re.compile(r"Original doc_id: ([^\s,]+)")
@@ -55,6 +58,7 @@ class LightRagServerBackend:
         self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
         self._query_data_supported = True
+        self._label_search_supported = True
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -62,13 +66,16 @@ class LightRagServerBackend:
             self._session = aiohttp.ClientSession(headers=headers)
         return self._session
 
-    async def _call(self, method: str, path: str, workspace: str | None, body: Any = None) -> Any:
+    async def _call(
+        self, method: str, path: str, workspace: str | None, body: Any = None, params: dict[str, str] | None = None
+    ) -> Any:
         config = self._config()
         url = config.server_url.rstrip("/") + path
         headers = {"LIGHTRAG-WORKSPACE": workspace} if workspace else {}
         timeout = aiohttp.ClientTimeout(total=config.server_timeout_seconds)
+        request = self._client().request(method, url, json=body, params=params, headers=headers, timeout=timeout)
         try:
-            async with self._client().request(method, url, json=body, headers=headers, timeout=timeout) as response:
+            async with request as response:
                 text = await response.text()
                 if response.status >= 400:
                     raise ServerAnswerError(
@@ -77,6 +84,11 @@ class LightRagServerBackend:
                 return json.loads(text) if text else None
         except aiohttp.ClientError as error:
             raise RagBackendError(f"{method} {path}: {type(error).__name__}: {error}") from error
+        except TimeoutError as error:
+            # aiohttp's own limit (a caller's wait_for cancels instead): the server took the request and went quiet.
+            raise RagBackendError(
+                f"{method} {path}: no answer within {config.server_timeout_seconds:g} s (rag.serverTimeoutSeconds)"
+            ) from error
         except json.JSONDecodeError as error:
             raise RagBackendError(f"{method} {path}: the answer is not JSON") from error
 
@@ -244,6 +256,43 @@ class LightRagServerBackend:
         ]
         await self.delete(workspace, found)
         return found
+
+    async def graph(self, workspace: str, max_entities: int, around: str | None = None) -> GraphView:
+        """The server's most connected entities (`label=*`) or an entity's neighbourhood (`label=` its name), and
+        the relations between them; for the whole graph, its labels are listed only when the graph holds more
+        than is drawn (to count them). The server serves no chunk's text: each entity names the documents it was
+        drawn from instead."""
+        label, depth = ("*", 1) if around is None else (around, NEIGHBOURHOOD_DEPTH)
+        query = {"label": label, "max_depth": str(depth), "max_nodes": str(max_entities)}
+        drawn = await self._call("GET", "/graphs", workspace, params=query)
+        if not isinstance(drawn, dict):
+            raise RagBackendError(f"GET /graphs: the answer is not a graph: {str(drawn)[:200]}")
+        total = 0
+        if around is None and drawn.get("is_truncated"):
+            labels = await self._call("GET", "/graph/label/list", workspace)
+            total = len(labels) if isinstance(labels, list) else 0
+        return view_of(drawn, total)
+
+    async def search_entities(self, workspace: str, query: str, limit: int) -> list[str]:
+        """`GET /graph/label/search`; a server older than it lists every name (`GET /graph/label/list`), and those
+        that contain `query` are ranked here as the server ranks them."""
+        if self._label_search_supported:
+            params = {"q": query, "limit": str(min(limit, SEARCH_LIMIT))}
+            try:
+                found = await self._call("GET", "/graph/label/search", workspace, params=params)
+            except ServerAnswerError as error:
+                if error.status != 404:
+                    raise
+                self._label_search_supported = False
+            else:
+                if not isinstance(found, list):
+                    raise RagBackendError(f"GET /graph/label/search: the answer is not a list: {str(found)[:200]}")
+                return [str(name) for name in found]
+        labels = await self._call("GET", "/graph/label/list", workspace)
+        if not isinstance(labels, list):
+            raise RagBackendError(f"GET /graph/label/list: the answer is not a list: {str(labels)[:200]}")
+        wanted = query.strip().lower()
+        return ranked_names(query, [[str(name) for name in labels if wanted in str(name).lower()]], limit)
 
     async def open(self, workspace: str) -> None:
         return None  # the server holds its graphs itself

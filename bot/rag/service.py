@@ -19,12 +19,13 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from bot.context.estimator import TokenEstimator
-from bot.rag.backend import QueryMode, RagBackend, RagQuery, RagSnippet
+from bot.rag.backend import GraphView, QueryMode, RagBackend, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import (
     RagDocument,
     batch_document,
@@ -36,6 +37,7 @@ from bot.rag.documents import (
     rag_workspace_for,
     worth_indexing,
 )
+from bot.rag.graph_view import merged, ranked_names, with_journal_sources
 from bot.rag.keywords import content_words
 from bot.rag.store import RagJournal
 from bot.rag.tokenizer import OfflineTokenizer
@@ -60,6 +62,9 @@ MAX_DOCUMENTS_PACKED = 2000
 # The backend's own wait for an insert ends at `insertTimeoutSeconds` with the reason it knows ("still
 # processing on the server"); the service's, this much later, only stops a backend that does not answer.
 INSERT_GRACE_SECONDS = 5.0
+# The console reads this many chats' graphs at once (each a few round trips on a server or in a database).
+GRAPHS_READ_AT_ONCE = 4
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -164,12 +169,13 @@ class RagService:
     async def enqueue_part(
         self, config: RuntimeConfig, session_id: str, doc_id: str, text: str, at: datetime
     ) -> RagDocument:
-        """Queue one part of a document sent in a chat, to be indexed at once; an id queued before (a
-        restart in the middle of reading) is not queued twice."""
+        """Queue one part of a document sent in a chat, to be indexed at once; an id this chat queued
+        before (a restart in the middle of reading) is not queued twice. The same file sent in another chat
+        is that chat's own (in its graph, forgotten on its own): it gets the next free id."""
         existing = await self._store.get(doc_id)
-        if existing is not None and existing.status != "forgotten":
+        if existing is not None and existing.status != "forgotten" and existing.session_id == session_id:
             if existing.status == "queued":
-                self._idle_due_at = time.monotonic()  # still waited for, after a restart
+                self.index_soon()  # still waited for, after a restart
             return existing
         doc = RagDocument(
             id=doc_id,
@@ -179,8 +185,13 @@ class RagService:
             created_at=at.isoformat(),
         )
         doc = await self._store.add(doc)
-        self._idle_due_at = time.monotonic()  # someone is waiting for it: no reason to wait for quiet
+        self.index_soon()
         return doc
+
+    def index_soon(self) -> None:
+        """Index what is queued at the next tick, without waiting for the chat to be quiet: someone waits
+        for it (a document's reading)."""
+        self._idle_due_at = time.monotonic()
 
     async def flush_if_due(self) -> int:
         """The scheduler's tick: index once the chat was quiet `idleFlushSeconds` after an exchange, or
@@ -208,6 +219,7 @@ class RagService:
         if not config.enabled:
             return 0
         async with self._mutation_lock:
+            await self._delete_left_behind()
             return await self._index_packed(await self._store.due(time.time(), MAX_DOCUMENTS_PACKED), full_only)
 
     async def _index_packed(self, due: list[RagDocument], full_only: bool) -> int:
@@ -269,6 +281,8 @@ class RagService:
                 len(docs), workspace, attempts, reason,
                 f"; gave up on {', '.join(given_up)}" if given_up else "; will retry with backoff",
             )  # fmt: skip
+            # Any forgotten by another process meanwhile: the backend may hold them though this wait failed.
+            await self._delete_left_behind()
             return 0
         for document, members in zip(documents, packed, strict=True):
             for doc in members:
@@ -281,6 +295,7 @@ class RagService:
             # Forgotten by another process while this one indexed them: out of the graph again at once.
             log.info("[RAG] %d documents were forgotten while being indexed; deleting them again", len(forgotten))
             await self._index_again(await self._delete_from_graph(forgotten, forgotten), {doc.id for doc in forgotten})
+            await self._store.forget([doc.id for doc in forgotten])
         return len(docs) - len(forgotten)
 
     async def flush_all(self, max_seconds: float | None = None, full_only: bool = False) -> int:
@@ -342,6 +357,24 @@ class RagService:
             if workspace_names:
                 deleted.update(await self._backend.delete_named(workspace, workspace_names, deleted))
         return await self._store.requeue_indexed_in(deleted)
+
+    async def _delete_left_behind(self) -> None:
+        """Delete from the graph the forgotten documents a process was sending to it at the time of the forget
+        (its insert failed, ran out of time, hung or died: the backend may have taken the text after the forget
+        looked for it), then drop their rows; a graph that cannot delete now is tried again once the claim
+        `left_behind` made has run out."""
+        left = await self._store.left_behind()
+        if not left:
+            return
+        ids = ", ".join(doc.id for doc in left)
+        log.info("[RAG] Deleting %d documents forgotten while being sent to the graph: %s", len(left), ids)
+        try:
+            requeued = await self._delete_from_graph([], left)
+        except RagBackendError as error:
+            log.warning("[RAG] The graph may still hold %s, forgotten while being indexed: %s", ids, error)
+            return
+        await self._store.forget([doc.id for doc in left])
+        await self._index_again(requeued, {doc.id for doc in left})
 
     async def _index_again(self, requeued: list[RagDocument], forgotten: set[str]) -> None:
         """Index at once the exchanges queued again after their batch's document was deleted, but the
@@ -424,6 +457,34 @@ class RagService:
         query = RagQuery(query_text, chosen, rag.top_k * 2, chunks, rag.tool_max_tokens)
         snippets = await self._backend.query(workspace, query)
         return self.render(snippets, rag.tool_max_tokens, "")
+
+    async def graph(self, max_entities: int, around: str | None = None) -> GraphView:
+        """Every chat's knowledge graph drawn as one (the console's page): the `max_entities` most connected
+        entities, or with `around` that entity and the `max_entities` nearest it in any chat's graph (an empty view
+        when none holds it), each with the text it was drawn from (the backend's chunks, else the journal's
+        documents). Raises `RagBackendError` when the backend cannot answer."""
+        views = await self._each_graph(lambda workspace: self._backend.graph(workspace, max_entities, around))
+        view = merged(views, max_entities, around)
+        if any(not entity.sources and entity.documents for entity in view.entities):
+            view = with_journal_sources(view, await self._store.live())
+        return view
+
+    async def search_entities(self, query: str, limit: int) -> list[str]:
+        """The names of the entities of every chat's graph that contain `query` (case aside), at most `limit`, the
+        best first. Raises `RagBackendError` when the backend cannot answer."""
+        found = await self._each_graph(lambda workspace: self._backend.search_entities(workspace, query, limit))
+        return ranked_names(query, found, limit)
+
+    async def _each_graph(self, read: Callable[[str], Awaitable[T]]) -> list[T]:
+        """`read` of every chat's graph, `GRAPHS_READ_AT_ONCE` at a time (a server's or a database's round trips
+        overlap), in the journal's order."""
+        gate = asyncio.Semaphore(GRAPHS_READ_AT_ONCE)
+
+        async def gated(workspace: str) -> T:
+            async with gate:
+                return await read(workspace)
+
+        return list(await asyncio.gather(*(gated(workspace) for workspace in await self._store.indexed_workspaces())))
 
     def render(self, snippets: list[RagSnippet], max_tokens: int, header: str) -> str:
         """Facts, then excerpts of past exchanges, added while they fit in `max_tokens`."""

@@ -70,6 +70,12 @@ class RagJournal(Protocol):
         """Queued documents whose retry time has come, oldest first, claimed for this process."""
         ...
 
+    async def left_behind(self) -> list[RagDocument]:
+        """Forgotten documents whose rows were kept because a process was sending them to the graph then (it
+        failed, ran out of time, hung or died), claimed for this process: the graph may hold them under the
+        names they were sent in (`tried_as`); once those are deleted, `forget` drops the rows."""
+        ...
+
     async def renew_claims(self, docs: list[RagDocument]) -> list[RagDocument]:
         """The documents of `docs` still claimed by this process (still queued), each claim made to last
         one more insert; called just before they go to the backend."""
@@ -103,6 +109,11 @@ class RagJournal(Protocol):
         ...
 
     async def get(self, doc_id: str) -> RagDocument | None: ...
+
+    async def statuses(self, doc_ids: list[str]) -> dict[str, str]:
+        """The state of each of `doc_ids` that is not forgotten, in one read (a document's reading follows
+        its parts so)."""
+        ...
 
     async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
         """Live documents that carry any of `message_ids`, or (with `session_id`) all of one chat's."""
@@ -177,6 +188,10 @@ class RagDocumentStore:
         ready = [d for d in docs.values() if d.status == "queued" and d.next_attempt_at <= now]
         return ready[:limit]
 
+    async def left_behind(self) -> list[RagDocument]:
+        """None: one process owns the file, and a forget waits for its inserts (the service's lock)."""
+        return []
+
     async def renew_claims(self, docs: list[RagDocument]) -> list[RagDocument]:
         return list(docs)
 
@@ -234,6 +249,10 @@ class RagDocumentStore:
 
     async def get(self, doc_id: str) -> RagDocument | None:
         return (await self._loaded()).get(doc_id)
+
+    async def statuses(self, doc_ids: list[str]) -> dict[str, str]:
+        docs = await self._loaded()
+        return {doc_id: doc.status for doc_id in doc_ids if (doc := docs.get(doc_id)) and doc.status != "forgotten"}
 
     async def find(self, *, message_ids: Iterable[str] = (), session_id: str | None = None) -> list[RagDocument]:
         """Live documents that carry any of `message_ids`, or (with `session_id`) all of one chat's."""

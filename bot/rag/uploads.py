@@ -3,9 +3,11 @@
 A document is fetched through its channel, its text read (`reading`), and its parts queued on the RAG
 queue, each as a document of its own (`file_{hash}_{part}`), indexed by the scheduler's next tick.
 The user sees one progress message, edited in place ("Reading report.pdf: 3 of 12 parts"), then a
-final line. Uploads are recorded in `rag/uploads.jsonl` (rewritten atomically): a restart in the
-middle resumes watching the parts, which the durable queue kept; the same file sent twice is read
-once. `/docs` lists what was read, `/docs forget ID` removes a document from the graph.
+final line. Uploads are recorded in `UploadRecords` (`rag/uploads.jsonl`, or with `BOT_DATABASE_URL` the
+table `rag_uploads` every replica shares): a stop in the middle (or, with replicas, the death of the one
+reading) leaves the reading to be watched on (its parts are on the durable queue) by the next start or by
+another replica; the same file sent twice to a chat is read once. `/docs` lists what was read,
+`/docs forget ID` removes a document from the graph.
 """
 
 from __future__ import annotations
@@ -13,55 +15,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import replace
+from datetime import datetime
 
 from bot.channels.base import Channel, FileUnavailable
 from bot.clock import Clock
 from bot.domain.inbound import InboundMessage
 from bot.rag.reading import MAX_DOWNLOAD_BYTES, READABLE, UnreadableDocument, document_text, kind_of, parts_of
 from bot.rag.service import RagService
+from bot.rag.upload_records import DONE, INCOMPLETE, READING, Upload, UploadRecords
 from bot.settings import RuntimeConfig
-from bot.storage.files import write_atomic
-from bot.storage.jsonl import read_jsonl_sync
 
 log = logging.getLogger(__name__)
 
-UPLOADS_FILE = "uploads.jsonl"
 WATCH_SECONDS = 0.5
-READING, DONE, INCOMPLETE, FORGOTTEN = "reading", "done", "incomplete", "forgotten"
-
-
-@dataclass
-class Upload:
-    """One document sent in a chat, and how far reading it got."""
-
-    id: str
-    name: str
-    session_id: str
-    channel_type: str
-    chat_id: str
-    parts: list[str]
-    created_at: str
-    progress_message_id: str | None = None
-    status: str = READING
-    problems: list[str] = field(default_factory=list)
 
 
 class DocumentReader:
     """Documents sent in chats: read, queued for the knowledge graph, progress shown, listed, forgotten."""
 
-    def __init__(self, rag: RagService, folder: Path, config: Callable[[], RuntimeConfig], clock: Clock) -> None:
+    def __init__(
+        self, rag: RagService, records: UploadRecords, config: Callable[[], RuntimeConfig], clock: Clock
+    ) -> None:
         self._rag = rag
-        self._path = folder / UPLOADS_FILE
+        self._records = records
         self._config = config
         self._clock = clock
-        self._uploads: dict[str, Upload] | None = None
-        self._lock = asyncio.Lock()
-        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._channels: dict[str, Channel] = {}
+        self._watchers: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     # -- a document arrives ---------------------------------------------------------------------------
 
@@ -96,71 +79,97 @@ class DocumentReader:
             await channel.send_text(inbound.chat_id, f"{error}.")
             return
         upload_id = "file_" + hashlib.sha256(data).hexdigest()[:12]
-        async with self._lock:
-            uploads = await self._loaded()
-            known = uploads.get(upload_id)
-            if known is not None and known.status != FORGOTTEN and known.session_id == inbound.session_id:
-                await channel.send_text(
-                    inbound.chat_id,
-                    f"I have read {known.name} already ({plural(len(known.parts), 'part')}, id {known.id}).",
-                )
-                return
-            parts = parts_of(text)
-            at = self._clock.now()
-            upload = Upload(
-                upload_id, name, inbound.session_id, inbound.channel_type, inbound.chat_id, [], at.isoformat()
-            )
+        at = self._clock.now()
+        upload = Upload(upload_id, name, inbound.session_id, inbound.channel_type, inbound.chat_id, [], at.isoformat())
+        try:
+            read = await self._queue(upload, parts_of(text), at, channel)
+        except OSError as error:  # the record refused: whatever was queued is indexed, and found if sent again
+            log.error("[RAG] Could not record the reading of %s for %s: %s", name, inbound.session_id, error)
+            await channel.send_text(inbound.chat_id, f"I couldn't keep {name}: my storage failed. Send it again later.")
+            return
+        if read:
+            log.info("[RAG] Reading %s (%s, %d chars) in %d parts for %s", name, upload_id, len(text),
+                     len(upload.parts), inbound.session_id)  # fmt: skip
+            self._watch(upload, channel)
+
+    async def _queue(self, upload: Upload, parts: list[str], at: datetime, channel: Channel) -> bool:
+        """Queue the parts of a new upload and record it, with its progress message; False (and the chat
+        told) when the chat has it already."""
+        async with self._records.claim(upload) as claim:
+            known = claim.known
+            if known is not None:
+                done = "am reading" if known.status == READING else "have read"
+                reply = f"I {done} {known.name} already ({plural(len(known.parts), 'part')}, id {known.id})."
+                await channel.send_text(upload.chat_id, reply)
+                return False
             # Queued before the upload is recorded: a crash in between leaves parts that are indexed
             # anyway, and the same file sent again finds them queued (never twice).
             for number, part in enumerate(parts, start=1):
-                header = f"Document {name} (sent in chat {inbound.session_id}), part {number} of {len(parts)}:"
+                header = f"Document {upload.name} (sent in chat {upload.session_id}), part {number} of {len(parts)}:"
                 doc = await self._rag.enqueue_part(
-                    self._config(), inbound.session_id, f"{upload_id}_{number:03d}", f"{header}\n{part}", at
+                    self._config(), upload.session_id, f"{upload.id}_{number:03d}", f"{header}\n{part}", at
                 )
                 upload.parts.append(doc.id)
-            upload.progress_message_id = await channel.send_text(inbound.chat_id, self._progress(upload, 0))
-            uploads[upload_id] = upload
-            await self._save()
-        log.info("[RAG] Reading %s (%s, %d chars) in %d parts for %s", name, upload_id, len(text), len(parts),
-                 inbound.session_id)  # fmt: skip
-        self._watch(upload, channel)
+            upload.progress_message_id = await channel.send_text(upload.chat_id, self._progress(upload, 0))
+            await claim.keep(upload)
+            return True
 
-    def resume(self, channels: dict[str, Channel]) -> None:
-        """At start: go on watching documents whose reading a stop interrupted (their parts are queued)."""
-        uploads = self._uploads if self._uploads is not None else self._load_sync()
-        for upload in uploads.values():
-            channel = channels.get(upload.channel_type)
-            if upload.status == READING and channel is not None:
-                log.info("[RAG] Resuming the reading of %s for %s", upload.name, upload.session_id)
-                self._watch(upload, channel)
+    async def resume(self, channels: dict[str, Channel]) -> None:
+        """At start: go on watching the readings a stop interrupted (their parts are queued), and with a
+        shared record those another process left when it stopped or died; `adopt` does it again later."""
+        self._channels = channels
+        await self.adopt()
+
+    async def adopt(self) -> list[Upload]:
+        """Watch the readings whose process is gone (stopped or died), taken over from the record; returns them."""
+        adopted = await self._records.adopt(set(self._channels))
+        if adopted:
+            self._rag.index_soon()  # its parts may be queued by the process that is gone
+        for upload in adopted:
+            log.info("[RAG] Resuming the reading of %s for %s", upload.name, upload.session_id)
+            self._watch(upload, self._channels[upload.channel_type])
+        return adopted
 
     # -- progress -------------------------------------------------------------------------------------
 
     def _watch(self, upload: Upload, channel: Channel) -> None:
-        if upload.id not in self._watchers or self._watchers[upload.id].done():
-            self._watchers[upload.id] = asyncio.get_running_loop().create_task(
+        watcher = self._watchers.get(upload.key)
+        if watcher is None or watcher.done():
+            self._watchers[upload.key] = asyncio.get_running_loop().create_task(
                 self._follow(upload, channel), name=f"reading {upload.id}"
             )
 
     async def _follow(self, upload: Upload, channel: Channel) -> None:
         shown = 0  # the progress message starts at "0 of N"
-        while upload.status == READING:
-            statuses = [
-                doc.status if (doc := await self._rag.store.get(part)) else "forgotten" for part in upload.parts
-            ]
-            indexed = statuses.count("indexed")
-            settled = all(status != "queued" for status in statuses)
-            if settled:
-                upload.status = DONE if indexed == len(statuses) else INCOMPLETE
-                if upload.status == INCOMPLETE:
-                    upload.problems = [f"{len(statuses) - indexed} of {len(statuses)} parts could not be indexed"]
-                async with self._lock:
-                    await self._save()
-            if indexed != shown or settled:
-                shown = indexed
-                await self._show(upload, channel, self._progress(upload, indexed))
-            if not settled:
-                await asyncio.sleep(WATCH_SECONDS)
+        failing = False
+        while True:
+            try:
+                # Read again each time: another replica may have forgotten it.
+                current = await self._records.get(*upload.key)
+                if current is None or current.status != READING:
+                    return
+                upload = current
+                known = await self._rag.store.statuses(upload.parts)
+                statuses = [known.get(part, "forgotten") for part in upload.parts]
+                indexed = statuses.count("indexed")
+                settled = all(status != "queued" for status in statuses)
+                if settled:
+                    missing = len(statuses) - indexed
+                    problems = [f"{missing} of {len(statuses)} parts could not be indexed"] if missing else []
+                    upload = replace(upload, status=INCOMPLETE if missing else DONE, problems=problems)
+                    if not await self._records.settle(upload):
+                        return  # forgotten meanwhile
+                if indexed != shown or settled:
+                    shown = indexed
+                    await self._show(upload, channel, self._progress(upload, indexed))
+                if settled:
+                    return
+                failing = False
+            except OSError as error:  # the record or the queue out of reach: asked again on the next round
+                if not failing:
+                    log.warning("[RAG] Could not follow the reading of %s (trying again): %s", upload.name, error)
+                failing = True
+            await asyncio.sleep(WATCH_SECONDS)
 
     def _progress(self, upload: Upload, indexed: int) -> str:
         total = len(upload.parts)
@@ -182,23 +191,13 @@ class DocumentReader:
     # -- /docs ------------------------------------------------------------------------------------------
 
     async def listed(self, session_id: str) -> list[Upload]:
-        async with self._lock:
-            uploads = await self._loaded()
-            return [u for u in uploads.values() if u.session_id == session_id and u.status != FORGOTTEN]
-
-    async def reading(self) -> int:
-        """Documents being read now (for `/status`)."""
-        async with self._lock:
-            return sum(1 for upload in (await self._loaded()).values() if upload.status == READING)
+        return await self._records.listed(session_id)
 
     async def forget(self, session_id: str, upload_id: str) -> Upload | None:
-        async with self._lock:
-            upload = (await self._loaded()).get(upload_id)
-            if upload is None or upload.session_id != session_id or upload.status == FORGOTTEN:
-                return None
-            upload.status = FORGOTTEN
-            await self._save()
-        watcher = self._watchers.pop(upload_id, None)
+        upload = await self._records.forget(session_id, upload_id)
+        if upload is None:
+            return None
+        watcher = self._watchers.pop(upload.key, None)
         if watcher is not None:
             watcher.cancel()
         await self._rag.forget_documents(upload.parts)
@@ -211,31 +210,6 @@ class DocumentReader:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         self._watchers.clear()
-
-    # -- the record ---------------------------------------------------------------------------------------
-
-    async def _loaded(self) -> dict[str, Upload]:
-        if self._uploads is None:
-            self._uploads = await asyncio.to_thread(self._load_sync)
-        return self._uploads
-
-    def _load_sync(self) -> dict[str, Upload]:
-        uploads: dict[str, Upload] = {}
-        for record in read_jsonl_sync(self._path):
-            try:
-                upload = Upload(**record)
-            except TypeError as error:
-                log.warning("[RAG] Skipped an unreadable line of %s: %s", self._path, error)
-                continue
-            uploads[upload.id] = upload
-        self._uploads = uploads
-        return uploads
-
-    async def _save(self) -> None:
-        assert self._uploads is not None
-        lines = [json.dumps(asdict(upload), ensure_ascii=False) for upload in self._uploads.values()]
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        await write_atomic(self._path, "".join(line + "\n" for line in lines).encode("utf-8"))
 
 
 def describe(uploads: list[Upload]) -> str:

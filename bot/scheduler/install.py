@@ -4,26 +4,28 @@ with their tools and `/reminders` command."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from bot.clock import Clock
 from bot.commands.registry import CommandRegistry
 from bot.compaction.service import CompactionService
-from bot.cron import InvalidCron
 from bot.memory.maintenance import run_maintenance
 from bot.memory.service import MemoryService
 from bot.rag.service import RagService
-from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore
+from bot.runtime_config import RuntimeConfigStore
 from bot.scheduler.idle_compaction import IdleCompactor
 from bot.scheduler.reminder_store import ReminderStore
 from bot.scheduler.reminder_tools import register_reminder_tools
 from bot.scheduler.reminders import ReminderService
 from bot.scheduler.service import BotScheduler
 from bot.sessions.service import SessionService
+from bot.settings import RuntimeConfig, SchedulerConfig
 from bot.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
 
 # An edit of runtime-config.json is read within this even when no message comes; what follows an edit (MCP
 # servers starting or stopping) is done by the store's listeners as it is read.
@@ -41,7 +43,6 @@ class InstalledScheduler:
 
 def install(
     reminder_store: ReminderStore,
-    runtime_config_file: Path,
     clock: Clock,
     sessions: SessionService,
     config_store: RuntimeConfigStore,
@@ -66,25 +67,39 @@ def install(
     scheduler.add_interval_job("rag indexing", RAG_TICK_SECONDS, flush_rag_queue)
     reminders = ReminderService(reminder_store, clock.zone, str(clock.zone))
     register_reminder_tools(tools, commands, reminders)
-    scheduler_config = config_store.in_force().scheduler
-    late_after = timedelta(seconds=scheduler_config.reminder_late_after_seconds)
 
     async def fire_reminders() -> None:
+        late_after = timedelta(seconds=config_store.in_force().scheduler.reminder_late_after_seconds)
         await reminders.fire_due(late_after=late_after)
 
-    scheduler.add_interval_job("reminders", scheduler_config.reminder_check_seconds, fire_reminders)
     idle = IdleCompactor(sessions, compaction, config_store, chat_is_active)
 
     async def compact_idle() -> None:
         await idle.run()
 
-    scheduler.add_interval_job("idle compaction", scheduler_config.idle_check_seconds, compact_idle)
-
     async def maintain_memory() -> None:
         await run_maintenance(memory, (await config_store.current()).memory, clock.now())
 
-    try:
-        scheduler.add_cron_job("memory maintenance", scheduler_config.maintenance_cron, clock.zone, maintain_memory)
-    except InvalidCron as error:
-        raise InvalidRuntimeConfig(f"{runtime_config_file}: scheduler.maintenanceCron: {error}") from error
+    def schedule(config: SchedulerConfig) -> None:
+        # The cron expression was checked when the configuration was read (a bad one is refused alone).
+        scheduler.add_interval_job("reminders", config.reminder_check_seconds, fire_reminders)
+        scheduler.add_interval_job("idle compaction", config.idle_check_seconds, compact_idle)
+        scheduler.add_cron_job("memory maintenance", config.maintenance_cron, clock.zone, maintain_memory)
+
+    scheduled = [_timing(config_store.in_force().scheduler)]
+    schedule(config_store.in_force().scheduler)
+
+    def reschedule(config: RuntimeConfig) -> None:
+        timing = _timing(config.scheduler)
+        if timing != scheduled[0]:
+            scheduled[0] = timing
+            schedule(config.scheduler)
+            log.info("[Scheduler] Rescheduled: reminders every %gs, idle chats every %gs, maintenance at %r", *timing)
+
+    config_store.on_change(reschedule)
     return InstalledScheduler(scheduler, reminders)
+
+
+def _timing(config: SchedulerConfig) -> tuple[float, float, str]:
+    """What the jobs are scheduled by (a change of the rest of the section needs no new schedule)."""
+    return config.reminder_check_seconds, config.idle_check_seconds, config.maintenance_cron

@@ -1,13 +1,14 @@
 """`python -m bot export [FOLDER]`: write what the database of `BOT_DATABASE_URL` holds as a workspace's files.
 
-Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md, the
-daily notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`,
-`access/pairing.json`, `preferences/runtime-config.json` and the knowledge graph's journal
-`rag/documents.jsonl`, in the formats people read and edit; into FOLDER, or the workspace
-(`BOT_WORKSPACE`) when none is given. Each file is written whole (atomically) and replaces the one
-there; files the database has nothing for are left alone. The items' vectors stay in the database (a
-bot on the files makes them again), and so does the knowledge graph itself (LightRAG's tables, which
-hold the journal's indexed documents). Edited files go back with `python -m bot migrate`.
+Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md, the daily
+notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`,
+`access/pairing.json`, `preferences/runtime-config.json`, the knowledge graph's journal
+`rag/documents.jsonl` and the documents sent in chats `rag/uploads.jsonl`, in the formats people read and
+edit; into FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is written whole
+(atomically) and replaces the one there; files the database has nothing for are left alone. The items'
+vectors stay in the database (a bot on the files makes them again), and so does the knowledge graph
+itself (LightRAG's tables, which hold the journal's indexed documents). Edited files go back with
+`python -m bot migrate`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from bot.database.connection import Database
 from bot.domain.session import checked_session_id
 from bot.memory.postgres_items import write_item_files
 from bot.rag.journal_table import write_journal_file
+from bot.rag.upload_table import write_uploads_file
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import Reminder
 from bot.storage.files import write_atomic
@@ -85,4 +87,5 @@ async def export_workspace(database: Database, workspace: Workspace) -> Written:
         await write_atomic(workspace.runtime_config_file, config[1].encode("utf-8"))
         written.add("runtime configurations")
     written.add("knowledge graph documents", await write_journal_file(database, workspace.rag_journal_file))
+    written.add("documents sent in chats", await write_uploads_file(database, workspace.uploads_file))
     return written

@@ -1,16 +1,16 @@
 """`python -m bot migrate`: copy a workspace's files into the database of `BOT_DATABASE_URL`.
 
 What is copied: sessions and their archives, MEMORY.md and the daily notes of every memory scope, the
-reminders, pairing, `preferences/runtime-config.json` (its text as it is) and the knowledge graph's
-journal `rag/documents.jsonl` (a line that is not a document is skipped, counted in the summary and named
-in the log); what the files hold wins over what the database holds for the same session, document,
-reminder, user, configuration or journal entry. Safe to run
-twice: an archive line is keyed by the archive's length after it (as the bot keeps it), so a line copied
-before is not copied again, and every other row is written over (the configuration's version is raised
-only when its text changed). The workspace's files are left as they are. The memory items of every scope
-are copied file by file (a file's rows are replaced by its lines: a line that is not a valid item is
-kept, counted in the summary and named in the log), with the vectors cached beside them. The turn ledger
-is not copied (a stopped bot's open turns are answered by the next start on the files).
+reminders, pairing, `preferences/runtime-config.json` (its text as it is), the knowledge graph's journal
+`rag/documents.jsonl` and the documents sent in chats `rag/uploads.jsonl` (a line of either that is not a
+record is skipped, counted in the summary and named in the log); what the files hold wins over what the
+database holds for the same session, document, reminder, user, configuration, journal entry or upload.
+Safe to run twice: an archive line is keyed by the archive's length after it (as the bot keeps it), so a
+line copied before is not copied again, and every other row is written over (the configuration's version
+is raised only when its text changed). The workspace's files are left as they are. The memory items of
+every scope are copied file by file (a file's rows are replaced by its lines: a line that is not a valid
+item is kept, counted in the summary and named in the log), with the vectors cached beside them. The turn
+ledger is not copied (a stopped bot's open turns are answered by the next start on the files).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bot.memory.postgres_documents import MemoryDocumentRows
 from bot.memory.postgres_items import CopiedItems, copy_item_files, copy_vectors
 from bot.memory.vector_cache import VectorCache
 from bot.rag.journal_table import copy_journal_file
+from bot.rag.upload_table import copy_uploads_file
 from bot.runtime_config_db import RuntimeConfigRow
 from bot.scheduler.reminder_store import ReminderFile, ReminderTable
 from bot.storage.files import line_bytes, read_text_sync
@@ -59,12 +60,20 @@ async def migrate_workspace(workspace: Workspace, database: Database) -> Copied:
     await _pairing(workspace, database, copied)
     await _runtime_config(workspace, database, copied)
     await _rag_journal(workspace, database, copied)
+    await _uploads(workspace, database, copied)
     return copied
+
+
+async def _uploads(workspace: Workspace, database: Database, copied: Copied) -> None:
+    uploads = await copy_uploads_file(database, workspace.uploads_file)
+    copied.add("documents sent in chats", uploads.records)
+    copied.add("documents sent in chats forgotten", uploads.forgotten)
+    copied.add("upload lines that are not uploads (skipped; see the log)", uploads.skipped_lines)
 
 
 async def _rag_journal(workspace: Workspace, database: Database, copied: Copied) -> None:
     journal = await copy_journal_file(database, workspace.rag_journal_file)
-    copied.add("knowledge graph documents", journal.documents)
+    copied.add("knowledge graph documents", journal.records)
     copied.add("knowledge graph documents forgotten", journal.forgotten)
     copied.add("journal lines that are not documents (skipped; see the log)", journal.skipped_lines)
 

@@ -17,10 +17,17 @@ LINK = re.compile(r"(http://127\.0\.0\.1:\d+/console/login\?token=[0-9a-f]+)")
 
 
 async def start_console_bot(
-    workspace: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, runtime_config: dict[str, Any] | None = None
+    workspace: Path,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    runtime_config: dict[str, Any] | None = None,
+    **env: object,
 ) -> RunningBot:
-    """The bot as `python -m bot run` starts it with `BOT_LISTEN_PORT` set (the listener on 127.0.0.1)."""
-    return await start_bot(workspace, fake_openai, fake_telegram, "ptb", runtime_config, bot_listen_port=free_port())
+    """The bot as `python -m bot run` starts it with `BOT_LISTEN_PORT` set (the listener on 127.0.0.1), and
+    with `env`'s other variables."""
+    return await start_bot(
+        workspace, fake_openai, fake_telegram, "ptb", runtime_config, bot_listen_port=free_port(), **env
+    )
 
 
 async def say(fake_telegram: FakeTelegram, chat_id: int, text: str) -> str:

@@ -1,6 +1,6 @@
 """The console's security over plain HTTP: a login link works once and only while fresh, the session
 cookie is HttpOnly and SameSite=Strict, a change without the CSRF token is refused, and under
-`memory.scope: user` a person's console reaches only their own memory."""
+`memory.scope: user` a person's console reaches only their own memory and their own chat's turns."""
 
 from __future__ import annotations
 
@@ -13,7 +13,17 @@ import aiohttp
 from bot.app import Application
 from tests.channels.telegram_harness import GROUP_MEMBER, OWNER
 from tests.conftest import TEST_API_KEY
-from tests.console.helpers import csrf_of, log_in, login_link, new_client, root_of, say, start_console_bot, token_of
+from tests.console.helpers import (
+    csrf_of,
+    log_in,
+    login_link,
+    new_client,
+    page_showing,
+    root_of,
+    say,
+    start_console_bot,
+    token_of,
+)
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.fakes.telegram_server import FakeTelegram
@@ -35,6 +45,8 @@ async def test_a_link_works_once_and_only_while_fresh(
                 assert refused.status == 403
             async with client.get(f"{root_of(stale)}/console/memory") as page:
                 assert page.status == 401  # no session came of it
+            async with client.get(f"{root_of(stale)}/console/graph.json") as page:
+                assert page.status == 401 and "Send /console" in (await page.json())["error"]
 
             config_file = workspace_dir / "preferences" / "runtime-config.json"
             config = json.loads(config_file.read_text())
@@ -120,9 +132,18 @@ async def test_under_user_scope_a_person_sees_only_their_own_memory(
             ) as refused:
                 assert f"No memory item {owners.id} in your memory." in await refused.text()
             assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1)
-            for owners_page in ("graph", "graph.json", "settings", "health"):
+            # "Why this reply" shows their own chat's turns alone, whichever chat the address asks for.
+            why = await page_showing(client, f"{root}/console/why", "my cat is called Miso")
+            assert f"telegram:{OWNER}" not in why and "bike lock" not in why
+            async with client.get(f"{root}/console/why", params={"chat": f"telegram:{OWNER}"}) as page:
+                other = await page.text()
+            assert "No answered turn of yours is kept." in other and "bike lock" not in other
+            owners_pages = ("graph", "graph.json", "graph.json?entity=Miso", "graph/search.json?q=Miso", "settings")
+            for owners_page in (*owners_pages, "health"):
                 async with client.get(f"{root}/console/{owners_page}") as page:
                     assert page.status == 403, owners_page
+                    if ".json" in owners_page:  # the page's script shows the reason
+                        assert await page.json() == {"error": "This page is the owner's."}, owners_page
         # Without `scope: user`, the console is the owner's alone.
         config_file = workspace_dir / "preferences" / "runtime-config.json"
         runtime = json.loads(config_file.read_text())

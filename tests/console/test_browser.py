@@ -1,7 +1,8 @@
 """The console in a real browser (headless Chromium from the machine's packages, driven by selenium): log in
 through the link `/console` sends on Telegram, find an item and read its score's parts, edit MEMORY.md and
-see the next reply's prompt use it, read why a reply said what it said, forget an item, open the graph,
-change a setting; a screenshot of each page (and of one at a phone's 390 px) goes to `test-artifacts/console/`.
+see the next reply's prompt use it, read why a reply said what it said, forget an item, open the graph, find an
+entity it does not draw and draw its neighbourhood, change a setting; a screenshot of each page (and of one at a
+phone's 390 px) goes to `test-artifacts/console/`.
 
 One browser for the module; the bot runs on the test's event loop, so every browser call is made from a
 thread (a blocking call on the loop would keep the bot from answering the browser)."""
@@ -21,36 +22,22 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from bot.console import graph_page
 from tests.channels.telegram_harness import OWNER
 from tests.console.helpers import login_link, say, start_console_bot
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.rag.helpers import lightrag_responder
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 WAIT_SECONDS = 60  # a loaded machine (the suite on several workers) is slow to render
 T = TypeVar("T")
-
-GRAPHML = """<?xml version='1.0' encoding='utf-8'?>
-<graphml xmlns="http://graphml.graphdrawing.org/xmlns">
-<key id="d0" for="node" attr.name="entity_id" attr.type="string"/>
-<key id="d1" for="node" attr.name="entity_type" attr.type="string"/>
-<key id="d2" for="node" attr.name="description" attr.type="string"/>
-<key id="d3" for="node" attr.name="source_id" attr.type="string"/>
-<key id="d4" for="edge" attr.name="description" attr.type="string"/>
-<key id="d5" for="edge" attr.name="keywords" attr.type="string"/>
-<graph edgedefault="undirected">
-<node id="Ann"><data key="d0">Ann</data><data key="d1">person</data>
-<data key="d2">Ann is the owner of the bot.&lt;SEP&gt;Ann sails on weekends.</data><data key="d3">chunk-1</data></node>
-<node id="Nautilus"><data key="d0">Nautilus</data><data key="d1">boat</data>
-<data key="d2">Nautilus is Ann's boat.</data><data key="d3">chunk-1</data></node>
-<edge source="Ann" target="Nautilus"><data key="d4">Ann owns the boat Nautilus.</data><data key="d5">owns</data></edge>
-</graph></graphml>
-"""
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +85,13 @@ def text_of(driver: WebDriver) -> str:
 
 
 async def test_the_owner_uses_the_console_in_a_browser(
-    browser: WebDriver, workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+    browser: WebDriver,
+    workspace_dir: Path,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    fake_openai.set_responder(lightrag_responder)  # the echo, and LightRAG's extraction answered
     bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
     try:
         await say(fake_telegram, OWNER, "Remember that the bike lock code is 4242.")
@@ -166,23 +158,73 @@ async def test_the_owner_uses_the_console_in_a_browser(
         config = (await bot.app.config_store.current()).memory
         assert await bot.app.memory.search(config, f"telegram:{OWNER}", "bike lock code", 1) == []
 
-        # The graph: drawn, searched, a node selected.
-        graph_dir = bot.app.workspace.rag_dir / "telegram"
-        graph_dir.mkdir(parents=True, exist_ok=True)
-        (graph_dir / "graph_chunk_entity_relation.graphml").write_text(GRAPHML)
-        (graph_dir / "kv_store_text_chunks.json").write_text(
-            json.dumps({"chunk-1": {"content": "Ann: my boat is Nautilus"}})
-        )
+        # The graph LightRAG extracted from an exchange: drawn, searched, a node selected.
+        await say(fake_telegram, OWNER, "Ann sails her boat Nautilus on weekends.")
+        for _ in range(500):
+            if (await bot.app.rag.store.counts())["queued"]:
+                break
+            await asyncio.sleep(0.01)
+        assert await bot.app.rag.flush_all() >= 1
         await open_page(browser, f"{root}/graph")
-        await wait_for(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph circle")) == 2)
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Nautilus']"))
         search = await off_loop(browser.find_element, By.ID, "graph-search")
         await off_loop(search.send_keys, "nauti")
-        panel = await wait_for(browser, lambda d: "Nautilus is Ann's boat." in d.find_element(By.ID, "graph-node").text)
+        panel = await wait_for(
+            browser, lambda d: "Nautilus was mentioned: User: Ann sails" in d.find_element(By.ID, "graph-node").text
+        )
         assert panel
         await off_loop(browser.find_element(By.CSS_SELECTOR, "#graph circle[data-id='Ann']").click)
-        await wait_for(browser, lambda d: "Ann sails on weekends." in d.find_element(By.ID, "graph-node").text)
-        assert "Ann: my boat is Nautilus" in await off_loop(lambda: browser.find_element(By.ID, "graph-node").text)
+        await wait_for(browser, lambda d: "Ann was mentioned" in d.find_element(By.ID, "graph-node").text)
+        shown = await off_loop(lambda: browser.find_element(By.ID, "graph-node").text)
+        assert "Ann — Nautilus: Ann and Nautilus came up together" in shown
+        assert "User: Ann sails her boat Nautilus on weekends." in shown  # the exchange it came from
         await off_loop(browser.save_screenshot, str(ARTIFACTS / "graph.png"))
+
+        # An entity that is not drawn is found by the search, and choosing it draws its neighbourhood.
+        await say(fake_telegram, OWNER, "Ann's cousin Bruno rows with Carla in Porto.")  # Ann - Bruno - Carla - Porto
+        for _ in range(500):
+            if (await bot.app.rag.store.counts())["queued"]:
+                break
+            await asyncio.sleep(0.01)
+        assert await bot.app.rag.flush_all() >= 1
+        monkeypatch.setattr(graph_page, "MAX_NODES", 4)  # Ann, Bruno, Carla and Nautilus, the most connected
+        await open_page(browser, f"{root}/graph")
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Carla']"))
+        assert not await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle[data-id='Porto']")
+        assert "The 4 most connected of" in await off_loop(lambda: browser.find_element(By.ID, "graph-drawn").text)
+        search = await off_loop(browser.find_element, By.ID, "graph-search")
+        await off_loop(search.send_keys, "port")
+        found = await wait_for(
+            browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph-found button[data-name='Porto']")
+        )
+        await off_loop(found[0].click)
+        await wait_for(
+            browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle.centre.selected[data-id='Porto']")
+        )
+        drawn = {
+            c.get_attribute("data-id") for c in await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle")
+        }
+        assert drawn == {"Porto", "Carla", "Bruno"}  # Ann is three relations away
+        shown = await off_loop(lambda: browser.find_element(By.ID, "graph-node").text)
+        assert "Porto was mentioned" in shown and "User: Ann's cousin Bruno rows with Carla in Porto." in shown
+        note = await off_loop(lambda: browser.find_element(By.ID, "graph-drawn").text)
+        assert note == "Porto and the 2 entities within 2 relations of it are drawn."
+        assert (await off_loop(lambda: browser.current_url)).endswith("/graph#Porto")
+        await off_loop(browser.save_screenshot, str(ARTIFACTS / "graph-neighbourhood.png"))
+        await off_loop(search.clear)
+        await off_loop(search.send_keys, "Zanzibar")
+        await wait_for(
+            browser, lambda d: "No entity's name contains “Zanzibar”." in d.find_element(By.ID, "graph-found").text
+        )
+        await off_loop(browser.find_element(By.ID, "graph-whole").click)  # back to the whole graph
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Nautilus']"))
+        assert not await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle[data-id='Porto']")
+        await off_loop(search.clear)
+        await off_loop(search.send_keys, "bruno" + Keys.ENTER)  # Enter draws the first name found
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle.centre[data-id='Bruno']"))
+        await off_loop(browser.back)  # the address named Bruno: Back draws the whole graph again
+        await wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph circle[data-id='Nautilus']"))
+        assert not await off_loop(browser.find_elements, By.CSS_SELECTOR, "#graph circle.centre")
 
         # A setting: a refused value is named and nothing written; a good one is written and in force.
         await open_page(browser, f"{root}/settings")

@@ -4,8 +4,9 @@ Updates are posted to the replicas' webhooks as a load balancer (or Telegram ret
 update answered once, every chat's replies in the order of its messages, a fact told through one
 replica known to the other, a turn of a replica killed while the model answers finished by the other,
 a reminder fired once, an update whose replica died between claiming and recording it answered when
-Telegram delivers it again. Polling replicas poll one at a time: another takes over when the poller dies, and a
-poller whose lease connection broke stops polling and takes the lease again.
+Telegram delivers it again, the console of each showing the turns every replica answered. Polling replicas
+poll one at a time: another takes over when the poller dies, and a poller whose lease connection broke stops
+polling and takes the lease again.
 """
 
 from __future__ import annotations
@@ -307,6 +308,27 @@ async def test_a_setting_saved_through_the_console_of_one_replica_reaches_the_ot
         # The other replica reads the database's row again within a second of the change.
         shown = await page_showing(on_second, f"{second_console}/settings", 'id="memory.recentDays" value="3"', 10)
         assert 'id="memory.recentDays" value="7"' not in shown
+
+
+async def test_the_turns_every_replica_answered_are_shown_by_the_console_of_each(
+    replicas: list[Replica], fake_telegram: FakeTelegram
+) -> None:
+    chat = CHATS[1]
+    questions = ["Which replica answers this one?", "And which answers this one?"]
+    async with new_client() as on_first, new_client() as on_second:
+        consoles = [
+            await console_of(replicas[0], fake_telegram, on_first),
+            await console_of(replicas[1], fake_telegram, on_second),
+        ]
+        for number, (replica, question) in enumerate(zip(replicas, questions, strict=True), start=1):
+            assert (
+                await post(on_first, replica, fake_telegram.update(fake_telegram.push_message(chat, question))) == 200
+            )
+            await fake_telegram.await_messages(chat, number, timeout=30)
+        for browser, console in zip((on_first, on_second), consoles, strict=True):
+            why = await page_showing(browser, f"{console}/why?chat=telegram:{chat}", questions[1])
+            turns = re.findall(r'<ul class="turns">(.*?)</ul>', why, re.S)[0]
+            assert questions[0] in turns and questions[1] in turns, console
 
 
 async def test_a_console_link_sent_through_one_replica_logs_in_on_another_and_the_session_works_on_both(

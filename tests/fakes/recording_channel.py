@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from bot.channels.base import Channel, InboundHandler
-from bot.domain.inbound import InboundMessage
+from bot.channels.base import Channel, FileUnavailable, InboundHandler
+from bot.domain.inbound import Attachment, InboundMessage
 from bot.domain.turn import ReplyStream
 from tests.fakes.telegram_server import WAIT_SECONDS
 
@@ -24,6 +24,8 @@ class RecordingChannel(Channel):
         self.handler: InboundHandler | None = None
         self._fail_sends = fail_sends
         self._changed = asyncio.Condition()
+        # The files users sent, by file id, for `download`.
+        self.files: dict[str, bytes] = {}
 
     async def start(self, handler: InboundHandler) -> None:
         self.handler = handler
@@ -49,8 +51,20 @@ class RecordingChannel(Channel):
     async def send_typing(self, chat_id: str) -> None:
         self.typing[chat_id] += 1
 
+    async def download(self, file_id: str) -> bytes:
+        if file_id not in self.files:
+            raise FileUnavailable("no such file")
+        return self.files[file_id]
+
     def message(self, chat_id: str, text: str, user_id: str = "1") -> InboundMessage:
         return InboundMessage(self.channel_type, chat_id, user_id, text)
+
+    def document(self, chat_id: str, name: str, data: bytes, mime: str = "text/plain") -> InboundMessage:
+        """A user sends the file `name` holding `data` (to fetch with `download`)."""
+        file_id = f"file{len(self.files) + 1}"
+        self.files[file_id] = data
+        attachment = Attachment("document", file_id, mime, len(data), name)
+        return InboundMessage(self.channel_type, chat_id, "1", "", attachment=attachment)
 
     async def wait_for(self, chat_id: str, count: int, timeout: float = WAIT_SECONDS) -> list[str]:
         """The first `count` replies to `chat_id`, waiting for them to arrive."""

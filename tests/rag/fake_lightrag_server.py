@@ -2,26 +2,40 @@
 
 It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header), names them `doc-{md5 of the name}`
 as the real server does, answers `/query/data` (or, with `legacy=True`, only `/query` with a context string
-in LightRAG's format) with the documents sharing a word with the query, and checks `X-API-Key`.
+in LightRAG's format, and no `/graph/label/search`) with the documents sharing a word with the query, and checks
+`X-API-Key`.
 
 Duplicates are refused as LightRAG 1.5 refuses them: a name it holds already with HTTP 409, the same text
 under a new name with a FAILED pointer record naming the original (older servers, `legacy=True`, answer
 a name they hold with 200 `duplicated`). With `hold_processing`, new documents stay `processing` until
 `finish_processing()`, as on a server slower than the bot's wait; with `busy_deletes`, deletions are
 refused as `busy` that many times, as while the server's pipeline works.
+
+Its knowledge graph is extracted as `tests.rag.helpers.lightrag_responder` extracts it for the embedded
+backend (each capitalised word an entity, related to the next), from the processed documents of a workspace,
+so a deleted document takes what only it supported; `GET /graphs` (the most connected with `label=*`, else the
+label's neighbourhood breadth first), `GET /graph/label/list` and `GET /graph/label/search` (ranked as LightRAG's
+graph storages rank) answer in the real server's shapes, refusing what it refuses (422). With `graph_error`,
+`GET /graphs` and the search fail as the server does when its storage fails (500).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from tests.rag.helpers import names_in, sentence_with
+
+SEPARATOR = "<SEP>"
 
 
 @dataclass
@@ -30,6 +44,7 @@ class FakeLightRagServer:
     legacy: bool = False
     hold_processing: bool = False
     busy_deletes: int = 0  # how many deletions are refused as `busy` first, as while the pipeline works
+    graph_error: str | None = None  # `GET /graphs` answers 500 with this detail, as when the graph storage fails
     documents: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # The FAILED records of refused duplicates, per workspace: they point at a document and hold no text.
     pointers: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
@@ -51,8 +66,11 @@ class FakeLightRagServer:
         app.router.add_post("/documents/paginated", self._paginated)
         app.router.add_delete("/documents/delete_document", self._delete)
         app.router.add_post("/query", self._query)
+        app.router.add_get("/graphs", self._graphs)
+        app.router.add_get("/graph/label/list", self._labels)
         if not self.legacy:
             app.router.add_post("/query/data", self._query_data)
+            app.router.add_get("/graph/label/search", self._search_labels)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -63,6 +81,7 @@ class FakeLightRagServer:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -180,3 +199,97 @@ class FakeLightRagServer:
         lines = "\n".join(json.dumps({"reference_id": str(i), "content": d["text"]}) for i, d in enumerate(found))
         context = f"Document Chunks (...):\n\n```json\n{lines}\n```\n"
         return web.json_response({"response": context if body.get("only_need_context") else "an answer"})
+
+    def _graph(self, workspace: str) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, Any]]]:
+        """The entities and relations of a workspace's processed documents, each with its documents and chunks
+        (one chunk a document), their properties joined with `<SEP>` as LightRAG joins them."""
+        nodes: dict[str, dict[str, list[str]]] = {}
+        edges: dict[tuple[str, str], dict[str, list[str]]] = {}
+        for record in self.documents.get(workspace, {}).values():
+            if record["status"] != "processed":
+                continue
+            text, chunk = record["text"], "chunk-" + hashlib.md5(record["text"].encode()).hexdigest()
+            names = names_in(text)[:6]
+            for name in names:
+                node = nodes.setdefault(name, {"description": [], "source_id": [], "file_path": []})
+                node["description"].append(f"{name} was mentioned: {sentence_with(text, name)}")
+                node["source_id"].append(chunk)
+                node["file_path"].append(record["file_path"])
+            for a, b in itertools.pairwise(names):
+                edge = edges.setdefault((min(a, b), max(a, b)), {"description": [], "source_id": [], "file_path": []})
+                edge["description"].append(f"{a} and {b} came up together")
+                edge["source_id"].append(chunk)
+                edge["file_path"].append(record["file_path"])
+
+        def joined(values: dict[str, list[str]]) -> dict[str, str]:
+            return {key: SEPARATOR.join(dict.fromkeys(items)) for key, items in values.items()}
+
+        return (
+            {name: {"entity_id": name, "entity_type": "concept", **joined(node)} for name, node in nodes.items()},
+            {pair: {"weight": 1.0, "keywords": "mentioned together", **joined(edge)} for pair, edge in edges.items()},
+        )
+
+    async def _graphs(self, request: web.Request) -> web.Response:
+        if "label" not in request.query:
+            return web.json_response({"detail": [{"loc": ["query", "label"], "msg": "Field required"}]}, status=422)
+        if self.graph_error is not None:
+            return web.json_response({"detail": self.graph_error}, status=500)
+        label = request.query["label"]
+        max_depth, max_nodes = int(request.query.get("max_depth", 3)), int(request.query.get("max_nodes", 1000))
+        nodes, edges = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        neighbours: dict[str, set[str]] = {name: set() for name in nodes}
+        for a, b in edges:
+            neighbours[a].add(b)
+            neighbours[b].add(a)
+        if label == "*":  # the most connected, ties by label
+            ranked = sorted(nodes, key=lambda name: (-len(neighbours[name]), name))
+        else:  # breadth first from the label, up to max_depth
+            ranked, queue = [], deque([(label, 0)] if label in nodes else [])
+            while queue:
+                name, depth = queue.popleft()
+                if name in ranked:
+                    continue
+                ranked.append(name)
+                if depth < max_depth:
+                    queue.extend((other, depth + 1) for other in sorted(neighbours[name]) if other not in ranked)
+        kept = ranked[:max_nodes]
+        return web.json_response(
+            {
+                "nodes": [{"id": name, "labels": [name], "properties": nodes[name]} for name in kept],
+                "edges": [
+                    {"id": f"{a}-{b}", "type": "DIRECTED", "source": a, "target": b, "properties": properties}
+                    for (a, b), properties in edges.items()
+                    if a in kept and b in kept
+                ],
+                "is_truncated": len(ranked) > max_nodes,
+            }
+        )
+
+    async def _labels(self, request: web.Request) -> web.Response:
+        nodes, _ = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        return web.json_response(sorted(nodes))
+
+    async def _search_labels(self, request: web.Request) -> web.Response:
+        if "q" not in request.query:
+            return web.json_response({"detail": [{"loc": ["query", "q"], "msg": "Field required"}]}, status=422)
+        limit = int(request.query.get("limit", 50))
+        if not 1 <= limit <= 100:
+            detail = [{"loc": ["query", "limit"], "msg": "Input should be between 1 and 100"}]
+            return web.json_response({"detail": detail}, status=422)
+        if self.graph_error is not None:
+            return web.json_response({"detail": self.graph_error}, status=500)
+        wanted = request.query["q"].lower().strip()
+        nodes, _ = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        if not wanted:
+            return web.json_response([])
+
+        def score(name: str) -> int:  # LightRAG's: the name itself, then a prefix, then shorter names first
+            lower = name.lower()
+            if lower == wanted:
+                return 1000
+            if lower.startswith(wanted):
+                return 500
+            return 100 - len(name) + (50 if f" {wanted}" in lower or f"_{wanted}" in lower else 0)
+
+        found = sorted((name for name in nodes if wanted in name.lower()), key=lambda name: (-score(name), name))
+        return web.json_response(found[:limit])

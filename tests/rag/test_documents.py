@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from tests.channels.telegram_harness import OWNER, RunningBot, start_bot
+from tests.channels.telegram_harness import GROUP_MEMBER, OWNER, RunningBot, start_bot
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.rag.helpers import FAST_RAG, lightrag_responder
@@ -82,16 +83,16 @@ async def bot(tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegr
     await running.stop()
 
 
-async def last_reply(fake_telegram: FakeTelegram, count: int, timeout: float = 15.0) -> str:
-    return (await fake_telegram.await_messages(OWNER, count, timeout=timeout))[-1].text
+async def last_reply(fake_telegram: FakeTelegram, count: int, timeout: float = 15.0, chat: int = OWNER) -> str:
+    return (await fake_telegram.await_messages(chat, count, timeout=timeout))[-1].text
 
 
-async def wait_for_text(fake_telegram: FakeTelegram, needle: str, timeout: float = 30.0) -> str:
+async def wait_for_text(fake_telegram: FakeTelegram, needle: str, timeout: float = 30.0, chat: int = OWNER) -> str:
     """Until a message the user sees (as edited) contains `needle`; returns it."""
     await fake_telegram.await_until(
-        lambda: any(needle in text for text in fake_telegram.visible_text(OWNER)), timeout=timeout, what=needle
+        lambda: any(needle in text for text in fake_telegram.visible_text(chat)), timeout=timeout, what=needle
     )
-    return next(text for text in fake_telegram.visible_text(OWNER) if needle in text)
+    return next(text for text in fake_telegram.visible_text(chat) if needle in text)
 
 
 async def test_a_text_file_is_read_into_the_graph_with_one_progress_message(
@@ -127,6 +128,44 @@ async def test_a_pdf_is_read_and_the_same_file_twice_is_read_once(bot: RunningBo
     fake_telegram.push_document(OWNER, content=pdf, file_name="report-copy.pdf", mime_type="application/pdf")
     assert "I have read report.pdf already (1 part," in await last_reply(fake_telegram, 2)
     assert len(indexed_ids(bot.workspace)) == 1
+
+
+async def test_the_same_file_sent_in_two_chats_is_each_chats_own(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    # The owner's chat reads into the owner's graph, another person's private chat into a graph of its own.
+    fake_telegram.push_document(OWNER, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain")
+    final = await wait_for_text(fake_telegram, "Read marta.txt: 1 part, in my memory now")
+    upload_id = final.split("(id ")[1].split(")")[0]
+    fake_telegram.push_document(GROUP_MEMBER, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain")
+    await wait_for_text(fake_telegram, f"Read marta.txt: 1 part, in my memory now (id {upload_id})", chat=GROUP_MEMBER)
+    assert indexed_ids(bot.workspace) == {f"{upload_id}_001", f"{upload_id}_001_2"}
+
+    fake_telegram.push_message(GROUP_MEMBER, f"/docs forget {upload_id}")
+    assert "Forgotten: marta.txt" in await last_reply(fake_telegram, 2, chat=GROUP_MEMBER)
+    fake_telegram.push_message(OWNER, "/docs")
+    assert f"{upload_id} · marta.txt · 1 part · read" in await last_reply(fake_telegram, 2)
+    assert indexed_ids(bot.workspace) == {f"{upload_id}_001"}
+
+
+async def test_a_line_of_the_uploads_file_that_is_not_an_upload_is_skipped_logged_and_kept(
+    tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    uploads = tmp_path / "workspace" / "rag" / "uploads.jsonl"
+    uploads.parent.mkdir(parents=True)
+    uploads.write_text('not json\n{"id": "file_0123456789ab"}\n')
+    caplog.set_level(logging.WARNING)
+    fake_openai.set_responder(lightrag_responder)
+    running = await start_bot(tmp_path / "workspace", fake_openai, fake_telegram, "ptb", {"rag": RAG})
+    try:
+        fake_telegram.push_document(OWNER, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain")
+        await wait_for_text(fake_telegram, "Read marta.txt: 1 part, in my memory now")
+        fake_telegram.push_message(OWNER, "/docs")
+        assert "· marta.txt · 1 part · read" in await last_reply(fake_telegram, 2)
+    finally:
+        await running.stop()
+    assert f"Skipped line 1 of {uploads} (not an upload)" in caplog.text
+    assert f"Skipped line 2 of {uploads} (not an upload)" in caplog.text
+    [read, *kept] = uploads.read_text().splitlines()
+    assert json.loads(read)["name"] == "marta.txt" and kept == ["not json", '{"id": "file_0123456789ab"}']
 
 
 @pytest.mark.parametrize(

@@ -39,9 +39,34 @@ async def test_insert_query_delete_with_the_files_in_the_workspace(tmp_path: Pat
         graph = await backend.query("global", RagQuery("Marta Lisbon", "local", 10, 5, 1000))
         assert any(snippet.kind == "entity" and snippet.text.startswith("Marta") for snippet in graph)
 
+        # The console's drawing: each entity with its descriptions and the text of the chunks it came from.
+        drawn = await backend.graph("global", 400)
+        entities = {entity.name: entity for entity in drawn.entities}
+        assert set(entities) == {"Marta", "Lisbon", "Falcon", "Friday"} and drawn.total == 4
+        marta = entities["Marta"]
+        assert marta.type == "concept" and marta.documents == ("conv_a",)
+        assert any("Marta lives in Lisbon" in text for text in marta.descriptions)
+        assert [source for source in marta.sources if "my sister Marta lives in Lisbon" in source]
+        [relation] = [r for r in drawn.relations if {r.source, r.target} == {"Marta", "Lisbon"}]
+        assert relation.description == "Marta and Lisbon came up together" and relation.keywords == "mentioned together"
+        # The most connected first, ties by name; the labels counted for the total.
+        top = await backend.graph("global", 2)
+        assert [entity.name for entity in top.entities] == ["Falcon", "Friday"] and top.total == 4
+        # The search reaches every name, ranked as LightRAG ranks them; a neighbourhood is drawn around one.
+        assert await backend.search_entities("global", "a", 10) == ["Marta", "Falcon", "Friday"]
+        assert await backend.search_entities("global", "a", 2) == ["Marta", "Falcon"]
+        assert await backend.search_entities("global", "MAR", 10) == ["Marta"]
+        assert await backend.search_entities("global", "Oslo", 10) == []
+        around = await backend.graph("global", 400, around="Marta")
+        assert {entity.name for entity in around.entities} == {"Marta", "Lisbon"} and around.total == 2
+        assert not around.truncated and [(r.source, r.target) for r in around.relations] == [("Lisbon", "Marta")]
+        assert [s for s in {e.name: e for e in around.entities}["Marta"].sources if "Marta lives in Lisbon" in s]
+        assert (await backend.graph("global", 400, around="Oslo")).entities == ()
+
         await backend.delete("global", ["conv_a"])
         after = await backend.query("global", RagQuery("where does Marta live", "naive", 10, 5, 1000))
         assert not any("Lisbon" in snippet.text for snippet in after)
+        assert {entity.name for entity in (await backend.graph("global", 400)).entities} == {"Falcon", "Friday"}
     finally:
         await backend.close()
         await llm.close()

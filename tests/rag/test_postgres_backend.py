@@ -56,8 +56,31 @@ async def test_documents_live_in_postgresql_per_chat_workspace(
         assert any(snippet.kind == "entity" and snippet.text.startswith("Marta") for snippet in graph)
         assert await backend.query(second, RagQuery("where does Marta live", "naive", 10, 5, 1000)) == []
 
+        # The console's drawing, read from LightRAG's tables: descriptions, the chunk's text, the relation.
+        drawn = await backend.graph(first, 400)
+        entities = {entity.name: entity for entity in drawn.entities}
+        assert set(entities) == {"Marta", "Lisbon"} and drawn.total == 2
+        assert any("Marta lives in Lisbon" in text for text in entities["Marta"].descriptions)
+        assert entities["Marta"].sources == (text,) and entities["Marta"].documents == ("conv_a",)
+        [relation] = drawn.relations
+        assert {relation.source, relation.target} == {"Marta", "Lisbon"}
+        assert relation.description == "Marta and Lisbon came up together"
+        top = await backend.graph(first, 1)
+        assert [entity.name for entity in top.entities] == ["Lisbon"] and top.relations == () and top.total == 2
+        assert (await backend.graph(second, 400)).entities == ()
+        # The search and a neighbourhood, from the tables: the names containing the query, ranked; one's relations.
+        assert await backend.search_entities(first, "s", 10) == ["Lisbon"]
+        assert await backend.search_entities(first, "a", 10) == ["Marta"]
+        assert await backend.search_entities(first, "lis", 10) == ["Lisbon"]
+        assert await backend.search_entities(second, "lis", 10) == []
+        around = await backend.graph(first, 400, around="Lisbon")
+        assert {entity.name for entity in around.entities} == {"Marta", "Lisbon"} and len(around.relations) == 1
+        assert {e.name: e for e in around.entities}["Lisbon"].sources == (text,)
+        assert (await backend.graph(first, 400, around="Oslo")).entities == ()
+
         await backend.delete(first, ["conv_a"])
         assert not any("Lisbon" in s.text for s in await backend.query(first, RagQuery("Marta", "naive", 10, 5, 1000)))
+        assert (await backend.graph(first, 400)).entities == ()
     finally:
         await backend.close()
         await llm.close()

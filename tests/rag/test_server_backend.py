@@ -34,6 +34,20 @@ async def lightrag_server() -> AsyncIterator[FakeLightRagServer]:
     await server.stop()
 
 
+def service_on(tmp_path: Path, server: FakeLightRagServer, **rag: object) -> tuple[RuntimeConfig, RagService]:
+    """The RAG layer on `server` with its journal in `tmp_path`: a graph per chat, exchanges of 10 characters
+    and more indexed, a chat's exchanges batched, a failure tried again at once; `rag` over that."""
+    config = RuntimeConfig.model_validate(
+        {
+            "rag": {"backend": "server", "serverUrl": server.url, "minExchangeChars": 10, "batchTokens": 1100,
+                    "retryBackoffSeconds": 0.0, **rag},
+            "memory": {"scope": "chat"},
+        }
+    )  # fmt: skip
+    backend = LightRagServerBackend(lambda: config.rag, API_KEY)
+    return config, RagService(RagDocumentStore(tmp_path / "documents.jsonl"), backend, lambda: config, TokenEstimator())
+
+
 async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
     workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, lightrag_server: FakeLightRagServer
 ) -> None:
@@ -73,7 +87,7 @@ async def test_the_bot_indexes_retrieves_and_forgets_through_the_server(
         await rag.close()
 
 
-async def test_a_server_without_query_data_is_read_through_query_context() -> None:
+async def test_a_server_without_query_data_or_label_search_is_read_through_query_and_its_label_list() -> None:
     server = await FakeLightRagServer(legacy=True).start()
     backend = LightRagServerBackend(lambda: RagConfig(server_url=server.url), None)
     try:
@@ -82,6 +96,12 @@ async def test_a_server_without_query_data_is_read_through_query_context() -> No
         found = await backend.query("global", RagQuery("what colour is the Nautilus", "naive", 5, 5, 500))
         assert [s.text for s in found] == ["User: the Nautilus is blue"]
         assert await backend.query("global", RagQuery("unrelated words entirely", "naive", 5, 5, 500)) == []
+        # Without the label search, the names are listed and matched by the bot, ranked as the server ranks them.
+        await backend.insert("global", [RagDocument("conv_b", "test:1", "global", "User: Nadia rows the Nautilus", "")])
+        assert await backend.search_entities("global", "NA", 10) == ["Nadia", "Nautilus"]
+        assert await backend.search_entities("global", "utilu", 10) == ["Nautilus"]
+        assert [r[1] for r in server.requests].count("/graph/label/search") == 1  # asked once, then listed
+        assert [r[1] for r in server.requests].count("/graph/label/list") == 2
     finally:
         await backend.close()
         await server.stop()
@@ -286,21 +306,7 @@ async def test_a_batch_that_timed_out_is_deleted_when_one_member_is_forgotten_an
     tmp_path: Path, lightrag_server: FakeLightRagServer
 ) -> None:
     lightrag_server.hold_processing = True
-    config = RuntimeConfig.model_validate(
-        {
-            "rag": {
-                "backend": "server", "serverUrl": lightrag_server.url, "insertTimeoutSeconds": 0.5,
-                "minExchangeChars": 10, "batchTokens": 1100, "retryBackoffSeconds": 0.0,
-            },
-            "memory": {"scope": "chat"},
-        }
-    )  # fmt: skip
-    rag = RagService(
-        RagDocumentStore(tmp_path / "documents.jsonl"),
-        LightRagServerBackend(lambda: config.rag, API_KEY),
-        lambda: config,
-        TokenEstimator(),
-    )
+    config, rag = service_on(tmp_path, lightrag_server, insertTimeoutSeconds=0.5)
     at = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
     try:
         secret = await rag.enqueue(config, "test:1", at, "My diary password is Tulip-88.", "Noted.", ["u1"])
@@ -323,3 +329,115 @@ async def test_a_batch_that_timed_out_is_deleted_when_one_member_is_forgotten_an
         assert (await rag.store.get(kept.id)).backend_id == server_id  # type: ignore[union-attr]
     finally:
         await rag.close()
+
+
+async def test_the_servers_graph_is_read_most_connected_first_and_a_server_that_fails_is_a_clear_error(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    config = RagConfig(server_url=lightrag_server.url, server_timeout_seconds=1.0)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    text = "User: Marta met Bruno and Carla in Lisbon"  # Marta - Bruno - Carla - Lisbon
+    try:
+        await backend.insert("global", [RagDocument("conv_a", "test:1", "global", text, "")])
+        top = await backend.graph("global", 2)
+        assert [entity.name for entity in top.entities] == ["Bruno", "Carla"] and top.total == 4
+        assert [(r.source, r.target, r.description) for r in top.relations] == [
+            ("Bruno", "Carla", "Bruno and Carla came up together")
+        ]
+        # The server serves no chunk's text: an entity names the documents it came from.
+        assert top.entities[0].sources == () and top.entities[0].documents == ("conv_a",)
+        assert ("GET", "/graph/label/list", "global") in lightrag_server.requests
+        whole = await backend.graph("global", 400)
+        assert len(whole.entities) == whole.total == 4 and len(whole.relations) == 3
+        # The search (GET /graph/label/search) reaches every name; a neighbourhood reaches two relations out.
+        assert await backend.search_entities("global", "r", 10) == ["Bruno", "Carla", "Marta"]
+        assert await backend.search_entities("global", "LIS", 2) == ["Lisbon"]
+        assert await backend.search_entities("global", "Oslo", 500) == []  # within the server's limit of 100
+        around = await backend.graph("global", 400, around="Marta")
+        assert [entity.name for entity in around.entities] == ["Marta", "Bruno", "Carla"] and around.total == 3
+        assert not around.truncated and len(around.relations) == 2
+        nearest = await backend.graph("global", 2, around="Marta")
+        assert [entity.name for entity in nearest.entities] == ["Marta", "Bruno"] and nearest.truncated
+        assert (await backend.graph("global", 400, around="Oslo")).entities == ()
+
+        lightrag_server.graph_error = "the graph storage does not answer"
+        with pytest.raises(RagBackendError, match=r"GET /graphs.*HTTP 500.*the graph storage does not answer"):
+            await backend.graph("global", 400)
+        with pytest.raises(RagBackendError, match=r"GET /graph/label/search.*HTTP 500.*does not answer"):
+            await backend.search_entities("global", "Marta", 10)
+        await lightrag_server.stop()
+        with pytest.raises(RagBackendError, match="GET /graphs"):
+            await backend.graph("global", 400)
+    finally:
+        await backend.close()
+
+
+async def test_a_server_that_takes_a_request_and_goes_quiet_is_a_clear_error_after_its_timeout() -> None:
+    async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)  # the request taken, no answer ever
+        await asyncio.sleep(30)
+
+    listener = await asyncio.start_server(quiet, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    config = RagConfig(server_url=f"http://127.0.0.1:{port}", server_timeout_seconds=0.3)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    try:
+        with pytest.raises(RagBackendError, match=r"GET /graphs: no answer within 0.3 s \(rag.serverTimeoutSeconds\)"):
+            await backend.graph("global", 400)
+        with pytest.raises(RagBackendError, match="DELETE /documents/delete_document: no answer within"):
+            await backend.delete("global", ["conv_a"])
+    finally:
+        await backend.close()
+        listener.close()
+
+
+async def test_every_chats_graph_is_drawn_as_one_with_the_exchanges_each_entity_came_from(
+    tmp_path: Path, lightrag_server: FakeLightRagServer
+) -> None:
+    config, rag = service_on(tmp_path, lightrag_server)
+    at = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
+    try:
+        # Chat 1's two exchanges go to the server as one batch document; chats 2 and 3 have graphs of their own.
+        lisbon = await rag.enqueue(config, "test:1", at, "My sister Marta lives in Lisbon.", "lovely city.", ["u1"])
+        orion = await rag.enqueue(config, "test:1", at.replace(second=1), "Orion Labs moved offices.", "ok.", ["u2"])
+        porto = await rag.enqueue(config, "test:2", at, "Marta called from Porto yesterday.", "how nice.", ["u3"])
+        braga = await rag.enqueue(config, "test:3", at, "Marta drove to Braga.", "sounds fun.", ["u4"])
+        assert lisbon is not None and orion is not None and porto is not None and braga is not None
+        assert await rag.flush() == 4
+        assert len(lightrag_server.documents["chat_test_1"]) == 1
+
+        drawn = await rag.graph(400)
+        entities = {entity.name: entity for entity in drawn.entities}
+        assert set(entities) == {"Marta", "Lisbon", "Orion", "Labs", "Porto", "Braga"} and drawn.total == 6
+        marta = entities["Marta"]
+        assert [text.split(": ", 1)[0] for text in marta.descriptions] == ["Marta was mentioned"] * 3
+        assert any("Marta called from Porto" in text for text in marta.descriptions)
+        # Each exchange of the documents it came from, from the bot's journal (the console keeps those naming it).
+        assert set(marta.sources) == {lisbon.text, orion.text, porto.text, braga.text}
+        assert entities["Porto"].sources == (porto.text,)
+        pairs = {frozenset((r.source, r.target)) for r in drawn.relations}
+        assert pairs == {frozenset(pair) for pair in [("Marta", "Lisbon"), ("Lisbon", "Orion"), ("Orion", "Labs"),
+                                                      ("Marta", "Porto"), ("Marta", "Braga")]}  # fmt: skip
+
+        # Searched and drawn around an entity across the chats: each name once, each chat's neighbourhood as one.
+        assert await rag.search_entities("o", 10) == ["Orion", "Porto", "Lisbon"]
+        assert await rag.search_entities("MART", 10) == ["Marta"]
+        around = await rag.graph(400, around="Marta")
+        assert {entity.name for entity in around.entities} == {"Marta", "Lisbon", "Orion", "Porto", "Braga"}
+        marta_around = {e.name: e for e in around.entities}["Marta"]
+        assert set(marta_around.sources) == {lisbon.text, orion.text, porto.text, braga.text}
+        nearest = await rag.graph(2, around="Marta")  # the entity first, then the nearest (here all as connected)
+        assert [entity.name for entity in nearest.entities] == ["Marta", "Braga"] and nearest.truncated
+
+        assert await rag.forget_documents([porto.id]) == [porto.id]
+        assert "Porto" not in {entity.name for entity in (await rag.graph(400)).entities}
+    finally:
+        await rag.close()
+    # Read again (a restart): the journal keeps the text of a batch's exchanges, not of one indexed alone.
+    _, again = service_on(tmp_path, lightrag_server)
+    try:
+        marta = next(entity for entity in (await again.graph(400)).entities if entity.name == "Marta")
+        alone = "Conversation in chat test:3 on 2026-05-01 09:30 (its text is kept in the graph's backend alone)"
+        assert set(marta.sources) == {lisbon.text, orion.text, alone}
+    finally:
+        await again.close()

@@ -4,8 +4,9 @@ Two replicas, each a `RagService` on its own connection to one database and a Li
 one, over HTTP): what one indexed, the other finds and forgets (a memory forgotten through `/memory forget`
 on one bot too); a queued exchange is indexed once when both flush together; the claim of a replica that
 hangs is taken over once its lease ran out, that of one that died at once; an exchange forgotten while
-another replica indexes it leaves the graph all the same; and `bot migrate` then `bot export` give the
-journal file back as it was.
+another replica indexes it leaves the graph all the same, even when that insert's wait runs out or that
+replica dies (at the next flush, or a later one while the graph cannot delete); and `bot migrate` then
+`bot export` give the journal file back as it was.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from aiohttp import web
 from bot.app import Application
 from bot.context.estimator import TokenEstimator
 from bot.database.connection import Database
+from bot.rag.documents import batch_document
 from bot.rag.journal_table import RagJournalTable
 from bot.rag.server import LightRagServerBackend
 from bot.rag.service import RagService
@@ -286,6 +288,75 @@ async def test_an_insert_that_timed_out_on_one_replica_is_deleted_on_the_server_
     assert await texts_in_table(database) == {}
 
 
+async def test_an_exchange_forgotten_before_the_server_had_it_leaves_the_graph_when_the_insert_times_out(
+    replicas: Replicas, lightrag_server: HeldLightRagServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # B's forget finds nothing on the server (A's insert has not reached it); the server then takes the text,
+    # and A stops waiting for it: A deletes it.
+    lightrag_server.hold_processing = True
+    (a, database), (b, _) = await replicas.start(insertTimeoutSeconds=0.5), await replicas.start()
+    secret = await exchange(a, "My diary password is Tulip-88.", ["u1"])
+    lightrag_server.gate.clear()
+    flushing = asyncio.create_task(a.flush())
+    await asyncio.wait_for(lightrag_server.inserting.wait(), 10)
+    assert await b.forget_documents(await b.documents_for_messages(["u1"])) == [secret]
+    assert lightrag_server.deleted == []
+
+    caplog.set_level(logging.INFO)
+    lightrag_server.gate.set()
+    assert await asyncio.wait_for(flushing, 10) == 0
+    assert "Deleting 1 documents forgotten while being sent to the graph" in caplog.text
+    assert lightrag_server.documents["chat_test_1"] == {}
+    assert len(lightrag_server.deleted) == 1
+    assert await texts_in_table(database) == {}
+
+
+async def test_an_exchange_forgotten_while_a_replica_that_then_died_sent_it_leaves_the_graph(
+    replicas: Replicas, lightrag_server: HeldLightRagServer
+) -> None:
+    a, a_database = await replicas.start()
+    b, database = await replicas.start()
+    secret = await exchange(a, "My diary password is Tulip-88.", ["u1"])
+    [claimed] = await a.store.due(time.time(), 10)
+    document = batch_document([claimed])
+    await a.store.mark_tried({document.id: [claimed]})
+    assert await b.forget_documents([secret]) == [secret]  # the server has nothing yet
+    await LightRagServerBackend(lambda: config_for(lightrag_server).rag, None).insert("chat_test_1", [document])
+    await a_database.close()  # A dies once the server has the text, before recording it
+
+    assert await b.flush() == 0
+    assert lightrag_server.documents["chat_test_1"] == {}
+    assert await texts_in_table(database) == {}
+
+
+async def test_a_left_behind_exchange_the_graph_cannot_delete_yet_is_deleted_by_a_later_flush(
+    replicas: Replicas, lightrag_server: HeldLightRagServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, a_database = await replicas.start()
+    b, database = await replicas.start(insertTimeoutSeconds=0.5, serverTimeoutSeconds=0.3)
+    secret = await exchange(a, "My diary password is Tulip-88.", ["u1"])
+    [claimed] = await a.store.due(time.time(), 10)
+    document = batch_document([claimed])
+    await a.store.mark_tried({document.id: [claimed]})
+    assert await b.forget_documents([secret]) == [secret]
+    await LightRagServerBackend(lambda: config_for(lightrag_server).rag, None).insert("chat_test_1", [document])
+    await a_database.close()
+    lightrag_server.busy_deletes = 1_000  # the server's pipeline busy past serverTimeoutSeconds
+
+    assert await b.flush() == 0
+    assert "The graph may still hold " + secret in caplog.text
+    assert len(lightrag_server.documents["chat_test_1"]) == 1
+    assert await texts_in_table(database) == {secret: ("forgotten", "")}  # kept, claimed by B for a while
+    lightrag_server.busy_deletes = 0
+
+    async def deleted() -> bool:
+        await b.flush()
+        return lightrag_server.documents["chat_test_1"] == {}
+
+    await wait_until(deleted, timeout=5)
+    assert await texts_in_table(database) == {}
+
+
 async def test_migrate_then_export_give_back_the_same_journal(
     database_url: str, tmp_path: Path, lightrag_server: HeldLightRagServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -395,3 +466,25 @@ async def test_a_memory_forgotten_through_one_bot_leaves_the_graph_the_other_bot
     finally:
         for bot in bots:
             await bot.stop()
+
+
+async def test_the_states_of_many_documents_are_read_at_once_on_either_journal(
+    replicas: Replicas, lightrag_server: HeldLightRagServer, tmp_path: Path
+) -> None:
+    config = config_for(lightrag_server)
+    on_files = RagService(
+        RagDocumentStore(tmp_path / "documents.jsonl"), LightRagServerBackend(lambda: config.rag, None),
+        lambda: config, TokenEstimator(),
+    )  # fmt: skip
+    (on_table, _) = await replicas.start()
+    try:
+        for rag in (on_files, on_table):
+            indexed = await exchange(rag, "Marta lives in Lisbon.", ["u1"])
+            assert await rag.flush() == 1
+            forgotten = await exchange(rag, "The boiler was serviced in May.", ["u2"], 1)
+            await rag.forget_documents([forgotten])
+            queued = await exchange(rag, "The plumber is called Rui.", ["u3"], 2)
+            asked = [queued, "conv_unknown", indexed, forgotten]
+            assert await rag.store.statuses(asked) == {queued: "queued", indexed: "indexed"}
+    finally:
+        await on_files.close()

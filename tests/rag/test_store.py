@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bot.context.estimator import TokenEstimator
-from bot.rag.backend import RagBackendError, RagQuery, RagSnippet
+from bot.rag.backend import GraphView, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import RagDocument
 from bot.rag.service import RagService
 from bot.rag.store import RagDocumentStore
@@ -65,6 +65,12 @@ class ScriptedBackend:
 
     async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
         return [name for name in names if name not in deleted]
+
+    async def graph(self, workspace: str, max_entities: int, around: str | None = None) -> GraphView:
+        return GraphView((), (), 0)  # it extracts nothing
+
+    async def search_entities(self, workspace: str, query: str, limit: int) -> list[str]:
+        return []
 
     async def open(self, workspace: str) -> None:
         return None

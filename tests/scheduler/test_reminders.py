@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -163,6 +165,29 @@ async def test_the_model_schedules_a_reminder_that_the_running_scheduler_deliver
     assert await say(services, channel, "1", "/reminders") == "No reminders are pending."
     session = await services.sessions.get("test:1")
     assert session is not None and "⏰ Reminder: stretch" in [m.content for m in session.messages]
+
+
+async def test_a_new_reminder_check_interval_applies_without_a_restart(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    from tests.conftest import env_for
+
+    config_file = workspace_dir / "preferences" / "runtime-config.json"
+    config_file.parent.mkdir(parents=True)
+    config_file.write_text('{"scheduler": {"reminderCheckSeconds": 300}}')
+    app = Application(env_for(workspace_dir, fake_openai))
+    try:
+        app.add_channels([channel])
+        await app.reminders.add("test:1", "test", "1", "stretch", delay="1s")
+        await app.start()
+        await asyncio.sleep(1.5)
+        assert channel.sent["1"] == []  # due, but not looked for again for five minutes
+
+        config_file.write_text('{"scheduler": {"reminderCheckSeconds": 1}}')
+        os.utime(config_file, ns=(time.time_ns() + 10**9,) * 2)  # a change even within one timestamp tick
+        assert (await channel.wait_for("1", 1, timeout=5)) == ["⏰ Reminder: stretch"]
+    finally:
+        await app.stop()
 
 
 def test_cron_day_of_week_follows_standard_cron() -> None:
