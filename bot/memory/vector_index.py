@@ -45,6 +45,9 @@ class VectorIndex:
         self._text_of: dict[str, str] = {}  # text key -> text, for rows to embed (only without `items`)
         self._row_of: dict[str, int] = {}  # text key -> row
         self._row_keys: list[str] = []
+        # By row, its text's list in `_ids_of` (the same list object; empty or None once no item holds the text):
+        # a search reads a row's items without looking its text up.
+        self._row_ids: list[list[str] | None] = []
         self._matrix: npt.NDArray[np.int8] | None = None  # capacity rows; the first len(_row_keys) are in use
         self._scales: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
         # The sum of the rows in use (the cosines' mean) and, above `EXACT_SEARCH_MAX_ROWS` rows, their sign
@@ -69,7 +72,13 @@ class VectorIndex:
         if item.active:
             key = text_key(item.content)
             self._key_of[item.id] = key
-            self._ids_of.setdefault(key, []).append(item.id)
+            ids = self._ids_of.get(key)
+            if ids is None:
+                ids = self._ids_of[key] = []
+                row = self._row_of.get(key)
+                if row is not None:
+                    self._row_ids[row] = ids
+            ids.append(item.id)
             if key not in self._row_of:
                 self._missing.add(key)
                 if self._items is None:
@@ -96,6 +105,7 @@ class VectorIndex:
         self._version += 1
         self._key_of.clear()
         self._ids_of.clear()
+        self._row_ids = [None] * len(self._row_keys)
         self._text_of.clear()
         self._missing.clear()
 
@@ -155,6 +165,7 @@ class VectorIndex:
                     key = self._key_of.get(ids[0], key)
                 self._row_of[key] = row
                 self._row_keys.append(key)
+                self._row_ids.append(ids)
             targets[number] = row
             self._missing.discard(key)
             self._text_of.pop(key, None)
@@ -193,6 +204,7 @@ class VectorIndex:
     def _drop_rows(self) -> None:
         self._row_of.clear()
         self._row_keys = []
+        self._row_ids = []
         self._matrix = None
         self._sum = self._codes = None
 
@@ -224,6 +236,7 @@ class VectorIndex:
         scales[: len(keep)] = self._scales[rows]
         self._matrix, self._scales = matrix, scales
         self._row_keys = keep
+        self._row_ids = [self._ids_of[key] for key in keep]
         self._row_of = {key: row for row, key in enumerate(keep)}
         self._sum = self._codes = None
 
@@ -307,9 +320,9 @@ class VectorIndex:
         best = best[: int(np.count_nonzero(above[best] > 0))]
         # Each score as the double `value / best_above` of Python numbers (the same division), read at once.
         scores = (above[best].astype(np.float64) / best_above).tolist()
-        keys = map(self._row_keys.__getitem__, (best if rows is None else rows[best]).tolist())
         found: dict[str, float] = {}
-        for item_ids, score in zip(map(self._ids_of.get, keys), scores, strict=True):
+        row_ids = map(self._row_ids.__getitem__, (best if rows is None else rows[best]).tolist())
+        for item_ids, score in zip(row_ids, scores, strict=True):
             if len(found) >= limit:
                 break
             for item_id in item_ids or ():

@@ -383,3 +383,57 @@ def test_vectors_stored_again_for_the_same_texts_replace_the_old_ones_in_the_mea
     best = np.argsort(-above)[:5]
     assert list(found) == [f"i{row}" for row in best]
     assert np.allclose(list(found.values()), above[best] / above[best[0]], atol=0.01)
+
+
+def test_a_dense_search_after_each_kind_of_change_finds_the_items_that_hold_the_text_now() -> None:
+    generator = np.random.default_rng(11)
+    vector_of: dict[str, Any] = {}
+    index = VectorIndex()
+    index.use_embedder("test")
+
+    def indexed(entries: list[Any]) -> None:
+        index.add_many(entries)
+        for key, _ in index.pending():
+            vector_of.setdefault(key, unit(generator.standard_normal(24)))
+        index.put({key: vector_of[key] for key, _ in index.pending()})
+
+    def texts(count: int, version: int = 0) -> list[Any]:
+        return [item(MemoryLayer.EPISODIC, f"text {n} v{version}", NOW, item_id=f"i{n}") for n in range(count)]
+
+    def finds_its_holders(active: list[Any], gone: tuple[str, ...] = ()) -> None:
+        """Asked with a text's own vector, the search finds first the items that hold that text now, in the
+        order they were added, and never an item forgotten or moved to another text."""
+        holders: dict[str, list[str]] = {}
+        for entry in active:
+            holders.setdefault(text_key(entry.content), []).append(entry.id)
+        for key, ids in list(holders.items())[::37] + [
+            (text_key(entry.content), holders[text_key(entry.content)]) for entry in active[-3:]
+        ]:
+            found = list(index.relevance(vector_of[key], 5))
+            assert found[: len(ids)] == ids
+            assert not set(found) & set(gone)
+
+    entries = texts(1_500)
+    indexed(entries)
+    finds_its_holders(entries)
+    index.remove("i3")  # forgotten: its text (its row) held by nobody
+    finds_its_holders(entries[:3] + entries[4:], gone=("i3",))
+    again = item(MemoryLayer.EPISODIC, "text 3 v0", NOW, item_id="j3")  # the text written again by another item
+    indexed([again])
+    finds_its_holders(entries[:3] + entries[4:] + [again], gone=("i3",))
+    twin = item(MemoryLayer.EPISODIC, "text 5 v0", NOW, item_id="j5")  # two items, one text, one row
+    indexed([twin])
+    finds_its_holders(entries[:3] + entries[4:] + [again, twin], gone=("i3",))
+    index.remove("i5")
+    finds_its_holders(entries[:3] + entries[4:5] + entries[6:] + [again, twin], gone=("i3", "i5"))
+    # Every text edited twice (the old rows go stale, then are compacted away), then everything dropped and the
+    # first edit's texts added again (their rows written anew).
+    edited = texts(1_500, version=1)
+    indexed(edited)
+    latest = texts(1_500, version=2)
+    indexed(latest)
+    finds_its_holders([*latest, again, twin])
+    index.clear()
+    assert index.relevance(vector_of[text_key(latest[0].content)], 5) == {}
+    indexed(edited)
+    finds_its_holders(edited, gone=("j3", "j5"))
