@@ -53,6 +53,8 @@ class LightRagServerBackend:
     """LightRAG behind its REST API."""
 
     name = "server"
+    # The server keeps one graph, whatever `LIGHTRAG-WORKSPACE` a request names (only `/health` reads it).
+    keeps_workspaces_apart = False
 
     def __init__(self, config: Callable[[], RagConfig], api_key: str | None) -> None:
         self._config = config

@@ -255,3 +255,41 @@ async def test_the_bot_indexes_recalls_and_forgets_an_exchange_on_the_server(
     await say(server_bot, channel, "1", "/new")
     await say(server_bot, channel, "1", "What is the code of the Kestrel boathouse?")
     assert "5183" not in (fake_openai.system_prompts()[-1] or "")
+
+
+async def test_with_chat_scope_nothing_crosses_between_chats_though_the_server_keeps_one_graph(
+    workspace_dir: Path,
+    fake_openai: FakeOpenAI,
+    channel: RecordingChannel,
+    real_server: RealLightRagServer,
+    backend: LightRagServerBackend,
+) -> None:
+    write_runtime_config(
+        workspace_dir, {"backend": "server", "serverUrl": real_server.url}, memory={"enabled": False, "scope": "chat"}
+    )
+    bot = Application(env_for(workspace_dir, fake_openai, lightrag_api_key=API_KEY))
+    rag = rag_of(bot)
+    try:
+        await bot.start()
+        await say(bot, channel, "1", "My cousin Leocadia moved to Trondheim last week.")
+        await say(bot, channel, "2", "My neighbour Bartholomew plays the oboe at night.")
+
+        async def queued() -> bool:
+            return (await rag.store.counts())["queued"] == 2
+
+        await wait_until(queued)
+        assert await rag.flush() == 2
+        # The server answers chat 2's workspace from the one graph it keeps: chat 1's exchange among it.
+        answered = await backend.query("chat_test_2", naive("Where does Leocadia live?"))
+        assert any("Leocadia moved to Trondheim" in snippet.text for snippet in answered)
+
+        await say(bot, channel, "2", "/new")
+        await say(bot, channel, "2", "Where does Leocadia live? Does Bartholomew know?")
+        assert "Leocadia moved" not in (fake_openai.system_prompts()[-1] or "")
+        assert "Bartholomew plays the oboe" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory")[1]
+        await say(bot, channel, "1", "/new")  # the live session would show the fact already
+        await say(bot, channel, "1", "Where does Leocadia live?")
+        assert "Leocadia moved to Trondheim" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory")[1]
+    finally:
+        await bot.stop()
+        await rag.close()
