@@ -1,8 +1,9 @@
 """A small fake of the LightRAG server's HTTP API on 127.0.0.1, for the `server` backend's tests.
 
-It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header), names them `doc-{md5 of the name}`
-as the real server does, answers `/query/data` (or, with `legacy=True`, only `/query` with a context string
-in LightRAG's format, and no `/graph/label/search`) with the documents sharing a word with the query, and checks
+It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header, for the tests to look at), names them
+`doc-{md5 of the name}` as the real server does, answers `/query/data` (or, with `legacy=True`, only `/query`
+with a context string in LightRAG's format, and no `/graph/label/search`) with the documents sharing a word with
+the query, of every workspace (the real server keeps one graph whatever the header names), and checks
 `X-API-Key`.
 
 Duplicates are refused as LightRAG 1.5 refuses them: a name it holds already with HTTP 409, the same text
@@ -217,9 +218,11 @@ class FakeLightRagServer:
             self.deleting = False
 
     def _matches(self, request: web.Request, query: str) -> list[dict[str, Any]]:
+        """The processed documents sharing a word with `query`, of every workspace: the real server reads the
+        one graph it keeps whatever `LIGHTRAG-WORKSPACE` names."""
         words = set(re.findall(r"\w{4,}", query.lower()))
-        workspace = self.documents.get(request.headers.get("LIGHTRAG-WORKSPACE", ""), {})
-        return [d for d in workspace.values() if words & set(re.findall(r"\w{4,}", d["text"].lower()))]
+        held = [d for workspace in self.documents.values() for d in workspace.values() if d["status"] == "processed"]
+        return [d for d in held if words & set(re.findall(r"\w{4,}", d["text"].lower()))]
 
     async def _query_data(self, request: web.Request) -> web.Response:
         body = await request.json()
