@@ -85,6 +85,19 @@ async def listed(server: RealLightRagServer) -> dict[str, dict[str, Any]]:
     return {d["file_path"]: d for d in answer["documents"] if not (d.get("metadata") or {}).get("is_duplicate")}
 
 
+async def held_processing(
+    backend: LightRagServerBackend, server: RealLightRagServer, model: HeldModel, doc: RagDocument, word: str
+) -> dict[str, Any]:
+    """Send `doc`, whose extraction the model holds (its text has `word`), until the backend's wait runs out:
+    the server's record of it, still processing."""
+    model.held_word, model.release = word, threading.Event()
+    with pytest.raises(RagBackendError, match=f"{doc.id} still processing on the server"):
+        await backend.insert("global", [doc])
+    record = (await listed(server))[doc.id]
+    assert record["status"] == "processing"
+    return record
+
+
 async def test_a_document_is_indexed_found_and_deleted(
     backend: LightRagServerBackend, real_server: RealLightRagServer
 ) -> None:
@@ -129,14 +142,9 @@ async def test_a_document_still_processing_is_deleted_once_the_server_has_finish
 ) -> None:
     config = RagConfig(server_url=real_server.url, server_timeout_seconds=10.0, insert_timeout_seconds=0.5)
     backend = LightRagServerBackend(lambda: config, API_KEY)
-    model.held_word, model.release = "Zephyrine", threading.Event()
     doc = RagDocument("conv_zephyrine", "test:1", "global", "User: Zephyrine sails to Tromso.", "")
     try:
-        with pytest.raises(RagBackendError, match="conv_zephyrine still processing on the server"):
-            await backend.insert("global", [doc])
-        processing = (await listed(real_server))["conv_zephyrine"]
-        assert processing["status"] == "processing"
-
+        processing = await held_processing(backend, real_server, model, doc, "Zephyrine")
         # The server refuses to delete while its pipeline works (200 `busy`): the bot asks again until it can.
         deleting = asyncio.create_task(backend.delete("global", [processing["id"]]))
         await asyncio.sleep(1.0)
@@ -155,12 +163,9 @@ async def test_a_delete_the_busy_server_refuses_past_the_timeout_is_an_error(
 ) -> None:
     config = RagConfig(server_url=real_server.url, server_timeout_seconds=0.6, insert_timeout_seconds=0.3)
     impatient = LightRagServerBackend(lambda: config, API_KEY)
-    model.held_word, model.release = "Brisingamen", threading.Event()
     doc = RagDocument("conv_brisingamen", "test:1", "global", "User: Brisingamen is kept in Uppsala.", "")
     try:
-        with pytest.raises(RagBackendError, match="still processing"):
-            await impatient.insert("global", [doc])
-        held = (await listed(real_server))["conv_brisingamen"]
+        held = await held_processing(impatient, real_server, model, doc, "Brisingamen")
         with pytest.raises(RagBackendError, match=f"did not delete {held['id']}: busy: Pipeline is busy"):
             await impatient.delete("global", [held["id"]])
         model.release.set()
