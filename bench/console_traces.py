@@ -31,17 +31,17 @@ from bench.pipeline_overhead import percentile
 from bot.database.connection import Database
 from bot.domain.memory import MemoryItem
 from bot.pipeline.trace_files import TraceFiles
-from bot.pipeline.trace_table import TraceTable
-from bot.pipeline.traces import (
+from bot.pipeline.trace_records import (
     PackEntry,
     PlanPart,
     TokenUse,
     ToolUse,
     TraceStore,
     TurnTrace,
-    TurnTraces,
     trace_to_json,
 )
+from bot.pipeline.trace_table import TraceTable
+from bot.pipeline.traces import TurnTraces
 from bot.storage.durability import DeferredSync
 from tests.postgres_server import create_database, running_server
 

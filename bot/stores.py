@@ -23,8 +23,8 @@ from bot.ledger.turns import Turn
 from bot.memory.documents import DocumentsInDatabase, MemoryDocuments
 from bot.memory.postgres_documents import MemoryDocumentRows
 from bot.pipeline.trace_files import TraceFiles
+from bot.pipeline.trace_records import TraceStore
 from bot.pipeline.trace_table import TraceTable
-from bot.pipeline.traces import TraceStore
 from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.sessions.postgres import SessionTables
 from bot.sessions.service import SessionService

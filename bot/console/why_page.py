@@ -13,7 +13,8 @@ from aiohttp import web
 
 from bot.console.html import PREFIX, bar, esc, stacked_bar, table
 from bot.console.server import Visit
-from bot.pipeline.traces import FORGOTTEN_TEXT, PackEntry, TurnTrace, TurnTraces
+from bot.pipeline.trace_records import FORGOTTEN_TEXT, PackEntry, TurnTrace
+from bot.pipeline.traces import TurnTraces
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from bot.pipeline.systems.context_building import ContextBuildingSystem
 from bot.pipeline.systems.memory_persist import MemoryPersistSystem
 from bot.pipeline.systems.rag_indexing import RagIndexingSystem
 from bot.pipeline.systems.tool_loop import ToolLoopExecutionSystem
-from bot.pipeline.traces import TraceStore, TurnTraces
+from bot.pipeline.trace_records import TraceStore
+from bot.pipeline.traces import TurnTraces
 from bot.rag.service import RagService
 from bot.rag.uploads import DocumentReader
 from bot.runtime_config import RuntimeConfigStore

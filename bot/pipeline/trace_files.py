@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bot.domain.memory import MemoryItem
 from bot.domain.session import checked_session_id
-from bot.pipeline.traces import TurnTrace, redacted, trace_from_json, trace_to_json
+from bot.pipeline.trace_records import TurnTrace, redacted, trace_from_json, trace_to_json
 from bot.storage.durability import DeferredSync
 from bot.storage.files import append_lines, line_bytes, read_text_sync, write_atomic
 from bot.storage.jsonl import dumps_line, parse_numbered

@@ -13,7 +13,7 @@ from typing import Any
 
 from bot.database.connection import Database
 from bot.domain.memory import MemoryItem
-from bot.pipeline.traces import TurnTrace, redacted, trace_from_json, trace_to_json
+from bot.pipeline.trace_records import TurnTrace, redacted, trace_from_json, trace_to_json
 
 log = logging.getLogger(__name__)
 

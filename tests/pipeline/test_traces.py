@@ -16,18 +16,18 @@ import pytest
 
 from bot.domain.memory import MemoryItem, MemoryLayer
 from bot.pipeline.trace_files import TraceFiles
-from bot.pipeline.trace_table import TraceTable
-from bot.pipeline.traces import (
+from bot.pipeline.trace_records import (
     FORGOTTEN_TEXT,
     PackEntry,
     PlanPart,
     TokenUse,
     ToolUse,
     TurnTrace,
-    TurnTraces,
     trace_from_json,
     trace_to_json,
 )
+from bot.pipeline.trace_table import TraceTable
+from bot.pipeline.traces import TurnTraces
 from tests.postgres_server import OpenDatabases
 
 AT = datetime(2026, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
