@@ -5,8 +5,8 @@ LLM and embedding bindings `openai` pointed at a fake OpenAI server (`tests.fake
 NetworkX storages, and `X-API-Key` required; it returns once `GET /health` answers. `stop()` sends SIGINT,
 as Ctrl-C would, and waits for the server to shut down.
 
-The process is `tests.rag.lightrag_server_offline`: `lightrag-server` with tiktoken's encodings built
-offline (see there); everything else is the server as `lightrag-server` runs it.
+The process is `tests.rag.lightrag_server_offline`: `lightrag-server` with nothing downloaded (its tokenizer
+given, see there); everything else is the server as `lightrag-server` runs it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Self
 import httpx
 
 from tests.channels.telegram_harness import free_port
+from tests.fakes.openai_server import DEFAULT_EMBEDDING_DIMENSIONS
 
 START_SECONDS = 30.0
 STOP_SECONDS = 10.0
-EMBEDDING_DIMENSIONS = 64  # the fake's default
 
 
 class RealLightRagServer:
@@ -45,8 +45,10 @@ class RealLightRagServer:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def working_dir(self) -> Path:
-        return self.folder / "rag_storage"
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("lightrag-server is not running")
+        return self._process.pid
 
     def start(self) -> Self:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,7 @@ class RealLightRagServer:
             "HOME": str(self.folder),
             "HOST": "127.0.0.1",
             "PORT": str(self.port),
-            "WORKING_DIR": str(self.working_dir),
+            "WORKING_DIR": str(self.folder / "rag_storage"),
             "INPUT_DIR": str(self.folder / "inputs"),
             "LIGHTRAG_API_KEY": self.api_key,
             "LLM_BINDING": "openai",
@@ -67,7 +69,7 @@ class RealLightRagServer:
             "EMBEDDING_BINDING_HOST": self.model_url,
             "EMBEDDING_BINDING_API_KEY": "fake-key",
             "EMBEDDING_MODEL": "fake-embedding",
-            "EMBEDDING_DIM": str(EMBEDDING_DIMENSIONS),
+            "EMBEDDING_DIM": str(DEFAULT_EMBEDDING_DIMENSIONS),
             # The fake's hash vectors are too noisy for LightRAG's similarity threshold.
             "COSINE_THRESHOLD": "-1",
             "LOG_LEVEL": "WARNING",
