@@ -57,19 +57,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 AIOGRAM_UNIT = "aiogram"
+# Modules whose tests share a costly fixture of module scope (a server process each worker would start again).
+ONE_WORKER_MODULES = ("tests/rag/test_real_server.py",)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Tests one to a unit, as xdist's `load` hands them out, but the tests that drive aiogram all to one worker:
     importing aiogram builds its types, about 4 s of CPU and 120 MB that a worker keeps to its end, and the
-    other workers then never import it. The largest unit goes first, the rest in the order collected."""
+    other workers then never import it; and the tests of each of `ONE_WORKER_MODULES` to one worker. The
+    largest unit goes first, the rest in the order collected."""
     if config.getoption("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]  # xdist ships no types
 
     class AiogramOnOneWorker(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return AIOGRAM_UNIT if "aiogram" in nodeid.rsplit("::", 1)[-1] else nodeid
+            if "aiogram" in nodeid.rsplit("::", 1)[-1]:
+                return AIOGRAM_UNIT
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
 
     return AiogramOnOneWorker(config, log)
 

@@ -30,10 +30,12 @@ class RagQuery:
 
 @dataclass(frozen=True)
 class RagSnippet:
-    """One piece of retrieved context: an entity, a relation or a chunk of a past exchange."""
+    """One piece of retrieved context: an entity, a relation or a chunk of a past exchange, and the names of
+    the documents it was drawn from (where the backend says them)."""
 
     kind: Literal["entity", "relation", "chunk", "text"]
     text: str
+    documents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,12 @@ class GraphView:
 
 class RagBackend(Protocol):
     """A LightRAG store. Every call names the LightRAG workspace it acts on (one per chat with
-    `memory.scope: chat`), and nothing crosses between workspaces."""
+    `memory.scope: chat`). With `keeps_workspaces_apart`, nothing crosses between workspaces; without it
+    (a LightRAG server, which keeps one graph whatever workspace a request names), a query answers from
+    every workspace's documents, and the caller keeps those of its own."""
 
     name: str
+    keeps_workspaces_apart: bool
 
     async def insert(self, workspace: str, documents: list[RagDocument]) -> dict[str, str]:
         """Index `documents` and wait until they are processed. Returns each document's id in the

@@ -180,6 +180,11 @@ class RagDocument:
     backend_id: str | None = None
     tried_as: list[str] = field(default_factory=list)
 
+    def names(self) -> list[str]:
+        """Every name the backend may hold this exchange under: its own id, the documents it was sent in, and
+        the backend's id of the one it is indexed in."""
+        return list(dict.fromkeys([self.id, *self.tried_as, *([self.backend_id] if self.backend_id else [])]))
+
     def to_json(self, with_text: bool = True) -> dict[str, Any]:
         record: dict[str, Any] = {
             "id": self.id,

@@ -139,6 +139,7 @@ class EmbeddedLightRag:
     """LightRAG running in this process."""
 
     name = "embedded"
+    keeps_workspaces_apart = True
 
     def __init__(
         self,
@@ -579,14 +580,22 @@ def snippets_from_data(data: dict[str, Any]) -> list[RagSnippet]:
     for entity in data.get("entities") or []:
         name, kind = entity.get("entity_name", ""), entity.get("entity_type", "")
         label = f"{name} ({kind})" if kind and kind != "UNKNOWN" else name
-        snippets.append(RagSnippet("entity", f"{label}: {_one_line(entity.get('description', ''))}"))
+        text = f"{label}: {_one_line(entity.get('description', ''))}"
+        snippets.append(RagSnippet("entity", text, _documents_of(entity)))
     for relation in data.get("relationships") or []:
         head = f"{relation.get('src_id', '')} → {relation.get('tgt_id', '')}"
-        snippets.append(RagSnippet("relation", f"{head}: {_one_line(relation.get('description', ''))}"))
+        text = f"{head}: {_one_line(relation.get('description', ''))}"
+        snippets.append(RagSnippet("relation", text, _documents_of(relation)))
     for chunk in data.get("chunks") or []:
         if chunk.get("content"):
-            snippets.append(RagSnippet("chunk", str(chunk["content"]).strip()))
+            snippets.append(RagSnippet("chunk", str(chunk["content"]).strip(), _documents_of(chunk)))
     return snippets
+
+
+def _documents_of(record: dict[str, Any]) -> tuple[str, ...]:
+    """The names of the documents a record of LightRAG's context was drawn from (`file_path`, joined with
+    `<SEP>` where several)."""
+    return tuple(name for name in dict.fromkeys(str(record.get("file_path") or "").split("<SEP>")) if name)
 
 
 def _one_line(text: str) -> str:

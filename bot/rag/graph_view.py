@@ -126,7 +126,7 @@ def with_journal_sources(view: GraphView, documents: Iterable[RagDocument]) -> G
             f"{EXCHANGE_HEADER}{doc.session_id} on {doc.created_at[:16].replace('T', ' ')} "
             "(its text is kept in the graph's backend alone)"
         )
-        for name in dict.fromkeys([doc.id, *doc.tried_as, *([doc.backend_id] if doc.backend_id else [])]):
+        for name in doc.names():
             texts[name].append(text)
     entities = []
     for entity in view.entities:

@@ -2,7 +2,8 @@
 
 `POST /documents/text` (then `GET /documents/track_status/{track_id}` until processed),
 `POST /query/data` for structured context (`POST /query` with `only_need_context` on servers
-without it), `DELETE /documents/delete_document`, `GET /graphs`, `GET /graph/label/list` and
+without it), `DELETE /documents/delete_document` (then `GET /documents/pipeline_status` until the
+deletion is done), `GET /graphs`, `GET /graph/label/list` and
 `GET /graph/label/search` for the console's drawing and search, `GET /health`. The API key goes in `X-API-Key`;
 the LightRAG workspace of each call (one per chat with `memory.scope: chat`) in `LIGHTRAG-WORKSPACE`.
 The server names documents itself, so the id it gave is kept with each document: a forget deletes that id.
@@ -52,6 +53,8 @@ class LightRagServerBackend:
     """LightRAG behind its REST API."""
 
     name = "server"
+    # The server keeps one graph, whatever `LIGHTRAG-WORKSPACE` a request names (only `/health` reads it).
+    keeps_workspaces_apart = False
 
     def __init__(self, config: Callable[[], RagConfig], api_key: str | None) -> None:
         self._config = config
@@ -232,7 +235,9 @@ class LightRagServerBackend:
     async def delete(self, workspace: str, backend_ids: list[str]) -> None:
         """Delete documents on the server. It refuses with 200 `busy` while its pipeline works (indexing
         anything in the workspace), deleting nothing: asked again until it takes the deletion, for one
-        `serverTimeoutSeconds` at most, then an error (a forget must never look done when it is not)."""
+        `serverTimeoutSeconds` at most, then an error (a forget must never look done when it is not). It
+        takes a deletion with `deletion_started` and deletes in the background: waited for, another
+        `serverTimeoutSeconds` at most."""
         if not backend_ids:
             return
         body = {"doc_ids": backend_ids, "delete_file": False, "delete_llm_cache": True}
@@ -246,6 +251,30 @@ class LightRagServerBackend:
         if status not in DELETE_TAKEN:
             message = answer.get("message") if isinstance(answer, dict) else answer
             raise RagBackendError(f"the server did not delete {', '.join(backend_ids)}: {status or '?'}: {message}")
+        if status == "deletion_started":
+            await self._wait_deleted(workspace, backend_ids)
+
+    async def _wait_deleted(self, workspace: str, backend_ids: list[str]) -> None:
+        """Wait for a deletion the server runs in the background: its pipeline is busy until it is done. Until
+        then the documents are still found, and the server refuses new documents (409), so a forget must not
+        return before. A server older than `/documents/pipeline_status` deleted before it answered."""
+        timeout = self._config().server_timeout_seconds
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                answer = await self._call("GET", "/documents/pipeline_status", workspace)
+            except ServerAnswerError as error:
+                if error.status != 404:
+                    raise
+                return
+            if not (isinstance(answer, dict) and answer.get("busy")):
+                return
+            if time.monotonic() > deadline:
+                raise RagBackendError(
+                    f"the server started deleting {', '.join(backend_ids)} and had not finished within {timeout:g} s"
+                    " (rag.serverTimeoutSeconds)"
+                )
+            await asyncio.sleep(TRACK_POLL_SECONDS)
 
     async def delete_named(self, workspace: str, names: list[str], deleted: Collection[str] = ()) -> list[str]:
         """Delete what the server holds under each name (the `file_source` it was sent with), found in its

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
@@ -431,7 +431,7 @@ class RagService:
         except Exception as error:
             log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
             return RetrievedContext("", 0, 0, "error")
-        snippets = per_exchange(snippets, query_text)
+        snippets = per_exchange(await self._drawn_from(workspace, snippets), query_text)
         fresh = snippets
         if snippets:
             # Once, not once per snippet (a few ms with a full memory part and a long conversation).
@@ -455,8 +455,25 @@ class RagService:
         chosen = mode or rag.query_mode
         chunks = chunks_to_read(rag, rag.chunk_top_k * 2, rag.tool_max_tokens)
         query = RagQuery(query_text, chosen, rag.top_k * 2, chunks, rag.tool_max_tokens)
-        snippets = await self._backend.query(workspace, query)
+        snippets = await self._drawn_from(workspace, await self._backend.query(workspace, query))
         return self.render(snippets, rag.tool_max_tokens, "")
+
+    async def _drawn_from(self, workspace: str, snippets: list[RagSnippet]) -> list[RagSnippet]:
+        """`snippets` drawn from `workspace`'s own documents. A backend that keeps one graph for every workspace
+        (a LightRAG server) answers from every chat's: a snippet is kept only when every document it names is
+        one the journal indexed into `workspace`, so nothing said in one chat is recalled in another (whose
+        memory it is not: a group, another user, under `memory.scope: chat` any other chat); one that names
+        none, or a document the bot did not send, is left out too."""
+        if self._backend.keeps_workspaces_apart or not snippets:
+            return snippets
+        own = document_names(await self._store.live(), workspace)
+        kept = [snippet for snippet in snippets if snippet.documents and own.issuperset(snippet.documents)]
+        if len(kept) < len(snippets):
+            log.info(
+                "[RAG] Left out %d of %d snippets drawn from documents of other graphs than %s (the server keeps one)",
+                len(snippets) - len(kept), len(snippets), workspace,
+            )  # fmt: skip
+        return kept
 
     async def graph(self, max_entities: int, around: str | None = None) -> GraphView:
         """Every chat's knowledge graph drawn as one (the console's page): the `max_entities` most connected
@@ -564,6 +581,12 @@ def chunks_to_read(rag: RagConfig, wanted: int, max_tokens: int) -> int:
     return max(1, min(wanted, max_tokens // rag.batch_tokens + 2))
 
 
+def document_names(documents: Iterable[RagDocument], workspace: str) -> set[str]:
+    """The names under which the backend holds the indexed exchanges of `workspace`."""
+    indexed = [doc for doc in documents if doc.rag_workspace == workspace and doc.status == "indexed"]
+    return {name for doc in indexed for name in doc.names()}
+
+
 def per_exchange(snippets: list[RagSnippet], query_text: str) -> list[RagSnippet]:
     """Excerpts of batch documents as their exchanges: of each, the exchanges that share a word with the
     query, most shared first (all of them, in order, when none does), so the budget goes to the
@@ -577,7 +600,9 @@ def per_exchange(snippets: list[RagSnippet], query_text: str) -> list[RagSnippet
             continue
         shared = [len(words.intersection(normalized(part).split())) for part in parts]
         ranked = sorted((index for index in range(len(parts)) if shared[index]), key=lambda index: -shared[index])
-        expanded.extend(RagSnippet("chunk", parts[index].strip()) for index in ranked or range(len(parts)))
+        expanded.extend(
+            RagSnippet("chunk", parts[index].strip(), snippet.documents) for index in ranked or range(len(parts))
+        )
     return expanded
 
 

@@ -1,15 +1,18 @@
 """A small fake of the LightRAG server's HTTP API on 127.0.0.1, for the `server` backend's tests.
 
-It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header), names them `doc-{md5 of the name}`
-as the real server does, answers `/query/data` (or, with `legacy=True`, only `/query` with a context string
-in LightRAG's format, and no `/graph/label/search`) with the documents sharing a word with the query, and checks
+It keeps documents per workspace (the `LIGHTRAG-WORKSPACE` header, for the tests to look at), names them
+`doc-{md5 of the name}` as the real server does, answers `/query/data` (or, with `legacy=True`, only `/query`
+with a context string in LightRAG's format, and no `/graph/label/search`) with the documents sharing a word with
+the query, of every workspace (the real server keeps one graph whatever the header names), and checks
 `X-API-Key`.
 
 Duplicates are refused as LightRAG 1.5 refuses them: a name it holds already with HTTP 409, the same text
 under a new name with a FAILED pointer record naming the original (older servers, `legacy=True`, answer
 a name they hold with 200 `duplicated`). With `hold_processing`, new documents stay `processing` until
-`finish_processing()`, as on a server slower than the bot's wait; with `busy_deletes`, deletions are
-refused as `busy` that many times, as while the server's pipeline works.
+`finish_processing()`, as on a server slower than the bot's wait. As the real server, it refuses a deletion
+as `busy` while its pipeline works (a document processing, a deletion running; and `busy_deletes` more
+times), and takes one with `deletion_started`, deleting in the background (`delete_seconds`): meanwhile
+`GET /documents/pipeline_status` says `busy`, and a new document is refused (409).
 
 Its knowledge graph is extracted as `tests.rag.helpers.lightrag_responder` extracts it for the embedded
 backend (each capitalised word an entity, related to the next), from the processed documents of a workspace,
@@ -21,6 +24,7 @@ graph storages rank) answer in the real server's shapes, refusing what it refuse
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -44,6 +48,8 @@ class FakeLightRagServer:
     legacy: bool = False
     hold_processing: bool = False
     busy_deletes: int = 0  # how many deletions are refused as `busy` first, as while the pipeline works
+    # How long a deletion the server took runs in the background (its pipeline busy meanwhile).
+    delete_seconds: float = 0.05
     graph_error: str | None = None  # `GET /graphs` answers 500 with this detail, as when the graph storage fails
     documents: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # The FAILED records of refused duplicates, per workspace: they point at a document and hold no text.
@@ -51,7 +57,9 @@ class FakeLightRagServer:
     tracks: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    deleting: bool = False
     _runner: web.AppRunner | None = None
+    _deletions: set[asyncio.Task[None]] = field(default_factory=set)
     port: int = 0
 
     @property
@@ -65,6 +73,7 @@ class FakeLightRagServer:
         app.router.add_get("/documents/track_status/{track_id}", self._track)
         app.router.add_post("/documents/paginated", self._paginated)
         app.router.add_delete("/documents/delete_document", self._delete)
+        app.router.add_get("/documents/pipeline_status", self._pipeline_status)
         app.router.add_post("/query", self._query)
         app.router.add_get("/graphs", self._graphs)
         app.router.add_get("/graph/label/list", self._labels)
@@ -79,6 +88,8 @@ class FakeLightRagServer:
         return self
 
     async def stop(self) -> None:
+        for deletion in list(self._deletions):
+            deletion.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -101,6 +112,12 @@ class FakeLightRagServer:
 
     async def _insert(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if self.deleting:
+            detail = (
+                "Pipeline is clearing or deleting documents. "
+                "Wait for the running job to finish before submitting new work."
+            )
+            return web.json_response({"detail": detail}, status=409)
         name = request.headers.get("LIGHTRAG-WORKSPACE", "")
         workspace = self.documents.setdefault(name, {})
         file_path = body.get("file_source", "unknown_source")
@@ -168,23 +185,44 @@ class FakeLightRagServer:
         }
         return web.json_response({"documents": shown, "pagination": pagination})
 
+    def busy(self) -> bool:
+        """The pipeline works: a document is processing or a deletion runs."""
+        processing = any(r["status"] == "processing" for docs in self.documents.values() for r in docs.values())
+        return self.deleting or processing
+
+    async def _pipeline_status(self, request: web.Request) -> web.Response:
+        return web.json_response({"busy": self.busy(), "job_name": "Default Job", "latest_message": ""})
+
     async def _delete(self, request: web.Request) -> web.Response:
         body = await request.json()
-        if self.busy_deletes > 0:
-            self.busy_deletes -= 1
+        doc_ids = ", ".join(body["doc_ids"])
+        if self.busy_deletes > 0 or self.busy():
+            self.busy_deletes = max(0, self.busy_deletes - 1)
             message = "Pipeline is busy with another operation."
-            return web.json_response({"status": "busy", "message": message, "doc_id": ", ".join(body["doc_ids"])})
-        name = request.headers.get("LIGHTRAG-WORKSPACE", "")
-        for doc_id in body["doc_ids"]:
-            self.deleted.append(doc_id)
-            self.documents.get(name, {}).pop(doc_id, None)
-            self.pointers.get(name, {}).pop(doc_id, None)
-        return web.json_response({"status": "deletion_started", "message": "ok", "doc_id": ",".join(body["doc_ids"])})
+            return web.json_response({"status": "busy", "message": message, "doc_id": doc_ids})
+        self.deleting = True
+        deletion = asyncio.create_task(self._delete_later(request.headers.get("LIGHTRAG-WORKSPACE", ""), body))
+        self._deletions.add(deletion)
+        deletion.add_done_callback(self._deletions.discard)
+        message = f"Document deletion for {len(body['doc_ids'])} documents has been initiated."
+        return web.json_response({"status": "deletion_started", "message": message, "doc_id": doc_ids})
+
+    async def _delete_later(self, name: str, body: dict[str, Any]) -> None:
+        try:
+            await asyncio.sleep(self.delete_seconds)
+            for doc_id in body["doc_ids"]:
+                self.deleted.append(doc_id)
+                self.documents.get(name, {}).pop(doc_id, None)
+                self.pointers.get(name, {}).pop(doc_id, None)
+        finally:
+            self.deleting = False
 
     def _matches(self, request: web.Request, query: str) -> list[dict[str, Any]]:
+        """The processed documents sharing a word with `query`, of every workspace: the real server reads the
+        one graph it keeps whatever `LIGHTRAG-WORKSPACE` names."""
         words = set(re.findall(r"\w{4,}", query.lower()))
-        workspace = self.documents.get(request.headers.get("LIGHTRAG-WORKSPACE", ""), {})
-        return [d for d in workspace.values() if words & set(re.findall(r"\w{4,}", d["text"].lower()))]
+        held = [d for workspace in self.documents.values() for d in workspace.values() if d["status"] == "processed"]
+        return [d for d in held if words & set(re.findall(r"\w{4,}", d["text"].lower()))]
 
     async def _query_data(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -45,6 +45,8 @@ def lightrag_responder(request: dict[str, Any]) -> Reply:
         query = prompt.rsplit("Query:", 1)[-1] if "Query:" in prompt else prompt[-300:]
         return Reply(text=json.dumps({"high_level_keywords": ["conversation"], "low_level_keywords": names_in(query)}))
     if "Knowledge Graph Specialist" in system or "---Input Text---" in prompt:
+        if "---Input Text---" not in prompt:  # asked to continue (gleaning): everything was found at once
+            return Reply(text="<|COMPLETE|>")
         # The input text, without the prompt's closing `---Output---` section.
         text = prompt.rsplit("---Input Text---", 1)[-1].split("---Output---", 1)[0]
         limit = _ENTITY_LIMIT.search(prompt)

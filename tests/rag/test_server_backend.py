@@ -246,6 +246,25 @@ async def test_a_deletion_the_busy_server_refuses_is_asked_again_and_never_looks
         await backend.close()
 
 
+async def test_a_deletion_the_server_runs_past_the_timeout_is_an_error_and_a_new_document_waits_for_it(
+    lightrag_server: FakeLightRagServer,
+) -> None:
+    config = RagConfig(server_url=lightrag_server.url, server_timeout_seconds=0.3)
+    backend = LightRagServerBackend(lambda: config, API_KEY)
+    doc = RagDocument("conv_a", "test:1", "global", "User: the Nautilus is blue", "")
+    try:
+        (server_id,) = (await backend.insert("global", [doc])).values()
+        lightrag_server.delete_seconds = 1.0
+        with pytest.raises(RagBackendError, match=f"started deleting {server_id} and had not finished within 0.3 s"):
+            await backend.delete("global", [server_id])
+        with pytest.raises(RagBackendError, match=r"HTTP 409.*clearing or deleting documents"):
+            await backend.insert("global", [doc])
+        await wait_until(lambda: not lightrag_server.deleting)
+        assert lightrag_server.documents["global"] == {}
+    finally:
+        await backend.close()
+
+
 async def test_a_retry_while_the_server_still_processes_waits_for_the_document_it_holds(
     lightrag_server: FakeLightRagServer,
 ) -> None:

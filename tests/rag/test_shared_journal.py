@@ -304,6 +304,9 @@ async def test_an_exchange_forgotten_before_the_server_had_it_leaves_the_graph_w
 
     caplog.set_level(logging.INFO)
     lightrag_server.gate.set()
+    # The server refuses to delete while it processes the document (busy): A asks again until it has finished.
+    await wait_until(lambda: ("DELETE", "/documents/delete_document", "chat_test_1") in lightrag_server.requests)
+    lightrag_server.finish_processing()
     assert await asyncio.wait_for(flushing, 10) == 0
     assert "Deleting 1 documents forgotten while being sent to the graph" in caplog.text
     assert lightrag_server.documents["chat_test_1"] == {}

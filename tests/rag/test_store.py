@@ -42,6 +42,7 @@ class ScriptedBackend:
     """A backend whose inserts fail a given number of times and whose queries fail or hang on demand."""
 
     name = "scripted"
+    keeps_workspaces_apart = True
 
     def __init__(self, insert_failures: int = 0, query_error: Exception | None = None) -> None:
         self.insert_failures = insert_failures
