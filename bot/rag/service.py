@@ -494,14 +494,17 @@ class RagService:
 
     async def _each_graph(self, read: Callable[[str], Awaitable[T]]) -> list[T]:
         """`read` of every chat's graph, `GRAPHS_READ_AT_ONCE` at a time (a server's or a database's round trips
-        overlap), in the journal's order."""
+        overlap), in the journal's order; once on a backend that keeps one graph for every chat (a server)."""
+        workspaces = await self._store.indexed_workspaces()
+        if not self._backend.keeps_workspaces_apart:
+            workspaces = workspaces[:1]
         gate = asyncio.Semaphore(GRAPHS_READ_AT_ONCE)
 
         async def gated(workspace: str) -> T:
             async with gate:
                 return await read(workspace)
 
-        return list(await asyncio.gather(*(gated(workspace) for workspace in await self._store.indexed_workspaces())))
+        return list(await asyncio.gather(*(gated(workspace) for workspace in workspaces)))
 
     def render(self, snippets: list[RagSnippet], max_tokens: int, header: str) -> str:
         """Facts, then excerpts of past exchanges, added while they fit in `max_tokens`."""

@@ -15,11 +15,12 @@ times), and takes one with `deletion_started`, deleting in the background (`dele
 `GET /documents/pipeline_status` says `busy`, and a new document is refused (409).
 
 Its knowledge graph is extracted as `tests.rag.helpers.lightrag_responder` extracts it for the embedded
-backend (each capitalised word an entity, related to the next), from the processed documents of a workspace,
-so a deleted document takes what only it supported; `GET /graphs` (the most connected with `label=*`, else the
-label's neighbourhood breadth first), `GET /graph/label/list` and `GET /graph/label/search` (ranked as LightRAG's
-graph storages rank) answer in the real server's shapes, refusing what it refuses (422). With `graph_error`,
-`GET /graphs` and the search fail as the server does when its storage fails (500).
+backend (each capitalised word an entity, related to the next), from the processed documents of every
+workspace (the one graph of the real server), so a deleted document takes what only it supported;
+`GET /graphs` (the most connected with `label=*`, else the label's neighbourhood breadth first),
+`GET /graph/label/list` and `GET /graph/label/search` (ranked as LightRAG's graph storages rank) answer in
+the real server's shapes, refusing what it refuses (422). With `graph_error`, `GET /graphs` and the search
+fail as the server does when its storage fails (500).
 """
 
 from __future__ import annotations
@@ -238,12 +239,13 @@ class FakeLightRagServer:
         context = f"Document Chunks (...):\n\n```json\n{lines}\n```\n"
         return web.json_response({"response": context if body.get("only_need_context") else "an answer"})
 
-    def _graph(self, workspace: str) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, Any]]]:
-        """The entities and relations of a workspace's processed documents, each with its documents and chunks
-        (one chunk a document), their properties joined with `<SEP>` as LightRAG joins them."""
+    def _graph(self) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, Any]]]:
+        """The entities and relations of the processed documents of every workspace (the real server keeps one
+        graph whatever `LIGHTRAG-WORKSPACE` names), each with its documents and chunks (one chunk a document),
+        their properties joined with `<SEP>` as LightRAG joins them."""
         nodes: dict[str, dict[str, list[str]]] = {}
         edges: dict[tuple[str, str], dict[str, list[str]]] = {}
-        for record in self.documents.get(workspace, {}).values():
+        for record in (record for workspace in self.documents.values() for record in workspace.values()):
             if record["status"] != "processed":
                 continue
             text, chunk = record["text"], "chunk-" + hashlib.md5(record["text"].encode()).hexdigest()
@@ -274,7 +276,7 @@ class FakeLightRagServer:
             return web.json_response({"detail": self.graph_error}, status=500)
         label = request.query["label"]
         max_depth, max_nodes = int(request.query.get("max_depth", 3)), int(request.query.get("max_nodes", 1000))
-        nodes, edges = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        nodes, edges = self._graph()
         neighbours: dict[str, set[str]] = {name: set() for name in nodes}
         for a, b in edges:
             neighbours[a].add(b)
@@ -304,7 +306,7 @@ class FakeLightRagServer:
         )
 
     async def _labels(self, request: web.Request) -> web.Response:
-        nodes, _ = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        nodes, _ = self._graph()
         return web.json_response(sorted(nodes))
 
     async def _search_labels(self, request: web.Request) -> web.Response:
@@ -317,7 +319,7 @@ class FakeLightRagServer:
         if self.graph_error is not None:
             return web.json_response({"detail": self.graph_error}, status=500)
         wanted = request.query["q"].lower().strip()
-        nodes, _ = self._graph(request.headers.get("LIGHTRAG-WORKSPACE", ""))
+        nodes, _ = self._graph()
         if not wanted:
             return web.json_response([])
 

@@ -295,7 +295,7 @@ async def test_with_chat_scope_nothing_crosses_between_chats_though_the_server_k
         await say(bot, channel, "1", "/new")  # the live session would show the fact already
         await say(bot, channel, "1", "Where does Leocadia live?")
         assert "Leocadia moved to Trondheim" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory")[1]
-        # The console reads each chat's graph, here the server's one graph twice: each entity is drawn once.
+        # The console reads the server's one graph once, for both chats: each entity is drawn once.
         drawn = [entity for entity in (await rag.graph(400)).entities if entity.name in ("Leocadia", "Bartholomew")]
         assert [len(entity.descriptions) for entity in drawn] == [1, 1]
         assert await rag.search_entities("leoc", 10) == ["Leocadia"]
