@@ -34,6 +34,9 @@ class HealthPage:
     traces: TurnTraces
     mcp: McpManager
     queue_depths: Callable[[], dict[str, int]]
+    # With replicas on one database, the id of this one: its metrics and queues are its own, the recent turns
+    # every replica's.
+    replica: str | None = None
 
     async def show(self, visit: Visit) -> web.StreamResponse:
         totals = _totals(self.metrics)
@@ -42,8 +45,9 @@ class HealthPage:
         tokens: dict[str, float] = defaultdict(float)
         for labels, value in totals.get("bot_model_tokens_total", {}).items():
             tokens[labels[-1]] += value
+        since = "Since the start" if self.replica is None else f"Since this replica ({esc(self.replica[:8])}) started"
         body = [
-            f'<p class="totals">Since the start: <strong id="messages-in">{received:.0f}</strong> messages in, '
+            f'<p class="totals">{since}: <strong id="messages-in">{received:.0f}</strong> messages in, '
             f"<strong>{replied:.0f}</strong> replies out; model tokens: "
             + ", ".join(f"{esc(direction)} {value:,.0f}" for direction, value in sorted(tokens.items()))
             + "</p>"
@@ -75,7 +79,7 @@ class HealthPage:
                  f"{prompt:,}", f"{round(100 * share)}% {bar(share, 'cached share', 120)}"]
             )  # fmt: skip
         body.append(
-            "<h2>Recent turns</h2>"
+            f"<h2>Recent turns{'' if self.replica is None else ' (every replica’s)'}</h2>"
             + (
                 table(["when", "chat", "reply time", "prompt tokens", "cached"], rows)
                 if rows
@@ -112,7 +116,8 @@ class HealthPage:
         )
         queues = [[esc(chat), str(depth)] for chat, depth in sorted(self.queue_depths().items())]
         body.append(
-            "<h2>Queues</h2>" + (table(["chat", "waiting"], queues) if queues else "<p>No message waiting.</p>")
+            f"<h2>Queues{'' if self.replica is None else ' (this replica’s)'}</h2>"
+            + (table(["chat", "waiting"], queues) if queues else "<p>No message waiting.</p>")
         )
         return visit.page("Health", "\n".join(body))
 

@@ -78,7 +78,11 @@ def install(
             "graph/search.json": (graph.search, None, True),
             "graph/forget": (None, graph.forget, True),
             "settings": (settings.show, settings.save, True),
-            "health": (HealthPage(metrics, traces, mcp, queue_depths).show, None, True),
+            "health": (
+                HealthPage(metrics, traces, mcp, queue_depths, None if database is None else database.process_id).show,
+                None,
+                True,
+            ),
         },
     )
     return InstalledConsole(auth, server)

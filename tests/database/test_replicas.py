@@ -329,6 +329,10 @@ async def test_the_turns_every_replica_answered_are_shown_by_the_console_of_each
             why = await page_showing(browser, f"{console}/why?chat=telegram:{chat}", questions[1])
             turns = re.findall(r'<ul class="turns">(.*?)</ul>', why, re.S)[0]
             assert questions[0] in turns and questions[1] in turns, console
+            # The health page says whose figures are whose: its totals this replica's, its turns every replica's.
+            health = await page_showing(browser, f"{console}/health", "Since this replica (")
+            assert "Recent turns (every replica’s)" in health and "Queues (this replica’s)" in health, console
+            assert health.count(f"telegram:{chat}") >= 2, console  # both turns, whichever replica answered
 
 
 async def test_a_console_link_sent_through_one_replica_logs_in_on_another_and_the_session_works_on_both(
