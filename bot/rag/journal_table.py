@@ -281,6 +281,13 @@ class RagJournalTable:
         )
         return bool(rows)
 
+    async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
+        rows = await self._database.fetch(
+            f"SELECT {_COLUMNS} FROM rag_documents WHERE status = 'indexed' AND rag_workspace = $1 ORDER BY position",
+            rag_workspace,
+        )
+        return [_document(row) for row in rows]
+
 
 async def _let_go(connection: Any, ids: list[str], owner: str) -> None:
     """Release `owner`'s claims of `ids`. Those forgotten meanwhile and never sent to the graph go now; those

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
@@ -385,7 +385,7 @@ class RagService:
             log.info("[RAG] Indexing again %d exchanges indexed with a forgotten one", len(requeued))
             await self._index_packed(requeued, full_only=False)
             if any(doc.status == "queued" for doc in requeued):
-                self._idle_due_at = time.monotonic()
+                self.index_soon()
 
     async def documents_for_messages(self, message_ids: list[str]) -> list[str]:
         """Ids of the documents made from any of these messages."""
@@ -466,7 +466,7 @@ class RagService:
         none, or a document the bot did not send, is left out too."""
         if self._backend.keeps_workspaces_apart or not snippets:
             return snippets
-        own = document_names(await self._store.live(), workspace)
+        own = {name for doc in await self._store.indexed_in(workspace) for name in doc.names()}
         kept = [snippet for snippet in snippets if snippet.documents and own.issuperset(snippet.documents)]
         if len(kept) < len(snippets):
             log.info(
@@ -582,12 +582,6 @@ def chunks_to_read(rag: RagConfig, wanted: int, max_tokens: int) -> int:
     if rag.batch_tokens <= 0:
         return wanted
     return max(1, min(wanted, max_tokens // rag.batch_tokens + 2))
-
-
-def document_names(documents: Iterable[RagDocument], workspace: str) -> set[str]:
-    """The names under which the backend holds the indexed exchanges of `workspace`."""
-    indexed = [doc for doc in documents if doc.rag_workspace == workspace and doc.status == "indexed"]
-    return {name for doc in indexed for name in doc.names()}
 
 
 def per_exchange(snippets: list[RagSnippet], query_text: str) -> list[RagSnippet]:

@@ -131,6 +131,11 @@ class RagJournal(Protocol):
 
     async def has_indexed(self, rag_workspace: str) -> bool: ...
 
+    async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
+        """The documents indexed into `rag_workspace` (a retrieval on a backend that keeps one graph for every
+        workspace keeps what was drawn from these)."""
+        ...
+
 
 class RagDocumentStore:
     """The journal in `workspace/rag/documents.jsonl`, one process's: it claims nothing, since the
@@ -281,6 +286,10 @@ class RagDocumentStore:
     async def has_indexed(self, rag_workspace: str) -> bool:
         docs = await self._loaded()
         return any(doc.status == "indexed" and doc.rag_workspace == rag_workspace for doc in docs.values())
+
+    async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
+        docs = await self._loaded()
+        return [doc for doc in docs.values() if doc.status == "indexed" and doc.rag_workspace == rag_workspace]
 
     async def _append(self, docs: list[RagDocument], *, with_text: bool) -> None:
         if docs:
