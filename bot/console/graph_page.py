@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.console.html import esc, form, hidden, table
-from bot.console.server import SECURITY_HEADERS, Visit, back_to, notes_of
+from bot.console.server import Visit, back_to, json_response, notes_of
 from bot.rag.backend import NEIGHBOURHOOD_DEPTH, GraphView, RagBackendError
 from bot.rag.documents import BATCH_SEPARATOR, exchanges_in
 from bot.rag.service import RagService
@@ -68,33 +68,34 @@ class GraphPage:
         around = visit.request.query.get("entity")
         unread: dict[str, Any] = {"nodes": [], "edges": [], "total": 0}
         if around is not None and not around.strip():
-            return _json({**unread, "error": "Choose an entity to draw: its name is empty."}, 400)
+            return json_response({**unread, "error": "Choose an entity to draw: its name is empty."}, 400)
         if around is not None and len(around) > MAX_NAME_CHARS:
             refused = f"No entity's name is longer than {MAX_NAME_CHARS} characters: choose one the search found."
-            return _json({**unread, "error": refused}, 400)
+            return json_response({**unread, "error": refused}, 400)
         try:
             view = await self.rag.graph(MAX_NODES, around)
         except RagBackendError as error:
-            return _json({**unread, "error": _unanswered("read", error)}, 503)
+            return json_response({**unread, "error": _unanswered("read", error)}, 503)
         if around is not None and not view.entities:
             missing = f"The knowledge graph holds no entity named “{around}” (forgotten since, or never extracted)."
-            return _json({**unread, "entity": around, "error": missing}, 404)
+            return json_response({**unread, "entity": around, "error": missing}, 404)
         drawn = graph_json(view)
-        return _json(drawn if around is None else {**drawn, "entity": around, "depth": NEIGHBOURHOOD_DEPTH})
+        return json_response(drawn if around is None else {**drawn, "entity": around, "depth": NEIGHBOURHOOD_DEPTH})
 
     async def search(self, visit: Visit) -> web.StreamResponse:
         """The names of the entities of every chat's graph that contain `?q=` (case aside), the best first."""
         query = visit.request.query.get("q", "").strip()
         if not query:
-            return _json({"query": query, "names": [], "error": "Type part of an entity's name to find it."}, 400)
+            wanted = "Type part of an entity's name to find it."
+            return json_response({"query": query, "names": [], "error": wanted}, 400)
         if len(query) > MAX_NAME_CHARS:
             refused = f"A search is at most {MAX_NAME_CHARS} characters: no entity's name is longer."
-            return _json({"query": query[:MAX_NAME_CHARS], "names": [], "error": refused}, 400)
+            return json_response({"query": query[:MAX_NAME_CHARS], "names": [], "error": refused}, 400)
         try:
             names = await self.rag.search_entities(query, SEARCH_RESULTS)
         except RagBackendError as error:
-            return _json({"query": query, "names": [], "error": _unanswered("searched", error)}, 503)
-        return _json({"query": query, "names": names})
+            return json_response({"query": query, "names": [], "error": _unanswered("searched", error)}, 503)
+        return json_response({"query": query, "names": names})
 
     async def forget(self, visit: Visit) -> web.StreamResponse:
         doc_id = visit.form.get("doc", "")
@@ -107,10 +108,6 @@ class GraphPage:
             log.warning("[Console] The graph could not forget %s: %s", doc_id, error)
             back_to("graph", error=f"The graph could not delete {doc_id} ({error}); it is still indexed: try again.")
         back_to("graph", note=f"Forgotten: {len(forgotten)} document(s) and what the graph drew from them only.")
-
-
-def _json(answer: dict[str, Any], status: int = 200) -> web.Response:
-    return web.json_response(answer, status=status, headers=SECURITY_HEADERS)
 
 
 def _unanswered(done: str, error: RagBackendError) -> str:

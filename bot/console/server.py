@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -67,12 +67,16 @@ def html_response(text: str, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", headers=SECURITY_HEADERS)
 
 
+def json_response(answer: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(answer, status=status, headers=SECURITY_HEADERS)
+
+
 def refusal(
     text: str, status: int, viewer: Viewer | None = None, csrf: str = "", request: web.Request | None = None
 ) -> web.Response:
     """A refusal as a page, or as `{"error": text}` to a page's script asking for JSON (it shows the reason)."""
     if request is not None and request.path.endswith(".json"):
-        return web.json_response({"error": text}, status=status, headers=SECURITY_HEADERS)
+        return json_response({"error": text}, status)
     return html_response(page("Refused", f'<p class="error">{esc(text)}</p>', viewer, csrf), status)
 
 

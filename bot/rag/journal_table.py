@@ -13,7 +13,9 @@ process until `claim_until`, and each insert renews the claim first. A claim las
 around it far less): the claims of a process that hangs are taken by another once that time has passed,
 and those of a process that is gone (its presence lock free: it died, or stopped mid-insert) at once. A
 document forgotten while another process indexes it stays as a row without text (`forgotten`, still
-claimed) until that process records its insert and deletes it from the graph again.
+claimed) until that process records its insert and deletes it from the graph again; if the insert fails
+instead, or the process hangs or dies, the row stays until a flush (`left_behind`) has deleted what the
+graph holds under the names it was sent in (`tried_as`).
 
 `bot migrate` copies `rag/documents.jsonl` into the table (`copy_journal_file`), `bot export` writes the
 table out as that file (`write_journal_file`).
