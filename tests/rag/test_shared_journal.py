@@ -117,6 +117,21 @@ async def replicas(database_url: str, lightrag_server: HeldLightRagServer) -> As
     await opened.close()
 
 
+@pytest.fixture
+async def either_journal(
+    replicas: Replicas, lightrag_server: HeldLightRagServer, tmp_path: Path
+) -> AsyncIterator[tuple[RagService, RagService]]:
+    """A service on the journal file and one on the table, both on `lightrag_server`."""
+    config = config_for(lightrag_server)
+    on_files = RagService(
+        RagDocumentStore(tmp_path / "documents.jsonl"), LightRagServerBackend(lambda: config.rag, None),
+        lambda: config, TokenEstimator(),
+    )  # fmt: skip
+    (on_table, _) = await replicas.start()
+    yield on_files, on_table
+    await on_files.close()
+
+
 async def exchange(rag: RagService, user_text: str, message_ids: list[str], second: int = 0, chat: str = "1") -> str:
     at = AT.replace(second=second)
     doc = await rag.enqueue(QUEUEING, f"test:{chat}", at, user_text, "Noted.", message_ids)
@@ -472,45 +487,29 @@ async def test_a_memory_forgotten_through_one_bot_leaves_the_graph_the_other_bot
 
 
 async def test_on_the_servers_one_graph_a_chat_recalls_only_its_own_exchanges_on_either_journal(
-    replicas: Replicas, lightrag_server: HeldLightRagServer, tmp_path: Path
+    either_journal: tuple[RagService, RagService], lightrag_server: HeldLightRagServer
 ) -> None:
-    config = config_for(lightrag_server)
-    on_files = RagService(
-        RagDocumentStore(tmp_path / "documents.jsonl"), LightRagServerBackend(lambda: config.rag, None),
-        lambda: config, TokenEstimator(),
-    )  # fmt: skip
-    (on_table, _) = await replicas.start()
-    try:
-        # Chats of their own for each journal: the one server holds both journals' documents.
-        for (mine_chat, other_chat), rag in zip((("1", "2"), ("3", "4")), (on_files, on_table), strict=True):
-            mine = await exchange(rag, "Marta lives in Lisbon.", ["u1"], chat=mine_chat)
-            other = await exchange(rag, "Marta moved to Porto.", ["u2"], 1, chat=other_chat)
-            assert await rag.flush() == 2
-            assert [doc.id for doc in await rag.store.indexed_in(f"chat_test_{mine_chat}")] == [mine]
-            assert [doc.id for doc in await rag.store.indexed_in(f"chat_test_{other_chat}")] == [other]
-            recalled = await rag.retrieve(config, f"test:{mine_chat}", "Where does Marta live?", lambda: "")
-            assert "Marta lives in Lisbon." in recalled.text and "Porto" not in recalled.text
-    finally:
-        await on_files.close()
+    # Chats of their own for each journal: the one server holds both journals' documents.
+    for (mine_chat, other_chat), rag in zip((("1", "2"), ("3", "4")), either_journal, strict=True):
+        mine = await exchange(rag, "Marta lives in Lisbon.", ["u1"], chat=mine_chat)
+        other = await exchange(rag, "Marta moved to Porto.", ["u2"], 1, chat=other_chat)
+        assert await rag.flush() == 2
+        assert [doc.id for doc in await rag.store.indexed_in(f"chat_test_{mine_chat}")] == [mine]
+        assert [doc.id for doc in await rag.store.indexed_in(f"chat_test_{other_chat}")] == [other]
+        recalled = await rag.retrieve(
+            config_for(lightrag_server), f"test:{mine_chat}", "Where does Marta live?", lambda: ""
+        )
+        assert "Marta lives in Lisbon." in recalled.text and "Porto" not in recalled.text
 
 
 async def test_the_states_of_many_documents_are_read_at_once_on_either_journal(
-    replicas: Replicas, lightrag_server: HeldLightRagServer, tmp_path: Path
+    either_journal: tuple[RagService, RagService],
 ) -> None:
-    config = config_for(lightrag_server)
-    on_files = RagService(
-        RagDocumentStore(tmp_path / "documents.jsonl"), LightRagServerBackend(lambda: config.rag, None),
-        lambda: config, TokenEstimator(),
-    )  # fmt: skip
-    (on_table, _) = await replicas.start()
-    try:
-        for rag in (on_files, on_table):
-            indexed = await exchange(rag, "Marta lives in Lisbon.", ["u1"])
-            assert await rag.flush() == 1
-            forgotten = await exchange(rag, "The boiler was serviced in May.", ["u2"], 1)
-            await rag.forget_documents([forgotten])
-            queued = await exchange(rag, "The plumber is called Rui.", ["u3"], 2)
-            asked = [queued, "conv_unknown", indexed, forgotten]
-            assert await rag.store.statuses(asked) == {queued: "queued", indexed: "indexed"}
-    finally:
-        await on_files.close()
+    for rag in either_journal:
+        indexed = await exchange(rag, "Marta lives in Lisbon.", ["u1"])
+        assert await rag.flush() == 1
+        forgotten = await exchange(rag, "The boiler was serviced in May.", ["u2"], 1)
+        await rag.forget_documents([forgotten])
+        queued = await exchange(rag, "The plumber is called Rui.", ["u3"], 2)
+        asked = [queued, "conv_unknown", indexed, forgotten]
+        assert await rag.store.statuses(asked) == {queued: "queued", indexed: "indexed"}
