@@ -41,7 +41,9 @@ CHANNEL_TYPE = "telegram"
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 GROUP_CHAT_TYPES = frozenset({"group", "supergroup"})
 
-_CAPTIONED_MEDIA = ("photo", "document", "video", "animation", "audio", "voice")
+# An animation (a GIF) comes with a `document` too, for backward compatibility (as the Bot API says of
+# Message.animation): the specific kinds are looked for before the file.
+_CAPTIONED_MEDIA = ("photo", "animation", "video", "audio", "voice", "document")
 # Media the bot cannot understand yet, and what it says about them.
 _NOTICES = {
     "video_note": "I can't watch video messages yet. Please type your message.",

@@ -445,6 +445,21 @@ async def test_other_content_gets_a_clear_reply_or_is_ignored(
     await fake_telegram.await_until(lambda: any(c.ok for c in fake_telegram.calls_to("answerCallbackQuery")))
 
 
+async def test_a_gif_is_an_animation_not_a_file_to_read(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    # Telegram sends a GIF with a `document` beside its `animation`: it is not a file to read into memory.
+    fake_telegram.push_animation(OWNER)
+    [note] = await fake_telegram.await_messages(OWNER, 1)
+    assert note.text == "I can't watch animations yet. Please type your message."
+    fake_telegram.push_animation(OWNER, caption="is this funny?")
+    assert (await fake_telegram.await_messages(OWNER, 2))[-1].text == "echo: is this funny?"
+    await bot.app.router.dispatcher.drain()
+    assert len(fake_telegram.sent_messages(OWNER)) == 2
+    assert fake_telegram.calls_to("getFile") == []
+    assert users_said(fake_openai) == ["is this funny?"]
+
+
 @pytest.fixture
 async def pairing_bot(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str

@@ -1709,6 +1709,29 @@ class _InboundUpdates:
         }
         return self._push_media(chat_id, {"document": document}, caption, sender)
 
+    def push_animation(
+        self,
+        chat_id: int,
+        *,
+        content: bytes = b"\x00\x00\x00\x18ftypmp42fake-gif",
+        caption: str | None = None,
+        **sender: Any,
+    ) -> int:
+        """A user sends a GIF: Telegram delivers it as a soundless MP4 in `animation` and, for backward
+        compatibility, the same file in `document` too (as the Bot API documents the Message object)."""
+        stored = self._world.add_file(content, "animation.gif.mp4", "animations")
+        animation = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "width": 320,
+            "height": 240,
+            "duration": 2,
+            "file_name": "animation.gif.mp4",
+            "mime_type": "video/mp4",
+            "file_size": len(content),
+        }
+        return self._push_media(chat_id, {"animation": animation, "document": dict(animation)}, caption, sender)
+
     def push_sticker(self, chat_id: int, *, emoji: str = "👍", **sender: Any) -> int:
         """A user sends a (static) sticker."""
         stored = self._world.add_file(b"RIFFfake-webp", "sticker.webp", "stickers")
