@@ -106,12 +106,18 @@ def split_for_telegram(markdown: str, limit: int = TELEGRAM_MESSAGE_LIMIT) -> li
     the middle of a character or, where possible, of an emoji sequence). Code blocks are only cut when
     one does not fit in a message; each piece is then its own `pre` entity with the block's language.
     Entities never cross a part boundary, parts are never empty, and only whitespace at cuts is dropped.
+    Markdown whose rendering holds no text (an empty code block, a lone `#`) is sent as its source, plain:
+    Telegram refuses an empty message, and a reply that is not blank must reach the chat.
     """
     _check_limit(limit)
     text, spans = _render(markdown)
     offsets = _utf16_offsets(text)
     code_blocks = sorted((span.start, span.end) for span in spans if span.type == "pre")
-    return [_make_part(text, spans, offsets, start, end) for start, end in _segments(text, offsets, limit, code_blocks)]
+    segments = _segments(text, offsets, limit, code_blocks)
+    parts = [_make_part(text, spans, offsets, start, end) for start, end in segments]
+    if parts or not markdown.strip():
+        return parts
+    return [TelegramText(piece, []) for piece in plain_text_parts(markdown.strip(), limit)]
 
 
 def plain_text_parts(text: str, limit: int = TELEGRAM_MESSAGE_LIMIT) -> list[str]:

@@ -230,6 +230,15 @@ async def test_refused_formatting_is_sent_again_as_plain_text(
     assert len(fake_telegram.sent_messages(OWNER)) == 1
 
 
+async def test_a_reply_whose_formatting_leaves_no_text_is_sent_as_written(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script("```\n```", "#")
+    assert await ask(fake_telegram, OWNER, "an empty code block?") == "```\n```"
+    assert await ask(fake_telegram, OWNER, "a heading alone?") == "#"
+    assert all(call.ok for call in fake_telegram.calls_to("sendMessage"))
+
+
 async def test_a_part_telegram_finds_too_long_is_sent_again_in_halves(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:

@@ -87,6 +87,12 @@ def test_empty_input() -> None:
     assert plain_text_parts(" \n\n ") == []
 
 
+def test_markdown_that_renders_to_nothing_is_sent_as_its_source() -> None:
+    # An empty code block or a lone heading mark holds no text once rendered: Telegram refuses an empty message.
+    assert split_for_telegram("```\n```") == [TelegramText("```\n```", [])]
+    assert split_for_telegram("  #  ") == [TelegramText("#", [])]
+
+
 def test_code_block_keeps_language_and_content() -> None:
     code = 'if a < b and c > d:\n    print("<div>&amp;</div>")'
     result = render_markdown(f"Look:\n\n```python\n{code}\n```\n\nDone.")
