@@ -13,6 +13,8 @@ What becomes a message, and what does not:
   pipeline reads it into the knowledge graph, and its caption, if any, is answered as text;
 - a reply carries the quoted text and its author (`quote`), Telegram's partial quote when the person
   picked one;
+- a forwarded message carries who wrote it (`forwarded_from`): a person, or the group or channel it
+  was posted in;
 - an edit of an earlier text or caption comes back as a message marked `edited` with the edited
   message's id: the pipeline replaces the queued text or handles it as a correction;
 - other media without a caption get a short notice that only text is understood (`notice`),
@@ -118,6 +120,7 @@ def inbound_from_update(
         dedup_key=str(update.get("update_id")),
         edited=edited,
         quote=_quoted(message, bot),
+        forwarded_from=_forwarded_from(message),
         attachment=attachment,
         notice=notice,
     )
@@ -199,10 +202,34 @@ def _quoted(message: dict[str, Any], bot: BotIdentity) -> Quote | None:
     if author.get("id") == bot.id:
         name = "you (the assistant)"
     else:
-        name = display_name(author) or (f"@{author['username']}" if author.get("username") else "someone")
+        name = _person_name(author)
     if len(text) > QUOTE_MAX_CHARS:
         text = text[: QUOTE_MAX_CHARS - 1] + "…"
     return Quote(author=name, text=text)
+
+
+def _forwarded_from(message: dict[str, Any]) -> str | None:
+    """Who wrote a forwarded message: the person, or the group or channel it was posted in (`forward_origin`;
+    a Bot API server older than 7.0 says it in `forward_from`, `forward_sender_name`, `forward_from_chat`)."""
+    origin = message.get("forward_origin")
+    if isinstance(origin, dict):
+        person, chat = origin.get("sender_user"), origin.get("sender_chat") or origin.get("chat")
+        hidden = origin.get("sender_user_name")
+    elif any(key in message for key in ("forward_from", "forward_sender_name", "forward_from_chat")):
+        person, chat = message.get("forward_from"), message.get("forward_from_chat")
+        hidden = message.get("forward_sender_name")
+    else:
+        return None
+    if isinstance(person, dict):
+        return _person_name(person)
+    if isinstance(chat, dict) and chat.get("title"):
+        return str(chat["title"])
+    return hidden if isinstance(hidden, str) and hidden.strip() else "someone"
+
+
+def _person_name(user: dict[str, Any]) -> str:
+    """A Telegram user's name as the model is told it: their display name, else @username, else "someone"."""
+    return display_name(user) or (f"@{user['username']}" if user.get("username") else "someone")
 
 
 def _content(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:

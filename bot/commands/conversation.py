@@ -19,7 +19,7 @@ from bot.channels.base import Channel
 from bot.clock import Clock
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
 from bot.domain.inbound import InboundMessage
-from bot.domain.message import Message, Role
+from bot.domain.message import Message, Role, forwarded_note
 from bot.domain.session import AgentSession
 from bot.sessions.service import SessionService
 
@@ -143,6 +143,8 @@ def conversation_markdown(session: AgentSession, clock: Clock) -> str:
             lines += [f"## {who} ({when})", ""]
             if message.quote is not None:
                 lines += [f"> {message.quote.author}: {message.quote.text}", ""]
+            if message.forwarded_from is not None:
+                lines += [f"*{forwarded_note(message.forwarded_from)}*", ""]
             lines += [f"[image: {media.path}]" for media in message.media or []]
             lines += [message.content, ""]
         elif message.role is Role.ASSISTANT:

@@ -1,7 +1,8 @@
 """`InboundMessage`: what a person sent, as the pipeline sees it, whatever the channel.
 
 Every part of it is a typed field, from the channel that made it to the user message the model reads:
-the text, the sender, the message it replies to (`quote`), whether it is an edit, a file that came with
+the text, the sender, the message it replies to (`quote`), who wrote it when it is forwarded, whether
+it is an edit, a file that came with
 it (`attachment`: an image, a recording or a document, with its size and type), a notice the channel
 decided on, and, once the media intake has run, the stored image (`image`) or whether the text is a
 transcript (`transcribed`).
@@ -57,6 +58,8 @@ class InboundMessage:
     edited: bool = False
     # The message this one replies to: its author and its text (or caption), cut.
     quote: Quote | None = None
+    # Who wrote a forwarded message (a person, a group, a channel): its words are theirs, not the sender's.
+    forwarded_from: str | None = None
     # The file that came with the message, still at the channel.
     attachment: Attachment | None = None
     # A reply the channel already decided on (e.g. "I can't watch videos yet"): once the sender passed

@@ -57,6 +57,12 @@ class MediaRef(CamelModel):
     height: int | None = None
 
 
+def forwarded_note(author: str) -> str:
+    """What introduces a forwarded message, for the model and in memory: its words are `author`'s, not its
+    sender's."""
+    return f"[Forwarded from {author}]"
+
+
 def new_message_id() -> str:
     return uuid.uuid4().hex
 
@@ -81,10 +87,12 @@ class Message(CamelModel):
     tool_call_id: str | None = None
     name: str | None = None
     # Optional additions on user messages (older session files have none of them):
-    # who sent it, the message it replies to, the images that came with it, the id of the stored
-    # user message it corrects (an edit after the answer), and the channel's own id of the message.
+    # who sent it, the message it replies to, who wrote it when it is forwarded, the images that came
+    # with it, the id of the stored user message it corrects (an edit after the answer), and the
+    # channel's own id of the message.
     sender: Sender | None = None
     quote: Quote | None = None
+    forwarded_from: str | None = None
     media: list[MediaRef] | None = None
     correction_of: str | None = None
     channel_message_id: str | None = None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
 from bot.domain.conversation import Incremental
-from bot.domain.message import Message, Role
+from bot.domain.message import Message, Role, forwarded_note
 
 # A stand-in uses at most this much of the caption or of what the model said when it saw the image.
 STAND_IN_CHARS = 160
@@ -129,11 +129,13 @@ def to_openai_message(
 
 def user_text(message: Message, *, show_name: bool, corrected: str | None = None, seen_as: str | None = None) -> str:
     """A user message's text as the model reads it, with who wrote it and what it refers to."""
-    if message.quote is None and message.correction_of is None and not message.media and not show_name:
+    if _plain(message, show_name):
         return message.content  # most messages: nothing to add (this runs for every message of every request)
     lines: list[str] = []
     if message.quote is not None:
         lines.append(f'[Replying to {message.quote.author}: "{message.quote.text}"]')
+    if message.forwarded_from is not None:
+        lines.append(forwarded_note(message.forwarded_from))
     if message.correction_of is not None:
         earlier = f' "{_one_line(corrected)}"' if corrected else ""
         lines.append(f"[Correction: I edited my earlier message{earlier}; it now reads:]")
@@ -288,9 +290,11 @@ def _assembled(
 
 
 def _plain(message: Message, group: bool) -> bool:
-    """Whether a user message goes as its text alone: no quote, no correction, no image, no name to show."""
+    """Whether a user message goes as its text alone: no quote, not forwarded, no correction, no image, no name
+    to show."""
     return (
         message.quote is None
+        and message.forwarded_from is None
         and message.correction_of is None
         and not message.media
         and not (group and message.sender is not None)

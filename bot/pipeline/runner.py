@@ -227,8 +227,8 @@ class PipelineRunner:
 
 def user_message_for(inbound: InboundMessage, session: AgentSession, message_id: str | None = None) -> Message:
     """The session's user message for `inbound` (its id `message_id`, the turn's, when it has one): its text,
-    sender, quoted reply, image and, for an edit of a message already answered, which stored message it
-    corrects."""
+    sender, quoted reply, the author of a forwarded message, image and, for an edit of a message already
+    answered, which stored message it corrects."""
     sender = Sender(id=inbound.user_id, name=inbound.display_name) if inbound.sender_name or inbound.username else None
     image = inbound.image
     media = [image.model_copy(update={"caption": inbound.text or None})] if image is not None else None
@@ -249,6 +249,7 @@ def user_message_for(inbound: InboundMessage, session: AgentSession, message_id:
         content=inbound.text,
         sender=sender,
         quote=inbound.quote,
+        forwarded_from=inbound.forwarded_from,
         media=media,
         correction_of=correction_of,
         channel_message_id=inbound.message_id,

@@ -469,6 +469,28 @@ async def test_a_gif_is_an_animation_not_a_file_to_read(
     assert users_said(fake_openai) == ["is this funny?"]
 
 
+async def test_a_forwarded_message_is_given_as_its_authors_words(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_telegram.push_forwarded_message(OWNER, "The meeting moved to 3pm", author="Bob")
+    fake_telegram.push_forwarded_message(OWNER, "Sale ends Friday", author="Deals Daily", origin="channel")
+    fake_telegram.push_forwarded_message(OWNER, "I live in Lyon", author="Zoe", origin="hidden_user")
+    forwarded = [
+        "[Forwarded from Bob]\nThe meeting moved to 3pm",
+        "[Forwarded from Deals Daily]\nSale ends Friday",
+        "[Forwarded from Zoe]\nI live in Lyon",
+    ]
+    assert [m.text for m in await fake_telegram.await_messages(OWNER, 3)] == [f"echo: {text}" for text in forwarded]
+    assert users_said(fake_openai) == forwarded
+    await bot.app.router.dispatcher.drain()
+    stored = json.loads((bot.workspace / "sessions" / f"telegram:{OWNER}.json").read_text())["messages"]
+    assert [(m["content"], m.get("forwardedFrom")) for m in stored if m["role"] == "user"] == [
+        ("The meeting moved to 3pm", "Bob"), ("Sale ends Friday", "Deals Daily"), ("I live in Lyon", "Zoe"),
+    ]  # fmt: skip
+    [note] = [path for path in (bot.workspace / "memory").glob("*.md") if path.name != "MEMORY.md"]
+    assert "User: [Forwarded from Zoe] I live in Lyon |" in note.read_text()
+
+
 @pytest.fixture
 async def pairing_bot(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str

@@ -105,6 +105,21 @@ def test_a_reply_carries_the_quoted_text_and_its_author() -> None:
     assert len(long.quote.text) == 500 and long.quote.text.endswith("…")
 
 
+def test_a_forwarded_message_names_who_wrote_it() -> None:
+    def author(**fields: Any) -> str | None:
+        inbound = inbound_from_update(message_update("the news", **fields), BOT, GROUPS)
+        assert inbound is not None and inbound.text == "the news"
+        return inbound.forwarded_from
+
+    group = {"id": -100, "type": "supergroup", "title": "Book club"}
+    assert author(forward_origin={"type": "chat", "date": 0, "sender_chat": group}) == "Book club"
+    assert author(forward_origin={"type": "user", "date": 0, "sender_user": {"id": 5, "username": "bob"}}) == "@bob"
+    # The fields of a Bot API server older than 7.0.
+    assert author(forward_from={"id": 5, "is_bot": False, "first_name": "Bob"}, forward_date=0) == "Bob"
+    assert author(forward_sender_name="Zoe", forward_date=0) == "Zoe"
+    assert author() is None
+
+
 def test_an_edit_comes_back_marked_with_the_edited_message_id() -> None:
     inbound = inbound_from_update({"update_id": 5, "edited_message": message_update("fixed")["message"]}, BOT, GROUPS)
     assert inbound is not None and inbound.text == "fixed" and inbound.message_id == "7"

@@ -1637,6 +1637,28 @@ class _InboundUpdates:
             first_name=first_name, reply_to_bot=reply_to_bot, reply_to_message_id=reply_to_message_id,
         )  # fmt: skip
 
+    def push_forwarded_message(
+        self, chat_id: int, text: str, *, author: str, origin: str = "user", **sender: Any
+    ) -> int:
+        """A user forwards a message `author` wrote; returns the update_id.
+
+        `origin` is the MessageOrigin's type: "user" (a person, `author` their first name), "hidden_user" (a
+        person who hides their account: only the name), "chat" (a group posting as itself) or "channel".
+        `sender` takes the keyword arguments of `push_message` (user_id, chat_type, ...).
+        """
+        date = int(time.time()) - 3600
+        origins: dict[str, JsonDict] = {
+            "user": {"sender_user": {"id": 777, "is_bot": False, "first_name": author}},
+            "hidden_user": {"sender_user_name": author},
+            "chat": {"sender_chat": {"id": -100777, "type": "supergroup", "title": author}},
+            "channel": {"chat": {"id": -100778, "type": "channel", "title": author}, "message_id": 12},
+        }
+        content: JsonDict = {"text": text, "forward_origin": {"type": origin, "date": date, **origins[origin]}}
+        found = detect_entities(text)
+        if found:
+            content["entities"] = found
+        return self._push_user_message(chat_id, content, **sender)
+
     def push_photo(
         self,
         chat_id: int,

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from bot.clock import Clock
 from bot.domain.memory import TurnMemoryEvent
-from bot.domain.message import Message, Role
+from bot.domain.message import Message, Role, forwarded_note
 from bot.domain.session import AgentSession
 from bot.memory.paths import person_memory_key
 from bot.memory.service import MemoryService
@@ -65,6 +65,8 @@ def turn_events(
     answers = [message for message in turn_messages if message.role is Role.ASSISTANT and message.content]
     sender = user_message.sender if in_group else None
     said = user_message.content
+    if user_message.forwarded_from is not None:
+        said = f"{forwarded_note(user_message.forwarded_from)} {said}"
     event = TurnMemoryEvent(
         session_id=session.id,
         user_text=f"{sender.name}: {said}" if sender is not None else said,
