@@ -120,3 +120,25 @@ async def test_in_a_group_retry_and_undo_act_only_on_the_senders_own_last_exchan
     assert "Ann: I live in Lyon." in text_under(group)  # and nothing of Ann's taken out of memory
     session = json.loads((bot.workspace / "sessions" / f"telegram:{GROUP}.json").read_text())
     assert [m["content"] for m in session["messages"] if m["role"] == "user"] == ["I live in Lyon."]
+
+
+def facts_in(folder: Path) -> dict[str, dict[str, object]]:
+    """The facts (every item but the turns) of the memory under `folder`, by content."""
+    items = [json.loads(line) for path in (folder / "items").rglob("*.jsonl") for line in path.read_text().splitlines()]
+    return {item["content"]: item for item in items if item["type"] != "turn"}
+
+
+async def test_a_forwarded_message_is_remembered_as_its_authors(bot: RunningBot, fake_telegram: FakeTelegram) -> None:
+    await say(fake_telegram, OWNER, "My name is Sam.\nI live in Paris.", OWNER, "Sam")
+    fake_telegram.push_forwarded_message(OWNER, "My name is Zoe.\nI live in Lyon.", author="Zoe")
+    await fake_telegram.await_messages(OWNER, 2)
+    fake_telegram.push_forwarded_message(GROUP, "@test_bot I live in Porto.", author="Bob", user_id=ANN)
+    await fake_telegram.await_messages(GROUP, 1)
+    await bot.app.router.dispatcher.drain()
+    memory = bot.workspace / "memory"
+    owners = facts_in(memory / "users" / f"telegram:{OWNER}")
+    # Zoe's name and city are hers: the owner's stay current, none replaced.
+    assert {"My name is Sam.", "I live in Paris.", "Zoe: My name is Zoe.", "Zoe: I live in Lyon."} <= set(owners)
+    assert not any("supersededBy" in fact for fact in owners.values())
+    assert "Bob: I live in Porto." in facts_in(memory / "chats" / f"telegram:{GROUP}")
+    assert "I live in Porto." not in facts_in(memory / "users" / f"telegram:{ANN}")  # Ann only passed it on

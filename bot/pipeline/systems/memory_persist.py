@@ -65,12 +65,15 @@ def turn_events(
     answers = [message for message in turn_messages if message.role is Role.ASSISTANT and message.content]
     sender = user_message.sender if in_group else None
     said = user_message.content
-    if user_message.forwarded_from is not None:
-        said = f"{forwarded_note(user_message.forwarded_from)} {said}"
+    # A forwarded message's words are its author's: the facts drawn from it are recorded in their name (the
+    # note on a line of its own, so that no fact takes it in).
+    author = user_message.forwarded_from
+    if author is not None:
+        said = f"{forwarded_note(author)}\n{said}"
     event = TurnMemoryEvent(
         session_id=session.id,
         user_text=f"{sender.name}: {said}" if sender is not None else said,
-        speaker=sender.name if sender is not None else None,
+        speaker=author or (sender.name if sender is not None else None),
         assistant_text=reply_text,
         timestamp=now,
         user_message_id=user_message.id,
@@ -81,7 +84,7 @@ def turn_events(
     if sender is None or config.scope == "chat" or (config.scope == "global" and config.owner_memory_everywhere):
         return [event]
     own_key = person_memory_key(session.channel_type, sender.id)
-    return [event, dataclasses.replace(event, user_text=said, speaker=None, memory_key=own_key)]
+    return [event, dataclasses.replace(event, user_text=said, speaker=author, memory_key=own_key)]
 
 
 class MemoryPersistSystem(PipelineSystem):
