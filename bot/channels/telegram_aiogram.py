@@ -22,6 +22,7 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
+from aiogram.methods.base import TelegramMethod
 from aiogram.types import BotCommand, BufferedInputFile, MessageEntity
 
 from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient
@@ -33,6 +34,20 @@ _T = TypeVar("_T")
 CONNECTION_LIMIT = 100
 # How long past its own timeout a long poll may take to answer before the connection counts as dead.
 POLL_ANSWER_MARGIN_SECONDS = 10
+
+
+class _GetUpdatesAsJson(TelegramMethod[list[dict[str, Any]]]):
+    """getUpdates answered with the Bot API's JSON as it came, not aiogram's `Update`s: the channel reads
+    updates as JSON, and one update aiogram's types refuse (a Bot API server older or newer than aiogram)
+    would fail the whole batch, and every poll after it, for good."""
+
+    __returning__ = list[dict[str, Any]]
+    __api_method__ = "getUpdates"
+
+    offset: int | None = None
+    limit: int | None = None
+    timeout: int | None = None
+    allowed_updates: list[str] | None = None
 
 
 class AiogramBackend:
@@ -57,16 +72,8 @@ class AiogramBackend:
     async def get_updates(
         self, offset: int | None, timeout_seconds: int, allowed_updates: list[str], limit: int = 100
     ) -> list[dict[str, Any]]:
-        updates = await _translated(
-            lambda: self._bot.get_updates(
-                offset=offset,
-                limit=limit,
-                timeout=timeout_seconds,
-                allowed_updates=allowed_updates,
-                request_timeout=timeout_seconds + POLL_ANSWER_MARGIN_SECONDS,
-            )
-        )
-        return [update.model_dump(mode="json", by_alias=True, exclude_none=True) for update in updates]
+        call = _GetUpdatesAsJson(offset=offset, limit=limit, timeout=timeout_seconds, allowed_updates=allowed_updates)
+        return await _translated(lambda: self._bot(call, request_timeout=timeout_seconds + POLL_ANSWER_MARGIN_SECONDS))
 
     async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None:
         await _translated(lambda: self._bot.set_webhook(url, secret_token=secret, allowed_updates=allowed_updates))

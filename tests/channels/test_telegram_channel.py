@@ -454,6 +454,21 @@ async def test_other_content_gets_a_clear_reply_or_is_ignored(
     await fake_telegram.await_until(lambda: any(c.ok for c in fake_telegram.calls_to("answerCallbackQuery")))
 
 
+async def test_an_update_in_an_older_bot_apis_shape_does_not_stop_the_polling(
+    bot: RunningBot, fake_telegram: FakeTelegram
+) -> None:
+    # A poll as a Bot API server older than the client library sends it (a self-hosted one), without the
+    # fields the library's own types now require (persistent_id, allows_revoting, members_only).
+    options = [{"text": "yes", "voter_count": 0}, {"text": "no", "voter_count": 0}]
+    poll = {"id": "1", "question": "Lunch?", "options": options, "total_voter_count": 0, "is_closed": False,
+            "is_anonymous": True, "type": "regular", "allows_multiple_answers": False}  # fmt: skip
+    fake_telegram.push_content(OWNER, {"poll": poll})
+    fake_telegram.push_message(OWNER, "still there?")
+    notice, answer = await fake_telegram.await_messages(OWNER, 2)
+    assert notice.text == "I can only read text messages. Please type what you need."
+    assert answer.text == "echo: still there?"
+
+
 async def test_a_gif_is_an_animation_not_a_file_to_read(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:

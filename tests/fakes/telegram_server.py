@@ -1637,6 +1637,11 @@ class _InboundUpdates:
             first_name=first_name, reply_to_bot=reply_to_bot, reply_to_message_id=reply_to_message_id,
         )  # fmt: skip
 
+    def push_content(self, chat_id: int, content: JsonDict, **sender: Any) -> int:
+        """A user sends a message made of the Bot API's `content` fields (a location, a contact, a poll ...)
+        as given; returns the update_id. `sender` takes the keyword arguments of `push_message`."""
+        return self._push_user_message(chat_id, copy.deepcopy(content), **sender)
+
     def push_forwarded_message(
         self, chat_id: int, text: str, *, author: str, origin: str = "user", **sender: Any
     ) -> int:
