@@ -4,7 +4,8 @@ Works on the raw Bot API JSON (an Update as a dict), so both backends and the we
 
 What becomes a message, and what does not:
 
-- text, and the caption of a photo, document, video or voice note (captions count as text);
+- text, and the caption of a photo, document, video or voice note (captions count as text), with the
+  address of each hidden link (words that open a URL) written out as Markdown;
 - a photo carries the largest size within the pixel budget as an image `Attachment` (with its pixel
   size), and so does an image sent as a file (a JPEG, PNG, WebP or GIF document): both go to the model
   as images;
@@ -103,9 +104,14 @@ def inbound_from_update(
     if is_group:
         if not groups.enabled:
             return None
-        addressed, text = _addressed_in_group(message, text, entities, bot, groups)
+        addressed, mentioned = _addressed_in_group(message, text, entities, bot, groups)
         if not addressed:
             return None
+        text = _with_links(text, entities)
+        if mentioned:
+            text = _without_mention(text, bot.username)
+    else:
+        text = _with_links(text, entities)
     attachment = None if edited else _attachment(message, kind, max_image_pixels)
     notice = None if edited or attachment is not None or text else _NOTICES.get(kind, _NOTICES["location"])
     return InboundMessage(
@@ -254,36 +260,60 @@ def _addressed_in_group(
     entities: list[dict[str, Any]],
     bot: BotIdentity,
     groups: TelegramGroupsConfig,
-) -> tuple[bool, str]:
-    """Whether a group message is for the bot, and its text with the bot's @mention taken out."""
+) -> tuple[bool, bool]:
+    """Whether a group message is for the bot, and whether the bot's @mention is to be taken out of it."""
     handle = f"@{bot.username}".lower()
     command = _COMMAND.match(text)
     if command is not None:
         target = command.group(1)
         if target is not None and target.lower() != bot.username.lower():
-            return False, text  # a command for another bot in the same group
+            return False, False  # a command for another bot in the same group
         if groups.answer_commands:
-            return True, text
+            return True, False
     mentioned = any(
         _entity_text(text, entity).lower() == handle for entity in entities if entity.get("type") == "mention"
     )
     if not mentioned and not entities:
         mentioned = handle in text.lower()
     if mentioned and groups.answer_mentions:
-        return True, _without_mention(text, bot.username)
+        return True, True
     reply_to = message.get("reply_to_message") or {}
     if groups.answer_replies and (reply_to.get("from") or {}).get("id") == bot.id:
-        return True, text
-    if groups.answer_all_messages:
-        return True, _without_mention(text, bot.username) if mentioned else text
-    return False, text
+        return True, False
+    return groups.answer_all_messages, mentioned
+
+
+def _with_links(text: str, entities: list[dict[str, Any]]) -> str:
+    """`text` with the address of each hidden link (a `text_link` entity: words that open a URL) written out
+    as Markdown, `[words](url)`: the text alone would lose it. Entity offsets count UTF-16 code units."""
+    links = sorted(
+        (int(entity.get("offset", 0)), int(entity.get("length", 0)), str(entity["url"]))
+        for entity in entities
+        if entity.get("type") == "text_link" and entity.get("url")
+    )
+    if not links:
+        return text
+    encoded = text.encode("utf-16-le")
+    pieces: list[str] = []
+    done = 0
+    for offset, length, url in links:
+        if offset < done:
+            continue  # overlapping entities: the first one is kept
+        pieces += [_utf16_slice(encoded, done, offset), f"[{_utf16_slice(encoded, offset, offset + length)}]({url})"]
+        done = offset + length
+    pieces.append(_utf16_slice(encoded, done, None))
+    return "".join(pieces)
 
 
 def _entity_text(text: str, entity: dict[str, Any]) -> str:
     """The part of `text` an entity covers; entity offsets count UTF-16 code units."""
-    encoded = text.encode("utf-16-le")
     start, length = int(entity.get("offset", 0)), int(entity.get("length", 0))
-    return encoded[start * 2 : (start + length) * 2].decode("utf-16-le", errors="replace")
+    return _utf16_slice(text.encode("utf-16-le"), start, start + length)
+
+
+def _utf16_slice(encoded: bytes, start: int, end: int | None) -> str:
+    """The text between two UTF-16 offsets of `encoded` (UTF-16-LE); `end` None: to the end."""
+    return encoded[start * 2 : None if end is None else end * 2].decode("utf-16-le", errors="replace")
 
 
 def _without_mention(text: str, username: str) -> str:

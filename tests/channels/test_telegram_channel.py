@@ -469,6 +469,19 @@ async def test_an_update_in_an_older_bot_apis_shape_does_not_stop_the_polling(
     assert answer.text == "echo: still there?"
 
 
+async def test_a_hidden_link_reaches_the_model_with_its_address(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    link = {"type": "text_link", "offset": 5, "length": 12, "url": "https://example.com/a"}
+    await ask(fake_telegram, OWNER, "Read this article please", entities=[link])
+    assert users_said(fake_openai) == ["Read [this article](https://example.com/a) please"]
+    # In a group, after the mention is taken out; offsets count UTF-16 units (the emoji is two).
+    mention = {"type": "mention", "offset": 0, "length": 9}
+    link = {"type": "text_link", "offset": 17, "length": 4, "url": "https://example.com/b"}
+    await ask(fake_telegram, GROUP, "@test_bot see 📎 this", entities=[mention, link])
+    assert users_said(fake_openai) == ["User1001: see 📎 [this](https://example.com/b)"]
+
+
 async def test_a_gif_is_an_animation_not_a_file_to_read(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
