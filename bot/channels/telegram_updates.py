@@ -195,23 +195,26 @@ def _image_mime(file_name: str, mime: str) -> str | None:
 
 def _quoted(message: dict[str, Any], bot: BotIdentity) -> Quote | None:
     """The reply's quoted text and author, when the message replies to one with text."""
-    replied = message.get("reply_to_message")
-    if not isinstance(replied, dict):
-        return None
+    replied, external = message.get("reply_to_message"), message.get("external_reply")
     quote = message.get("quote")
     text = quote.get("text") if isinstance(quote, dict) else None
-    if not isinstance(text, str) or not text.strip():
-        text = replied.get("text") if isinstance(replied.get("text"), str) else replied.get("caption")
+    if isinstance(replied, dict):
+        if not isinstance(text, str) or not text.strip():
+            text = replied.get("text") if isinstance(replied.get("text"), str) else replied.get("caption")
+        author = replied.get("from") or {}
+        name = "you (the assistant)" if author.get("id") == bot.id else _person_name(author)
+    elif isinstance(external, dict) and isinstance(external.get("origin"), dict):
+        # A reply to a message of another chat: Telegram gives its origin, and its text only as the part quoted.
+        name = _origin_name(external["origin"])
+    else:
+        return None
     if not isinstance(text, str) or not text.strip():
         return None
-    author = replied.get("from") or {}
-    if author.get("id") == bot.id:
-        name = "you (the assistant)"
-    else:
-        name = _person_name(author)
-    if len(text) > QUOTE_MAX_CHARS:
-        text = text[: QUOTE_MAX_CHARS - 1] + "…"
-    return Quote(author=name, text=text)
+    return Quote(author=name, text=_cut_quote(text))
+
+
+def _cut_quote(text: str) -> str:
+    return text if len(text) <= QUOTE_MAX_CHARS else text[: QUOTE_MAX_CHARS - 1] + "…"
 
 
 def _forwarded_from(message: dict[str, Any]) -> str | None:
@@ -219,13 +222,23 @@ def _forwarded_from(message: dict[str, Any]) -> str | None:
     a Bot API server older than 7.0 says it in `forward_from`, `forward_sender_name`, `forward_from_chat`)."""
     origin = message.get("forward_origin")
     if isinstance(origin, dict):
-        person, chat = origin.get("sender_user"), origin.get("sender_chat") or origin.get("chat")
-        hidden = origin.get("sender_user_name")
-    elif any(key in message for key in ("forward_from", "forward_sender_name", "forward_from_chat")):
-        person, chat = message.get("forward_from"), message.get("forward_from_chat")
-        hidden = message.get("forward_sender_name")
-    else:
+        return _origin_name(origin)
+    if not any(key in message for key in ("forward_from", "forward_sender_name", "forward_from_chat")):
         return None
+    return _author_name(
+        message.get("forward_from"), message.get("forward_from_chat"), message.get("forward_sender_name")
+    )
+
+
+def _origin_name(origin: dict[str, Any]) -> str:
+    """Who wrote a message, from its MessageOrigin (a person, a hidden person, a group, a channel)."""
+    chat = origin.get("sender_chat") or origin.get("chat")
+    return _author_name(origin.get("sender_user"), chat, origin.get("sender_user_name"))
+
+
+def _author_name(person: Any, chat: Any, hidden: Any) -> str:
+    """The name of a message's author: the person, else the group or channel's title, else the name a person
+    who hides their account left."""
     if isinstance(person, dict):
         return _person_name(person)
     if isinstance(chat, dict) and chat.get("title"):

@@ -469,6 +469,21 @@ async def test_an_update_in_an_older_bot_apis_shape_does_not_stop_the_polling(
     assert answer.text == "echo: still there?"
 
 
+async def test_a_reply_to_a_message_of_another_chat_gives_the_model_its_quote(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    # "Reply in another chat": Telegram gives the replied message's origin and the part the person quoted.
+    channel = {"id": -100900, "type": "channel", "title": "Daily News"}
+    origin = {"type": "channel", "chat": channel, "message_id": 5, "date": 0}
+    replying = {"external_reply": {"origin": origin, "chat": channel, "message_id": 5}}
+    fake_telegram.push_content(
+        OWNER, {"text": "is this true?", **replying, "quote": {"text": "Rain all week", "position": 0}}
+    )
+    fake_telegram.push_content(OWNER, {"text": "and this?", **replying})  # nothing quoted: nothing to give
+    await fake_telegram.await_messages(OWNER, 2)
+    assert fake_openai.user_texts()[-2:] == ['[Replying to Daily News: "Rain all week"]\nis this true?', "and this?"]
+
+
 async def test_a_hidden_link_reaches_the_model_with_its_address(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
