@@ -18,6 +18,8 @@ What becomes a message, and what does not:
   was posted in;
 - an edit of an earlier text or caption comes back as a message marked `edited` with the edited
   message's id: the pipeline replaces the queued text or handles it as a correction;
+- a contact, a place, a location or a poll is given to the model as a line of text (`[Contact: Zoe Roy,
+  +336…]`); a live location moving on (an edit of its message) is not a new message;
 - other media without a caption get a short notice that only text is understood (`notice`),
   sent after the access check and in the chat's order, without a model call;
 - stickers, service messages (members joining, pins ...) and anything else are ignored by design:
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,11 +56,8 @@ _NOTICES = {
     "video": "I can't watch videos yet. Please describe what you need in words.",
     "animation": "I can't watch animations yet. Please type your message.",
     "document": "I can't open files yet. Paste the text you want me to read, or ask in a caption.",
-    "location": "I can only read text messages. Please type what you need.",
-    "venue": "I can only read text messages. Please type what you need.",
-    "contact": "I can only read text messages. Please type what you need.",
-    "poll": "I can only read text messages. Please type what you need.",
 }
+OTHER_CONTENT_NOTICE = "I can only read text messages. Please type what you need."
 # Images sent as a file that the model is shown as images (other files are read as documents).
 IMAGE_FILE_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".webp": "image/webp",
                     ".gif": "image/gif"}  # fmt: skip
@@ -99,8 +99,9 @@ def inbound_from_update(
     text, entities, kind = _content(message)
     if kind is None:
         return None  # stickers, service messages and other things not worth an answer
-    if edited and not text.strip():
-        return None  # only a changed text or caption is news; the media itself cannot be edited into another
+    if edited and (kind in _DESCRIBED or not text.strip()):
+        # Only a changed text or caption is news: a live location moving on is an edit of its message too.
+        return None
     if is_group:
         if not groups.enabled:
             return None
@@ -113,7 +114,7 @@ def inbound_from_update(
     else:
         text = _with_links(text, entities)
     attachment = None if edited else _attachment(message, kind, max_image_pixels)
-    notice = None if edited or attachment is not None or text else _NOTICES.get(kind, _NOTICES["location"])
+    notice = None if edited or attachment is not None or text else _NOTICES.get(kind, OTHER_CONTENT_NOTICE)
     return InboundMessage(
         channel_type=CHANNEL_TYPE,
         chat_id=str(chat["id"]),
@@ -261,10 +262,48 @@ def _content(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | 
             if isinstance(caption, str) and caption.strip():
                 return caption, list(message.get("caption_entities") or []), kind
             return "", [], kind
+    for kind, describe in _DESCRIBED.items():
+        if isinstance(message.get(kind), dict):
+            return describe(message[kind]), [], kind
     for kind in _NOTICES:
         if kind in message:
             return "", [], kind
     return "", [], None
+
+
+def _contact(contact: dict[str, Any]) -> str:
+    name = display_name(contact) or "a contact"
+    phone = contact.get("phone_number")
+    return f"[Contact: {name}, {phone}]" if phone else f"[Contact: {name}]"
+
+
+def _place(venue: dict[str, Any]) -> str:
+    where = ", ".join(str(venue[key]) for key in ("title", "address") if venue.get(key))
+    location = venue.get("location")
+    return f"[Place: {where} ({_coordinates(location)})]" if isinstance(location, dict) else f"[Place: {where}]"
+
+
+def _location(location: dict[str, Any]) -> str:
+    return f"[Location: {_coordinates(location)}]"
+
+
+def _coordinates(location: dict[str, Any]) -> str:
+    return f"{location.get('latitude')}, {location.get('longitude')}"
+
+
+def _poll(poll: dict[str, Any]) -> str:
+    options = [str(option.get("text")) for option in poll.get("options") or [] if isinstance(option, dict)]
+    return f"[Poll: {poll.get('question')} Options: {' / '.join(options)}]"
+
+
+# What is shared as data rather than typed, given to the model as a line of text. A place comes with its
+# location too: it is looked for first.
+_DESCRIBED: dict[str, Callable[[dict[str, Any]], str]] = {
+    "contact": _contact,
+    "venue": _place,
+    "location": _location,
+    "poll": _poll,
+}
 
 
 def _addressed_in_group(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 from collections.abc import AsyncIterator
@@ -464,9 +465,36 @@ async def test_an_update_in_an_older_bot_apis_shape_does_not_stop_the_polling(
             "is_anonymous": True, "type": "regular", "allows_multiple_answers": False}  # fmt: skip
     fake_telegram.push_content(OWNER, {"poll": poll})
     fake_telegram.push_message(OWNER, "still there?")
-    notice, answer = await fake_telegram.await_messages(OWNER, 2)
-    assert notice.text == "I can only read text messages. Please type what you need."
+    about_the_poll, answer = await fake_telegram.await_messages(OWNER, 2)
+    assert about_the_poll.text == "echo: [Poll: Lunch? Options: yes / no]"
     assert answer.text == "echo: still there?"
+
+
+async def test_a_contact_a_place_or_a_location_reaches_the_model_as_text(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_telegram.push_content(
+        OWNER, {"contact": {"phone_number": "+33612345678", "first_name": "Zoe", "last_name": "Roy"}}
+    )
+    louvre = {"latitude": 48.8606, "longitude": 2.3376}
+    fake_telegram.push_content(
+        OWNER, {"location": louvre, "venue": {"location": louvre, "title": "Louvre", "address": "Rue de Rivoli, Paris"}}
+    )
+    shared = fake_telegram.push_content(
+        OWNER, {"location": {"latitude": 45.764, "longitude": 4.8357, "live_period": 900}}
+    )
+    await fake_telegram.await_messages(OWNER, 3)
+    # A live location moving on comes as edits of its message: not a message each time.
+    moved = copy.deepcopy(fake_telegram.update(shared)["message"])
+    moved["location"] = {"latitude": 45.765, "longitude": 4.836, "live_period": 900}
+    fake_telegram.push_update({"edited_message": {**moved, "edit_date": moved["date"] + 60}})
+    assert await ask(fake_telegram, OWNER, "thanks") == "echo: thanks"
+    assert users_said(fake_openai) == [
+        "[Contact: Zoe Roy, +33612345678]",
+        "[Place: Louvre, Rue de Rivoli, Paris (48.8606, 2.3376)]",
+        "[Location: 45.764, 4.8357]",
+        "thanks",
+    ]
 
 
 async def test_a_reply_to_a_message_of_another_chat_gives_the_model_its_quote(

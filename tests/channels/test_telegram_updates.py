@@ -134,7 +134,7 @@ def test_an_edit_comes_back_marked_with_the_edited_message_id() -> None:
     ("field", "words"),
     [
         ("video_note", "video messages"),
-        ("location", "only read text"),
+        ("video", "watch videos"),
     ],
 )
 def test_media_without_caption_gets_a_notice(field: str, words: str) -> None:
