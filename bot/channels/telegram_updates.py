@@ -102,10 +102,11 @@ def inbound_from_update(
     if edited and (kind in _DESCRIBED or not text.strip()):
         # Only a changed text or caption is news: a live location moving on is an edit of its message too.
         return None
+    forwarded_from = _forwarded_from(message)
     if is_group:
         if not groups.enabled:
             return None
-        addressed, mentioned = _addressed_in_group(message, text, entities, bot, groups)
+        addressed, mentioned = _addressed_in_group(message, text, entities, bot, groups, forwarded_from)
         if not addressed:
             return None
         text = _with_links(text, entities)
@@ -127,7 +128,7 @@ def inbound_from_update(
         dedup_key=str(update.get("update_id")),
         edited=edited,
         quote=_quoted(message, bot),
-        forwarded_from=_forwarded_from(message),
+        forwarded_from=forwarded_from,
         attachment=attachment,
         notice=notice,
     )
@@ -312,10 +313,12 @@ def _addressed_in_group(
     entities: list[dict[str, Any]],
     bot: BotIdentity,
     groups: TelegramGroupsConfig,
+    forwarded_from: str | None,
 ) -> tuple[bool, bool]:
-    """Whether a group message is for the bot, and whether the bot's @mention is to be taken out of it."""
+    """Whether a group message is for the bot, and whether the bot's @mention is to be taken out of it. A
+    forwarded message is never a command: its words are someone else's."""
     handle = f"@{bot.username}".lower()
-    command = _COMMAND.match(text)
+    command = _COMMAND.match(text) if forwarded_from is None else None
     if command is not None:
         target = command.group(1)
         if target is not None and target.lower() != bot.username.lower():

@@ -76,5 +76,11 @@ class InboundMessage:
         return self.sender_name or (f"@{self.username}" if self.username else f"user {self.user_id}")
 
     @property
+    def may_be_command(self) -> bool:
+        """Whether the text is the sender's own, as typed: a forwarded message's (someone else's words) and a
+        transcript are never run as a command."""
+        return self.forwarded_from is None and not self.transcribed
+
+    @property
     def session_id(self) -> str:
         return f"{self.channel_type}:{self.chat_id}"

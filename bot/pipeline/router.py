@@ -74,7 +74,7 @@ class InboundRouter:
                     "[Router] A queued message of %s was edited before its turn: answered as edited", inbound.session_id
                 )
                 return
-        if self._commands.is_immediate(inbound.text):
+        if inbound.may_be_command and self._commands.is_immediate(inbound.text):
             turn = Turn.unrecorded(inbound)
             outbound = self._outbound.for_turn(channel, turn)
             if await self._admitted(inbound, outbound):
@@ -135,7 +135,7 @@ class InboundRouter:
             if prepared.inbound is None:
                 return
             inbound = prepared.inbound
-        if self._commands.is_command(inbound.text) and not inbound.transcribed:
+        if inbound.may_be_command and self._commands.is_command(inbound.text):
             await self._answer_command(inbound, channel, outbound)
             return
         await self._runner.run(inbound, outbound)

@@ -562,6 +562,23 @@ async def test_a_forwarded_message_is_given_as_its_authors_words(
     assert "User: [Forwarded from Zoe] I live in Lyon |" in note.read_text()
 
 
+async def test_a_forwarded_command_is_not_run(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    assert await ask(fake_telegram, OWNER, "remember the milk") == "echo: remember the milk"
+    # Someone else's words: "/new" from Bob's chat must not clear this conversation, nor "/stop" stop anything.
+    for command in ("/new", "/stop"):
+        fake_telegram.push_forwarded_message(OWNER, command, author="Bob")
+    await fake_telegram.await_messages(OWNER, 3)
+    assert users_said(fake_openai)[-2:] == ["[Forwarded from Bob]\n/new", "[Forwarded from Bob]\n/stop"]
+    await bot.app.router.dispatcher.drain()
+    session = await bot.app.sessions.get(f"telegram:{OWNER}")
+    assert session is not None and [m.content for m in session.messages][:2] == [
+        "remember the milk",
+        "echo: remember the milk",
+    ]
+
+
 @pytest.fixture
 async def pairing_bot(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str

@@ -199,3 +199,10 @@ def test_group_gating_is_configurable() -> None:
 def test_a_mention_alone_keeps_its_text() -> None:
     inbound = inbound_from_update(group("@test_bot"), BOT, GROUPS)
     assert inbound is not None and inbound.text == "@test_bot"
+
+
+def test_a_forwarded_command_does_not_address_the_bot_in_a_group() -> None:
+    origin = {"type": "hidden_user", "date": 0, "sender_user_name": "Bob"}
+    assert inbound_from_update(group("/help", forward_origin=origin), BOT, GROUPS) is None
+    mentioned = inbound_from_update(group("@test_bot /help", forward_origin=origin), BOT, GROUPS)
+    assert mentioned is not None and mentioned.forwarded_from == "Bob" and not mentioned.may_be_command
