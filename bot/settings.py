@@ -679,6 +679,9 @@ class MediaConfig(ConfigSection):
     """Of the sizes Telegram offers for a photo, the largest within this many pixels is fetched."""
     max_image_bytes: int = Field(10_000_000, ge=1000, le=50_000_000)
     """A larger image is refused with a clear answer (nothing stored)"""
+    album_wait_seconds: float = Field(1.0, ge=0, le=10)
+    """The first photo of an album (several sent at once, which Telegram delivers one by one) waits this long for
+    the others, to be answered with them as one message."""
     images_in_prompt: int = Field(3, ge=0, le=50)
     """The images of the newest this-many user messages with images go to the model; older ones as a one-line stand-in.
     """

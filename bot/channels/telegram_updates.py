@@ -8,7 +8,8 @@ What becomes a message, and what does not:
   address of each hidden link (words that open a URL) written out as Markdown;
 - a photo carries the largest size within the pixel budget as an image `Attachment` (with its pixel
   size), and so does an image sent as a file (a JPEG, PNG, WebP or GIF document): both go to the model
-  as images;
+  as images; a photo of an album (several sent at once) carries the album's id (`media_group`), so the
+  pipeline answers the album as one message;
 - a voice note or audio file carries its file as an audio `Attachment`: the pipeline has it transcribed;
 - another document (a file) carries its file id, name, size and type as a document `Attachment`: the
   pipeline reads it into the knowledge graph, and its caption, if any, is answered as text;
@@ -130,8 +131,15 @@ def inbound_from_update(
         quote=_quoted(message, bot),
         forwarded_from=forwarded_from,
         attachment=attachment,
+        media_group=_media_group(message) if attachment is not None else None,
         notice=notice,
     )
+
+
+def _media_group(message: dict[str, Any]) -> str | None:
+    """The album a photo or file belongs to, when it was sent with others at once (`media_group_id`)."""
+    group = message.get("media_group_id")
+    return str(group) if group else None
 
 
 def display_name(user: dict[str, Any]) -> str | None:

@@ -2,10 +2,10 @@
 
 Every part of it is a typed field, from the channel that made it to the user message the model reads:
 the text, the sender, the message it replies to (`quote`), who wrote it when it is forwarded, whether
-it is an edit, a file that came with
-it (`attachment`: an image, a recording or a document, with its size and type), a notice the channel
-decided on, and, once the media intake has run, the stored image (`image`) or whether the text is a
-transcript (`transcribed`).
+it is an edit, a file that came with it (`attachment`: an image, a recording or a document, with its
+size and type; the album's other photos, `album`), a notice the channel decided on, and, once the media
+intake has run, the stored images (`image`, `album_images`) or whether the text is a transcript
+(`transcribed`).
 """
 
 from __future__ import annotations
@@ -62,11 +62,17 @@ class InboundMessage:
     forwarded_from: str | None = None
     # The file that came with the message, still at the channel.
     attachment: Attachment | None = None
+    # The album (Telegram's media group) the file belongs to: the album's other files join this message.
+    media_group: str | None = None
+    # The album's other files, joined while the message waited for its turn (`Turn.joined`), still at the channel.
+    album: tuple[Attachment, ...] = ()
     # A reply the channel already decided on (e.g. "I can't watch videos yet"): once the sender passed
     # the access check, it is sent in the chat's order, and nothing runs or is stored.
     notice: str | None = None
     # Set by the media intake: the image kept under the workspace, for the model.
     image: MediaRef | None = None
+    # Set by the media intake: the album's other images, kept the same way.
+    album_images: tuple[MediaRef, ...] = ()
     # Set by the media intake: the text is (or ends with) the transcript of a recording.
     transcribed: bool = False
 

@@ -2,9 +2,10 @@
 
 A *received* record holds the message's fields by name (`channel_type`, `chat_id`, `text`, ...), its
 turn id (`journal_id`, also the id of its user message in the session), and its typed parts as nested
-objects (`quote`, `attachment`, `image`). Records written when those parts were strings in an `extra`
-object (`"imageId"`, `"imagePixels": "WxH"`, `"quoteText"`, `"edited": "1"` ...) are read into the
-same typed fields, so a workspace left open by such a run is resumed as it was.
+objects (`quote`, `attachment`, `image`) and lists of them (`album`, `album_images`). Records written
+when those parts were strings in an `extra` object (`"imageId"`, `"imagePixels": "WxH"`, `"quoteText"`,
+`"edited": "1"` ...) are read into the same typed fields, so a workspace left open by such a run is
+resumed as it was.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 _SCALAR_FIELDS = (
     "channel_type", "chat_id", "user_id", "text", "message_id", "username", "sender_name", "is_group", "dedup_key",
-    "edited", "notice", "transcribed", "forwarded_from",
+    "edited", "notice", "transcribed", "forwarded_from", "media_group",
 )  # fmt: skip
 _ATTACHMENT_FIELDS = {field.name for field in dataclasses.fields(Attachment)}
 
@@ -39,6 +40,10 @@ def received_record(turn_id: str, inbound: InboundMessage) -> dict[str, Any]:
         fields["attachment"] = dataclasses.asdict(inbound.attachment)
     if inbound.image is not None:
         fields["image"] = inbound.image.model_dump(by_alias=True, exclude_none=True)
+    if inbound.album:
+        fields["album"] = [dataclasses.asdict(attachment) for attachment in inbound.album]
+    if inbound.album_images:
+        fields["album_images"] = [image.model_dump(by_alias=True, exclude_none=True) for image in inbound.album_images]
     return fields
 
 
@@ -54,8 +59,12 @@ def received_message(raw: Any) -> tuple[str, InboundMessage] | None:
         image = raw.get("image")
         typed: dict[str, Any] = {
             "quote": Quote.model_validate(quote) if isinstance(quote, dict) else None,
-            "attachment": _attachment(attachment) if isinstance(attachment, dict) else None,
+            "attachment": attachment_of(attachment) if isinstance(attachment, dict) else None,
             "image": MediaRef.model_validate(image) if isinstance(image, dict) else None,
+            "album": tuple(attachment_of(item) for item in raw.get("album") or [] if isinstance(item, dict)),
+            "album_images": tuple(
+                MediaRef.model_validate(item) for item in raw.get("album_images") or [] if isinstance(item, dict)
+            ),
         }
         extra = raw.get("extra")
         if isinstance(extra, dict):
@@ -69,7 +78,8 @@ def received_message(raw: Any) -> tuple[str, InboundMessage] | None:
         return None
 
 
-def _attachment(raw: dict[str, Any]) -> Attachment:
+def attachment_of(raw: dict[str, Any]) -> Attachment:
+    """An `Attachment` from its record's object (`dataclasses.asdict`); keys it does not know are left out."""
     return Attachment(**{key: value for key, value in raw.items() if key in _ATTACHMENT_FIELDS})
 
 

@@ -17,6 +17,8 @@ of `state/turns.jsonl` (`store.LedgerFile`), or as rows of PostgreSQL (`postgres
 - `{"received": {...}}`: the message, with its turn id (`journal_id`, also the id of its user message
   in the session).
 - `{"edited": turnId, "text": ...}`: a message edited before its turn began is answered as edited.
+- `{"joined": turnId, "attachment": {...}, "text": ...}`: another photo of the same album arrived before
+  the turn began: the album is answered as one message, with the captions joined.
 - `{"answered": turnId, "reply": ...}`: the reply, written before it is sent, so a restart sends the
   same text without asking the model again. Only when the session on disk does not hold that text as
   the turn's answer (a failure's reply, a note put before the answer, a save that failed): otherwise
@@ -51,11 +53,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.domain.inbound import InboundMessage
+from bot.domain.inbound import Attachment, InboundMessage
 from bot.domain.message import Message, Role
 from bot.domain.session import AgentSession
 from bot.faults import UPDATE_CLAIMED, crash_point
-from bot.ledger.records import legacy_records, received_message, received_record
+from bot.ledger.records import attachment_of, legacy_records, received_message, received_record
 from bot.ledger.store import REMEMBERED_KEYS, LedgerStore
 
 log = logging.getLogger(__name__)
@@ -160,6 +162,22 @@ class Turn:
             await self._records._append([{"edited": self.id, "text": text}])
         except OSError as error:
             log.error("[Ledger] Could not record an edit (%s); a crash before its turn would lose it", error)
+
+    async def joined(self, other: InboundMessage) -> None:
+        """Another file of the same album arrived before the turn began: it is answered with this one, its
+        caption after this one's (recorded, so a crash before the turn answers the whole album)."""
+        if other.attachment is None:
+            return
+        self._inbound = with_album_file(self._inbound, other.attachment, other.text)
+        if self._records is None or self.id is None:
+            return
+        record = {"joined": self.id, "attachment": dataclasses.asdict(other.attachment), "text": other.text}
+        try:
+            await self._records._append([record])
+        except OSError as error:
+            log.error(
+                "[Ledger] Could not record a photo of an album (%s); a crash before its turn would lose it", error
+            )
 
     def stored_question(self, session: AgentSession) -> Message | None:
         """The turn's user message, when the session holds it (a reopened turn's; a new one's is not there yet)."""
@@ -407,6 +425,21 @@ class TurnLedger:
             return None
         return self._waiting.get((session_id, message_id))
 
+    def waiting_album(self, inbound: InboundMessage) -> Turn | None:
+        """The turn of a message of `inbound`'s album, from the same sender, still waiting in its chat's queue."""
+        if inbound.media_group is None:
+            return None
+        return next(
+            (
+                turn
+                for turn in self._waiting.values()
+                if turn.inbound.media_group == inbound.media_group
+                and turn.session_id == inbound.session_id
+                and turn.inbound.user_id == inbound.user_id
+            ),
+            None,
+        )
+
     def _wait(self, turn: Turn) -> None:
         if turn.inbound.message_id is not None:
             self._waiting[(turn.session_id, turn.inbound.message_id)] = turn
@@ -494,6 +527,13 @@ class TurnLedger:
                 self._open[turn.turn_id] = dataclasses.replace(
                     turn, inbound=dataclasses.replace(turn.inbound, text=record["text"])
                 )
+        elif "joined" in record:
+            turn = self._open.get(str(record["joined"]))
+            if turn is not None and isinstance(record.get("attachment"), dict):
+                inbound = with_album_file(
+                    turn.inbound, attachment_of(record["attachment"]), str(record.get("text") or "")
+                )
+                self._open[turn.turn_id] = dataclasses.replace(turn, inbound=inbound)
         elif "answered" in record:
             turn = self._open.get(str(record["answered"]))
             if turn is not None and isinstance(record.get("reply"), str):
@@ -516,6 +556,12 @@ class TurnLedger:
         self._keys.move_to_end(key)
         while len(self._keys) > REMEMBERED_KEYS:
             self._keys.popitem(last=False)
+
+
+def with_album_file(inbound: InboundMessage, attachment: Attachment, caption: str) -> InboundMessage:
+    """`inbound` with another file of its album, and that file's caption, if any, after its text."""
+    text = "\n\n".join(part for part in (inbound.text, caption) if part.strip())
+    return dataclasses.replace(inbound, album=(*inbound.album, attachment), text=text)
 
 
 def _new_id() -> str:

@@ -1,7 +1,8 @@
 """`MediaIntake`: before a message's turn runs, its image is fetched and kept, its audio transcribed.
 
 Called in the chat's order after the access check. Each outcome is either the message to answer
-(its text the caption or the transcript, the stored image in `image`) plus notes to send
+(its text the caption or the transcript, the stored image in `image`, an album's other photos in
+`album_images`) plus notes to send
 first, or a clear reply and nothing else: an image or audio over its size limit, a file Telegram
 would not give, an endpoint without transcription, audio it could not decode, a model without vision
 and no caption to answer. The file URL (which holds the bot token) never leaves the channel.
@@ -105,13 +106,32 @@ class MediaIntake:
     async def _image(
         self, inbound: InboundMessage, image: Attachment, channel: Channel, config: MediaConfig, model: str
     ) -> Prepared:
-        mime = image.mime or "image/jpeg"
-        without_image = dataclasses.replace(inbound, attachment=None)
+        without_image = dataclasses.replace(inbound, attachment=None, album=())
         if not self._vision.sees(model, config):
             if not inbound.text.strip():
                 return Prepared(None, [NO_VISION_REPLY.format(model=model)])
             first = self._vision.first_telling(inbound.session_id, model)
             return Prepared(without_image, [NO_VISION_NOTE.format(model=model)] if first else [])
+        stored = await self._kept(inbound, image, channel, config)
+        if isinstance(stored, Prepared):
+            return stored
+        # The album's other photos: one that cannot be had is said, and the rest answered.
+        album: list[MediaRef] = []
+        notes: list[str] = []
+        for other in inbound.album:
+            kept = await self._kept(inbound, other, channel, config)
+            if isinstance(kept, Prepared):
+                notes += kept.notes
+            else:
+                album.append(kept)
+        answered = dataclasses.replace(without_image, image=stored, album_images=tuple(album))
+        return Prepared(answered, notes)
+
+    async def _kept(
+        self, inbound: InboundMessage, image: Attachment, channel: Channel, config: MediaConfig
+    ) -> MediaRef | Prepared:
+        """The image fetched and kept under the workspace, or the refusal the person gets."""
+        mime = image.mime or "image/jpeg"
         too_big = f"That image is {{size}}; I take images up to {megabytes(config.max_image_bytes)}."
         data = await _download_within(channel, inbound, image, config.max_image_bytes, "image", too_big)
         if isinstance(data, Prepared):
@@ -121,8 +141,7 @@ class MediaIntake:
             width, height = size  # an image sent as a file: Telegram gives no size for it
         path = await self._store.save(inbound.session_id, data, mime)
         log.info("[Media] Kept an image of %s (%d bytes) as %s", inbound.session_id, len(data), path)
-        stored = MediaRef(kind="image", path=path, mime=mime, width=width, height=height)
-        return Prepared(dataclasses.replace(without_image, image=stored))
+        return MediaRef(kind="image", path=path, mime=mime, width=width, height=height)
 
     async def _audio(
         self, inbound: InboundMessage, audio: Attachment, channel: Channel, config: MediaConfig, model: str

@@ -11,10 +11,13 @@ out through the turn's `TurnOutbound`; the channel itself is only handed to what
 Commands marked immediate (`/stop`) skip the queue: they act on the run in progress. An edit of a
 message whose turn still waits in the queue replaces its text (`Turn.edited`); an edit of one already
 begun is queued as a message of its own, which the runner records as a correction of the earlier one.
+The photos of an album (sent at once, each a message of its own) join the turn of its first while it
+waits (`Turn.joined`), and that turn waits `media.albumWaitSeconds` for them before it begins.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from bot.access.policy import AccessPolicy
@@ -74,6 +77,11 @@ class InboundRouter:
                     "[Router] A queued message of %s was edited before its turn: answered as edited", inbound.session_id
                 )
                 return
+        album = self._ledger.waiting_album(inbound)
+        if album is not None:
+            await album.joined(inbound)
+            log.info("[Router] A photo of an album joined its first one in %s: answered together", inbound.session_id)
+            return
         if inbound.may_be_command and self._commands.is_immediate(inbound.text):
             turn = Turn.unrecorded(inbound)
             outbound = self._outbound.for_turn(channel, turn)
@@ -100,6 +108,9 @@ class InboundRouter:
             await self._runner.run(turn.begin(), outbound)
 
     async def _handle(self, turn: Turn, channel: Channel) -> None:
+        if turn.inbound.media_group is not None and not turn.begun_before and self._config_store is not None:
+            # An album comes as one message per photo: the rest of it joins this turn while it waits.
+            await asyncio.sleep((await self._config_store.current()).media.album_wait_seconds)
         inbound = turn.begin()
         outbound = self._outbound.for_turn(channel, turn)
         # A reply delivers the turn as it goes out; a notice, a command, a refusal end it here. /stop ends

@@ -232,6 +232,8 @@ def user_message_for(inbound: InboundMessage, session: AgentSession, message_id:
     sender = Sender(id=inbound.user_id, name=inbound.display_name) if inbound.sender_name or inbound.username else None
     image = inbound.image
     media = [image.model_copy(update={"caption": inbound.text or None})] if image is not None else None
+    if media is not None and inbound.album_images:
+        media += inbound.album_images
     correction_of = None
     if inbound.edited and inbound.message_id is not None:
         earlier = next(

@@ -525,6 +525,23 @@ async def test_a_hidden_link_reaches_the_model_with_its_address(
     assert users_said(fake_openai) == ["User1001: see 📎 [this](https://example.com/b)"]
 
 
+async def test_an_album_is_one_message_with_its_photos(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script("Three lovely photos.")
+    fake_telegram.push_album(OWNER, 3, caption="our holiday")
+    assert [m.text for m in await fake_telegram.await_messages(OWNER, 1)] == ["Three lovely photos."]
+    assert await ask(fake_telegram, OWNER, "thanks") == "echo: thanks"
+    [asked, _] = fake_openai.chat_requests()
+    assert fake_openai.user_texts(asked) == ["our holiday"]
+    assert len(fake_openai.image_urls(asked)) == 3
+    stored = json.loads((bot.workspace / "sessions" / f"telegram:{OWNER}.json").read_text())["messages"]
+    assert [(m["role"], m["content"], len(m.get("media") or [])) for m in stored] == [
+        ("user", "our holiday", 3), ("assistant", "Three lovely photos.", 0), ("user", "thanks", 0),
+        ("assistant", "echo: thanks", 0),
+    ]  # fmt: skip
+
+
 async def test_a_gif_is_an_animation_not_a_file_to_read(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:

@@ -1587,6 +1587,7 @@ class _InboundUpdates:
     _api: _BotApi
     _server: _HttpServer
     _callback_seq: Iterator[int]
+    _media_group_seq: Iterator[int]
 
     def push_update(self, update: JsonDict) -> int:
         """Queue a raw Update dict (update_id is assigned when missing); returns the update_id."""
@@ -1694,6 +1695,19 @@ class _InboundUpdates:
             "file_size": len(content),
         }
         return self._push_media(chat_id, {"photo": [thumbnail, full]}, caption, sender)
+
+    def push_album(self, chat_id: int, count: int = 3, *, caption: str | None = None, **sender: Any) -> list[int]:
+        """A user sends `count` photos at once (an album): Telegram delivers each as a message of its own, in
+        one media group (the same `media_group_id`), the caption on the first. Returns the update_ids."""
+        group = str(next(self._media_group_seq))
+        updates = []
+        for index in range(count):
+            stored = self._world.add_file(b"\xff\xd8\xff\xe0fake-jpeg-%d" % index, f"photo{index}.jpg", "photos")
+            size = {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id, "width": 800, "height": 600,
+                    "file_size": len(stored.content)}  # fmt: skip
+            media = {"photo": [size], "media_group_id": group}
+            updates.append(self._push_media(chat_id, media, caption if index == 0 else None, sender))
+        return updates
 
     def push_voice(
         self,
@@ -2068,6 +2082,7 @@ class FakeTelegram(_InboundUpdates, _CallInspection):
         self._server = _HttpServer(token, self._api, self._queue, self._log, self._faults)
         self._api.on_webhook_change = self._server.wake_pollers
         self._callback_seq = itertools.count(1)
+        self._media_group_seq = itertools.count(13_000_000)
 
     # -- lifecycle -------------------------------------------------------------------------
     @property

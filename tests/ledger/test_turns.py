@@ -62,6 +62,29 @@ async def test_a_turn_goes_received_answered_delivered_and_a_restart_finds_what_
     assert [next(iter(line)) for line in lines] == ["seen", "received", "answered", "received"]
 
 
+def album_photo(number: int, caption: str = "", sender: str = "7") -> InboundMessage:
+    photo = Attachment("image", f"file{number}", "image/jpeg", 100, width=800, height=600)
+    return InboundMessage("telegram", "1", sender, caption, message_id=str(number), attachment=photo, media_group="g1")
+
+
+async def test_the_photos_of_an_album_join_its_waiting_turn_and_a_restart_keeps_them(tmp_path: Path) -> None:
+    path = tmp_path / "turns.jsonl"
+    ledger = TurnLedger(LedgerFile(path))
+    await ledger.load()
+    first = await ledger.receive(album_photo(1, "our holiday"))
+    assert ledger.waiting_album(album_photo(2)) is first
+    assert ledger.waiting_album(album_photo(2, sender="8")) is None  # another sender's photos are theirs
+    await first.joined(album_photo(2))
+    await first.joined(album_photo(3, "the beach"))
+    assert first.inbound.text == "our holiday\n\nthe beach"
+    assert [photo.file_id for photo in first.inbound.album] == ["file2", "file3"]
+
+    _, [still_open] = await restarted(path)  # a crash before its turn: the whole album is answered
+    assert still_open.inbound == first.inbound
+    first.begin()
+    assert ledger.waiting_album(album_photo(4)) is None  # begun: a late photo is a message of its own
+
+
 async def test_a_key_is_seen_once_and_made_durable_by_flush_or_by_its_turn(tmp_path: Path) -> None:
     path = tmp_path / "turns.jsonl"
     ledger = TurnLedger(LedgerFile(path))
