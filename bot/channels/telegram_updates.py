@@ -131,13 +131,14 @@ def inbound_from_update(
         quote=_quoted(message, bot),
         forwarded_from=forwarded_from,
         attachment=attachment,
-        media_group=_media_group(message) if attachment is not None else None,
+        media_group=_media_group(message) if attachment is not None and attachment.kind == "image" else None,
         notice=notice,
     )
 
 
 def _media_group(message: dict[str, Any]) -> str | None:
-    """The album a photo or file belongs to, when it was sent with others at once (`media_group_id`)."""
+    """The album a photo belongs to, when it was sent with others at once (`media_group_id`). Files and audio
+    sent at once are each a message of their own: each is read or transcribed."""
     group = message.get("media_group_id")
     return str(group) if group else None
 

@@ -144,6 +144,16 @@ def test_media_without_caption_gets_a_notice(field: str, words: str) -> None:
     assert inbound.notice is not None and words in inbound.notice and inbound.attachment is None
 
 
+def test_only_the_photos_of_an_album_carry_its_id() -> None:
+    photo = message_update(photo=[{"file_id": "f", "width": 1, "height": 1}], media_group_id="77")
+    document = {"file_id": "d", "file_name": "report.pdf", "mime_type": "application/pdf"}
+    inbound = inbound_from_update(photo, BOT, GROUPS)
+    assert inbound is not None and inbound.media_group == "77"
+    # Files sent at once are each read: none joins another's turn.
+    inbound = inbound_from_update(message_update(document=document, media_group_id="78"), BOT, GROUPS)
+    assert inbound is not None and inbound.attachment is not None and inbound.media_group is None
+
+
 def test_a_document_carries_what_the_pipeline_needs_to_fetch_and_read_it() -> None:
     document = {"file_id": "f1", "file_unique_id": "u", "file_name": "report.pdf", "mime_type": "application/pdf",
                 "file_size": 2048}  # fmt: skip
