@@ -129,6 +129,7 @@ def inbound_from_update(
         dedup_key=str(update.get("update_id")),
         edited=edited,
         quote=_quoted(message, bot),
+        reply_to=_replied_id(message),
         forwarded_from=forwarded_from,
         attachment=attachment,
         media_group=_media_group(message) if attachment is not None and attachment.kind == "image" else None,
@@ -222,6 +223,14 @@ def _quoted(message: dict[str, Any], bot: BotIdentity) -> Quote | None:
     if not isinstance(text, str) or not text.strip():
         return None
     return Quote(author=name, text=_cut_quote(text))
+
+
+def _replied_id(message: dict[str, Any]) -> str | None:
+    """The id of the message of this chat the message replies to (a photo replied to is shown again)."""
+    replied = message.get("reply_to_message")
+    if not isinstance(replied, dict) or replied.get("message_id") is None:
+        return None
+    return str(replied["message_id"])
 
 
 def _cut_quote(text: str) -> str:

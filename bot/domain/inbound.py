@@ -56,8 +56,9 @@ class InboundMessage:
     dedup_key: str | None = None
     # A new version of a message the person edited; `message_id` is the edited message's.
     edited: bool = False
-    # The message this one replies to: its author and its text (or caption), cut.
+    # The message this one replies to: its author and its text (or caption), cut; and its id at the channel.
     quote: Quote | None = None
+    reply_to: str | None = None
     # Who wrote a forwarded message (a person, a group, a channel): its words are theirs, not the sender's.
     forwarded_from: str | None = None
     # The file that came with the message, still at the channel.

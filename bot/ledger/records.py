@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 _SCALAR_FIELDS = (
     "channel_type", "chat_id", "user_id", "text", "message_id", "username", "sender_name", "is_group", "dedup_key",
-    "edited", "notice", "transcribed", "forwarded_from", "media_group",
+    "edited", "notice", "transcribed", "forwarded_from", "media_group", "reply_to",
 )  # fmt: skip
 _ATTACHMENT_FIELDS = {field.name for field in dataclasses.fields(Attachment)}
 

@@ -227,23 +227,22 @@ class PipelineRunner:
 
 def user_message_for(inbound: InboundMessage, session: AgentSession, message_id: str | None = None) -> Message:
     """The session's user message for `inbound` (its id `message_id`, the turn's, when it has one): its text,
-    sender, quoted reply, the author of a forwarded message, image and, for an edit of a message already
-    answered, which stored message it corrects."""
+    sender, quoted reply, the author of a forwarded message, images (its own, or those of an earlier photo
+    it replies to) and, for an edit of a message already answered, which stored message it corrects."""
     sender = Sender(id=inbound.user_id, name=inbound.display_name) if inbound.sender_name or inbound.username else None
     image = inbound.image
     media = [image.model_copy(update={"caption": inbound.text or None})] if image is not None else None
     if media is not None and inbound.album_images:
         media += inbound.album_images
+    if media is None and inbound.reply_to is not None:
+        # A question about an earlier photo, asked by replying to it: the photo comes with it again (the same
+        # file), so the model sees what is asked about, however many images came since.
+        replied = _stored_user_message(session, inbound.reply_to)
+        if replied is not None and replied.media:
+            media = [item.model_copy(update={"caption": None}) for item in replied.media]
     correction_of = None
     if inbound.edited and inbound.message_id is not None:
-        earlier = next(
-            (
-                stored
-                for stored in reversed(session.messages)
-                if stored.role is Role.USER and stored.channel_message_id == inbound.message_id
-            ),
-            None,
-        )
+        earlier = _stored_user_message(session, inbound.message_id)
         correction_of = earlier.id if earlier is not None else None
     return Message(
         id=message_id or new_message_id(),
@@ -255,4 +254,16 @@ def user_message_for(inbound: InboundMessage, session: AgentSession, message_id:
         media=media,
         correction_of=correction_of,
         channel_message_id=inbound.message_id,
+    )
+
+
+def _stored_user_message(session: AgentSession, channel_message_id: str) -> Message | None:
+    """The session's user message the channel knows by `channel_message_id`, the newest first."""
+    return next(
+        (
+            stored
+            for stored in reversed(session.messages)
+            if stored.role is Role.USER and stored.channel_message_id == channel_message_id
+        ),
+        None,
     )

@@ -3,6 +3,7 @@ already answered is a correction the model sees; an edit of one still queued rep
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -38,6 +39,33 @@ async def test_a_reply_carries_the_quoted_text_and_its_author(
     reply = stored_user_messages(session)[-1]
     assert reply["content"] == "and its tallest building?"
     assert reply["quote"] == {"author": "you (the assistant)", "text": "Paris has about 2.1 million people."}
+
+
+async def test_a_reply_to_an_earlier_photo_shows_the_model_that_photo_again(
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    bot = await start({"media": {"imagesInPrompt": 2}})
+    fake_openai.script("A dog.", "A cat.", "A beagle, I think.", "About two.")
+    dog = fake_telegram.push_photo(OWNER, content=b"\xff\xd8\xff\xe0the-dog")
+    await fake_telegram.await_messages(OWNER, 1)
+    fake_telegram.push_photo(OWNER, content=b"\xff\xd8\xff\xe0the-cat")
+    fake_telegram.push_message(OWNER, "I love cats")
+    await fake_telegram.await_messages(OWNER, 3)
+
+    def images_sent() -> list[bytes]:
+        return [
+            base64.b64decode(url.split(",", 1)[1]).removeprefix(b"\xff\xd8\xff\xe0") for url in fake_openai.image_urls()
+        ]
+
+    assert images_sent() == [b"the-dog", b"the-cat"]
+    # The dog is no longer among the newest images: the question replying to it brings it again.
+    for question in ("what breed is it?", "how old?"):
+        fake_telegram.push_message(OWNER, question, reply_to_message_id=message_id_of(fake_telegram, dog))
+    await fake_telegram.await_messages(OWNER, 5)
+    assert images_sent() == [b"the-cat", b"the-dog"]  # each image once, with the newest message that has it
+    session = json.loads((bot.workspace / "sessions" / f"telegram:{OWNER}.json").read_text())
+    first_photo, *_, question = stored_user_messages(session)
+    assert question["media"] == first_photo["media"]  # the same file, not a copy
 
 
 async def test_an_edit_of_an_answered_message_is_a_correction(
