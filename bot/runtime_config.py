@@ -37,6 +37,8 @@ NOTICE_PREFIX = "runtime-config:"
 
 
 SCHEMA_KEY = "$schema"
+# What some editors write first in a UTF-8 file; JSON lets a parser read past it.
+BYTE_ORDER_MARK = "\ufeff"
 # How the configuration held by the database is named in log lines and owner notices.
 DATABASE_SOURCE = "runtime-config.json in the database"
 # What the configuration in force was read from: the file (its signature), or the database's row (its version).
@@ -112,6 +114,38 @@ def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
+def read_json_object(text: str, source: Path | str) -> dict[str, Any]:
+    """The JSON object `text` holds; `InvalidRuntimeConfig` naming the line, the column and, for the slips of a
+    hand edit (a comma after the last entry, a comment, single quotes, an empty file), the slip itself.
+
+    A byte order mark (what some Windows editors put first) is read past, as JSON allows a parser to."""
+    text = text.removeprefix(BYTE_ORDER_MARK)
+    if not text.strip():
+        raise InvalidRuntimeConfig(f"{source}: the file is empty (an empty object, {{}}, means the shipped defaults)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidRuntimeConfig(
+            f"{source}: invalid JSON at line {error.lineno} column {error.colno}: {_json_slip(error)}"
+        ) from error
+    if not isinstance(data, dict):
+        raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
+    return data
+
+
+def _json_slip(error: json.JSONDecodeError) -> str:
+    """What a person most likely typed where the parser stopped, in words; the parser's own message otherwise."""
+    here = error.doc[error.pos :]
+    before = error.doc[: error.pos].rstrip()
+    if here.startswith(("//", "/*", "#")):
+        return f"a comment ({here[:2].strip()}): JSON takes none; remove it, or keep the note in a key of its own"
+    if before.endswith(",") and here[:1] in ("}", "]"):
+        return f"a comma after the last entry: JSON takes none before `{here[0]}`; remove it"
+    if here.startswith("'"):
+        return "single quotes: JSON takes double quotes around keys and texts"
+    return error.msg
+
+
 def parse_runtime_config(
     text: str,
     source: Path | str,
@@ -122,14 +156,7 @@ def parse_runtime_config(
     """`text` merged over `base`, `overrides` over both. A key that does not validate is left out (and keeps
     its value in `in_force`, when it has one) and named in `problems`; `InvalidRuntimeConfig` when the
     text is not a JSON object at all."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidRuntimeConfig(
-            f"{source}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from error
-    if not isinstance(data, dict):
-        raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
+    data = read_json_object(text, source)
     # `$schema` names the JSON Schema an editor checks the file against; it is no setting.
     data.pop(SCHEMA_KEY, None)
     kept: dict[str, Any] = copy.deepcopy(data)
@@ -228,13 +255,24 @@ class RuntimeConfigStore:
         self._row = row
 
     def written_text(self) -> str | None:
-        """The text the configuration is read from (the database's row, else the file), None when there is none."""
+        """The text the configuration is read from (the database's row, else the file), None when there is none;
+        `InvalidRuntimeConfig` when the file is there but cannot be read."""
         if self._row is not None:
             return self._row[1]
         try:
             return self._workspace_path.read_text("utf-8")
-        except (OSError, UnicodeDecodeError):
+        except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidRuntimeConfig(f"{self.source()}: cannot be read: {error}") from error
+
+    def with_changes(self, changes: dict[str, Any]) -> str:
+        """The stored text (see `written_text`) with `changes` merged in, key by key, as the bot writes it back.
+        `InvalidRuntimeConfig` when that text is not a JSON object the bot can read: what a person wrote is
+        never written over, so the slip must be fixed (or the file removed) first."""
+        written = self.written_text()
+        merged = deep_merge(read_json_object(written, self.source()) if written is not None else {}, changes)
+        return json.dumps(merged, indent=2, ensure_ascii=False) + "\n"
 
     def source(self) -> Path | str:
         """Where the configuration is read from, as log lines and the owner are told."""
@@ -253,13 +291,8 @@ class RuntimeConfigStore:
         return self._row_writer is not None
 
     async def write_settings(self, changes: dict[str, Any]) -> RuntimeConfig:
-        """`changes` merged, key by key, into the stored text (see `written_text`), written back by `write`."""
-        try:
-            written = json.loads(self.written_text() or "{}")
-        except ValueError:
-            written = {}
-        merged = deep_merge(written if isinstance(written, dict) else {}, changes)
-        return await self.write(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+        """`changes` merged into the stored text (`with_changes`), written back by `write`."""
+        return await self.write(self.with_changes(changes))
 
     def in_force(self) -> RuntimeConfig:
         """The configuration in force, without checking the file (see `current`); a getter, to hand to what
@@ -314,7 +347,11 @@ class RuntimeConfigStore:
     def _file_signature(self) -> Signature:
         if self._row is not None:
             return ("database", self._row[0])
-        return file_signature(self._workspace_path)
+        try:
+            return file_signature(self._workspace_path)
+        except OSError as error:
+            # A folder on the path the bot may not enter, a symlink loop: the read that follows says why.
+            return (f"unreadable: {error}", 0)
 
     def _reload(self, signature: Signature) -> None:
         # Remember the signature even when refused, so one bad edit is one log line, not one per message.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.notices import OwnerNotices
-from bot.runtime_config import RuntimeConfigStore, deep_merge, runtime_config_problems
+from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore, deep_merge, runtime_config_problems
 from bot.settings import RuntimeConfig, settings_of, shipped_runtime_config_json
 from bot.shipped import shipped_path
 from tests.channels.telegram_harness import OWNER
@@ -99,6 +99,16 @@ async def test_edit_takes_effect_on_next_read(tmp_path: Path) -> None:
     [
         ('{"memory": {"recentDays": 3,}}', "invalid JSON at line 1"),
         ("[1, 2]", "expected a JSON object"),
+        # The slips of a hand edit are named as such, not as what the parser expected instead.
+        (
+            '{"memory": {"recentDays": 3,\n}}',
+            "line 2 column 1: a comma after the last entry: JSON takes none before `}`",
+        ),
+        ('{"access": {"allowedUsers": [1, 2,]}}', "a comma after the last entry: JSON takes none before `]`"),
+        ('{\n  // my bot\n  "memory": {}}', "line 2 column 3: a comment (//): JSON takes none"),
+        ("{'memory': {}}", "single quotes: JSON takes double quotes"),
+        ("", "the file is empty (an empty object, {}, means the shipped defaults)"),
+        ("  \n", "the file is empty"),
     ],
 )
 async def test_a_file_that_is_not_a_json_object_is_refused_whole_and_the_last_good_config_stays(
@@ -118,6 +128,46 @@ async def test_a_file_that_is_not_a_json_object_is_refused_whole_and_the_last_go
     assert str(store.path) in refusals[0] and named in refusals[0]
     [problem] = store.problems()
     assert problem.key == "(file)" and named in problem.problem
+
+
+async def test_a_byte_order_mark_an_editor_put_first_is_read_past(tmp_path: Path) -> None:
+    store = store_at(tmp_path)
+    store.path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"memory": {"recentDays": 3}}).encode())
+    assert (await store.current()).memory.recent_days == 3
+    assert store.problems() == [] and runtime_config_problems(store.path) == []
+
+
+async def test_a_file_the_bot_cannot_even_look_at_is_refused_whole_and_the_bot_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A path `stat` fails on (a symlink loop here; a folder the bot may not enter fails the same way)."""
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 2}}))
+    assert (await store.current()).memory.recent_days == 2
+    store.path.unlink()
+    store.path.symlink_to(store.path)
+    with caplog.at_level(logging.ERROR):
+        assert (await store.current()).memory.recent_days == 2  # the last good configuration stays
+        await store.current()
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert str(store.path) in refusal and "Too many levels of symbolic links" in refusal
+    [problem] = store.problems()
+    assert problem.key == "(file)" and problem.problem.startswith("cannot be read")
+    store.path.unlink()
+    write(store.path, json.dumps({"memory": {"recentDays": 4}}))
+    assert (await store.current()).memory.recent_days == 4 and store.problems() == []
+
+
+@pytest.mark.parametrize("content", ['{"memory": {"recentDays": 3,}}', "", "[1]"])
+async def test_a_setting_written_by_the_bot_never_replaces_a_file_it_cannot_read(tmp_path: Path, content: str) -> None:
+    store = store_at(tmp_path)
+    write(store.path, content)
+    with pytest.raises(InvalidRuntimeConfig, match=str(store.path)):
+        await store.write_settings({"llm": {"model": "qwen2.5:7b"}})
+    assert store.path.read_text() == content  # the person's text, as they left it
+    store.path.unlink()
+    await store.write_settings({"llm": {"model": "qwen2.5:7b"}})  # no file: written from the change alone
+    assert json.loads(store.path.read_text()) == {"llm": {"model": "qwen2.5:7b"}}
 
 
 async def test_the_issues_typo_refuses_that_key_alone_and_names_the_nearest_one(
