@@ -52,6 +52,8 @@ def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
     parsed = ParsedItems([], [], 0)
     context = {"zone": zone}
     lines = text.split("\n")
+    # Each item's id: the line it is on, and its place in the layout.
+    seen: dict[str, tuple[int, int]] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -70,11 +72,28 @@ def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
             parsed.layout.append(KeptLine(line))
             parsed.skipped += 1
         else:
+            if item.id in seen:
+                _keep_the_earlier(parsed, *seen[item.id], number, item.id, source)
+            seen[item.id] = (number, len(parsed.layout))
             parsed.items.append(item)
             parsed.lines.append(line)
             parsed.layout.append(item.id)
         parsed.unterminated = number == len(lines)
     return parsed
+
+
+def _keep_the_earlier(parsed: ParsedItems, number: int, place: int, later: int, item_id: str, source: Path) -> None:
+    """An id given again further down (a line copied to write a new fact, its id left as it was): the later line
+    is the item, the earlier one is skipped and kept as it is, so no rewrite drops what a person wrote."""
+    index = sum(1 for entry in parsed.layout[:place] if not isinstance(entry, KeptLine))
+    del parsed.items[index]
+    parsed.layout[place] = KeptLine(parsed.lines.pop(index))
+    parsed.skipped += 1
+    log.warning(
+        "[Memory] Skipped line %d of %s (kept in the file): id %s is given again on line %d, which is used; "
+        "give one of them a new id to keep both",
+        number, source, item_id, later,
+    )  # fmt: skip
 
 
 def parse_items(text: str, source: Path, zone: tzinfo = UTC) -> list[MemoryItem]:

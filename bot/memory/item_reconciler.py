@@ -243,10 +243,9 @@ class ItemReconciler:
                 # A kept line goes back byte for byte (undecodable bytes were read as surrogate escapes).
                 kept.append((name, pos, entry.text.encode("utf-8", "surrogateescape")))
                 continue
+            # An id is given once in a parsed file: an earlier line with it is a kept line (`parse_item_file`).
             item, line = next(items), next(lines).encode("utf-8", "surrogateescape")
-            first = loaded.get(item.id)
-            # An id twice in one file: the later line wins, at the place of the first.
-            loaded[item.id] = (item, line, pos if first is None else first[2])
+            loaded[item.id] = (item, line, pos)
         before = state.db.read(index_sql.ids_in_file, name)
         # An id also found in another file: this one wins (see `relocate`).
         elsewhere = state.db.read(index_sql.ids_in_other_files, name, list(loaded))
