@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.config_problems import ConfigProblem, problem_for
+from bot.config_problems import ConfigProblem, InvalidJsonFile, problem_for, read_json_object
 from bot.notices import OwnerNotices
 from bot.settings import RuntimeConfig, read_at_start_keys
 from bot.shipped import shipped_path
@@ -37,15 +37,13 @@ NOTICE_PREFIX = "runtime-config:"
 
 
 SCHEMA_KEY = "$schema"
-# What some editors write first in a UTF-8 file; JSON lets a parser read past it.
-BYTE_ORDER_MARK = "\ufeff"
 # How the configuration held by the database is named in log lines and owner notices.
 DATABASE_SOURCE = "runtime-config.json in the database"
 # What the configuration in force was read from: the file (its signature), or the database's row (its version).
 Signature = FileSignature | tuple[str, int] | None
 
 
-class InvalidRuntimeConfig(ValueError):
+class InvalidRuntimeConfig(InvalidJsonFile):
     """The configuration file was refused; the message names the file and the offending key."""
 
 
@@ -114,38 +112,6 @@ def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
-def read_json_object(text: str, source: Path | str) -> dict[str, Any]:
-    """The JSON object `text` holds; `InvalidRuntimeConfig` naming the line, the column and, for the slips of a
-    hand edit (a comma after the last entry, a comment, single quotes, an empty file), the slip itself.
-
-    A byte order mark (what some Windows editors put first) is read past, as JSON allows a parser to."""
-    text = text.removeprefix(BYTE_ORDER_MARK)
-    if not text.strip():
-        raise InvalidRuntimeConfig(f"{source}: the file is empty (an empty object, {{}}, means the shipped defaults)")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidRuntimeConfig(
-            f"{source}: invalid JSON at line {error.lineno} column {error.colno}: {_json_slip(error)}"
-        ) from error
-    if not isinstance(data, dict):
-        raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
-    return data
-
-
-def _json_slip(error: json.JSONDecodeError) -> str:
-    """What a person most likely typed where the parser stopped, in words; the parser's own message otherwise."""
-    here = error.doc[error.pos :]
-    before = error.doc[: error.pos].rstrip()
-    if here.startswith(("//", "/*", "#")):
-        return f"a comment ({here[:2].strip()}): JSON takes none; remove it, or keep the note in a key of its own"
-    if before.endswith(",") and here[:1] in ("}", "]"):
-        return f"a comma after the last entry: JSON takes none before `{here[0]}`; remove it"
-    if here.startswith("'"):
-        return "single quotes: JSON takes double quotes around keys and texts"
-    return error.msg
-
-
 def parse_runtime_config(
     text: str,
     source: Path | str,
@@ -156,7 +122,10 @@ def parse_runtime_config(
     """`text` merged over `base`, `overrides` over both. A key that does not validate is left out (and keeps
     its value in `in_force`, when it has one) and named in `problems`; `InvalidRuntimeConfig` when the
     text is not a JSON object at all."""
-    data = read_json_object(text, source)
+    try:
+        data = read_json_object(text, source)
+    except InvalidJsonFile as error:
+        raise InvalidRuntimeConfig(str(error)) from error
     # `$schema` names the JSON Schema an editor checks the file against; it is no setting.
     data.pop(SCHEMA_KEY, None)
     kept: dict[str, Any] = copy.deepcopy(data)
@@ -271,7 +240,10 @@ class RuntimeConfigStore:
         `InvalidRuntimeConfig` when that text is not a JSON object the bot can read: what a person wrote is
         never written over, so the slip must be fixed (or the file removed) first."""
         written = self.written_text()
-        merged = deep_merge(read_json_object(written, self.source()) if written is not None else {}, changes)
+        try:
+            merged = deep_merge(read_json_object(written, self.source()) if written is not None else {}, changes)
+        except InvalidJsonFile as error:
+            raise InvalidRuntimeConfig(str(error)) from error
         return json.dumps(merged, indent=2, ensure_ascii=False) + "\n"
 
     def source(self) -> Path | str:

@@ -48,7 +48,8 @@ class CheckResult:
     def line(self) -> str:
         if self.ok:
             return f"✓ {self.name}: {self.detail}"
-        return f"✗ {self.name}: {self.detail}. Fix: {self.fix}"
+        stop = "" if self.detail.endswith(("?", ".")) else "."
+        return f"✗ {self.name}: {self.detail}{stop} Fix: {self.fix}"
 
 
 # The name of the runtime-config check's lines (`/status` lists refused keys on lines of its own).
@@ -159,19 +160,25 @@ def model_registry(env: EnvSettings) -> ModelRegistry:
     return ModelRegistry.load(shipped_path("config") / "models.json", workspace.models_file)
 
 
-def check_model_window(env: EnvSettings, config: RuntimeConfig) -> CheckResult:
-    """The chat model is in models.json, so prompts are planned for its real window."""
-    spec = model_registry(env).lookup(config.llm.model)
+def check_model_window(env: EnvSettings, config: RuntimeConfig) -> list[CheckResult]:
+    """The workspace's models.json is accepted (one line per entry refused) and the chat model is in it or the
+    shipped one, so prompts are planned for its real window."""
+    registry = model_registry(env)
+    models_file = Workspace(env.bot_workspace).models_file
+    refused = [failed("Model window", problem, f"correct it in {models_file}") for problem in registry.problems]
+    spec = registry.lookup(config.llm.model)
     window = f"input {spec.max_input_tokens} / output {spec.max_output_tokens} tokens"
     if spec.known:
-        return passed("Model window", f"{spec.name}: {window}")
-    models_file = Workspace(env.bot_workspace).models_file
-    return failed(
-        "Model window",
-        f"{spec.name} is not in models.json: prompts are planned for the default window ({window})",
-        f'add {{"models": {{"{spec.name}": {{"maxInputTokens": N, "maxOutputTokens": M, "tier": "smart"}}}}}} '
-        f"to {models_file}",
-    )
+        return [*refused, passed("Model window", f"{spec.name}: {window}")]
+    return [
+        *refused,
+        failed(
+            "Model window",
+            f"{spec.name} is not in models.json: prompts are planned for the default window ({window})",
+            f'add {{"models": {{"{spec.name}": {{"maxInputTokens": N, "maxOutputTokens": M, "tier": "smart"}}}}}} '
+            f"to {models_file}",
+        ),
+    ]
 
 
 def local_checks(env: EnvSettings) -> list[CheckResult]:
@@ -181,7 +188,7 @@ def local_checks(env: EnvSettings) -> list[CheckResult]:
         *check_environment(env),
         check_workspace(env.bot_workspace),
         *config_checks,
-        check_model_window(env, config),
+        *check_model_window(env, config),
     ]
 
 
