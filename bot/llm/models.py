@@ -88,10 +88,15 @@ def _entry(path: Path, key: str, value: object, problems: list[str]) -> _ModelEn
     try:
         return _ModelEntry.model_validate(value)
     except ValidationError as error:
+        unknown = [str(item["loc"][-1]) for item in error.errors() if item["type"] == "extra_forbidden"]
+        # A key missing because it is misspelt is said once, as the misspelling.
+        meant = {near for name in unknown for near in difflib.get_close_matches(name, ENTRY_KEYS, 1, SUGGESTION_CUTOFF)}
         for item in error.errors():
             where = ".".join([key, *(str(part) for part in item["loc"])])
             if item["type"] == "extra_forbidden":
                 problems.append(f"{path}: {where}: not a key of an entry{_nearest(str(item['loc'][-1]), ENTRY_KEYS)}")
+            elif item["type"] == "missing" and str(item["loc"][-1]) in meant:
+                continue
             elif item["type"] == "missing":
                 problems.append(f"{path}: {where}: missing (an entry takes {', '.join(ENTRY_KEYS)})")
             else:
