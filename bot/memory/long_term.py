@@ -87,4 +87,6 @@ class LongTermMemory:
     async def _stored(self) -> str:
         """The file as stored, every byte that is not UTF-8 kept as it is: what a rewrite of the bot's starts from."""
         data = await self._documents.read_bytes(LONG_TERM_NAME)
-        return data.decode("utf-8", "surrogateescape").removeprefix(BYTE_ORDER_MARK).strip()
+        text = data.decode("utf-8", "surrogateescape").removeprefix(BYTE_ORDER_MARK)
+        # Line ends as the model reads them (`\n`), so that what it asks to replace is found in a CRLF file too.
+        return text.replace("\r\n", "\n").replace("\r", "\n").strip()

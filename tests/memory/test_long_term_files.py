@@ -4,6 +4,7 @@ the model is shown, what the log says, and that the bot's own rewrites keep ever
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,38 @@ async def test_a_binary_file_saved_as_memory_md_is_left_out_of_the_prompt_logged
     [warning] = [r.getMessage() for r in caplog.records if "[Memory] MEMORY.md" in r.getMessage()]
     assert "it is not text (it holds NUL bytes" in warning
     assert memory_md.read_bytes() == binary
+
+
+async def test_a_crlf_file_is_edited_by_the_model_as_it_reads_it(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    memory_md = services.workspace.memory.long_term_file
+    memory_md.write_bytes(b"# About me\r\n- My cat is MISO.\r\n- She is grey.\r\n")
+    old_text = "- My cat is MISO.\n- She is grey."  # as read_memory shows it
+    fake_openai.script(
+        Reply(tool_calls=[ToolCallSpec("update_memory", {"old_text": old_text, "new_text": "- My cat is MISU."})]),
+        "Ok.",
+    )
+    await say(services, channel, "1", "my cat is Misu, and forget the colour")
+    assert fake_openai.chat_requests()[-1]["messages"][-1]["content"] == "MEMORY.md updated."
+    assert memory_md.read_text() == "# About me\n- My cat is MISU.\n"
+
+
+async def test_a_memory_md_linked_elsewhere_stays_linked_when_the_model_writes_to_it(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    synced = tmp_path / "Sync" / "memory.md"  # the person keeps it in a synced folder
+    synced.parent.mkdir()
+    synced.write_text("# About me\n- I drink GREEN tea.\n")
+    memory_md = services.workspace.memory.long_term_file
+    memory_md.unlink(missing_ok=True)
+    memory_md.symlink_to(synced)
+    fake_openai.script(
+        Reply(tool_calls=[ToolCallSpec("write_memory", {"content": "- My cat is called MISO."})]), "Noted."
+    )
+    await say(services, channel, "1", "remember my cat is Miso")
+    assert memory_md.is_symlink() and memory_md.resolve() == synced.resolve()
+    assert synced.read_text() == "# About me\n- I drink GREEN tea.\n- My cat is called MISO.\n"
+    synced.write_text("# About me\n- I drink BLACK tea.\n")  # edited where it lives: the next message reads it
+    await say(services, channel, "1", "what do I drink?")
+    assert "BLACK tea" in (memory_section(fake_openai.system_prompts()[-1]) or "")
