@@ -208,6 +208,9 @@ class RuntimeConfigStore:
         self._lock = asyncio.Lock()
         self._listeners: list[Callable[[RuntimeConfig], None]] = []
         self._announced = self._config
+        # Whether a configuration was read from the file (or the row): until then, a refused one leaves the
+        # shipped defaults in force, not a last good configuration.
+        self._read_once = False
 
     @property
     def path(self) -> Path:
@@ -350,6 +353,7 @@ class RuntimeConfigStore:
                 problem.key, source, problem.describe().removeprefix(f"{problem.key}: "),
             )  # fmt: skip
         self._problems = loaded.problems
+        self._read_once = True
         if config != self._config:
             log.info("[Config] Loaded %s", source)
             for key in changed_at_start_keys(self._config, config):
@@ -360,8 +364,11 @@ class RuntimeConfigStore:
                 )
         self._config = config
 
+    def _in_force_instead(self) -> str:
+        return "the last good configuration" if self._read_once else "the shipped defaults"
+
     def _refuse_whole(self, reason: str) -> None:
-        log.error("[Config] Refused %s: %s; keeping the last good configuration", self.source(), reason)
+        log.error("[Config] Refused %s: %s; keeping %s", self.source(), reason, self._in_force_instead())
         self._problems = [ConfigProblem(WHOLE_FILE, reason)]
 
     def _after_reload(self) -> None:
@@ -382,8 +389,9 @@ class RuntimeConfigStore:
     def _owner_text(self, problem: ConfigProblem) -> str:
         if problem.key == WHOLE_FILE:
             return (
-                f"I could not read {self.source()}: {problem.problem}. The last good configuration stays "
-                "in force until the file is fixed."
+                f"I could not read {self.source()}: {problem.problem}. "
+                + ("The last good configuration stays in force" if self._read_once else "The shipped defaults apply")
+                + " until the file is fixed."
             )
         described = problem.describe()
         return (

@@ -262,6 +262,48 @@ async def test_a_refused_key_is_told_to_the_owner_once_and_settled_once_fixed(tm
     assert len(told) == 2
 
 
+async def test_a_file_refused_whole_at_start_says_the_shipped_defaults_apply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    notices = OwnerNotices(tmp_path / "told.json")
+    told: list[str] = []
+
+    async def deliver(text: str) -> bool:
+        told.append(text)
+        return True
+
+    notices.connect(deliver)
+    store = RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json", notices=notices)
+    write(store.path, '{"memory": {"recentDays": 3},}')
+    with caplog.at_level(logging.ERROR):
+        assert store.load_now().memory.recent_days == 7
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert refusal.endswith("; keeping the shipped defaults")
+    write(store.path, '{"memory": {"recentDays": 3}}')
+    assert (await store.current()).memory.recent_days == 3
+    write(store.path, '{"memory": {"recentDays": 4},}')
+    assert (await store.current()).memory.recent_days == 3
+    await notices.close()
+    assert [text.rsplit(". ", 1)[-1] for text in told] == [
+        "The shipped defaults apply until the file is fixed.",
+        "The last good configuration stays in force until the file is fixed.",
+    ]
+    assert "a comma after the last entry" in told[0]
+
+
+async def test_an_editor_that_saves_by_renaming_a_new_file_over_it_is_seen(tmp_path: Path) -> None:
+    """The new file may have the old one's size and time (an editor that keeps the mtime): its inode differs."""
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 3}}))
+    assert (await store.current()).memory.recent_days == 3
+    before = store.path.stat()
+    saved = tmp_path / ".runtime-config.json.swp"
+    saved.write_text(json.dumps({"memory": {"recentDays": 4}}))
+    os.utime(saved, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(saved, store.path)
+    assert (await store.current()).memory.recent_days == 4
+
+
 def test_the_problems_of_a_file_are_listed_without_a_running_bot(tmp_path: Path) -> None:
     path = tmp_path / "runtime-config.json"
     assert runtime_config_problems(path) == []
