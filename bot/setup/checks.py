@@ -143,11 +143,11 @@ def read_runtime_config(env: EnvSettings) -> tuple[RuntimeConfig, list[CheckResu
     defaults = json.loads(defaults_path.read_text(encoding="utf-8"))
     overrides = {"llm": {"model": env.bot_model}} if env.bot_model else None
     fallback = parse_runtime_config("{}", path, defaults, overrides).config
-    if not path.is_file():
-        return fallback, [passed(CONFIG_CHECK, f"{path} does not exist yet: the shipped defaults apply")]
     try:
         text = path.read_text(encoding="utf-8")
         loaded = parse_runtime_config(text, path, defaults, overrides)
+    except FileNotFoundError:
+        return fallback, [passed(CONFIG_CHECK, f"{path} does not exist yet: the shipped defaults apply")]
     except InvalidRuntimeConfig as error:
         return fallback, [failed(CONFIG_CHECK, str(error), f"make {path} a valid JSON object")]
     except (OSError, UnicodeDecodeError) as error:

@@ -77,6 +77,10 @@ def test_the_runtime_config_check_says_which_key_to_correct(tmp_path: Path, fake
     path.write_text("{not json")
     _, [broken] = read_runtime_config(env)
     assert not broken.ok and broken.fix == f"make {path} a valid JSON object"
+    path.unlink()
+    path.symlink_to(path)  # a path the bot cannot even look at (as a folder it may not enter)
+    _, [unreadable] = read_runtime_config(env)
+    assert not unreadable.ok and "cannot be read" in unreadable.detail and "Too many levels" in unreadable.detail
 
 
 def test_a_model_missing_from_models_json_is_said_with_the_entry_to_add(
