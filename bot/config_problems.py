@@ -87,6 +87,33 @@ def read_json_object(text: str, source: Path | str) -> dict[str, Any]:
     return data
 
 
+def repeated_keys(text: str) -> list[tuple[tuple[str, ...], list[Any]]]:
+    """The keys a JSON object's text gives more than once (where JSON keeps the last without a word), each with
+    its values in file order; objects inside lists are not looked into. `text` must be valid JSON."""
+    repeats: list[tuple[dict[str, Any], str, list[Any]]] = []
+
+    def collect(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        values: dict[str, list[Any]] = {}
+        for key, value in pairs:
+            values.setdefault(key, []).append(value)
+            found[key] = value
+        repeats.extend((found, key, given) for key, given in values.items() if len(given) > 1)
+        return found
+
+    data = json.loads(text.removeprefix(BYTE_ORDER_MARK), object_pairs_hook=collect)
+    paths: dict[int, tuple[str, ...]] = {}
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, dict):
+            paths[id(node)] = path
+            for key, value in node.items():
+                walk(value, (*path, key))
+
+    walk(data, ())
+    return [((*paths[id(holder)], key), given) for holder, key, given in repeats if id(holder) in paths]
+
+
 def _json_slip(error: json.JSONDecodeError) -> str:
     """What a person most likely typed where the parser stopped, in words; the parser's own message otherwise."""
     here = error.doc[error.pos :]

@@ -22,7 +22,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.config_problems import ConfigProblem, InvalidJsonFile, problem_for, read_json_object
+from bot.config_problems import (
+    ConfigProblem,
+    InvalidJsonFile,
+    problem_for,
+    quoted,
+    read_json_object,
+    repeated_keys,
+)
 from bot.notices import OwnerNotices
 from bot.settings import RuntimeConfig, read_at_start_keys
 from bot.shipped import shipped_path
@@ -132,6 +139,16 @@ def parse_runtime_config(
     restored: dict[str, Any] = {}
     previous = in_force.model_dump(mode="json", by_alias=True) if in_force is not None else {}
     problems: list[ConfigProblem] = []
+    # A key given twice is a mistake JSON would keep quiet about (the last one wins): it is refused as any other.
+    for path, given in repeated_keys(text):
+        if path and _get_path(kept, path)[0]:
+            _pop_path(kept, path)
+            found, value = _get_path(previous, path)
+            if found:
+                _set_path(restored, path, value)
+            times = "twice" if len(given) == 2 else f"{len(given)} times"
+            values = ", then ".join(quoted(value) for value in given)
+            problems.append(ConfigProblem(".".join(path), f"given {times} ({values}): keep the one you mean"))
     while True:
         try:
             merged = deep_merge(deep_merge(deep_merge(base, kept), restored), overrides or {})

@@ -234,6 +234,21 @@ async def test_a_bad_key_or_value_is_refused_alone_and_the_other_keys_apply(
     assert store.problems() == []
 
 
+async def test_a_key_given_twice_is_refused_alone_instead_of_the_last_one_winning_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 2}}))
+    assert (await store.current()).memory.recent_days == 2
+    write(store.path, '{"memory": {"recentDays": 3, "workingTopK": 4, "recentDays": 30}, "compaction": {}}')
+    with caplog.at_level(logging.ERROR):
+        config = await store.current()
+    assert config.memory.recent_days == 2 and config.memory.working_top_k == 4  # the rest of the file applies
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert f"Refused memory.recentDays in {store.path}: given twice (3, then 30): keep the one you mean" in refusal
+    assert runtime_config_problems(store.path) == store.problems()
+
+
 async def test_a_refused_key_is_told_to_the_owner_once_and_settled_once_fixed(tmp_path: Path) -> None:
     notices = OwnerNotices(tmp_path / "told.json")
     told: list[str] = []
