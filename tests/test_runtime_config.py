@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,22 @@ SHIPPED_DEFAULTS = shipped_path("config") / "runtime-config.json"
 
 def store_at(tmp_path: Path) -> RuntimeConfigStore:
     return RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json")
+
+
+def store_telling_the_owner(
+    tmp_path: Path,
+) -> tuple[RuntimeConfigStore, OwnerNotices, list[str], Callable[[str], Awaitable[bool]]]:
+    """A store whose owner notices are delivered into the list returned (`deliver` connects them again)."""
+    notices = OwnerNotices(tmp_path / "told.json")
+    told: list[str] = []
+
+    async def deliver(text: str) -> bool:
+        told.append(text)
+        return True
+
+    notices.connect(deliver)
+    store = RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json", notices=notices)
+    return store, notices, told, deliver
 
 
 def write(path: Path, content: str) -> None:
@@ -250,15 +267,7 @@ async def test_a_key_given_twice_is_refused_alone_instead_of_the_last_one_winnin
 
 
 async def test_a_refused_key_is_told_to_the_owner_once_and_settled_once_fixed(tmp_path: Path) -> None:
-    notices = OwnerNotices(tmp_path / "told.json")
-    told: list[str] = []
-
-    async def deliver(text: str) -> bool:
-        told.append(text)
-        return True
-
-    notices.connect(deliver)
-    store = RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json", notices=notices)
+    store, notices, told, deliver = store_telling_the_owner(tmp_path)
     write(store.path, json.dumps({"memory": {"recentDay": 2}}))
     await store.current()
     write(store.path, json.dumps({"memory": {"recentDay": 2}, "llm": {"temperature": 0.5}}))
@@ -280,15 +289,7 @@ async def test_a_refused_key_is_told_to_the_owner_once_and_settled_once_fixed(tm
 async def test_a_file_refused_whole_at_start_says_the_shipped_defaults_apply(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    notices = OwnerNotices(tmp_path / "told.json")
-    told: list[str] = []
-
-    async def deliver(text: str) -> bool:
-        told.append(text)
-        return True
-
-    notices.connect(deliver)
-    store = RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json", notices=notices)
+    store, notices, told, _ = store_telling_the_owner(tmp_path)
     write(store.path, '{"memory": {"recentDays": 3},}')
     with caplog.at_level(logging.ERROR):
         assert store.load_now().memory.recent_days == 7
