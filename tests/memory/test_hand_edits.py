@@ -128,6 +128,21 @@ async def test_a_line_copied_with_its_id_left_as_it_was_is_kept_by_every_rewrite
     assert semantic.read_text().splitlines() == [first, lines[2]]
 
 
+async def test_an_item_dated_in_the_future_is_used_kept_as_written_and_logged(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    semantic = services.workspace.memory.items_dir / "semantic.jsonl"
+    semantic.parent.mkdir(parents=True, exist_ok=True)
+    written = good_line("My boat is called WAVE.", "2052-06-01T10:00:00+00:00", "mfuture00001")  # 2025 meant
+    semantic.write_text(written + "\n")
+    with caplog.at_level(logging.WARNING):
+        await say(services, channel, "1", "what is my boat called?")
+    assert "WAVE" in (memory_section(fake_openai.system_prompts()[-1]) or "")
+    [warning] = [r.getMessage() for r in caplog.records if "in the future" in r.getMessage()]
+    assert f"Item mfuture00001 of {semantic} is dated 2052-06-01T10:00:00+00:00, in the future" in warning
+    assert semantic.read_text() == written + "\n"
+
+
 async def test_when_the_pack_fails_as_a_whole_the_daily_notes_stand_in(
     services: Application,
     channel: RecordingChannel,
