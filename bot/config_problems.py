@@ -2,7 +2,9 @@
 and the nearest valid key or value ("did you mean `memory.recentDays`?").
 
 Used for `runtime-config.json` (a key refused alone, see `bot.runtime_config`) and for the environment
-(a variable refused at start, see `bot.environment`): both describe a pydantic field the same way.
+(a variable refused at start, see `bot.environment`): both describe a pydantic field the same way. A file
+a person edits by hand (`runtime-config.json`, `models.json`) is read by `read_json_object`, which names
+the slips of a hand edit.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import difflib
 import json
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
@@ -53,6 +56,75 @@ def quoted(value: object) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 1] + "…"
+
+
+# -- a file read by hand-editing people ------------------------------------------------------------
+
+# What some editors write first in a UTF-8 file; JSON lets a parser read past it.
+BYTE_ORDER_MARK = "\ufeff"
+
+
+class InvalidJsonFile(ValueError):
+    """A settings file that is not a JSON object; the message names the file, the place and the slip."""
+
+
+def read_json_object(text: str, source: Path | str) -> dict[str, Any]:
+    """The JSON object `text` holds; `InvalidJsonFile` naming the line, the column and, for the slips of a
+    hand edit (a comma after the last entry, a comment, single quotes, an empty file), the slip itself.
+
+    A byte order mark (what some Windows editors put first) is read past, as JSON allows a parser to."""
+    text = text.removeprefix(BYTE_ORDER_MARK)
+    if not text.strip():
+        raise InvalidJsonFile(f"{source}: the file is empty (an empty object, {{}}, means the shipped defaults)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidJsonFile(
+            f"{source}: invalid JSON at line {error.lineno} column {error.colno}: {_json_slip(error)}"
+        ) from error
+    if not isinstance(data, dict):
+        raise InvalidJsonFile(f"{source}: (top level): expected a JSON object")
+    return data
+
+
+def repeated_keys(text: str) -> list[tuple[tuple[str, ...], list[Any]]]:
+    """The keys a JSON object's text gives more than once (where JSON keeps the last without a word), each with
+    its values in file order; objects inside lists are not looked into. `text` must be valid JSON."""
+    repeats: list[tuple[dict[str, Any], str, list[Any]]] = []
+
+    def collect(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        values: dict[str, list[Any]] = {}
+        for key, value in pairs:
+            values.setdefault(key, []).append(value)
+            found[key] = value
+        repeats.extend((found, key, given) for key, given in values.items() if len(given) > 1)
+        return found
+
+    data = json.loads(text.removeprefix(BYTE_ORDER_MARK), object_pairs_hook=collect)
+    paths: dict[int, tuple[str, ...]] = {}
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, dict):
+            paths[id(node)] = path
+            for key, value in node.items():
+                walk(value, (*path, key))
+
+    walk(data, ())
+    return [((*paths[id(holder)], key), given) for holder, key, given in repeats if id(holder) in paths]
+
+
+def _json_slip(error: json.JSONDecodeError) -> str:
+    """What a person most likely typed where the parser stopped, in words; the parser's own message otherwise."""
+    here = error.doc[error.pos :]
+    before = error.doc[: error.pos].rstrip()
+    if here.startswith(("//", "/*", "#")):
+        return f"a comment ({here[:2].strip()}): JSON takes none; remove it, or keep the note in a key of its own"
+    if before.endswith(",") and here[:1] in ("}", "]"):
+        return f"a comma after the last entry: JSON takes none before `{here[0]}`; remove it"
+    if here.startswith("'"):
+        return "single quotes: JSON takes double quotes around keys and texts"
+    return error.msg
 
 
 # -- what a field accepts ---------------------------------------------------------------------------

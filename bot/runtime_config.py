@@ -22,7 +22,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.config_problems import ConfigProblem, problem_for
+from bot.config_problems import (
+    ConfigProblem,
+    InvalidJsonFile,
+    problem_for,
+    quoted,
+    read_json_object,
+    repeated_keys,
+)
 from bot.notices import OwnerNotices
 from bot.settings import RuntimeConfig, read_at_start_keys
 from bot.shipped import shipped_path
@@ -43,7 +50,7 @@ DATABASE_SOURCE = "runtime-config.json in the database"
 Signature = FileSignature | tuple[str, int] | None
 
 
-class InvalidRuntimeConfig(ValueError):
+class InvalidRuntimeConfig(InvalidJsonFile):
     """The configuration file was refused; the message names the file and the offending key."""
 
 
@@ -123,19 +130,25 @@ def parse_runtime_config(
     its value in `in_force`, when it has one) and named in `problems`; `InvalidRuntimeConfig` when the
     text is not a JSON object at all."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidRuntimeConfig(
-            f"{source}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from error
-    if not isinstance(data, dict):
-        raise InvalidRuntimeConfig(f"{source}: (top level): expected a JSON object")
+        data = read_json_object(text, source)
+    except InvalidJsonFile as error:
+        raise InvalidRuntimeConfig(str(error)) from error
     # `$schema` names the JSON Schema an editor checks the file against; it is no setting.
     data.pop(SCHEMA_KEY, None)
     kept: dict[str, Any] = copy.deepcopy(data)
     restored: dict[str, Any] = {}
     previous = in_force.model_dump(mode="json", by_alias=True) if in_force is not None else {}
     problems: list[ConfigProblem] = []
+    # A key given twice is a mistake JSON would keep quiet about (the last one wins): it is refused as any other.
+    for path, given in repeated_keys(text):
+        if path and _get_path(kept, path)[0]:
+            _pop_path(kept, path)
+            found, value = _get_path(previous, path)
+            if found:
+                _set_path(restored, path, value)
+            times = "twice" if len(given) == 2 else f"{len(given)} times"
+            values = ", then ".join(quoted(value) for value in given)
+            problems.append(ConfigProblem(".".join(path), f"given {times} ({values}): keep the one you mean"))
     while True:
         try:
             merged = deep_merge(deep_merge(deep_merge(base, kept), restored), overrides or {})
@@ -212,6 +225,9 @@ class RuntimeConfigStore:
         self._lock = asyncio.Lock()
         self._listeners: list[Callable[[RuntimeConfig], None]] = []
         self._announced = self._config
+        # Whether a configuration was read from the file (or the row): until then, a refused one leaves the
+        # shipped defaults in force, not a last good configuration.
+        self._read_once = False
 
     @property
     def path(self) -> Path:
@@ -228,13 +244,27 @@ class RuntimeConfigStore:
         self._row = row
 
     def written_text(self) -> str | None:
-        """The text the configuration is read from (the database's row, else the file), None when there is none."""
+        """The text the configuration is read from (the database's row, else the file), None when there is none;
+        `InvalidRuntimeConfig` when the file is there but cannot be read."""
         if self._row is not None:
             return self._row[1]
         try:
             return self._workspace_path.read_text("utf-8")
-        except (OSError, UnicodeDecodeError):
+        except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidRuntimeConfig(f"{self.source()}: cannot be read: {error}") from error
+
+    def with_changes(self, changes: dict[str, Any]) -> str:
+        """The stored text (see `written_text`) with `changes` merged in, key by key, as the bot writes it back.
+        `InvalidRuntimeConfig` when that text is not a JSON object the bot can read: what a person wrote is
+        never written over, so the slip must be fixed (or the file removed) first."""
+        written = self.written_text()
+        try:
+            merged = deep_merge(read_json_object(written, self.source()) if written is not None else {}, changes)
+        except InvalidJsonFile as error:
+            raise InvalidRuntimeConfig(str(error)) from error
+        return json.dumps(merged, indent=2, ensure_ascii=False) + "\n"
 
     def source(self) -> Path | str:
         """Where the configuration is read from, as log lines and the owner are told."""
@@ -253,13 +283,8 @@ class RuntimeConfigStore:
         return self._row_writer is not None
 
     async def write_settings(self, changes: dict[str, Any]) -> RuntimeConfig:
-        """`changes` merged, key by key, into the stored text (see `written_text`), written back by `write`."""
-        try:
-            written = json.loads(self.written_text() or "{}")
-        except ValueError:
-            written = {}
-        merged = deep_merge(written if isinstance(written, dict) else {}, changes)
-        return await self.write(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+        """`changes` merged into the stored text (`with_changes`), written back by `write`."""
+        return await self.write(self.with_changes(changes))
 
     def in_force(self) -> RuntimeConfig:
         """The configuration in force, without checking the file (see `current`); a getter, to hand to what
@@ -314,7 +339,11 @@ class RuntimeConfigStore:
     def _file_signature(self) -> Signature:
         if self._row is not None:
             return ("database", self._row[0])
-        return file_signature(self._workspace_path)
+        try:
+            return file_signature(self._workspace_path)
+        except OSError as error:
+            # A folder on the path the bot may not enter, a symlink loop: the read that follows says why.
+            return (f"unreadable: {error}", 0)
 
     def _reload(self, signature: Signature) -> None:
         # Remember the signature even when refused, so one bad edit is one log line, not one per message.
@@ -341,6 +370,7 @@ class RuntimeConfigStore:
                 problem.key, source, problem.describe().removeprefix(f"{problem.key}: "),
             )  # fmt: skip
         self._problems = loaded.problems
+        self._read_once = True
         if config != self._config:
             log.info("[Config] Loaded %s", source)
             for key in changed_at_start_keys(self._config, config):
@@ -351,8 +381,11 @@ class RuntimeConfigStore:
                 )
         self._config = config
 
+    def _in_force_instead(self) -> str:
+        return "the last good configuration" if self._read_once else "the shipped defaults"
+
     def _refuse_whole(self, reason: str) -> None:
-        log.error("[Config] Refused %s: %s; keeping the last good configuration", self.source(), reason)
+        log.error("[Config] Refused %s: %s; keeping %s", self.source(), reason, self._in_force_instead())
         self._problems = [ConfigProblem(WHOLE_FILE, reason)]
 
     def _after_reload(self) -> None:
@@ -373,8 +406,9 @@ class RuntimeConfigStore:
     def _owner_text(self, problem: ConfigProblem) -> str:
         if problem.key == WHOLE_FILE:
             return (
-                f"I could not read {self.source()}: {problem.problem}. The last good configuration stays "
-                "in force until the file is fixed."
+                f"I could not read {self.source()}: {problem.problem}. "
+                + ("The last good configuration stays in force" if self._read_once else "The shipped defaults apply")
+                + " until the file is fixed."
             )
         described = problem.describe()
         return (

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from bot.app import Application
+from tests.conftest import env_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
@@ -45,3 +46,31 @@ async def test_unicode_oddities_survive_the_round_trip(
     assert await say(services, channel, "1", lone) == "echo: a lone surrogate \ufffd here"
     stored = json.loads((workspace_dir / "sessions" / "test:1.json").read_text(encoding="utf-8"))
     assert [m["content"] for m in stored["messages"] if m["role"] == "user"] == [odd, "a lone surrogate \ufffd here"]
+
+
+async def test_a_session_file_cut_mid_way_is_kept_aside_the_person_is_told_and_the_chat_goes_on(
+    workspace_dir: Path, fake_openai: FakeOpenAI
+) -> None:
+    first = Application(env_for(workspace_dir, fake_openai))
+    await say(first, RecordingChannel(), "1", "my locker is 42")
+    await first.stop()
+    session_file = workspace_dir / "sessions" / "test:1.json"
+    cut = session_file.read_text()[: session_file.stat().st_size // 2]  # an editor's crash, a full disk
+    session_file.write_text(cut)
+
+    restarted = Application(env_for(workspace_dir, fake_openai))
+    try:
+        channel = RecordingChannel()
+        await restarted.router.accept(channel.message("1", "what is my locker?"), channel)
+        notice, reply = await channel.wait_for("1", 2)
+        [kept] = (workspace_dir / "sessions").glob("test:1.json.corrupt-*")
+        assert notice == (
+            "Your previous conversation file was damaged, so I started a fresh one. "
+            f"The damaged file was kept as {kept.name}; your memory files are untouched."
+        )
+        assert reply == "echo: what is my locker?"
+        assert kept.read_text() == cut  # the person's file, as it was
+        archived = (workspace_dir / "sessions" / "archive" / "test:1.jsonl").read_text()
+        assert "my locker is 42" in archived  # every earlier message is still in the archive
+    finally:
+        await restarted.stop()

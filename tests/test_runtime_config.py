@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from bot.notices import OwnerNotices
-from bot.runtime_config import RuntimeConfigStore, deep_merge, runtime_config_problems
+from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore, deep_merge, runtime_config_problems
 from bot.settings import RuntimeConfig, settings_of, shipped_runtime_config_json
 from bot.shipped import shipped_path
 from tests.channels.telegram_harness import OWNER
@@ -22,6 +23,22 @@ SHIPPED_DEFAULTS = shipped_path("config") / "runtime-config.json"
 
 def store_at(tmp_path: Path) -> RuntimeConfigStore:
     return RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json")
+
+
+def store_telling_the_owner(
+    tmp_path: Path,
+) -> tuple[RuntimeConfigStore, OwnerNotices, list[str], Callable[[str], Awaitable[bool]]]:
+    """A store whose owner notices are delivered into the list returned (`deliver` connects them again)."""
+    notices = OwnerNotices(tmp_path / "told.json")
+    told: list[str] = []
+
+    async def deliver(text: str) -> bool:
+        told.append(text)
+        return True
+
+    notices.connect(deliver)
+    store = RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json", notices=notices)
+    return store, notices, told, deliver
 
 
 def write(path: Path, content: str) -> None:
@@ -99,6 +116,16 @@ async def test_edit_takes_effect_on_next_read(tmp_path: Path) -> None:
     [
         ('{"memory": {"recentDays": 3,}}', "invalid JSON at line 1"),
         ("[1, 2]", "expected a JSON object"),
+        # The slips of a hand edit are named as such, not as what the parser expected instead.
+        (
+            '{"memory": {"recentDays": 3,\n}}',
+            "line 2 column 1: a comma after the last entry: JSON takes none before `}`",
+        ),
+        ('{"access": {"allowedUsers": [1, 2,]}}', "a comma after the last entry: JSON takes none before `]`"),
+        ('{\n  // my bot\n  "memory": {}}', "line 2 column 3: a comment (//): JSON takes none"),
+        ("{'memory': {}}", "single quotes: JSON takes double quotes"),
+        ("", "the file is empty (an empty object, {}, means the shipped defaults)"),
+        ("  \n", "the file is empty"),
     ],
 )
 async def test_a_file_that_is_not_a_json_object_is_refused_whole_and_the_last_good_config_stays(
@@ -118,6 +145,46 @@ async def test_a_file_that_is_not_a_json_object_is_refused_whole_and_the_last_go
     assert str(store.path) in refusals[0] and named in refusals[0]
     [problem] = store.problems()
     assert problem.key == "(file)" and named in problem.problem
+
+
+async def test_a_byte_order_mark_an_editor_put_first_is_read_past(tmp_path: Path) -> None:
+    store = store_at(tmp_path)
+    store.path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"memory": {"recentDays": 3}}).encode())
+    assert (await store.current()).memory.recent_days == 3
+    assert store.problems() == [] and runtime_config_problems(store.path) == []
+
+
+async def test_a_file_the_bot_cannot_even_look_at_is_refused_whole_and_the_bot_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A path `stat` fails on (a symlink loop here; a folder the bot may not enter fails the same way)."""
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 2}}))
+    assert (await store.current()).memory.recent_days == 2
+    store.path.unlink()
+    store.path.symlink_to(store.path)
+    with caplog.at_level(logging.ERROR):
+        assert (await store.current()).memory.recent_days == 2  # the last good configuration stays
+        await store.current()
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert str(store.path) in refusal and "Too many levels of symbolic links" in refusal
+    [problem] = store.problems()
+    assert problem.key == "(file)" and problem.problem.startswith("cannot be read")
+    store.path.unlink()
+    write(store.path, json.dumps({"memory": {"recentDays": 4}}))
+    assert (await store.current()).memory.recent_days == 4 and store.problems() == []
+
+
+@pytest.mark.parametrize("content", ['{"memory": {"recentDays": 3,}}', "", "[1]"])
+async def test_a_setting_written_by_the_bot_never_replaces_a_file_it_cannot_read(tmp_path: Path, content: str) -> None:
+    store = store_at(tmp_path)
+    write(store.path, content)
+    with pytest.raises(InvalidRuntimeConfig, match=str(store.path)):
+        await store.write_settings({"llm": {"model": "qwen2.5:7b"}})
+    assert store.path.read_text() == content  # the person's text, as they left it
+    store.path.unlink()
+    await store.write_settings({"llm": {"model": "qwen2.5:7b"}})  # no file: written from the change alone
+    assert json.loads(store.path.read_text()) == {"llm": {"model": "qwen2.5:7b"}}
 
 
 async def test_the_issues_typo_refuses_that_key_alone_and_names_the_nearest_one(
@@ -184,16 +251,23 @@ async def test_a_bad_key_or_value_is_refused_alone_and_the_other_keys_apply(
     assert store.problems() == []
 
 
+async def test_a_key_given_twice_is_refused_alone_instead_of_the_last_one_winning_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 2}}))
+    assert (await store.current()).memory.recent_days == 2
+    write(store.path, '{"memory": {"recentDays": 3, "workingTopK": 4, "recentDays": 30}, "compaction": {}}')
+    with caplog.at_level(logging.ERROR):
+        config = await store.current()
+    assert config.memory.recent_days == 2 and config.memory.working_top_k == 4  # the rest of the file applies
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert f"Refused memory.recentDays in {store.path}: given twice (3, then 30): keep the one you mean" in refusal
+    assert runtime_config_problems(store.path) == store.problems()
+
+
 async def test_a_refused_key_is_told_to_the_owner_once_and_settled_once_fixed(tmp_path: Path) -> None:
-    notices = OwnerNotices(tmp_path / "told.json")
-    told: list[str] = []
-
-    async def deliver(text: str) -> bool:
-        told.append(text)
-        return True
-
-    notices.connect(deliver)
-    store = RuntimeConfigStore(SHIPPED_DEFAULTS, tmp_path / "runtime-config.json", notices=notices)
+    store, notices, told, deliver = store_telling_the_owner(tmp_path)
     write(store.path, json.dumps({"memory": {"recentDay": 2}}))
     await store.current()
     write(store.path, json.dumps({"memory": {"recentDay": 2}, "llm": {"temperature": 0.5}}))
@@ -210,6 +284,40 @@ async def test_a_refused_key_is_told_to_the_owner_once_and_settled_once_fixed(tm
     await store.current()
     await notices.close()
     assert len(told) == 2
+
+
+async def test_a_file_refused_whole_at_start_says_the_shipped_defaults_apply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, notices, told, _ = store_telling_the_owner(tmp_path)
+    write(store.path, '{"memory": {"recentDays": 3},}')
+    with caplog.at_level(logging.ERROR):
+        assert store.load_now().memory.recent_days == 7
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert refusal.endswith("; keeping the shipped defaults")
+    write(store.path, '{"memory": {"recentDays": 3}}')
+    assert (await store.current()).memory.recent_days == 3
+    write(store.path, '{"memory": {"recentDays": 4},}')
+    assert (await store.current()).memory.recent_days == 3
+    await notices.close()
+    assert [text.rsplit(". ", 1)[-1] for text in told] == [
+        "The shipped defaults apply until the file is fixed.",
+        "The last good configuration stays in force until the file is fixed.",
+    ]
+    assert "a comma after the last entry" in told[0]
+
+
+async def test_an_editor_that_saves_by_renaming_a_new_file_over_it_is_seen(tmp_path: Path) -> None:
+    """The new file may have the old one's size and time (an editor that keeps the mtime): its inode differs."""
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 3}}))
+    assert (await store.current()).memory.recent_days == 3
+    before = store.path.stat()
+    saved = tmp_path / ".runtime-config.json.swp"
+    saved.write_text(json.dumps({"memory": {"recentDays": 4}}))
+    os.utime(saved, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(saved, store.path)
+    assert (await store.current()).memory.recent_days == 4
 
 
 def test_the_problems_of_a_file_are_listed_without_a_running_bot(tmp_path: Path) -> None:

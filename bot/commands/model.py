@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bot.access.policy import is_owner
 from bot.commands.registry import Command, CommandRegistry, CommandRequest
-from bot.runtime_config import RuntimeConfigStore
+from bot.runtime_config import InvalidRuntimeConfig, RuntimeConfigStore
 from bot.settings import RuntimeConfig
 from bot.storage.files import read_state_sync, write_atomic
 
@@ -92,7 +92,10 @@ def register_model_command(registry: CommandRegistry, switch: ModelSwitch, confi
             return f"{name} is not a configured model. Configured: {listing} (add more in llm.models)."
         if name == config.llm.model:
             return f"Already using {name}."
-        await switch.switch(name)
+        try:
+            await switch.switch(name)
+        except InvalidRuntimeConfig as error:  # the stored text is a person's, with a slip: not written over
+            return f"Nothing was switched: {error}. Fix it first, then switch again."
         return f"Switched to {name}; your next message uses it."
 
     registry.register(Command("model", "the chat model; the owner switches it", model, usage="[name]"))

@@ -141,21 +141,16 @@ class SettingsPage:
                 changed[key] = value
         if not changed:
             back_to("settings", note="Nothing changed.")
-        path = self.config_store.source()
-        try:
-            written = json.loads(self.config_store.written_text() or "{}")
-        except ValueError:
-            written = {}
-        if not isinstance(written, dict):
-            written = {}
+        changes: dict[str, Any] = {}
         for key, value in changed.items():
-            _set_at(written, key, value)
-        text = json.dumps(written, indent=2, ensure_ascii=False) + "\n"
+            _set_at(changes, key, value)
         defaults = json.loads((shipped_path("config") / "runtime-config.json").read_text("utf-8"))
         try:
-            loaded = parse_runtime_config(text, path, defaults, in_force=in_force)
+            # A file the bot cannot read as an object (a slip of a hand edit) is the person's text: not written over.
+            text = self.config_store.with_changes(changes)
+            loaded = parse_runtime_config(text, self.config_store.source(), defaults, in_force=in_force)
         except InvalidRuntimeConfig as error:
-            return await self.show(visit, {"": str(error)}, visit.form)
+            return await self.show(visit, {"": f"{error}; fix it by hand first"}, visit.form)
         refused = {problem.key: problem.describe() for problem in loaded.problems if problem.key in changed}
         if refused:
             return await self.show(visit, refused, visit.form)

@@ -1,9 +1,13 @@
 """`ModelRegistry`: context limits and tier of each model, from `config/models.json`.
 
 A workspace may add or override models in `preferences/models.json` (same format) without
-touching the package. Names are matched exactly first, then by the longest known prefix (so
-`gpt-4o-2024-08-06` finds `gpt-4o`, `qwen2.5:7b` finds `qwen2.5`), then without an OpenRouter-style
-`provider/` prefix; anything else gets the `default` entry.
+touching the package. A hand edit's mistake there is refused alone: an entry that does not validate is
+left out (the shipped entry of that name, if any, stays), the other entries apply, and one log line names
+the file, the key and the nearest valid key (`ModelRegistry.problems`, which `python -m bot doctor` shows).
+
+Names are matched exactly first, then by the longest known prefix (so `gpt-4o-2024-08-06` finds `gpt-4o`,
+`qwen2.5:7b` finds `qwen2.5`), then without an OpenRouter-style `provider/` prefix; anything else gets
+the `default` entry.
 
 A window learned from the endpoint (`LearnedWindows`) overrides the entry's when it is smaller: the
 spec then plans for the window the endpoint really has.
@@ -11,6 +15,7 @@ spec then plans for the window the endpoint really has.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -19,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from bot.config_problems import SUGGESTION_CUTOFF, InvalidJsonFile, quoted, read_json_object
 from bot.llm.windows import LearnedWindow, LearnedWindows
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,62 @@ class _ModelsFile(BaseModel):
 
     default: _ModelEntry | None = None
     models: dict[str, _ModelEntry] = Field(default_factory=dict)
+
+
+ENTRY_KEYS = [field.alias or name for name, field in _ModelEntry.model_fields.items()]
+FILE_KEYS = list(_ModelsFile.model_fields)
+
+
+def read_models_file(path: Path) -> tuple[_ModelsFile, list[str]]:
+    """A workspace's models file: the entries that validate, and one line per mistake (the file, the key, what
+    is wrong, the nearest valid key); an entry with a mistake is left out whole, the others kept."""
+    try:
+        data = read_json_object(path.read_text(encoding="utf-8"), path)
+    except FileNotFoundError:
+        return _ModelsFile(), []
+    except (OSError, UnicodeDecodeError) as error:
+        return _ModelsFile(), [f"{path}: cannot be read: {error}"]
+    except InvalidJsonFile as error:
+        return _ModelsFile(), [str(error)]
+    problems = [
+        f"{path}: {key}: not a key of the file{_nearest(key, FILE_KEYS)}" for key in data if key not in FILE_KEYS
+    ]
+    default = _entry(path, "default", data["default"], problems) if "default" in data else None
+    models: dict[str, _ModelEntry] = {}
+    listed = data.get("models", {})
+    if not isinstance(listed, dict):
+        problems.append(f"{path}: models: {quoted(listed)} is refused: it takes an object of model names")
+        listed = {}
+    for name, value in listed.items():
+        entry = _entry(path, f"models.{name}", value, problems)
+        if entry is not None:
+            models[name] = entry
+    return _ModelsFile(default=default, models=models), problems
+
+
+def _entry(path: Path, key: str, value: object, problems: list[str]) -> _ModelEntry | None:
+    try:
+        return _ModelEntry.model_validate(value)
+    except ValidationError as error:
+        unknown = [str(item["loc"][-1]) for item in error.errors() if item["type"] == "extra_forbidden"]
+        # A key missing because it is misspelt is said once, as the misspelling.
+        meant = {near for name in unknown for near in difflib.get_close_matches(name, ENTRY_KEYS, 1, SUGGESTION_CUTOFF)}
+        for item in error.errors():
+            where = ".".join([key, *(str(part) for part in item["loc"])])
+            if item["type"] == "extra_forbidden":
+                problems.append(f"{path}: {where}: not a key of an entry{_nearest(str(item['loc'][-1]), ENTRY_KEYS)}")
+            elif item["type"] == "missing" and str(item["loc"][-1]) in meant:
+                continue
+            elif item["type"] == "missing":
+                problems.append(f"{path}: {where}: missing (an entry takes {', '.join(ENTRY_KEYS)})")
+            else:
+                problems.append(f"{path}: {where}: {quoted(item['input'])} is refused: {item['msg']}")
+        return None
+
+
+def _nearest(key: str, keys: list[str]) -> str:
+    found = difflib.get_close_matches(key, keys, 1, SUGGESTION_CUTOFF)
+    return f"; did you mean `{found[0]}`?" if found else f" (it has {', '.join(keys)})"
 
 
 @dataclass(frozen=True)
@@ -78,11 +140,17 @@ class ModelRegistry:
     """Looks up a model's limits by name."""
 
     def __init__(
-        self, default: _ModelEntry, models: dict[str, _ModelEntry], windows: LearnedWindows | None = None
+        self,
+        default: _ModelEntry,
+        models: dict[str, _ModelEntry],
+        windows: LearnedWindows | None = None,
+        problems: list[str] | None = None,
     ) -> None:
         self._default = default
         self._models = models
         self.windows = windows
+        # What was refused in the workspace's models file, one line each (empty when nothing was).
+        self.problems = problems or []
 
     @classmethod
     def load(
@@ -92,15 +160,14 @@ class ModelRegistry:
         if base.default is None:
             raise ValueError(f"{shipped}: a 'default' entry is required")
         default, models = base.default, dict(base.models)
-        if workspace_override is not None and workspace_override.is_file():
-            try:
-                extra = _ModelsFile.model_validate_json(workspace_override.read_text(encoding="utf-8"))
-            except ValidationError as error:
-                log.error("[Config] Refused %s: %s", workspace_override, error.errors()[0]["msg"])
-            else:
-                default = extra.default or default
-                models.update(extra.models)
-        return cls(default, models, windows)
+        problems: list[str] = []
+        if workspace_override is not None:
+            extra, problems = read_models_file(workspace_override)
+            for problem in problems:
+                log.error("[Config] Refused %s", problem)
+            default = extra.default or default
+            models.update(extra.models)
+        return cls(default, models, windows, problems)
 
     def lookup(self, name: str) -> ModelSpec:
         entry_name = self._match(name)

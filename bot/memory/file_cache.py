@@ -9,14 +9,17 @@ making the next message read the whole file again.
 
 Given the process's `FolderChanges`, a file is not even `stat`ed while its folder's events name no change
 to it (a message reads MEMORY.md and eight days of notes, most of them files that do not exist); it is
-checked as above when they do, or when they are not known.
+checked as above when they do, or when they are not known. A symlink (MEMORY.md kept in a synced folder)
+is checked on every read: an edit of its target is an event of another folder.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
-from bot.storage.files import FileSignature, file_signature, read_text
+from bot.storage.files import FileSignature, file_signature, read_text_sync
 from bot.storage.folder_changes import FolderChanges
 
 # A file found missing: cached too, so that a week of days without notes is not looked for every message.
@@ -32,6 +35,8 @@ class TextFileCache:
         self._changes = changes
         # Files the events named since they were last checked.
         self._named: set[Path] = set()
+        # Files found to be symlinks when read: their folder's events do not tell of a change to their target.
+        self._linked: set[Path] = set()
 
     async def read(self, path: Path) -> str | None:
         """The file's text, or None when it does not exist (raises OSError when it cannot be read)."""
@@ -51,7 +56,7 @@ class TextFileCache:
 
     async def _read(self, path: Path) -> str | None:
         cached = self._entries.get(path)
-        if cached is not None and self._changes is not None and path not in self._named:
+        if cached is not None and self._changes is not None and path not in self._named and path not in self._linked:
             return cached[1]
         self._named.discard(path)
         signature = file_signature(path)
@@ -60,7 +65,11 @@ class TextFileCache:
             return None
         if cached is not None and cached[0] == signature:
             return cached[1]
-        text = await read_text(path)
+        text, linked = await asyncio.to_thread(_read_and_look, path)
+        if linked:
+            self._linked.add(path)
+        else:
+            self._linked.discard(path)
         if text is None:
             self._entries[path] = _MISSING
             return None
@@ -88,3 +97,8 @@ class TextFileCache:
                 self._named.update(known for known in self._entries if known.parent == folder)
             else:
                 self._named |= named
+
+
+def _read_and_look(path: Path) -> tuple[str | None, bool]:
+    """The file's text (None when it is missing), and whether `path` is a symlink (one `lstat` more, per read)."""
+    return read_text_sync(path), os.path.islink(path)

@@ -32,6 +32,8 @@ class ParsedItems:
     items: list[MemoryItem]
     layout: list[str | KeptLine]
     skipped: int
+    # The lines skipped: each one's number (counted from 1) and what is wrong with it, in file order.
+    skipped_lines: list[tuple[int, str]] = field(default_factory=list)
     # Each item's line as read (parallel to `items`), so an unchanged item is written back as it was.
     lines: list[str] = field(default_factory=list)
     # The last line is whole (an item or a kept line) but has no newline after it, as editors that
@@ -52,6 +54,8 @@ def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
     parsed = ParsedItems([], [], 0)
     context = {"zone": zone}
     lines = text.split("\n")
+    # Each item's id: the line it is on, and its place in the layout.
+    seen: dict[str, tuple[int, int]] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -64,17 +68,32 @@ def parse_item_file(text: str, source: Path, zone: tzinfo = UTC) -> ParsedItems:
                 log.warning("[Memory] Skipped torn last line %d of %s", number, source)
                 continue
             where = ".".join(str(part) for part in problem["loc"]) or "line"
-            log.warning(
-                "[Memory] Skipped line %d of %s (kept in the file): %s: %s", number, source, where, problem["msg"]
-            )
+            reason = f"{where}: {problem['msg']}"
+            log.warning("[Memory] Skipped line %d of %s (kept in the file): %s", number, source, reason)
             parsed.layout.append(KeptLine(line))
             parsed.skipped += 1
+            parsed.skipped_lines.append((number, reason))
         else:
+            if item.id in seen:
+                _keep_the_earlier(parsed, *seen[item.id], number, item.id, source)
+            seen[item.id] = (number, len(parsed.layout))
             parsed.items.append(item)
             parsed.lines.append(line)
             parsed.layout.append(item.id)
         parsed.unterminated = number == len(lines)
     return parsed
+
+
+def _keep_the_earlier(parsed: ParsedItems, number: int, place: int, later: int, item_id: str, source: Path) -> None:
+    """An id given again further down (a line copied to write a new fact, its id left as it was): the later line
+    is the item, the earlier one is skipped and kept as it is, so no rewrite drops what a person wrote."""
+    index = sum(1 for entry in parsed.layout[:place] if not isinstance(entry, KeptLine))
+    del parsed.items[index]
+    parsed.layout[place] = KeptLine(parsed.lines.pop(index))
+    reason = f"id {item_id} is given again on line {later}, which is used; give one of them a new id to keep both"
+    parsed.skipped += 1
+    parsed.skipped_lines = sorted([*parsed.skipped_lines, (number, reason)])
+    log.warning("[Memory] Skipped line %d of %s (kept in the file): %s", number, source, reason)
 
 
 def parse_items(text: str, source: Path, zone: tzinfo = UTC) -> list[MemoryItem]:

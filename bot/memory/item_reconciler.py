@@ -16,19 +16,24 @@ import logging
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.domain.memory import MemoryItem
 from bot.memory import index_sql
 from bot.memory.item_files import KeptLine, parse_item_file, read_raw
 from bot.memory.item_queries import ItemQueries
-from bot.memory.item_state import StoreState
+from bot.memory.item_state import ItemRows, StoreState
 from bot.memory.item_storage import ItemIndex
 from bot.storage.files import FileSignature, file_signature
 from bot.storage.folder_changes import FolderChanges
 
 log = logging.getLogger(__name__)
+
+# A date past now by more than this is a slip of a hand edit (a year typed wrong), not a clock or zone difference.
+FUTURE_MARGIN_SECONDS = 86400.0
 
 
 @contextlib.contextmanager
@@ -243,15 +248,15 @@ class ItemReconciler:
                 # A kept line goes back byte for byte (undecodable bytes were read as surrogate escapes).
                 kept.append((name, pos, entry.text.encode("utf-8", "surrogateescape")))
                 continue
+            # An id is given once in a parsed file: an earlier line with it is a kept line (`parse_item_file`).
             item, line = next(items), next(lines).encode("utf-8", "surrogateescape")
-            first = loaded.get(item.id)
-            # An id twice in one file: the later line wins, at the place of the first.
-            loaded[item.id] = (item, line, pos if first is None else first[2])
+            loaded[item.id] = (item, line, pos)
         before = state.db.read(index_sql.ids_in_file, name)
         # An id also found in another file: this one wins (see `relocate`).
         elsewhere = state.db.read(index_sql.ids_in_other_files, name, list(loaded))
 
         written = [rows.row(item, name, pos, line) for item, line, pos in loaded.values()]
+        _say_future_dates(path, written)
 
         def write(connection: sqlite3.Connection) -> None:
             index_sql.delete_file_rows(connection, name)
@@ -292,3 +297,17 @@ class ItemReconciler:
         state.signatures.pop(path, None)
         self._skipped.pop(path, None)
         state.caches.bump()
+
+
+def _say_future_dates(path: Path, rows: list[tuple[object, ...]]) -> None:
+    """One warning per item of a file read that is dated in the future: it counts as new until that date (its
+    recency is not below an item's of now), so a year typed wrong keeps it at the top of what is recalled."""
+    future = time.time() + FUTURE_MARGIN_SECONDS
+    for row in rows:
+        latest = ItemRows.latest_date(row)
+        if latest > future:
+            log.warning(
+                "[Memory] Item %s of %s is dated %s, in the future: it counts as new until then (used, and kept as "
+                "written; correct the date if it is a slip)",
+                row[0], path, datetime.fromtimestamp(latest, UTC).isoformat(),
+            )  # fmt: skip

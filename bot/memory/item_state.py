@@ -96,6 +96,13 @@ class ItemRows:
         return (row[0], row[3], row[4], row[12], row[16], row[13], row[14], row[15], row[8], row[1], row[2])
 
     @staticmethod
+    def latest_date(row: tuple[object, ...]) -> float:
+        """The later of a row's `createdAt` and `updatedAt`, in seconds since the epoch."""
+        created, updated = row[11], row[13]
+        assert isinstance(created, float) and isinstance(updated, float)
+        return max(created, updated)
+
+    @staticmethod
     def refs(items: Iterable[MemoryItem]) -> list[tuple[str, str]]:
         """(message id, item id) of each active item's references (`index_sql.insert_refs`)."""
         return [(reference, item.id) for item in items if item.active for reference in set(item.references)]

@@ -91,10 +91,17 @@ class LongTermUse:
     def whole(self) -> bool:
         return self.head_chars >= self.total_chars
 
+    @property
+    def left_out(self) -> bool:
+        """Nothing of it in the prompt: the memory budget leaves it no room at all."""
+        return not self.whole and self.head_chars == 0 and self.relevant_chars == 0
+
     def describe(self) -> str:
         """`/status` and `/context`'s words for it."""
         if self.whole:
             return f"MEMORY.md: all {self.total_chars:,} chars in the prompt"
+        if self.left_out:
+            return f"MEMORY.md: {self.total_chars:,} chars, left out: the memory budget leaves it no room"
         return (
             f"MEMORY.md: {self.total_chars:,} chars, over its share: the first {self.head_chars:,} in every "
             f"prompt, and {self.relevant_pieces} relevant {'part' if self.relevant_pieces == 1 else 'parts'} "

@@ -185,13 +185,13 @@ class MemoryPromptBuilder:
                     self._estimator, model,
                 )  # fmt: skip
             # Charged with its header, and the relevant parts with the blank line that joins them to the pack.
-            shown = f"{LONG_TERM_HEADER}\n{fitted.head}"
+            shown = f"{LONG_TERM_HEADER}\n{fitted.head}" if fitted.head.strip() else ""
             relevant_cost = budget.cost(f"\n\n{fitted.relevant}") if fitted.relevant else 0
             budget.remaining = max(budget.remaining - budget.cost(shown) - relevant_cost, 0)
-            stable = f"{MEMORY_HEADER}\n\n{shown}"
+            stable = f"{MEMORY_HEADER}\n\n{shown}" if shown else ""
             relevant, use = fitted.relevant, fitted.use
             if audience.owners_own:  # the owner's MEMORY.md, not a group's
-                self._tell_about_long_term(scope, use)
+                self._tell_about_long_term(scope, use, config)
         scope.long_term_use = use
         try:
             pack = await self._build_pack(
@@ -222,13 +222,22 @@ class MemoryPromptBuilder:
             scope.long_term_index = index
         return index
 
-    def _tell_about_long_term(self, scope: MemoryScope, use: LongTermUse) -> None:
+    def _tell_about_long_term(self, scope: MemoryScope, use: LongTermUse, config: MemoryConfig) -> None:
         """The owner is told once when MEMORY.md outgrows its share; again only after it fitted meanwhile."""
         if self._notices is None:
             return
         key = f"memory-md-over-share:{scope.paths.long_term_file}"
         if use.whole:
             self._notices.settle(key)
+            return
+        if use.left_out:
+            self._notices.tell_once(
+                key,
+                f"MEMORY.md ({use.total_chars:,} characters) is left out of the prompt: the memory budget leaves it "
+                f"no room (memory.maxPromptBudgetTokens {config.max_prompt_budget_tokens:,}, memory.longTermMaxShare "
+                f"{config.long_term_max_share:g}). Nothing in it is lost; raise them in runtime-config.json to bring "
+                "it back.",
+            )
             return
         self._notices.tell_once(
             key,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from pydantic import ValidationError
 
 from bot.clock import InvalidTimezone, resolve_timezone
 from bot.llm.client import ChatRequest, LlmClient
@@ -22,9 +23,13 @@ from bot.llm.embedders import Embedders
 from bot.llm.errors import LlmError, LlmFailure
 from bot.llm.models import ModelRegistry, Tier
 from bot.logging_setup import redact
+from bot.memory.item_files import parse_item_file, read_raw
+from bot.memory.long_term import not_text
 from bot.runtime_config import InvalidRuntimeConfig, parse_runtime_config
+from bot.sessions.store import session_from_json
 from bot.settings import EnvSettings, RuntimeConfig
 from bot.shipped import shipped_path
+from bot.storage.files import read_text_sync
 from bot.tools.mcp import McpManager, McpState
 from bot.workspace import Workspace
 
@@ -48,7 +53,8 @@ class CheckResult:
     def line(self) -> str:
         if self.ok:
             return f"✓ {self.name}: {self.detail}"
-        return f"✗ {self.name}: {self.detail}. Fix: {self.fix}"
+        stop = "" if self.detail.endswith(("?", ".")) else "."
+        return f"✗ {self.name}: {self.detail}{stop} Fix: {self.fix}"
 
 
 # The name of the runtime-config check's lines (`/status` lists refused keys on lines of its own).
@@ -137,11 +143,11 @@ def read_runtime_config(env: EnvSettings) -> tuple[RuntimeConfig, list[CheckResu
     defaults = json.loads(defaults_path.read_text(encoding="utf-8"))
     overrides = {"llm": {"model": env.bot_model}} if env.bot_model else None
     fallback = parse_runtime_config("{}", path, defaults, overrides).config
-    if not path.is_file():
-        return fallback, [passed(CONFIG_CHECK, f"{path} does not exist yet: the shipped defaults apply")]
     try:
         text = path.read_text(encoding="utf-8")
         loaded = parse_runtime_config(text, path, defaults, overrides)
+    except FileNotFoundError:
+        return fallback, [passed(CONFIG_CHECK, f"{path} does not exist yet: the shipped defaults apply")]
     except InvalidRuntimeConfig as error:
         return fallback, [failed(CONFIG_CHECK, str(error), f"make {path} a valid JSON object")]
     except (OSError, UnicodeDecodeError) as error:
@@ -159,19 +165,25 @@ def model_registry(env: EnvSettings) -> ModelRegistry:
     return ModelRegistry.load(shipped_path("config") / "models.json", workspace.models_file)
 
 
-def check_model_window(env: EnvSettings, config: RuntimeConfig) -> CheckResult:
-    """The chat model is in models.json, so prompts are planned for its real window."""
-    spec = model_registry(env).lookup(config.llm.model)
+def check_model_window(env: EnvSettings, config: RuntimeConfig) -> list[CheckResult]:
+    """The workspace's models.json is accepted (one line per entry refused) and the chat model is in it or the
+    shipped one, so prompts are planned for its real window."""
+    registry = model_registry(env)
+    models_file = Workspace(env.bot_workspace).models_file
+    refused = [failed("Model window", problem, f"correct it in {models_file}") for problem in registry.problems]
+    spec = registry.lookup(config.llm.model)
     window = f"input {spec.max_input_tokens} / output {spec.max_output_tokens} tokens"
     if spec.known:
-        return passed("Model window", f"{spec.name}: {window}")
-    models_file = Workspace(env.bot_workspace).models_file
-    return failed(
-        "Model window",
-        f"{spec.name} is not in models.json: prompts are planned for the default window ({window})",
-        f'add {{"models": {{"{spec.name}": {{"maxInputTokens": N, "maxOutputTokens": M, "tier": "smart"}}}}}} '
-        f"to {models_file}",
-    )
+        return [*refused, passed("Model window", f"{spec.name}: {window}")]
+    return [
+        *refused,
+        failed(
+            "Model window",
+            f"{spec.name} is not in models.json: prompts are planned for the default window ({window})",
+            f'add {{"models": {{"{spec.name}": {{"maxInputTokens": N, "maxOutputTokens": M, "tier": "smart"}}}}}} '
+            f"to {models_file}",
+        ),
+    ]
 
 
 def local_checks(env: EnvSettings) -> list[CheckResult]:
@@ -181,8 +193,65 @@ def local_checks(env: EnvSettings) -> list[CheckResult]:
         *check_environment(env),
         check_workspace(env.bot_workspace),
         *config_checks,
-        check_model_window(env, config),
+        *check_model_window(env, config),
     ]
+
+
+def check_memory_files(root: Path) -> list[CheckResult]:
+    """What a hand edit can spoil in the memory files: a MEMORY.md that is not UTF-8 text, item lines that are not
+    items. Every file is read (for `doctor`, not for each `/status`, which counts the skipped lines itself)."""
+    memory = Workspace(root).memory_dir
+    results: list[CheckResult] = []
+    for path in sorted(memory.rglob("MEMORY.md")):
+        try:
+            problem = not_text(path.read_bytes())
+        except OSError as error:
+            problem = f"cannot be read: {error.strerror or error}"
+        if problem is not None:
+            results.append(failed("Memory files", f"{path}: {problem}", _memory_md_fix(problem, path)))
+    item_files = sorted(memory.rglob("items/**/*.jsonl"))
+    for path in item_files:
+        parsed = parse_item_file(read_raw(path), path)
+        if parsed.skipped_lines:
+            said = "; ".join(f"line {number}: {reason}" for number, reason in parsed.skipped_lines)
+            results.append(
+                failed(
+                    "Memory files",
+                    f"{path}: skipped, kept in the file: {said}",
+                    "correct or remove each line; the next message reads the file again",
+                )
+            )
+    return results or [passed("Memory files", f"every MEMORY.md is text, {len(item_files)} item files hold only items")]
+
+
+def _memory_md_fix(problem: str, path: Path) -> str:
+    if "NUL bytes" in problem:
+        return f"move {path} away and put your MEMORY.md back (from a backup, or `python -m bot memory edit`)"
+    if "UTF-8" in problem:
+        return f"open {path} in an editor and save it as UTF-8"
+    return f"give the bot's user read access to {path}"
+
+
+def check_sessions(root: Path) -> list[CheckResult]:
+    """Every session file parses; one that does not is said with what the bot will do with it."""
+    folder = Workspace(root).sessions_dir
+    results: list[CheckResult] = []
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for path in files:
+        try:
+            session_from_json(read_text_sync(path) or "", str(path))
+        except (OSError, ValidationError) as error:
+            reason = error.strerror if isinstance(error, OSError) else error.errors()[0]["msg"]
+            results.append(
+                failed(
+                    "Sessions",
+                    f"{path} cannot be read ({reason})",
+                    f"mend it by hand to keep that conversation; else at the chat's next message the bot keeps it "
+                    f"aside as {path.name}.corrupt-<time>, starts the chat afresh and says so (its archive keeps "
+                    "every message)",
+                )
+            )
+    return results or [passed("Sessions", f"{len(files)} session files read")]
 
 
 # -- what asks the network ----------------------------------------------------------------------------

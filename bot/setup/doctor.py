@@ -17,7 +17,9 @@ from bot.setup.checks import (
     check_database,
     check_embeddings,
     check_mcp_servers,
+    check_memory_files,
     check_model_call,
+    check_sessions,
     check_telegram,
     local_checks,
     read_runtime_config,
@@ -29,6 +31,7 @@ async def run_checks(env: EnvSettings) -> list[CheckResult]:
     config, _ = read_runtime_config(env)
     key = env.openai_api_key.get_secret_value() if env.openai_api_key else None
     results = [passed_environment(env), *local_checks(env)]
+    results += [*check_memory_files(env.bot_workspace), *check_sessions(env.bot_workspace)]
     results += await check_model_call(key, env.openai_base_url, config.llm.model)
     results += await check_embeddings(config, key, env.openai_base_url)
     results += await check_telegram(env)

@@ -28,6 +28,7 @@ import httpx
 from pydantic import SecretStr
 
 from bot.clock import InvalidTimezone, resolve_timezone
+from bot.config_problems import InvalidJsonFile, read_json_object
 from bot.runtime_config import deep_merge
 from bot.settings import EnvSettings
 from bot.setup.checks import (
@@ -41,6 +42,7 @@ from bot.setup.checks import (
 from bot.setup.onboard_arguments import DEFAULT_MODEL
 from bot.setup.workspace import prepare_workspace
 from bot.storage.files import write_atomic_sync
+from bot.workspace import Workspace
 
 # How long onboarding waits for the owner's pairing message before it gives up.
 PAIRING_WAIT_SECONDS = 300.0
@@ -97,6 +99,7 @@ async def onboard(env: EnvSettings, args: argparse.Namespace, out: Callable[[str
     terminal = Terminal(interactive=not args.no_input and sys.stdin.isatty(), out=out)
     try:
         answers = await _ask_everything(env, args, terminal)
+        _check_files_to_merge(answers)
     except OnboardingFailed as error:
         print(str(error), file=sys.stderr)
         print("Nothing was written.", file=sys.stderr)
@@ -309,7 +312,27 @@ def _write_workspace(answers: Answers) -> Path:
     return workspace.root.resolve()
 
 
+def _check_files_to_merge(answers: Answers) -> None:
+    """The workspace's files the answers are merged into can be read as JSON objects: a hand edit's slip in one is
+    named before anything is written, never written over."""
+    workspace = Workspace(Path(answers.workspace))
+    _existing_json(workspace.runtime_config_file, "runtime-config")
+    _existing_json(workspace.models_file, "models.json")
+
+
+def _existing_json(path: Path, name: str) -> dict[str, Any]:
+    """The object a file holds, {} when there is none; `OnboardingFailed` when it cannot be read as one."""
+    try:
+        return read_json_object(path.read_text(encoding="utf-8"), path)
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as error:
+        raise OnboardingFailed(f"✗ {name}: {path} cannot be read ({error}). Fix: make it readable UTF-8") from error
+    except InvalidJsonFile as error:
+        fix = "correct it (or move it away), then run onboard again"
+        raise OnboardingFailed(f"✗ {name}: {error}. Fix: {fix}") from error
+
+
 def _merge_json(path: Path, changes: dict[str, Any]) -> None:
-    current = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    merged = deep_merge(current if isinstance(current, dict) else {}, changes)
+    merged = deep_merge(_existing_json(path, path.name), changes)
     write_atomic_sync(path, (json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))

@@ -58,8 +58,12 @@ def write_atomic_sync(path: Path, data: bytes, deferred: DeferredSync | None = N
 
     With `deferred`, both fsyncs are left to its next round (the file is whole either way: the rename
     is atomic, and a crash of the process loses nothing the call wrote). The temp file is 0600
-    (`mkstemp`), so the file is 0600 after its first rewrite whatever it was.
+    (`mkstemp`), so the file is 0600 after its first rewrite whatever it was. A symlink to a file (MEMORY.md
+    or runtime-config.json kept in a synced folder or a dotfiles repository) stays a link: its target is the
+    file replaced; a dangling one is replaced by the file.
     """
+    if path.is_symlink() and path.exists():
+        path = path.resolve()
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except FileNotFoundError:  # its folder is missing (checked only then: rewrites are frequent)

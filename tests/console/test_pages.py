@@ -414,3 +414,28 @@ async def test_the_graph_on_a_lightrag_server_is_drawn_and_searched_and_one_that
     finally:
         await bot.stop()
         await server.stop()
+
+
+async def test_a_setting_saved_over_a_hand_edit_with_a_slip_writes_nothing_and_says_where_the_slip_is(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_console_bot(workspace_dir, fake_openai, fake_telegram)
+    try:
+        link = await login_link(fake_telegram, OWNER)
+        root = root_of(link)
+        config_file = bot.workspace / "preferences" / "runtime-config.json"
+        # The person's own notes and keys, with a comma too many: the bot must not write over them.
+        hand_edit = '{\n  "memory": {"recentDays": 3},\n  "llm": {"temperature": 0.2},\n}\n'
+        config_file.write_text(hand_edit)
+        async with new_client() as client:
+            (await log_in(client, link)).release()
+            async with client.get(f"{root}/console/settings") as page:
+                csrf = csrf_of(await page.text())
+            form = {"memory.decayDays": "40", "csrf": csrf}
+            async with client.post(f"{root}/console/settings", data=form) as done:
+                text = await done.text()
+        assert "Nothing was written" in text
+        assert f"{config_file}: invalid JSON at line 4 column 1: a comma after the last entry" in text
+        assert config_file.read_text() == hand_edit
+    finally:
+        await bot.stop()

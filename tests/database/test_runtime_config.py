@@ -160,6 +160,26 @@ async def test_model_switches_every_process_sharing_the_database(
     assert in_force.access.allowed_users == TEST_RUNTIME_CONFIG["access"]["allowedUsers"]
 
 
+async def test_model_never_writes_over_a_row_with_a_slip_and_says_what_to_fix(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    config = {"llm": {"models": ["fast-model"]}}
+    workspace = tmp_path / "workspace"
+    bot = await start_bot(workspace, fake_openai, fake_telegram, "ptb", config, bot_database_url=database_url)
+    try:
+        hand_edit = json.dumps(deep_merge(TEST_RUNTIME_CONFIG, config)).removesuffix("}") + ",}"
+        await edit_row(database_url, hand_edit)
+        await followed(bot.app.config_store, hand_edit)
+        [notice] = await fake_telegram.await_messages(OWNER)  # the owner is told of the slip first
+        assert notice.text.startswith(f"I could not read {DATABASE_SOURCE}: invalid JSON")
+        refused = await ask(fake_telegram, OWNER, "/model fast-model")
+        assert refused.startswith(f"Nothing was switched: {DATABASE_SOURCE}: invalid JSON at line 1 column ")
+        assert "a comma after the last entry" in refused and refused.endswith("Fix it first, then switch again.")
+        assert bot.app.config_store.written_text() == hand_edit
+    finally:
+        await bot.stop()
+
+
 async def test_model_is_refused_with_its_reason_where_bot_model_pins_the_model_of_a_shared_configuration(
     database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:

@@ -103,6 +103,46 @@ async def test_bad_lines_are_skipped_counted_and_kept_byte_for_byte_by_every_rew
     assert [line for line in after if b"mgood" not in line and line] == bad
 
 
+async def test_a_line_copied_with_its_id_left_as_it_was_is_kept_by_every_rewrite_and_logged(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A person copies a line to write a new fact and leaves its id: the later line is the item, the earlier
+    one is a skipped line, kept in the file and said in the log, never dropped by the bot's next rewrite."""
+    created = datetime.now(UTC).isoformat()
+    semantic = services.workspace.memory.items_dir / "semantic.jsonl"
+    semantic.parent.mkdir(parents=True, exist_ok=True)
+    first = good_line("My bike is a RED Brompton.", created, "mcopy0000001")
+    lines = [first, good_line("My cat is called MISO.", created, "mcat00000001")]
+    lines.append(good_line("My boat is called WAVE.", created, "mcopy0000001"))
+    semantic.write_text("\n".join(lines) + "\n")
+
+    with caplog.at_level(logging.WARNING):
+        await say(services, channel, "1", "what about my boat, my bike and my cat?")
+    memory = memory_section(fake_openai.system_prompts()[-1]) or ""
+    assert "WAVE" in memory and "MISO" in memory and "RED Brompton" not in memory
+    [warning] = [r.getMessage() for r in caplog.records if "Skipped line" in r.getMessage()]
+    assert f"Skipped line 1 of {semantic} (kept in the file): id mcopy0000001 is given again on line 3" in warning
+    assert "1 unreadable item lines skipped" in await say(services, channel, "1", "/status")
+
+    assert "Forgot" in await say(services, channel, "1", "/memory forget mcat00000001")  # a rewrite of the file
+    assert semantic.read_text().splitlines() == [first, lines[2]]
+
+
+async def test_an_item_dated_in_the_future_is_used_kept_as_written_and_logged(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    semantic = services.workspace.memory.items_dir / "semantic.jsonl"
+    semantic.parent.mkdir(parents=True, exist_ok=True)
+    written = good_line("My boat is called WAVE.", "2052-06-01T10:00:00+00:00", "mfuture00001")  # 2025 meant
+    semantic.write_text(written + "\n")
+    with caplog.at_level(logging.WARNING):
+        await say(services, channel, "1", "what is my boat called?")
+    assert "WAVE" in (memory_section(fake_openai.system_prompts()[-1]) or "")
+    [warning] = [r.getMessage() for r in caplog.records if "in the future" in r.getMessage()]
+    assert f"Item mfuture00001 of {semantic} is dated 2052-06-01T10:00:00+00:00, in the future" in warning
+    assert semantic.read_text() == written + "\n"
+
+
 async def test_when_the_pack_fails_as_a_whole_the_daily_notes_stand_in(
     services: Application,
     channel: RecordingChannel,

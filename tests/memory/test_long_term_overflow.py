@@ -93,3 +93,23 @@ async def test_a_memory_md_that_fits_is_whole_in_the_prompt_and_nobody_is_told(
     assert LAST_LINE in fake_openai.chat_requests()[-1]["messages"][0]["content"]
     assert not services.notices.pending()
     assert f"MEMORY.md {len(LAST_LINE) + 10} chars;" in await say(services, channel, "1", "/status")
+
+
+async def test_a_budget_with_no_room_for_memory_md_leaves_it_out_with_no_empty_header_and_says_so(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI
+) -> None:
+    configure_memory(services, softPromptBudgetTokens=0, maxPromptBudgetTokens=0)
+    services.workspace.memory.long_term_file.write_text(f"# Places\n\n{LAST_LINE}\n")
+    await say(services, channel, "1", "hello")
+    system = "\n".join(str(m["content"]) for m in fake_openai.chat_requests()[-1]["messages"] if m["role"] == "system")
+    assert "## Long-term Memory" not in system and "# Memory" not in system  # no header without content
+    [told] = [text for key, text in services.notices.pending().items() if key.startswith("memory-md-over-share:")]
+    assert told.startswith(f"MEMORY.md ({len(LAST_LINE) + 10} characters) is left out of the prompt")
+    assert "memory.maxPromptBudgetTokens 0" in told
+    status = await say(services, channel, "1", "/status")
+    assert f"MEMORY.md: {len(LAST_LINE) + 10} chars, left out: the memory budget leaves it no room" in status
+
+    configure_memory(services)  # back to the defaults: whole again, and the notice settled
+    await say(services, channel, "1", "hello again")
+    assert LAST_LINE in fake_openai.chat_requests()[-1]["messages"][0]["content"]
+    assert not services.notices.pending()

@@ -3,6 +3,7 @@ the fake model endpoint and the fake Bot API: each failure names what is at faul
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,10 @@ def test_the_runtime_config_check_says_which_key_to_correct(tmp_path: Path, fake
     path.write_text("{not json")
     _, [broken] = read_runtime_config(env)
     assert not broken.ok and broken.fix == f"make {path} a valid JSON object"
+    path.unlink()
+    path.symlink_to(path)  # a path the bot cannot even look at (as a folder it may not enter)
+    _, [unreadable] = read_runtime_config(env)
+    assert not unreadable.ok and "cannot be read" in unreadable.detail and "Too many levels" in unreadable.detail
 
 
 def test_a_model_missing_from_models_json_is_said_with_the_entry_to_add(
@@ -83,10 +88,40 @@ def test_a_model_missing_from_models_json_is_said_with_the_entry_to_add(
 ) -> None:
     env = env_at(tmp_path, fake_openai)
     config, _ = read_runtime_config(env)
-    assert check_model_window(env, config).ok  # the shipped default model is known
+    [known] = check_model_window(env, config)
+    assert known.ok  # the shipped default model is known
     unknown = config.model_copy(update={"llm": config.llm.model_copy(update={"model": "my-own-model"})})
-    result = check_model_window(env, unknown)
+    [result] = check_model_window(env, unknown)
     assert not result.ok and '"my-own-model": {"maxInputTokens": N' in result.fix
+
+
+def test_a_mistake_in_models_json_names_the_entry_and_key_and_the_other_entries_apply(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    env = env_at(tmp_path, fake_openai)
+    models_file = tmp_path / "workspace" / "preferences" / "models.json"
+    models_file.parent.mkdir(parents=True, exist_ok=True)
+    entries = {
+        "qwen-small": {"maxInputToken": 4096, "maxOutputTokens": 512},  # a letter short
+        "llama-local": {"maxInputTokens": 8192, "maxOutputTokens": 1024},
+        "phi-mini": {"maxInputTokens": "4k", "maxOutputTokens": 512},
+    }
+    models_file.write_bytes(b"\xef\xbb\xbf" + json.dumps({"models": entries, "model": {}}).encode())
+    config, _ = read_runtime_config(env)
+    local = config.model_copy(update={"llm": config.llm.model_copy(update={"model": "llama-local"})})
+    *refused, window = check_model_window(env, local)
+    assert window.ok and "llama-local: input 8192 / output 1024 tokens" in window.line()
+    assert [result.line() for result in refused] == [
+        f"✗ Model window: {models_file}: model: not a key of the file; did you mean `models`? Fix: correct it in "
+        f"{models_file}",
+        f"✗ Model window: {models_file}: models.qwen-small.maxInputToken: not a key of an entry; did you mean "
+        f"`maxInputTokens`? Fix: correct it in {models_file}",
+        f'✗ Model window: {models_file}: models.phi-mini.maxInputTokens: "4k" is refused: Input should be a valid '
+        f"integer, unable to parse string as an integer. Fix: correct it in {models_file}",
+    ]
+    models_file.write_text('{"models": {"qwen-small": {"maxInputTokens": 4096, "maxOutputTokens": 512},}}')
+    [broken, _] = check_model_window(env, local)
+    assert "invalid JSON at line 1 column 76: a comma after the last entry" in broken.line()
 
 
 async def test_the_model_call_checks_the_endpoint_the_key_and_the_model(tmp_path: Path) -> None:

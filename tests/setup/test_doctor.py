@@ -114,3 +114,40 @@ def test_the_owner_sees_in_status_the_failures_doctor_reports(
     refused = "compaction.keepLastMessagez: not a setting; did you mean `compaction.keepLastMessages`?"
     assert refused in _line(doctor, "✗ runtime-config")
     assert _line(chat, "  compaction.keepLastMessagez") == f"  {refused}"
+
+
+def test_files_spoiled_by_hand_are_each_named_with_the_line_and_the_fix(
+    tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    workspace = tmp_path / "workspace"
+    preferences, items, sessions = workspace / "preferences", workspace / "memory" / "items", workspace / "sessions"
+    for folder in (preferences, items, sessions):
+        folder.mkdir(parents=True)
+    # Saved by a Windows editor: a byte order mark first, which JSON lets a reader skip.
+    (preferences / "runtime-config.json").write_bytes(b"\xef\xbb\xbf" + b'{"memory": {"recentDays": 3}}')
+    (preferences / "models.json").write_text('{"models": {"qwen": {"maxInputToken": 4096, "maxOutputTokens": 512}}}')
+    memory_md = workspace / "memory" / "MEMORY.md"
+    memory_md.write_bytes(b"# About me\n- I live in Li\xe8ge.\n")  # Latin-1
+    item = {"id": "mcut00000001", "layer": "SEMANTIC", "type": "fact", "content": "My dog is REX."}
+    (items / "semantic.jsonl").write_text(json.dumps(item)[:30] + "\n" + json.dumps(item) + "\n")
+    (sessions / "telegram:1.json").write_text('{"id": "telegram:1", "messages": [')
+
+    result = run_main(["doctor"], setup_env(workspace, fake_openai, fake_telegram), tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert _line(out, "✓ runtime-config").endswith("runtime-config.json accepted")
+    assert _line(out, "✗ Model window") == (
+        f"✗ Model window: {preferences / 'models.json'}: models.qwen.maxInputToken: not a key of an entry; did you "
+        f"mean `maxInputTokens`? Fix: correct it in {preferences / 'models.json'}"
+    )
+    [not_utf8, skipped] = [line for line in out.splitlines() if line.startswith("✗ Memory files")]
+    assert f"{memory_md}: line 2 holds bytes that are not UTF-8" in not_utf8
+    assert not_utf8.endswith(f"Fix: open {memory_md} in an editor and save it as UTF-8")
+    assert f"{items / 'semantic.jsonl'}: skipped, kept in the file: line 1: line: Invalid JSON" in skipped
+    assert "line 2" not in skipped  # the whole item after it is read
+    session = _line(out, "✗ Sessions")
+    assert f"{sessions / 'telegram:1.json'} cannot be read (Invalid JSON" in session
+    assert "Fix: mend it by hand to keep that conversation; else at the chat's next message" in session
+    # Looked at, nothing written: every file is as the person left it.
+    assert memory_md.read_bytes() == b"# About me\n- I live in Li\xe8ge.\n"
+    assert sorted(path.name for path in sessions.iterdir()) == ["telegram:1.json"]

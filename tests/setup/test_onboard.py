@@ -23,6 +23,14 @@ def _fresh_env(tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTeleg
     )  # fmt: skip
 
 
+def _good_flags(fake_openai: FakeOpenAI, fake_telegram: FakeTelegram) -> list[str]:
+    """Every answer as a flag, each one the fakes accept (owner 4242), but for the time zone."""
+    return [
+        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
+        "--api-key", TEST_API_KEY, "--model", "gpt-4o-mini", "--owner-id", "4242",
+    ]  # fmt: skip
+
+
 def _env_file(path: Path) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
     return {name: json.loads(value) if value.startswith('"') else value for name, value in pairs}
@@ -34,10 +42,7 @@ def test_onboard_with_flags_writes_env_and_workspace_and_doctor_then_passes(
     fake_openai.required_api_key = TEST_API_KEY
     env = _fresh_env(tmp_path, fake_openai, fake_telegram)
     (tmp_path / ".env").write_text("# my notes\nBRAVE_API_KEY=kept-as-it-was\nOPENAI_API_KEY=old\n")
-    flags = [
-        "--no-input", "--telegram-token", fake_telegram.token, "--base-url", fake_openai.base_url,
-        "--api-key", TEST_API_KEY, "--model", "gpt-4o-mini", "--owner-id", "4242", "--timezone", "Europe/Berlin",
-    ]  # fmt: skip
+    flags = [*_good_flags(fake_openai, fake_telegram), "--timezone", "Europe/Berlin"]
     result = run_main(["onboard", *flags], env, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ Telegram token: @test_bot" in result.stdout
@@ -57,6 +62,25 @@ def test_onboard_with_flags_writes_env_and_workspace_and_doctor_then_passes(
     bare = {key: value for key, value in env.items() if key not in ("BOT_WORKSPACE",)}
     doctor = run_main(["doctor"], bare, tmp_path)
     assert doctor.returncode == 0, doctor.stdout
+
+
+def test_a_hand_edited_runtime_config_with_a_slip_is_named_and_nothing_is_written(
+    tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.required_api_key = TEST_API_KEY
+    env = _fresh_env(tmp_path, fake_openai, fake_telegram)
+    config_file = tmp_path / "workspace" / "preferences" / "runtime-config.json"
+    config_file.parent.mkdir(parents=True)
+    hand_edit = '{\n  "memory": {"recentDays": 3},\n}\n'
+    config_file.write_text(hand_edit)
+    flags = [*_good_flags(fake_openai, fake_telegram), "--timezone", "UTC"]
+    result = run_main(["onboard", *flags], env, tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    slip = f"✗ runtime-config: {config_file}: invalid JSON at line 3 column 1: a comma after the last entry"
+    assert slip in result.stderr
+    assert "Fix: correct it (or move it away), then run onboard again" in result.stderr
+    assert "Nothing was written." in result.stderr
+    assert config_file.read_text() == hand_edit and not (tmp_path / ".env").exists()
 
 
 def test_a_wrong_token_given_as_a_flag_is_caught_and_nothing_is_written(
