@@ -64,8 +64,8 @@ async def test_a_reply_to_an_earlier_photo_shows_the_model_that_photo_again(
     await fake_telegram.await_messages(OWNER, 5)
     assert images_sent() == [b"the-cat", b"the-dog"]  # each image once, with the newest message that has it
     session = json.loads((bot.workspace / "sessions" / f"telegram:{OWNER}.json").read_text())
-    first_photo, *_, question = stored_user_messages(session)
-    assert question["media"] == first_photo["media"]  # the same file, not a copy
+    first_photo, *_, last_question = stored_user_messages(session)
+    assert last_question["media"] == first_photo["media"]  # the same file, not a copy
 
 
 async def test_an_edit_of_an_answered_message_is_a_correction(
