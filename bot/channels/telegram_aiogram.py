@@ -36,7 +36,7 @@ CONNECTION_LIMIT = 100
 POLL_ANSWER_MARGIN_SECONDS = 10
 
 
-class _GetUpdatesAsJson(TelegramMethod[list[dict[str, Any]]]):
+class GetUpdatesAsJson(TelegramMethod[list[dict[str, Any]]]):
     """getUpdates answered with the Bot API's JSON as it came, not aiogram's `Update`s: the channel reads
     updates as JSON, and one update aiogram's types refuse (a Bot API server older or newer than aiogram)
     would fail the whole batch, and every poll after it, for good."""
@@ -72,7 +72,7 @@ class AiogramBackend:
     async def get_updates(
         self, offset: int | None, timeout_seconds: int, allowed_updates: list[str], limit: int = 100
     ) -> list[dict[str, Any]]:
-        call = _GetUpdatesAsJson(offset=offset, limit=limit, timeout=timeout_seconds, allowed_updates=allowed_updates)
+        call = GetUpdatesAsJson(offset=offset, limit=limit, timeout=timeout_seconds, allowed_updates=allowed_updates)
         return await _translated(lambda: self._bot(call, request_timeout=timeout_seconds + POLL_ANSWER_MARGIN_SECONDS))
 
     async def set_webhook(self, url: str, secret: str, allowed_updates: list[str]) -> None:
