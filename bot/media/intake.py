@@ -112,19 +112,18 @@ class MediaIntake:
                 return Prepared(None, [NO_VISION_REPLY.format(model=model)])
             first = self._vision.first_telling(inbound.session_id, model)
             return Prepared(without_image, [NO_VISION_NOTE.format(model=model)] if first else [])
-        stored = await self._kept(inbound, image, channel, config)
-        if isinstance(stored, Prepared):
-            return stored
-        # The album's other photos: one that cannot be had is said, and the rest answered.
-        album: list[MediaRef] = []
+        # With an album's other photos: one that cannot be had is said, and the rest answered.
+        stored: list[MediaRef] = []
         notes: list[str] = []
-        for other in inbound.album:
-            kept = await self._kept(inbound, other, channel, config)
+        for each in (image, *inbound.album):
+            kept = await self._kept(inbound, each, channel, config)
             if isinstance(kept, Prepared):
                 notes += kept.notes
             else:
-                album.append(kept)
-        answered = dataclasses.replace(without_image, image=stored, album_images=tuple(album))
+                stored.append(kept)
+        if not stored:
+            return Prepared(None, notes)
+        answered = dataclasses.replace(without_image, image=stored[0], album_images=tuple(stored[1:]))
         return Prepared(answered, notes)
 
     async def _kept(

@@ -1696,13 +1696,23 @@ class _InboundUpdates:
         }
         return self._push_media(chat_id, {"photo": [thumbnail, full]}, caption, sender)
 
-    def push_album(self, chat_id: int, count: int = 3, *, caption: str | None = None, **sender: Any) -> list[int]:
+    def push_album(
+        self,
+        chat_id: int,
+        count: int = 3,
+        *,
+        caption: str | None = None,
+        contents: list[bytes] | None = None,
+        **sender: Any,
+    ) -> list[int]:
         """A user sends `count` photos at once (an album): Telegram delivers each as a message of its own, in
-        one media group (the same `media_group_id`), the caption on the first. Returns the update_ids."""
+        one media group (the same `media_group_id`), the caption on the first. `contents`: the photos' bytes
+        (a small fake JPEG each by default). Returns the update_ids."""
         group = str(next(self._media_group_seq))
+        photos = contents or [b"\xff\xd8\xff\xe0fake-jpeg-%d" % index for index in range(count)]
         updates = []
-        for index in range(count):
-            stored = self._world.add_file(b"\xff\xd8\xff\xe0fake-jpeg-%d" % index, f"photo{index}.jpg", "photos")
+        for index, content in enumerate(photos):
+            stored = self._world.add_file(content, f"photo{index}.jpg", "photos")
             size = {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id, "width": 800, "height": 600,
                     "file_size": len(stored.content)}  # fmt: skip
             media = {"photo": [size], "media_group_id": group}
