@@ -68,6 +68,19 @@ class InvalidJsonFile(ValueError):
     """A settings file that is not a JSON object; the message names the file, the place and the slip."""
 
 
+def read_settings_text(path: Path) -> str:
+    """The text of a settings file; `InvalidJsonFile` naming the line of a byte that is not UTF-8 (an editor that
+    saved it in a local encoding). `OSError` as `Path.read_bytes` raises it."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise InvalidJsonFile(
+            f"{path}: line {line} holds bytes that are not UTF-8 (saved in another encoding?); save the file as UTF-8"
+        ) from error
+
+
 def read_json_object(text: str, source: Path | str) -> dict[str, Any]:
     """The JSON object `text` holds; `InvalidJsonFile` naming the line, the column and, for the slips of a
     hand edit (a comma after the last entry, a comment, single quotes, an empty file), the slip itself.
