@@ -115,15 +115,22 @@ def main() -> None:
             arguments.cache.write_bytes(pickle.dumps(cached))
         for key, values in measure(conversation, cached[name]).items():
             recall[key] += values
-    figures: dict[str, dict[str, float]] = defaultdict(dict)
-    for category in ("all", *CATEGORIES.values()):
-        print(f"{category} ({len(recall[('turn alone', category, DEPTHS[0])])} questions)")
-        for name in ("turn alone", "turn + its two pairs"):
-            at = {depth: statistics.mean(recall[(name, category, depth)]) for depth in DEPTHS}
-            print(f"  {name:<22}" + "  ".join(f"@{depth} {value:.3f}" for depth, value in at.items()))
-            figures[f"{category}: {name}"] = {str(depth): value for depth, value in at.items()}
+    figures = report(recall, ("turn alone", "turn + its two pairs"))
     if arguments.json:
         print(json.dumps({"bench": "context_windows", **figures}))
+
+
+def report(recall: dict[tuple[str, str, int], list[float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Print each way's recall at each depth, per category; the same figures as a dict."""
+    figures: dict[str, dict[str, float]] = defaultdict(dict)
+    width = max(map(len, names)) + 2
+    for category in ("all", *CATEGORIES.values()):
+        print(f"{category} ({len(recall[(names[0], category, DEPTHS[0])])} questions)")
+        for name in names:
+            at = {depth: statistics.mean(recall[(name, category, depth)]) for depth in DEPTHS}
+            print(f"  {name:<{width}}" + "  ".join(f"@{depth} {value:.3f}" for depth, value in at.items()))
+            figures[f"{category}: {name}"] = {str(depth): value for depth, value in at.items()}
+    return figures
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.context_windows import DEPTHS, Matrix, encode, turns_in_order
+from bench.context_windows import DEPTHS, Matrix, encode, report, turns_in_order
 from bench.locomo import CATEGORIES, DATA, evidence_ids
 
 FEATURES_KEPT = 128
@@ -158,13 +157,7 @@ def main() -> None:
     for conversation in json.loads(DATA.read_text()):
         for key, values in alone(conversation, cached[conversation["sample_id"]]).items():
             recall[key] += values
-    figures: dict[str, dict[str, float]] = defaultdict(dict)
-    for category in ("all", *CATEGORIES.values()):
-        print(f"{category} ({len(recall[('dense', category, DEPTHS[0])])} questions)")
-        for name in ("dense", "latent terms", "both"):
-            at = {depth: statistics.mean(recall[(name, category, depth)]) for depth in DEPTHS}
-            print(f"  {name:<14}" + "  ".join(f"@{depth} {value:.3f}" for depth, value in at.items()))
-            figures[f"{category}: {name}"] = {str(depth): value for depth, value in at.items()}
+    figures = report(recall, ("dense", "latent terms", "both"))
     if arguments.json:
         print(json.dumps({"bench": "latent_terms", **figures}))
 
