@@ -81,19 +81,26 @@ def measure(conversation: dict[str, Any], vectors: dict[str, Matrix]) -> dict[tu
     questions = [q for q in conversation["qa"] if q.get("category") in CATEGORIES and evidence_ids(q)]
     recall: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for number, question in enumerate(questions):
-        wanted = evidence_ids(question)
         query = vectors["question"][number]
         own = vectors["turn"] @ query
         after = vectors["pair"] @ query  # the pair with the turn after
         # The pair with the turn before; a session's first turn has none, and counts itself alone instead.
         before = np.where(starts_session, own, np.roll(after, 1))
         for name, scores in (("turn alone", own), ("turn + its two pairs", own + before + after)):
-            order = np.argsort(-scores)
-            for depth in DEPTHS:
-                found = len(wanted & {ids[i] for i in order[:depth]}) / len(wanted)
-                for category in (CATEGORIES[question["category"]], "all"):
-                    recall[(name, category, depth)].append(found)
+            count_found(recall, name, scores, ids, question)
     return recall
+
+
+def count_found(
+    recall: dict[tuple[str, str, int], list[float]], name: str, scores: Matrix, ids: list[str], question: dict[str, Any]
+) -> None:
+    """Add the share of the question's evidence among the best-scored turns, at each depth, to `recall`."""
+    order = np.argsort(-scores)
+    wanted = evidence_ids(question)
+    for depth in DEPTHS:
+        found = len(wanted & {ids[i] for i in order[:depth]}) / len(wanted)
+        for category in (CATEGORIES[question["category"]], "all"):
+            recall[(name, category, depth)].append(found)
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.context_windows import DEPTHS, Matrix, encode, report, turns_in_order
+from bench.context_windows import Matrix, count_found, encode, report, turns_in_order
 from bench.locomo import CATEGORIES, DATA, evidence_ids
 
 FEATURES_KEPT = 128
@@ -80,15 +80,10 @@ def alone(conversation: dict[str, Any], vectors: dict[str, Any]) -> dict[tuple[s
     turn_terms, question_terms = dense_rows(vectors["turn terms"]), dense_rows(vectors["question terms"])
     recall: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for number, question in enumerate(questions):
-        wanted = evidence_ids(question)
         dense = vectors["turn"] @ vectors["question"][number]
         sparse = turn_terms @ question_terms[number]
         for name, scores in (("dense", dense), ("latent terms", sparse), ("both", zscored(dense) + zscored(sparse))):
-            order = np.argsort(-scores)
-            for depth in DEPTHS:
-                found = len(wanted & {ids[i] for i in order[:depth]}) / len(wanted)
-                for category in (CATEGORIES[question["category"]], "all"):
-                    recall[(name, category, depth)].append(found)
+            count_found(recall, name, scores, ids, question)
     return recall
 
 
