@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from bot.settings import ConfigSection, RuntimeConfig, settings_of
+from bot.storage.files import BYTE_ORDER_MARK
 
 # How close a key or value must be to be offered as "did you mean" (difflib's ratio).
 SUGGESTION_CUTOFF = 0.6
@@ -59,9 +60,6 @@ def quoted(value: object) -> str:
 
 
 # -- a file read by hand-editing people ------------------------------------------------------------
-
-# What some editors write first in a UTF-8 file; JSON lets a parser read past it.
-BYTE_ORDER_MARK = "\ufeff"
 
 
 class InvalidJsonFile(ValueError):
