@@ -81,19 +81,26 @@ def measure(conversation: dict[str, Any], vectors: dict[str, Matrix]) -> dict[tu
     questions = [q for q in conversation["qa"] if q.get("category") in CATEGORIES and evidence_ids(q)]
     recall: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for number, question in enumerate(questions):
-        wanted = evidence_ids(question)
         query = vectors["question"][number]
         own = vectors["turn"] @ query
         after = vectors["pair"] @ query  # the pair with the turn after
         # The pair with the turn before; a session's first turn has none, and counts itself alone instead.
         before = np.where(starts_session, own, np.roll(after, 1))
         for name, scores in (("turn alone", own), ("turn + its two pairs", own + before + after)):
-            order = np.argsort(-scores)
-            for depth in DEPTHS:
-                found = len(wanted & {ids[i] for i in order[:depth]}) / len(wanted)
-                for category in (CATEGORIES[question["category"]], "all"):
-                    recall[(name, category, depth)].append(found)
+            count_found(recall, name, scores, ids, question)
     return recall
+
+
+def count_found(
+    recall: dict[tuple[str, str, int], list[float]], name: str, scores: Matrix, ids: list[str], question: dict[str, Any]
+) -> None:
+    """Add the share of the question's evidence among the best-scored turns, at each depth, to `recall`."""
+    order = np.argsort(-scores)
+    wanted = evidence_ids(question)
+    for depth in DEPTHS:
+        found = len(wanted & {ids[i] for i in order[:depth]}) / len(wanted)
+        for category in (CATEGORIES[question["category"]], "all"):
+            recall[(name, category, depth)].append(found)
 
 
 def main() -> None:
@@ -115,15 +122,22 @@ def main() -> None:
             arguments.cache.write_bytes(pickle.dumps(cached))
         for key, values in measure(conversation, cached[name]).items():
             recall[key] += values
-    figures: dict[str, dict[str, float]] = defaultdict(dict)
-    for category in ("all", *CATEGORIES.values()):
-        print(f"{category} ({len(recall[('turn alone', category, DEPTHS[0])])} questions)")
-        for name in ("turn alone", "turn + its two pairs"):
-            at = {depth: statistics.mean(recall[(name, category, depth)]) for depth in DEPTHS}
-            print(f"  {name:<22}" + "  ".join(f"@{depth} {value:.3f}" for depth, value in at.items()))
-            figures[f"{category}: {name}"] = {str(depth): value for depth, value in at.items()}
+    figures = report(recall, ("turn alone", "turn + its two pairs"))
     if arguments.json:
         print(json.dumps({"bench": "context_windows", **figures}))
+
+
+def report(recall: dict[tuple[str, str, int], list[float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Print each way's recall at each depth, per category; the same figures as a dict."""
+    figures: dict[str, dict[str, float]] = defaultdict(dict)
+    width = max(map(len, names)) + 2
+    for category in ("all", *CATEGORIES.values()):
+        print(f"{category} ({len(recall[(names[0], category, DEPTHS[0])])} questions)")
+        for name in names:
+            at = {depth: statistics.mean(recall[(name, category, depth)]) for depth in DEPTHS}
+            print(f"  {name:<{width}}" + "  ".join(f"@{depth} {value:.3f}" for depth, value in at.items()))
+            figures[f"{category}: {name}"] = {str(depth): value for depth, value in at.items()}
+    return figures
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.context_windows import DEPTHS, Matrix, encode, turns_in_order
+from bench.context_windows import Matrix, count_found, encode, report, turns_in_order
 from bench.locomo import CATEGORIES, DATA, evidence_ids
 
 FEATURES_KEPT = 128
@@ -81,15 +80,10 @@ def alone(conversation: dict[str, Any], vectors: dict[str, Any]) -> dict[tuple[s
     turn_terms, question_terms = dense_rows(vectors["turn terms"]), dense_rows(vectors["question terms"])
     recall: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for number, question in enumerate(questions):
-        wanted = evidence_ids(question)
         dense = vectors["turn"] @ vectors["question"][number]
         sparse = turn_terms @ question_terms[number]
         for name, scores in (("dense", dense), ("latent terms", sparse), ("both", zscored(dense) + zscored(sparse))):
-            order = np.argsort(-scores)
-            for depth in DEPTHS:
-                found = len(wanted & {ids[i] for i in order[:depth]}) / len(wanted)
-                for category in (CATEGORIES[question["category"]], "all"):
-                    recall[(name, category, depth)].append(found)
+            count_found(recall, name, scores, ids, question)
     return recall
 
 
@@ -158,13 +152,7 @@ def main() -> None:
     for conversation in json.loads(DATA.read_text()):
         for key, values in alone(conversation, cached[conversation["sample_id"]]).items():
             recall[key] += values
-    figures: dict[str, dict[str, float]] = defaultdict(dict)
-    for category in ("all", *CATEGORIES.values()):
-        print(f"{category} ({len(recall[('dense', category, DEPTHS[0])])} questions)")
-        for name in ("dense", "latent terms", "both"):
-            at = {depth: statistics.mean(recall[(name, category, depth)]) for depth in DEPTHS}
-            print(f"  {name:<14}" + "  ".join(f"@{depth} {value:.3f}" for depth, value in at.items()))
-            figures[f"{category}: {name}"] = {str(depth): value for depth, value in at.items()}
+    figures = report(recall, ("dense", "latent terms", "both"))
     if arguments.json:
         print(json.dumps({"bench": "latent_terms", **figures}))
 

@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from bot.settings import ConfigSection, RuntimeConfig, settings_of
+from bot.storage.files import BYTE_ORDER_MARK
 
 # How close a key or value must be to be offered as "did you mean" (difflib's ratio).
 SUGGESTION_CUTOFF = 0.6
@@ -60,12 +61,22 @@ def quoted(value: object) -> str:
 
 # -- a file read by hand-editing people ------------------------------------------------------------
 
-# What some editors write first in a UTF-8 file; JSON lets a parser read past it.
-BYTE_ORDER_MARK = "\ufeff"
-
 
 class InvalidJsonFile(ValueError):
     """A settings file that is not a JSON object; the message names the file, the place and the slip."""
+
+
+def read_settings_text(path: Path) -> str:
+    """The text of a settings file; `InvalidJsonFile` naming the line of a byte that is not UTF-8 (an editor that
+    saved it in a local encoding). `OSError` as `Path.read_bytes` raises it."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise InvalidJsonFile(
+            f"{path}: line {line} holds bytes that are not UTF-8 (saved in another encoding?); save the file as UTF-8"
+        ) from error
 
 
 def read_json_object(text: str, source: Path | str) -> dict[str, Any]:

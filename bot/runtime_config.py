@@ -28,6 +28,7 @@ from bot.config_problems import (
     problem_for,
     quoted,
     read_json_object,
+    read_settings_text,
     repeated_keys,
 )
 from bot.notices import OwnerNotices
@@ -176,14 +177,12 @@ def runtime_config_problems(path: Path, defaults_path: Path | None = None) -> li
     file): what `/status` lists and what a check of the setup reports. Read over the shipped defaults."""
     defaults = json.loads((defaults_path or shipped_path("config") / "runtime-config.json").read_text("utf-8"))
     try:
-        text = path.read_text(encoding="utf-8")
+        return parse_runtime_config(read_settings_text(path), path, defaults).problems
     except FileNotFoundError:
         return []
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         return [ConfigProblem(WHOLE_FILE, f"cannot be read: {error}")]
-    try:
-        return parse_runtime_config(text, path, defaults).problems
-    except InvalidRuntimeConfig as error:
+    except InvalidJsonFile as error:
         return [ConfigProblem(WHOLE_FILE, str(error).removeprefix(f"{path}: "))]
 
 
@@ -249,11 +248,13 @@ class RuntimeConfigStore:
         if self._row is not None:
             return self._row[1]
         try:
-            return self._workspace_path.read_text("utf-8")
+            return read_settings_text(self._workspace_path)
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError) as error:
+        except OSError as error:
             raise InvalidRuntimeConfig(f"{self.source()}: cannot be read: {error}") from error
+        except InvalidJsonFile as error:
+            raise InvalidRuntimeConfig(str(error)) from error
 
     def with_changes(self, changes: dict[str, Any]) -> str:
         """The stored text (see `written_text`) with `changes` merged in, key by key, as the bot writes it back.
@@ -354,9 +355,12 @@ class RuntimeConfigStore:
             text = self._row[1]
         elif signature is not None:
             try:
-                text = self._workspace_path.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError) as error:
+                text = read_settings_text(self._workspace_path)
+            except OSError as error:
                 self._refuse_whole(f"cannot be read: {error}")
+                return
+            except InvalidJsonFile as error:
+                self._refuse_whole(str(error).removeprefix(f"{source}: "))
                 return
         try:
             loaded = parse_runtime_config(text, source, self._defaults, self._overrides, self._config)

@@ -154,6 +154,27 @@ async def test_a_byte_order_mark_an_editor_put_first_is_read_past(tmp_path: Path
     assert store.problems() == [] and runtime_config_problems(store.path) == []
 
 
+async def test_a_file_saved_in_another_encoding_is_refused_whole_naming_the_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An editor that saved the file as Latin-1 (a name with an é): the line of the first such byte, and the fix."""
+    store = store_at(tmp_path)
+    write(store.path, json.dumps({"memory": {"recentDays": 2}}))
+    assert (await store.current()).memory.recent_days == 2
+    store.path.write_bytes('{\n  "memory": {"recentDays": 5},\n  "llm": {"model": "caf\u00e9"}\n}\n'.encode("latin-1"))
+    with caplog.at_level(logging.ERROR):
+        assert (await store.current()).memory.recent_days == 2  # the last good configuration stays
+    [refusal] = [r.getMessage() for r in caplog.records if "[Config] Refused" in r.getMessage()]
+    assert str(store.path) in refusal and "line 3" in refusal and "save the file as UTF-8" in refusal
+    [problem] = store.problems()
+    assert problem.key == "(file)" and "line 3" in problem.problem and "codec" not in problem.problem
+    [listed] = runtime_config_problems(store.path)
+    assert listed.problem == problem.problem
+    with pytest.raises(InvalidRuntimeConfig, match="line 3"):
+        store.with_changes({"memory": {"recentDays": 6}})
+    assert store.path.read_bytes().endswith('"caf\u00e9"}\n}\n'.encode("latin-1"))  # the person's bytes, untouched
+
+
 async def test_a_file_the_bot_cannot_even_look_at_is_refused_whole_and_the_bot_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from bot.config_problems import SUGGESTION_CUTOFF, InvalidJsonFile, quoted, read_json_object
+from bot.config_problems import SUGGESTION_CUTOFF, InvalidJsonFile, quoted, read_json_object, read_settings_text
 from bot.llm.windows import LearnedWindow, LearnedWindows
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,10 @@ def read_models_file(path: Path) -> tuple[_ModelsFile, list[str]]:
     """A workspace's models file: the entries that validate, and one line per mistake (the file, the key, what
     is wrong, the nearest valid key); an entry with a mistake is left out whole, the others kept."""
     try:
-        data = read_json_object(path.read_text(encoding="utf-8"), path)
+        data = read_json_object(read_settings_text(path), path)
     except FileNotFoundError:
         return _ModelsFile(), []
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         return _ModelsFile(), [f"{path}: cannot be read: {error}"]
     except InvalidJsonFile as error:
         return _ModelsFile(), [str(error)]

@@ -17,12 +17,11 @@ import logging
 import re
 
 from bot.memory.documents import LONG_TERM_NAME, MemoryDocuments
+from bot.storage.files import BYTE_ORDER_MARK
 
 log = logging.getLogger(__name__)
 
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-# What some editors write first in a UTF-8 file: no part of the text.
-BYTE_ORDER_MARK = "\ufeff"
 
 
 def not_text(data: bytes) -> str | None:

@@ -18,6 +18,7 @@ import httpx
 from pydantic import ValidationError
 
 from bot.clock import InvalidTimezone, resolve_timezone
+from bot.config_problems import InvalidJsonFile, read_settings_text
 from bot.llm.client import ChatRequest, LlmClient
 from bot.llm.embedders import Embedders
 from bot.llm.errors import LlmError, LlmFailure
@@ -144,14 +145,15 @@ def read_runtime_config(env: EnvSettings) -> tuple[RuntimeConfig, list[CheckResu
     overrides = {"llm": {"model": env.bot_model}} if env.bot_model else None
     fallback = parse_runtime_config("{}", path, defaults, overrides).config
     try:
-        text = path.read_text(encoding="utf-8")
-        loaded = parse_runtime_config(text, path, defaults, overrides)
+        loaded = parse_runtime_config(read_settings_text(path), path, defaults, overrides)
     except FileNotFoundError:
         return fallback, [passed(CONFIG_CHECK, f"{path} does not exist yet: the shipped defaults apply")]
     except InvalidRuntimeConfig as error:
         return fallback, [failed(CONFIG_CHECK, str(error), f"make {path} a valid JSON object")]
-    except (OSError, UnicodeDecodeError) as error:
-        return fallback, [failed(CONFIG_CHECK, f"{path} cannot be read: {error}", f"make {path} readable UTF-8")]
+    except InvalidJsonFile as error:
+        return fallback, [failed(CONFIG_CHECK, str(error), f"save {path} as UTF-8")]
+    except OSError as error:
+        return fallback, [failed(CONFIG_CHECK, f"{path} cannot be read: {error}", f"make {path} readable")]
     if not loaded.problems:
         return loaded.config, [passed(CONFIG_CHECK, f"{path} accepted")]
     return loaded.config, [

@@ -28,7 +28,7 @@ import httpx
 from pydantic import SecretStr
 
 from bot.clock import InvalidTimezone, resolve_timezone
-from bot.config_problems import InvalidJsonFile, read_json_object
+from bot.config_problems import InvalidJsonFile, read_json_object, read_settings_text
 from bot.runtime_config import deep_merge
 from bot.settings import EnvSettings
 from bot.setup.checks import (
@@ -323,10 +323,10 @@ def _check_files_to_merge(answers: Answers) -> None:
 def _existing_json(path: Path, name: str) -> dict[str, Any]:
     """The object a file holds, {} when there is none; `OnboardingFailed` when it cannot be read as one."""
     try:
-        return read_json_object(path.read_text(encoding="utf-8"), path)
+        return read_json_object(read_settings_text(path), path)
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         raise OnboardingFailed(f"✗ {name}: {path} cannot be read ({error}). Fix: make it readable UTF-8") from error
     except InvalidJsonFile as error:
         fix = "correct it (or move it away), then run onboard again"

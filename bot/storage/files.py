@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
+# What some editors write first in a UTF-8 file (JSON and Markdown readers read past it): no part of the text.
+BYTE_ORDER_MARK = "\ufeff"
 
 # (mtime in ns, size, inode): a file whose signature changed was edited or replaced, and is read again.
 FileSignature = tuple[int, int, int]

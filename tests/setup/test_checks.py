@@ -77,6 +77,10 @@ def test_the_runtime_config_check_says_which_key_to_correct(tmp_path: Path, fake
     path.write_text("{not json")
     _, [broken] = read_runtime_config(env)
     assert not broken.ok and broken.fix == f"make {path} a valid JSON object"
+    path.write_bytes('{\n  "llm": {"model": "caf\u00e9"}\n}'.encode("latin-1"))
+    _, [foreign] = read_runtime_config(env)
+    assert not foreign.ok and "line 2 holds bytes that are not UTF-8" in foreign.detail
+    assert foreign.fix == f"save {path} as UTF-8"
     path.unlink()
     path.symlink_to(path)  # a path the bot cannot even look at (as a folder it may not enter)
     _, [unreadable] = read_runtime_config(env)
