@@ -29,6 +29,7 @@ from tests.channels.telegram_harness import (
     start_webhook_bot,
     telegram_channel_alone,
 )
+from tests.fakes.bot_fixtures import BotFactory
 from tests.fakes.clock import ManualClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import BotApiError, FakeTelegram, Fault
@@ -543,18 +544,15 @@ async def test_an_album_is_one_message_with_its_photos(
 
 
 async def test_a_photo_of_an_album_that_cannot_be_taken_is_said_and_the_rest_answered(
-    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+    start: BotFactory, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
-    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, {"media": {"maxImageBytes": 1000}})
-    try:
-        fake_openai.script("Two photos.")
-        too_big = b"\xff\xd8\xff\xe0" + b"x" * 2000
-        fake_telegram.push_album(OWNER, caption="look", contents=[too_big, b"\xff\xd8\xff\xe0a", b"\xff\xd8\xff\xe0b"])
-        note, answer = await fake_telegram.await_messages(OWNER, 2)
-        assert note.text.startswith("That image is") and answer.text == "Two photos."
-        assert len(fake_openai.image_urls()) == 2
-    finally:
-        await bot.stop()
+    await start({"media": {"maxImageBytes": 1000}})
+    fake_openai.script("Two photos.")
+    too_big = b"\xff\xd8\xff\xe0" + b"x" * 2000
+    fake_telegram.push_album(OWNER, caption="look", contents=[too_big, b"\xff\xd8\xff\xe0a", b"\xff\xd8\xff\xe0b"])
+    note, answer = await fake_telegram.await_messages(OWNER, 2)
+    assert note.text.startswith("That image is") and answer.text == "Two photos."
+    assert len(fake_openai.image_urls()) == 2
 
 
 async def test_a_gif_is_an_animation_not_a_file_to_read(
