@@ -80,17 +80,30 @@ class BotApiError(Exception):
     error; the fake raises it internally for every validation failure.
     """
 
-    def __init__(self, error_code: int, description: str, *, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        error_code: int,
+        description: str,
+        *,
+        retry_after: int | None = None,
+        migrate_to_chat_id: int | None = None,
+    ) -> None:
         super().__init__(f"{error_code}: {description}")
         self.error_code = error_code
         self.description = description
         self.retry_after = retry_after
+        self.migrate_to_chat_id = migrate_to_chat_id
 
     def to_json(self) -> JsonDict:
         """The JSON body Telegram would send for this error."""
         body: JsonDict = {"ok": False, "error_code": self.error_code, "description": self.description}
+        parameters: JsonDict = {}
         if self.retry_after is not None:
-            body["parameters"] = {"retry_after": self.retry_after}
+            parameters["retry_after"] = self.retry_after
+        if self.migrate_to_chat_id is not None:
+            parameters["migrate_to_chat_id"] = self.migrate_to_chat_id
+        if parameters:
+            body["parameters"] = parameters
         return body
 
 
@@ -104,6 +117,10 @@ WAIT_SECONDS = 30.0
 
 def _bad_request(detail: str) -> BotApiError:
     return BotApiError(400, f"Bad Request: {detail}")
+
+
+# What Telegram answers to any call that names a basic group since upgraded to a supergroup.
+GROUP_UPGRADED = "group chat was upgraded to a supergroup chat"
 
 
 class _DropConnection(Exception):
@@ -839,6 +856,8 @@ class _World:
         self._messages: dict[tuple[int, int], _StoredMessage] = {}
         self._files: dict[str, _StoredFile] = {}
         self._file_seq = itertools.count(1)
+        # Basic groups upgraded to supergroups: the old id, the new one.
+        self.migrated: dict[int, int] = {}
 
     # chats and users
     def chat(self, chat_id: int, chat_type: str | None = None, user: JsonDict | None = None) -> JsonDict:
@@ -1070,6 +1089,15 @@ class _BotApi:
             raise _bad_request("chat not found")
         return chat_id
 
+    def _open_chat_id(self, params: JsonDict) -> int:
+        """The chat a call acts in; a group upgraded to a supergroup answers 400 with its new id."""
+        chat_id = self._chat_id(params)
+        with self.world.lock:
+            moved_to = self.world.migrated.get(chat_id)
+        if moved_to is not None:
+            raise BotApiError(400, f"Bad Request: {GROUP_UPGRADED}", migrate_to_chat_id=moved_to)
+        return chat_id
+
     def _format(self, params: JsonDict, *, allow_empty: bool = False) -> FormattedText:
         return format_text(
             params.get("text"),
@@ -1091,7 +1119,7 @@ class _BotApi:
         }
 
     def send_message(self, params: JsonDict) -> JsonDict:
-        chat_id = self._chat_id(params)
+        chat_id = self._open_chat_id(params)
         formatted = self._format(params)
         payload: JsonDict = {
             "from": dict(self.world.bot_user),
@@ -1111,7 +1139,7 @@ class _BotApi:
 
     def send_document(self, params: JsonDict) -> JsonDict:
         """sendDocument with an uploaded file (multipart); a file_id or URL string is refused here."""
-        chat_id = self._chat_id(params)
+        chat_id = self._open_chat_id(params)
         upload = params.get("document")
         if isinstance(upload, str) and upload.startswith("attach://"):
             upload = params.get(upload.removeprefix("attach://"))  # the file in another multipart field
@@ -1154,7 +1182,7 @@ class _BotApi:
         if params.get("inline_message_id"):
             self._format(params)
             return True
-        chat_id = self._chat_id(params)
+        chat_id = self._open_chat_id(params)
         message_id = params.get("message_id")
         if not isinstance(message_id, int):
             raise _bad_request("message identifier is not specified")
@@ -1187,7 +1215,7 @@ class _BotApi:
             return copy.deepcopy(current)
 
     def delete_message(self, params: JsonDict) -> bool:
-        chat_id = self._chat_id(params)
+        chat_id = self._open_chat_id(params)
         message_id = params.get("message_id")
         with self.world.lock:
             stored = self.world.message(chat_id, message_id) if isinstance(message_id, int) else None
@@ -1197,13 +1225,13 @@ class _BotApi:
         return True
 
     def send_chat_action(self, params: JsonDict) -> bool:
-        self._chat_id(params)
+        self._open_chat_id(params)
         if params.get("action") not in _CHAT_ACTIONS:
             raise _bad_request("wrong parameter action in request")
         return True
 
     def send_message_draft(self, params: JsonDict) -> bool:
-        chat_id = self._chat_id(params)
+        chat_id = self._open_chat_id(params)
         if self.world.chat(chat_id)["type"] != "private":
             raise _bad_request("message drafts can be sent only to private chats")
         draft_id = params.get("draft_id")
@@ -1782,6 +1810,22 @@ class _InboundUpdates:
             "file_size": len(content),
         }
         return self._push_media(chat_id, {"animation": animation, "document": dict(animation)}, caption, sender)
+
+    def upgrade_group(self, group_id: int, supergroup_id: int, *, user_id: int = 1001) -> tuple[int, int]:
+        """The basic group `group_id` becomes the supergroup `supergroup_id`, as Telegram does it.
+
+        From then on a call that names the old id answers 400 "group chat was upgraded to a supergroup
+        chat" with `parameters.migrate_to_chat_id`; the old group gets a service message with
+        `migrate_to_chat_id`, then the supergroup one with `migrate_from_chat_id` (both sent by
+        `user_id`). Returns the two updates' ids, in that order.
+        """
+        with self._world.lock:
+            self._world.chat(group_id, "group")
+            self._world.chat(supergroup_id, "supergroup")
+            self._world.migrated[group_id] = supergroup_id
+        moved_to = self._push_user_message(group_id, {"migrate_to_chat_id": supergroup_id}, user_id=user_id)
+        moved_from = self._push_user_message(supergroup_id, {"migrate_from_chat_id": group_id}, user_id=user_id)
+        return moved_to, moved_from
 
     def push_sticker(self, chat_id: int, *, emoji: str = "👍", **sender: Any) -> int:
         """A user sends a (static) sticker."""
