@@ -10,10 +10,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
+from bot.domain.chat_move import ChatMove
 from bot.domain.inbound import InboundMessage
 from bot.domain.turn import ReplyStream
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
+# Told when a chat's id changes (`ChatMove`), and returns once what the bot keeps of it is under the new id.
+ChatMoveHandler = Callable[[ChatMove], Awaitable[None]]
 
 
 class FileUnavailable(Exception):
@@ -24,6 +27,8 @@ class Channel(ABC):
     """A transport the bot talks through: started with a handler, asked to deliver replies."""
 
     channel_type: str
+    # What the wiring does when a chat of this channel gets a new id (set before `start`; None: nothing).
+    chat_moved: ChatMoveHandler | None = None
 
     @abstractmethod
     async def start(self, handler: InboundHandler) -> None:

@@ -18,6 +18,7 @@ from aiogram.exceptions import (
     AiogramError,
     ClientDecodeError,
     TelegramBadRequest,
+    TelegramMigrateToChat,
     TelegramNetworkError,
     TelegramRetryAfter,
     TelegramServerError,
@@ -25,7 +26,7 @@ from aiogram.exceptions import (
 from aiogram.methods.base import TelegramMethod
 from aiogram.types import BotCommand, BufferedInputFile, MessageEntity
 
-from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient
+from bot.channels.telegram_api import AnswerTimedOut, BadRequest, ChatUpgraded, Refused, RetryAfter, Transient
 from bot.channels.telegram_updates import BotIdentity
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,8 @@ async def _translated(call: Callable[[], Awaitable[_T]]) -> _T:
         return await call()
     except TelegramRetryAfter as error:
         raise RetryAfter(error.message, float(error.retry_after)) from error
+    except TelegramMigrateToChat as error:
+        raise ChatUpgraded(error.message, error.migrate_to_chat_id) from error
     except TelegramBadRequest as error:
         raise BadRequest(error.message) from error
     except TelegramServerError as error:

@@ -58,6 +58,15 @@ class BadRequest(TelegramApiError):
         return "message is not modified" in self.description.lower()
 
 
+class ChatUpgraded(TelegramApiError):
+    """400 "group chat was upgraded to a supergroup chat": the group lives on under `new_chat_id`, where the
+    call may be made again."""
+
+    def __init__(self, description: str, new_chat_id: int) -> None:
+        super().__init__(description)
+        self.new_chat_id = new_chat_id
+
+
 class Refused(TelegramApiError):
     """401/403/404/409 and the like: repeating will not help (bot blocked, chat gone, bad token)."""
 

@@ -22,18 +22,25 @@ import re
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from bot.channels.base import Channel, FileUnavailable, InboundHandler
-from bot.channels.telegram_api import TelegramApiError, TelegramBackend
+from bot.channels.telegram_api import ChatUpgraded, TelegramApiError, TelegramBackend
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
 from bot.channels.telegram_stream import TelegramReplyStream
-from bot.channels.telegram_updates import ALLOWED_UPDATES, CHANNEL_TYPE, BotIdentity, inbound_from_update
+from bot.channels.telegram_updates import (
+    ALLOWED_UPDATES,
+    CHANNEL_TYPE,
+    BotIdentity,
+    chat_move_from_update,
+    inbound_from_update,
+)
 from bot.clock import Clock
+from bot.domain.chat_move import ChatMove
 from bot.domain.turn import ReplyStream
 from bot.http.listener import HttpListener
 from bot.ledger.turns import TurnLedger
@@ -44,6 +51,8 @@ log = logging.getLogger(__name__)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _URL = re.compile(r"\b\w+://\S+")
 STALE_BUTTON_TEXT = "This button is no longer active."
+
+_T = TypeVar("_T")
 
 
 class TelegramStartError(RuntimeError):
@@ -93,6 +102,8 @@ class TelegramChannel(Channel):
         self._receiving = False
         self._polling: LongPolling | None = None
         self._background: set[asyncio.Task[None]] = set()
+        # Groups upgraded to supergroups: the old id, the new one, as a refused send told it.
+        self._upgraded: dict[int, int] = {}
         if webhook is not None:
             webhook.listener.add_route("POST", webhook.path, self._on_webhook)
 
@@ -188,6 +199,10 @@ class TelegramChannel(Channel):
             # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
             self._in_background(self._answer_callback(str(query.get("id", ""))))
             return
+        move = chat_move_from_update(update)
+        if move is not None:
+            await self._chat_moved(move)
+            return
         config = self._config()
         inbound = inbound_from_update(update, identity, config.telegram.groups, config.media.max_image_pixels)
         if inbound is None:
@@ -226,26 +241,62 @@ class TelegramChannel(Channel):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def _chat_moved(self, move: ChatMove) -> None:
+        """A group upgraded to a supergroup: sends to it go to the new id, and the wiring moves its data."""
+        self._upgraded[int(move.old_chat_id)] = int(move.new_chat_id)
+        if self.chat_moved is None:
+            return
+        try:
+            await self.chat_moved(move)
+        except Exception:
+            log.exception("[Telegram] Moving the chat %s failed", move)
+
     # Sending.
 
+    def _chat(self, chat_id: str) -> int:
+        """The id to send to: a group's new one once it was upgraded to a supergroup."""
+        return self._upgraded.get(int(chat_id), int(chat_id))
+
+    async def _in_chat(self, chat_id: str, call: Callable[[int], Awaitable[_T]]) -> _T:
+        """`call` made in the chat; when the group was upgraded to a supergroup meanwhile, made again there."""
+        target = self._chat(chat_id)
+        try:
+            return await call(target)
+        except DeliveryFailed as failure:
+            upgraded = failure.__cause__
+            if not isinstance(upgraded, ChatUpgraded):
+                raise
+        log.warning("[Telegram] Chat %s was upgraded to the supergroup %s; sending there", target, upgraded.new_chat_id)
+        await self._upgraded_to(target, upgraded.new_chat_id)
+        return await call(upgraded.new_chat_id)
+
     async def send_text(self, chat_id: str, text: str) -> str | None:
-        message_id = await self._delivery.send(int(chat_id), text, self._config().telegram)
+        config = self._config().telegram
+        message_id = await self._in_chat(chat_id, lambda target: self._delivery.send(target, text, config))
         return None if message_id is None else str(message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
-        await self._delivery.edit(int(chat_id), int(message_id), text, self._config().telegram)
+        config = self._config().telegram
+        await self._in_chat(chat_id, lambda target: self._delivery.edit(target, int(message_id), text, config))
 
     async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
         config = self._config().telegram
-        await call_with_retries(
-            lambda: self._backend.send_document(int(chat_id), file_name, data, caption, config.send_timeout_seconds),
-            config,
-            "sendDocument",
-        )
+
+        async def send(target: int) -> int:
+            return await call_with_retries(
+                lambda: self._backend.send_document(target, file_name, data, caption, config.send_timeout_seconds),
+                config,
+                "sendDocument",
+            )
+
+        await self._in_chat(chat_id, send)
         return True
 
     def open_stream(self, chat_id: str) -> ReplyStream | None:
-        return TelegramReplyStream(self._delivery, int(chat_id), self._config, self.clock)
+        return TelegramReplyStream(self._delivery, self._chat(chat_id), self._config, self.clock, self._upgraded_to)
+
+    async def _upgraded_to(self, old_chat_id: int, new_chat_id: int) -> None:
+        await self._chat_moved(ChatMove(CHANNEL_TYPE, str(old_chat_id), str(new_chat_id)))
 
     async def download(self, file_id: str) -> bytes:
         try:
@@ -261,4 +312,4 @@ class TelegramChannel(Channel):
 
     async def send_typing(self, chat_id: str) -> None:
         # One try: a missed indicator is harmless, and retrying it would only delay the reply.
-        await self._backend.send_chat_action(int(chat_id), "typing")
+        await self._backend.send_chat_action(self._chat(chat_id), "typing")

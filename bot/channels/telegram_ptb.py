@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 import httpx
 import telegram
 from telegram.error import BadRequest as PtbBadRequest
-from telegram.error import EndPointNotFound, InvalidToken, NetworkError, TelegramError, TimedOut
+from telegram.error import ChatMigrated, EndPointNotFound, InvalidToken, NetworkError, TelegramError, TimedOut
 from telegram.error import RetryAfter as PtbRetryAfter
 from telegram.request import HTTPXRequest
 
-from bot.channels.telegram_api import AnswerTimedOut, BadRequest, Refused, RetryAfter, Transient
+from bot.channels.telegram_api import AnswerTimedOut, BadRequest, ChatUpgraded, Refused, RetryAfter, Transient
 from bot.channels.telegram_updates import BotIdentity
 
 log = logging.getLogger(__name__)
@@ -166,6 +166,8 @@ async def _translated(call: Callable[[], Awaitable[_T]]) -> _T:
         raise AnswerTimedOut(str(error)) from error
     except PtbBadRequest as error:
         raise BadRequest(error.message) from error
+    except ChatMigrated as error:
+        raise ChatUpgraded(error.message, error.new_chat_id) from error
     except NetworkError as error:  # 5xx answers and failed connections
         raise Transient(str(error)) from error
     # PTB's message quotes the token itself. Through `do_api_request` a rejected token shows as an

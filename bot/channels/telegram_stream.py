@@ -11,6 +11,9 @@ In a private chat the part still being written is a draft (sendMessageDraft): it
 never have them; an older Bot API server may not know the method) the stream falls back to sending the
 first part and editing it (editMessageText).
 
+A group upgraded to a supergroup while the reply was written (Telegram refuses the old id, naming the new
+one) gets the whole reply in the supergroup, and the channel is told (`upgraded`).
+
 Updates are best effort: one that fails is logged and live updates stop. `finish` shows the final
 text with the full retry policy; if that fails it is logged (the turn is in the session either way).
 """
@@ -20,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from bot.channels.telegram_api import BadRequest, Refused, TelegramApiError
+from bot.channels.telegram_api import BadRequest, ChatUpgraded, Refused, TelegramApiError
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery
 from bot.channels.telegram_format import TelegramText, split_for_telegram
 from bot.clock import Clock
@@ -38,9 +41,16 @@ class TelegramReplyStream:
     """One streamed reply in one chat: the messages it occupies and what each shows."""
 
     def __init__(
-        self, delivery: TelegramDelivery, chat_id: int, config: Callable[[], RuntimeConfig], clock: Clock
+        self,
+        delivery: TelegramDelivery,
+        chat_id: int,
+        config: Callable[[], RuntimeConfig],
+        clock: Clock,
+        upgraded: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
+        """`upgraded(old id, new id)` is told when the chat turns out to be a group upgraded to a supergroup."""
         self._delivery = delivery
+        self._upgraded = upgraded
         self._clock = clock
         self._chat_id = chat_id
         # The configuration as the turn began: read once, not at each piece of text the model sends.
@@ -63,7 +73,7 @@ class TelegramReplyStream:
         # A turn stopped meanwhile (/stop) does not cut the update short: it finishes by itself. A Bot API
         # request cancelled while it waits for a pooled connection can hold that connection for good
         # (httpcore 1.0.9, encode/httpcore#1093), and once all of the pool's are, no reply goes out.
-        showing = asyncio.ensure_future(self._show(text, final=False))
+        showing = asyncio.ensure_future(self._shown(text, final=False))
         try:
             await asyncio.shield(showing)
         except asyncio.CancelledError:
@@ -84,9 +94,26 @@ class TelegramReplyStream:
     async def finish(self, text: str) -> None:
         self._live = False
         try:
-            await self._show(text, final=True)
+            await self._shown(text, final=True)
         except (DeliveryFailed, TelegramApiError) as error:
             log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat_id, error)
+
+    async def _shown(self, markdown: str, *, final: bool) -> None:
+        """`_show`, in the supergroup when the group was upgraded to one."""
+        try:
+            await self._show(markdown, final=final)
+            return
+        except DeliveryFailed as failure:
+            upgraded = failure.__cause__
+            if not isinstance(upgraded, ChatUpgraded):
+                raise
+        log.warning("[Telegram] Chat %s was upgraded to the supergroup %s; the reply goes there", self._chat_id,
+                    upgraded.new_chat_id)  # fmt: skip
+        if self._upgraded is not None:
+            await self._upgraded(self._chat_id, upgraded.new_chat_id)
+        self._chat_id = upgraded.new_chat_id
+        self._messages = []  # what was shown stays in the old group
+        await self._show(markdown, final=final)
 
     async def _show(self, markdown: str, *, final: bool) -> None:
         config = self._config.telegram

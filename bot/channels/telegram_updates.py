@@ -23,7 +23,9 @@ What becomes a message, and what does not:
   +336…]`); a live location moving on (an edit of its message) is not a new message;
 - other media without a caption get a short notice that only text is understood (`notice`),
   sent after the access check and in the chat's order, without a model call;
-- stickers, service messages (members joining, pins ...) and anything else are ignored by design:
+- a basic group upgraded to a supergroup (the service messages with `migrate_to_chat_id`, in the old
+  group, and `migrate_from_chat_id`, in the new) is no message but a `ChatMove` (`chat_move_from_update`);
+- stickers, other service messages (members joining, pins ...) and anything else are ignored by design:
   answering them would be noise;
 - in groups only messages addressed to the bot count (see `TelegramGroupsConfig`): a mention of
   @bot_username, a reply to the bot, or a command; a command for another bot (`/help@other_bot`) never.
@@ -37,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bot.domain.chat_move import ChatMove
 from bot.domain.inbound import Attachment, InboundMessage
 from bot.domain.message import Quote
 from bot.settings import TelegramGroupsConfig
@@ -73,6 +76,22 @@ class BotIdentity:
 
     id: int
     username: str
+
+
+def chat_move_from_update(update: dict[str, Any]) -> ChatMove | None:
+    """The group upgrade an update's service message tells of, whichever of its two messages it is."""
+    message = update.get("message")
+    if not isinstance(message, dict):
+        return None
+    chat_id = (message.get("chat") or {}).get("id")
+    moved_to, moved_from = message.get("migrate_to_chat_id"), message.get("migrate_from_chat_id")
+    if not isinstance(chat_id, int):
+        return None
+    if isinstance(moved_to, int) and moved_to != chat_id:
+        return ChatMove(CHANNEL_TYPE, str(chat_id), str(moved_to))
+    if isinstance(moved_from, int) and moved_from != chat_id:
+        return ChatMove(CHANNEL_TYPE, str(moved_from), str(chat_id))
+    return None
 
 
 def inbound_from_update(
