@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from bot.access.policy import AccessPolicy
 from bot.channels import install as channels_install
 from bot.channels.base import Channel, InboundHandler
+from bot.chat_moves import ChatMoves, move_records
 from bot.clock import Clock, resolve_timezone
 from bot.commands import install as commands_install
 from bot.commands.model import ModelSwitch
@@ -199,6 +200,10 @@ class Application:
             chat_is_active=lambda session_id: session_id in router.dispatcher.queue_depths(),
         )  # fmt: skip
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
+        # A chat whose id changes (a Telegram group upgraded to a supergroup) takes what the bot keeps of it along.
+        self.chat_moves = ChatMoves(
+            workspace, sessions, stores.reminders, move_records(workspace, stores.database), stores.database
+        )
         self.channels: list[Channel] = []
         self.listener = self._listener()
         # The web console's pages go on the listener (when it runs); /console hands out its login links.
@@ -320,9 +325,11 @@ class Application:
         await self.stores.close()
 
     async def _read_backlog(self) -> None:
+        await self.reminders.load()
+        # A move a crash left midway is finished before any chat is read.
+        await self.chat_moves.resume()
         # Read before anything can arrive, so a message taken now is never mistaken for an old one.
         self._backlog = await self.ledger.reopen(self.sessions.get, self._channel_types())
-        await self.reminders.load()
 
     async def _warm_up_memory(self) -> None:
         self.memory.warm_up((await self.config_store.current()).memory)
@@ -344,6 +351,7 @@ class Application:
 
     async def _start_channels(self) -> None:
         for channel in self.channels:
+            channel.chat_moved = self.chat_moves.move
             await channel.start(_handler_for(self, channel))
             log.info("[App] Channel %s started", channel.channel_type)
         self.notices.connect(_owner_delivery(self))
@@ -396,6 +404,7 @@ class Application:
         for channel in self.channels:
             await channel.stop_receiving()
         await self.router.dispatcher.close(SHUTDOWN_GRACE_SECONDS)
+        await self.chat_moves.settled()
         # The question of a turn is written with its answer: a turn the stop cut short has it written now.
         await self.sessions.write_unwritten()
         await self.traces.settle()

@@ -193,6 +193,10 @@ class SessionService:
             self._rewrites.written(session, len(document), archive_bytes)
         self._unsaved.pop(session.id, None)
 
+    async def write_now(self, session: AgentSession) -> None:
+        """Append what the archive lacks and rewrite the stored document, durably, whatever the schedule says."""
+        await self._save(session, rewrite=True)
+
     async def replace_messages(
         self, session: AgentSession, messages: list[Message], new: list[Message] | None = None
     ) -> None:

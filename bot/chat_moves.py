@@ -1,0 +1,308 @@
+"""`ChatMoves`: what the bot keeps of a chat, carried over when the chat's id changes (`ChatMove`).
+
+The one place that knows what a chat's data is: its session and the session's archive, the memory
+kept for the chat (`memory/chats/{session}/`, whatever `memory.scope` is: a group's memory is its
+own under every scope), and the reminders set in it. The images it sent stay where they are under
+`media/{old session}/`: the moved messages refer to them by that path.
+
+A move is recorded before anything is moved (`state/chat_moves.jsonl`, or the table `chat_moves`
+with `BOT_DATABASE_URL`) and marked done after; every step can be run again without doubling
+anything (a message already under the new id, by its id, is not added twice), so a crash midway is
+finished by the next start (`resume`). Told twice (both service messages, or the refused send as
+well), a move is made once. Messages of the new chat wait for the move (its session's lock is taken
+first), and the old chat's turn in progress ends before its data moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Protocol
+
+from bot.database.connection import Database
+from bot.domain.chat_move import ChatMove
+from bot.domain.message import Message
+from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
+from bot.scheduler.reminder_store import ReminderStore
+from bot.sessions.service import SessionService
+from bot.sessions.storage import SessionFiles
+from bot.storage.files import append_lines
+from bot.storage.jsonl import dumps_line, read_jsonl_sync
+from bot.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+MOVES_FILE = "chat_moves.jsonl"
+
+
+class MoveRecords(Protocol):
+    """Where moves are recorded: begun, then done."""
+
+    async def begun(self, move: ChatMove) -> None: ...
+
+    async def done(self, move: ChatMove) -> None: ...
+
+    async def unfinished(self) -> list[ChatMove]:
+        """The moves begun and not done, in the order they were begun."""
+        ...
+
+    async def is_done(self, move: ChatMove) -> bool: ...
+
+
+class MoveFile:
+    """`state/chat_moves.jsonl`: one line when a move begins, one when it is done."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    async def begun(self, move: ChatMove) -> None:
+        await append_lines(self._path, [dumps_line(_record(move, "begun"))])
+
+    async def done(self, move: ChatMove) -> None:
+        await append_lines(self._path, [dumps_line(_record(move, "done"))])
+
+    async def unfinished(self) -> list[ChatMove]:
+        states = await asyncio.to_thread(self._states)
+        return [move for move, state in states.items() if state == "begun"]
+
+    async def is_done(self, move: ChatMove) -> bool:
+        return (await asyncio.to_thread(self._states)).get(move) == "done"
+
+    def _states(self) -> dict[ChatMove, str]:
+        if not self._path.exists():
+            return {}
+        states: dict[ChatMove, str] = {}
+        for record in read_jsonl_sync(self._path):
+            try:
+                move = ChatMove(str(record["channelType"]), str(record["oldChatId"]), str(record["newChatId"]))
+                states[move] = str(record["state"])
+            except KeyError:
+                log.warning("[ChatMove] %s: a line without a move is skipped: %s", self._path, record)
+        return states
+
+
+class MoveTable:
+    """The table `chat_moves`: a row when a move begins, marked done when it is."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def begun(self, move: ChatMove) -> None:
+        async with self._database.transaction() as connection:
+            await connection.execute(
+                "INSERT INTO chat_moves (channel_type, old_chat_id, new_chat_id) VALUES ($1, $2, $3)"
+                " ON CONFLICT (channel_type, old_chat_id) DO NOTHING",
+                move.channel_type, move.old_chat_id, move.new_chat_id,
+            )  # fmt: skip
+
+    async def done(self, move: ChatMove) -> None:
+        async with self._database.transaction() as connection:
+            await connection.execute(
+                "UPDATE chat_moves SET done_at = now() WHERE channel_type = $1 AND old_chat_id = $2",
+                move.channel_type, move.old_chat_id,
+            )  # fmt: skip
+
+    async def unfinished(self) -> list[ChatMove]:
+        rows = await self._database.fetch(
+            "SELECT channel_type, old_chat_id, new_chat_id FROM chat_moves WHERE done_at IS NULL ORDER BY begun_at"
+        )
+        return [ChatMove(row["channel_type"], row["old_chat_id"], row["new_chat_id"]) for row in rows]
+
+    async def is_done(self, move: ChatMove) -> bool:
+        rows = await self._database.fetch(
+            "SELECT 1 FROM chat_moves WHERE channel_type = $1 AND old_chat_id = $2 AND done_at IS NOT NULL",
+            move.channel_type, move.old_chat_id,
+        )  # fmt: skip
+        return bool(rows)
+
+
+def move_records(workspace: Workspace, database: Database | None) -> MoveRecords:
+    """The table with a database, else the workspace's file."""
+    return MoveTable(database) if database is not None else MoveFile(workspace.root / "state" / MOVES_FILE)
+
+
+class ChatMoves:
+    """Carries a chat's data from its old id to its new one, once, crash-safely."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        sessions: SessionService,
+        reminders: ReminderStore,
+        records: MoveRecords,
+        database: Database | None,
+    ) -> None:
+        self._workspace = workspace
+        self._sessions = sessions
+        self._reminders = reminders
+        self._records = records
+        self._database = database
+        self._moving: set[asyncio.Task[None]] = set()
+        # Told again while under way (the other service message, a refused send of the old chat's turn that
+        # the move waits for): nothing more to do.
+        self._under_way: set[ChatMove] = set()
+        self._lock = asyncio.Lock()
+
+    async def move(self, move: ChatMove) -> None:
+        """Begin `move`; returns once the new chat's session lock is held, so that its messages wait for the
+        move, while the old chat's turn in progress (which holds the old one) is let finish first."""
+        if move in self._under_way:
+            return
+        self._under_way.add(move)
+        try:
+            if await self._records.is_done(move):
+                log.info("[ChatMove] %s was moved already", move)
+                self._under_way.discard(move)
+                return
+            stack = AsyncExitStack()
+            await stack.enter_async_context(self._sessions.lock_for(move.new_session_id))
+        except BaseException:
+            self._under_way.discard(move)
+            raise
+        task = asyncio.create_task(self._carry_over(move, stack))
+        self._moving.add(task)
+        task.add_done_callback(self._moving.discard)
+
+    async def resume(self) -> None:
+        """At start: finish the moves a stop or a crash left midway."""
+        for move in await self._records.unfinished():
+            log.info("[ChatMove] Finishing %s, left midway", move)
+            async with self._sessions.lock_for(move.new_session_id):
+                await self._carry_over_locked(move)
+
+    async def settled(self) -> None:
+        """Wait for the moves under way (a stop, and the tests)."""
+        while self._moving:
+            await asyncio.gather(*self._moving, return_exceptions=True)
+
+    async def _carry_over(self, move: ChatMove, stack: AsyncExitStack) -> None:
+        async with stack:
+            try:
+                await self._carry_over_locked(move)
+            except Exception:
+                log.exception("[ChatMove] %s failed midway; it is finished on the next start", move)
+            finally:
+                self._under_way.discard(move)
+
+    async def _carry_over_locked(self, move: ChatMove) -> None:
+        async with self._lock, self._sessions.lock_for(move.old_session_id):
+            if await self._records.is_done(move):
+                return
+            await self._records.begun(move)
+            messages = await self._move_session(move)
+            memory = await self._move_memory(move)
+            reminders = await self._move_reminders(move)
+            await self._records.done(move)
+        log.info(
+            "[ChatMove] %s: the chat's data moved (%d messages, %s, %d reminders)",
+            move, messages, memory, reminders,
+        )  # fmt: skip
+
+    async def _move_session(self, move: ChatMove) -> int:
+        """The old session's messages before the new one's, the archive's likewise; then the old one forgotten."""
+        sessions = self._sessions
+        old = await sessions.get(move.old_session_id)
+        old_archive = await sessions.read_archive(move.old_session_id)
+        new = await sessions.get_or_create(move.channel_type, move.new_chat_id)
+        archived = {message.id for message in await sessions.read_archive(move.new_session_id)}
+        # The old archive, and the old session's messages it may not hold yet, that the new archive lacks.
+        in_old_archive = {message.id for message in old_archive}
+        unwritten = _not_in(old.messages, in_old_archive) if old is not None else []
+        unarchived = _not_in([*old_archive, *unwritten], archived)
+        if old is not None:
+            live = _not_in(old.messages, {message.id for message in new.messages})
+            if not new.messages:
+                new.metadata = old.metadata.model_copy(deep=True)
+                new.created_at = old.created_at
+            messages = [*live, *new.messages]
+        else:
+            messages = list(new.messages)
+        # What the old archive held beyond its live messages (compacted away) goes in the new archive alone.
+        await sessions.replace_messages(new, messages, unarchived)
+        await sessions.write_now(new)
+        await sessions.delete(move.old_session_id)
+        await self._forget_archive(move.old_session_id)
+        return len(old_archive)
+
+    async def _forget_archive(self, session_id: str) -> None:
+        """The old archive, once every line of it is in the new one."""
+        storage = self._sessions.storage
+        if isinstance(storage, SessionFiles):
+            storage.archive.path_for(session_id).unlink(missing_ok=True)
+        elif self._database is not None:
+            async with self._database.transaction() as connection:
+                await connection.execute("DELETE FROM session_archive WHERE session_id = $1", session_id)
+
+    async def _move_memory(self, move: ChatMove) -> str:
+        """The chat's memory folder (or its rows in the database) under the new session id."""
+        moved = []
+        for parent in (CHAT_SCOPES_DIR, USER_SCOPES_DIR):
+            old_scope, new_scope = f"{parent}/{move.old_session_id}", f"{parent}/{move.new_session_id}"
+            if self._database is not None:
+                if await self._move_memory_rows(old_scope, new_scope):
+                    moved.append(new_scope)
+            elif await asyncio.to_thread(_move_folder, self._workspace.memory_dir / old_scope,
+                                         self._workspace.memory_dir / new_scope):  # fmt: skip
+                moved.append(new_scope)
+        return f"memory in {', '.join(moved)}" if moved else "no memory of its own"
+
+    async def _move_memory_rows(self, old_scope: str, new_scope: str) -> bool:
+        assert self._database is not None
+        async with self._database.transaction() as connection:
+            documents = await connection.execute(
+                "UPDATE memory_documents AS d SET scope = $2 WHERE scope = $1 AND NOT EXISTS"
+                " (SELECT 1 FROM memory_documents n WHERE n.scope = $2 AND n.name = d.name)",
+                old_scope, new_scope,
+            )  # fmt: skip
+            items = await connection.execute(
+                "UPDATE memory_items AS i SET scope = $2 WHERE scope = $1 AND NOT EXISTS"
+                " (SELECT 1 FROM memory_items n WHERE n.scope = $2 AND n.file = i.file)",
+                old_scope, new_scope,
+            )  # fmt: skip
+        return not (documents.endswith(" 0") and items.endswith(" 0"))
+
+    async def _move_reminders(self, move: ChatMove) -> int:
+        reminders = await self._reminders.of_session(move.old_session_id)
+        for reminder in reminders:
+            await self._reminders.put(
+                reminder.model_copy(update={"session_id": move.new_session_id, "chat_id": move.new_chat_id})
+            )
+        return len(reminders)
+
+
+def _not_in(messages: list[Message], ids: set[str]) -> list[Message]:
+    return [message for message in messages if message.id not in ids]
+
+
+def _move_folder(old: Path, new: Path) -> bool:
+    """`old` renamed to `new`; when both exist (the new chat had memory of its own), each file of `old` that
+    `new` lacks goes there and the old folder's rest is kept beside it, named in the log."""
+    if not old.exists():
+        return False
+    if not new.exists():
+        new.parent.mkdir(parents=True, exist_ok=True)
+        old.rename(new)
+        return True
+    kept = []
+    for path in sorted(old.rglob("*")):
+        if path.is_dir():
+            continue
+        target = new / path.relative_to(old)
+        if target.exists():
+            kept.append(str(path))
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
+    if kept:
+        log.warning("[ChatMove] %s holds files %s also has; kept where they are: %s", old, new, ", ".join(kept))
+    else:
+        shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+def _record(move: ChatMove, state: str) -> dict[str, str]:
+    return {"channelType": move.channel_type, "oldChatId": move.old_chat_id, "newChatId": move.new_chat_id,
+            "state": state}  # fmt: skip
