@@ -177,7 +177,8 @@ class ReminderTable:
 async def _upsert(connection: object, reminder: Reminder) -> None:
     await connection.execute(  # type: ignore[attr-defined]
         "INSERT INTO reminders (id, session_id, channel_type, due_at, reminder) VALUES ($1, $2, $3, $4, $5::jsonb)"
-        " ON CONFLICT (id) DO UPDATE SET due_at = excluded.due_at, reminder = excluded.reminder",
+        " ON CONFLICT (id) DO UPDATE SET session_id = excluded.session_id, due_at = excluded.due_at,"
+        " reminder = excluded.reminder",
         reminder.id, reminder.session_id, reminder.channel_type, reminder.due_at,
         json.dumps(reminder.to_json_dict(), ensure_ascii=False),
     )  # fmt: skip
