@@ -51,6 +51,10 @@ class MoveRecords(Protocol):
 
     async def is_done(self, move: ChatMove) -> bool: ...
 
+    async def finished(self) -> list[ChatMove]:
+        """Every move done."""
+        ...
+
 
 class MoveFile:
     """`state/chat_moves.jsonl`: one line when a move begins, one when it is done."""
@@ -70,6 +74,10 @@ class MoveFile:
 
     async def is_done(self, move: ChatMove) -> bool:
         return (await asyncio.to_thread(self._states)).get(move) == "done"
+
+    async def finished(self) -> list[ChatMove]:
+        states = await asyncio.to_thread(self._states)
+        return [move for move, state in states.items() if state == "done"]
 
     def _states(self) -> dict[ChatMove, str]:
         if not self._path.exists():
@@ -108,6 +116,12 @@ class MoveTable:
     async def unfinished(self) -> list[ChatMove]:
         rows = await self._database.fetch(
             "SELECT channel_type, old_chat_id, new_chat_id FROM chat_moves WHERE done_at IS NULL ORDER BY begun_at"
+        )
+        return [ChatMove(row["channel_type"], row["old_chat_id"], row["new_chat_id"]) for row in rows]
+
+    async def finished(self) -> list[ChatMove]:
+        rows = await self._database.fetch(
+            "SELECT channel_type, old_chat_id, new_chat_id FROM chat_moves WHERE done_at IS NOT NULL ORDER BY begun_at"
         )
         return [ChatMove(row["channel_type"], row["old_chat_id"], row["new_chat_id"]) for row in rows]
 
@@ -167,7 +181,10 @@ class ChatMoves:
         task.add_done_callback(self._moving.discard)
 
     async def resume(self) -> None:
-        """At start: finish the moves a stop or a crash left midway."""
+        """At start: finish the moves a stop or a crash left midway, and send what still names a moved chat
+        (a turn the last stop left open, a reply) to its new id."""
+        for move in await self._records.finished():
+            self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
         for move in await self._records.unfinished():
             log.info("[ChatMove] Finishing %s, left midway", move)
             async with self._sessions.lock_for(move.new_session_id):
@@ -196,6 +213,7 @@ class ChatMoves:
             memory = await self._move_memory(move)
             reminders = await self._move_reminders(move)
             await self._records.done(move)
+            self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
         log.info(
             "[ChatMove] %s: the chat's data moved (%d messages, %s, %d reminders)",
             move, messages, memory, reminders,

@@ -128,3 +128,54 @@ async def test_a_move_a_crash_left_midway_is_finished_at_the_next_start(
     archived = [json.loads(line)["id"] for line in (sessions / "archive" / f"{NEW}.jsonl").read_text().splitlines()]
     assert archived[:2] == ["m1", "m2"] and len(archived) == len(set(archived))
     assert (workspace_dir / "memory" / "chats" / NEW / "MEMORY.md").read_text() == "The gate code is 4711.\n"
+
+
+async def test_a_message_of_the_old_group_still_waiting_is_answered_in_the_supergroup(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    release = threading.Event()
+    fake_openai.script(Reply("noted", held_until=release))
+    try:
+        fake_telegram.push_message(GROUP, "@test_bot the picnic is on Saturday")
+        await fake_telegram.await_until(lambda: len(fake_openai.chat_requests()) == 1, what="the model asked")
+        fake_telegram.push_message(GROUP, "@test_bot bring plates")  # waits behind the first
+        fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+        release.set()
+        replies = await fake_telegram.await_messages(SUPERGROUP, 2)
+        assert [reply.text for reply in replies] == ["noted", "echo: User1001: bring plates"]
+        assert conversation_users(fake_openai) == ["User1001: the picnic is on Saturday", "User1001: bring plates"]
+        await bot.app.chat_moves.settled()
+    finally:
+        await bot.stop()
+    assert not (workspace_dir / "sessions" / f"{OLD}.json").exists()
+    assert not (workspace_dir / "sessions" / "archive" / f"{OLD}.jsonl").exists()
+
+
+async def test_a_turn_of_the_old_group_a_stop_left_open_is_answered_in_the_supergroup(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, "ptb")
+    try:
+        assert await ask(fake_telegram, GROUP, "@test_bot the picnic is on Saturday") == (
+            "echo: User1001: the picnic is on Saturday"
+        )
+        fake_openai.script(Reply("never sent", held_until=threading.Event()))
+        fake_telegram.push_message(GROUP, "@test_bot bring plates")
+        await fake_telegram.await_until(lambda: len(fake_openai.chat_requests()) == 2, what="the model asked")
+    finally:
+        await bot.stop()  # the second turn is left open
+    fake_openai.reset()
+    fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, "ptb")
+    try:
+        [reply] = await fake_telegram.await_messages(SUPERGROUP)
+        assert reply.text == "echo: User1001: bring plates"
+        assert await ask(fake_telegram, SUPERGROUP, "@test_bot and the time?") == "echo: User1001: and the time?"
+        assert conversation_users(fake_openai) == [
+            "User1001: the picnic is on Saturday", "User1001: bring plates", "User1001: and the time?"
+        ]  # fmt: skip
+        await bot.app.chat_moves.settled()
+    finally:
+        await bot.stop()
+    assert not (workspace_dir / "sessions" / f"{OLD}.json").exists()

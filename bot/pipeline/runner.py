@@ -133,8 +133,7 @@ class PipelineRunner:
         turn = outbound.turn
         self._metrics.messages_in.labels(inbound.channel_type).inc()
         config = await self._config_store.current()
-        session = await self._sessions.get_or_create(inbound.channel_type, inbound.chat_id)
-        async with self._sessions.lock_for(session.id):
+        async with self._sessions.held(inbound.channel_type, inbound.chat_id) as session:
             await self._tell_about_recovery(session.metadata, outbound)
             if turn.settled:
                 return None  # delivered meanwhile (a /retry answered it again)

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import weakref
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 
 from bot.domain.message import Message
 from bot.domain.model import utc_now
@@ -65,6 +66,9 @@ class SessionService:
         # next save so the archive stays whole.
         self._unarchived: dict[str, list[Message]] = {}
         self._rewrites = RewriteSchedule()
+        # Chats that live on under another id (a group upgraded to a supergroup): the old session's id, the
+        # new chat (channel type, chat id). A message of the old chat still on its way belongs to the new.
+        self._moved: dict[str, tuple[str, str]] = {}
 
     @property
     def storage(self) -> SessionStorage:
@@ -93,9 +97,31 @@ class SessionService:
             self._cache.popitem(last=False)
         return session
 
+    @contextlib.asynccontextmanager
+    async def held(self, channel_type: str, chat_id: str) -> AsyncIterator[AgentSession]:
+        """The chat's session (`get_or_create`) with its lock held for the block; when the chat moved while
+        the lock was waited for (`follow_move`), its new session, with that one's lock."""
+        while True:
+            session = await self.get_or_create(channel_type, chat_id)
+            async with self.lock_for(session.id):
+                current = await self.get_or_create(channel_type, chat_id)
+                if current.id == session.id:
+                    yield current
+                    return
+
+    def follow_move(self, old_session_id: str, channel_type: str, new_chat_id: str) -> None:
+        """From now on the chat of `old_session_id` is the chat `new_chat_id`: asking for one gives the other's
+        session (its data has moved there)."""
+        self._moved[old_session_id] = (channel_type, new_chat_id)
+        self._cache.pop(old_session_id, None)
+        self._alive.pop(old_session_id, None)
+
     async def get_or_create(self, channel_type: str, chat_id: str) -> AgentSession:
         """The chat's session from the cache or disk, or a new one (not yet written)."""
         session_id = session_id_for(channel_type, chat_id)
+        if session_id in self._moved:
+            channel_type, chat_id = self._moved[session_id]
+            session_id = session_id_for(channel_type, chat_id)
         cached = self._cached(session_id)
         if cached is not None:
             return cached
@@ -109,6 +135,8 @@ class SessionService:
 
     async def get(self, session_id: str) -> AgentSession | None:
         """The session if it exists in the cache or on disk; never creates one."""
+        if session_id in self._moved:
+            session_id = session_id_for(*self._moved[session_id])
         cached = self._cached(session_id)
         if cached is not None:
             return cached
