@@ -51,7 +51,10 @@ async def test_the_supergroup_goes_on_with_the_groups_conversation_and_memory(
         assert await ask(fake_telegram, SUPERGROUP, "@test_bot when is the picnic?") == (
             "echo: User1001: when is the picnic?"
         )
-        assert conversation_users(fake_openai) == ["User1001: our picnic is on Saturday", "User1001: when is the picnic?"]
+        assert conversation_users(fake_openai) == [
+            "User1001: our picnic is on Saturday",
+            "User1001: when is the picnic?",
+        ]
         await bot.app.chat_moves.settled()
     finally:
         await bot.stop()
@@ -104,13 +107,17 @@ async def test_a_move_a_crash_left_midway_is_finished_at_the_next_start(
     (sessions / "archive").mkdir(parents=True)
     (sessions / f"{OLD}.json").write_text(session.model_dump_json(by_alias=True))
     (sessions / "archive" / f"{NEW}.jsonl").write_text(
-        "".join(dumps_line(m.model_dump(mode="json", by_alias=True, exclude_none=True)) + "\n" for m in session.messages)
+        "".join(
+            dumps_line(m.model_dump(mode="json", by_alias=True, exclude_none=True)) + "\n" for m in session.messages
+        )
     )
     (workspace_dir / "memory" / "chats" / OLD).mkdir(parents=True)
     (workspace_dir / "memory" / "chats" / OLD / "MEMORY.md").write_text("The gate code is 4711.\n")
     reminders = ReminderFile(workspace_dir / "reminders.json")
     due = session.created_at + timedelta(days=1)
-    await reminders.put(Reminder(session_id=OLD, channel_type="telegram", chat_id=str(GROUP), text="picnic", due_at=due))
+    await reminders.put(
+        Reminder(session_id=OLD, channel_type="telegram", chat_id=str(GROUP), text="picnic", due_at=due)
+    )
     state = workspace_dir / "state"
     state.mkdir()
     begun = {"channelType": "telegram", "oldChatId": str(GROUP), "newChatId": str(SUPERGROUP), "state": "begun"}
@@ -118,8 +125,13 @@ async def test_a_move_a_crash_left_midway_is_finished_at_the_next_start(
 
     bot = await start_bot(workspace_dir, fake_openai, fake_telegram, "ptb")
     try:
-        assert await ask(fake_telegram, SUPERGROUP, "@test_bot what is the code?") == "echo: User1001: what is the code?"
-        assert conversation_users(fake_openai) == ["User1001: remember the gate code 4711", "User1001: what is the code?"]
+        assert (
+            await ask(fake_telegram, SUPERGROUP, "@test_bot what is the code?") == "echo: User1001: what is the code?"
+        )
+        assert conversation_users(fake_openai) == [
+            "User1001: remember the gate code 4711",
+            "User1001: what is the code?",
+        ]
         [reminder] = await bot.app.stores.reminders.of_session(NEW)
         assert (reminder.text, reminder.chat_id) == ("picnic", str(SUPERGROUP))
     finally:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.channels.install import telegram_backend
-from bot.channels.telegram_api import Refused, TelegramBackend
+from bot.channels.telegram_api import ChatUpgraded, Refused, TelegramBackend
 from bot.channels.telegram_updates import ALLOWED_UPDATES
 from tests.fakes.telegram_server import FakeTelegram, Fault
 
@@ -47,3 +47,14 @@ async def test_a_token_rejected_while_polling_is_refused_without_quoting_it(
     with pytest.raises(Refused, match="Unauthorized") as raised:
         await api.get_updates(None, 0, ALLOWED_UPDATES)
     assert fake_telegram.token.split(":")[1] not in str(raised.value)
+
+
+async def test_a_send_to_a_group_upgraded_to_a_supergroup_names_the_new_id(
+    api: TelegramBackend, fake_telegram: FakeTelegram
+) -> None:
+    fake_telegram.upgrade_group(-4001, -1004001)
+    with pytest.raises(ChatUpgraded) as raised:
+        await api.send_message(-4001, "hello", None, 5.0)
+    assert raised.value.new_chat_id == -1004001
+    await api.send_message(-1004001, "hello", None, 5.0)
+    assert [message.text for message in fake_telegram.sent_messages(-1004001)] == ["hello"]

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from bot.channels.telegram_updates import BotIdentity, inbound_from_update
+from bot.channels.telegram_updates import BotIdentity, chat_move_from_update, inbound_from_update
+from bot.domain.chat_move import ChatMove
 from bot.domain.inbound import Attachment
 from bot.domain.message import Quote
 from bot.settings import TelegramGroupsConfig
@@ -177,6 +178,20 @@ def test_a_document_carries_what_the_pipeline_needs_to_fetch_and_read_it() -> No
 )
 def test_what_is_ignored_by_design(update: dict[str, Any]) -> None:
     assert inbound_from_update(update, BOT, GROUPS) is None
+
+
+def test_either_message_of_a_group_upgrade_is_the_move_and_no_message() -> None:
+    moved_to = message_update(chat_id=-4001, chat_type="group", migrate_to_chat_id=-1004001)
+    # The supergroup's message may come from the group itself (`sender_chat`) rather than from a person.
+    moved_from = message_update(chat_id=-1004001, chat_type="supergroup", migrate_from_chat_id=-4001)
+    del moved_from["message"]["from"]
+    move = ChatMove("telegram", "-4001", "-1004001")
+    assert chat_move_from_update(moved_to) == chat_move_from_update(moved_from) == move
+    assert (move.old_session_id, move.new_session_id) == ("telegram:-4001", "telegram:-1004001")
+    assert inbound_from_update(moved_to, BOT, GROUPS) is None
+    assert inbound_from_update(moved_from, BOT, GROUPS) is None
+    assert chat_move_from_update(group("@test_bot hello")) is None
+    assert chat_move_from_update({"update_id": 1, "edited_message": moved_to["message"]}) is None
 
 
 def group(text: str, **fields: Any) -> dict[str, Any]:

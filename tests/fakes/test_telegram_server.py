@@ -411,6 +411,31 @@ async def test_raw_http_answers_like_telegram(fake_telegram: FakeTelegram) -> No
     assert call.params["chat_id"] == CHAT and call.params["document"].filename == "a.txt"
 
 
+async def test_a_group_upgraded_to_a_supergroup_is_told_and_refuses_calls_as_telegram_does(
+    fake_telegram: FakeTelegram,
+) -> None:
+    moved_to, moved_from = fake_telegram.upgrade_group(-4001, -1004001)
+    old, new = fake_telegram.update(moved_to)["message"], fake_telegram.update(moved_from)["message"]
+    assert (old["chat"], old["migrate_to_chat_id"]) == ({"id": -4001, "type": "group", "title": "Test group -4001"},
+                                                         -1004001)  # fmt: skip
+    assert (new["chat"]["id"], new["chat"]["type"], new["migrate_from_chat_id"]) == (-1004001, "supergroup", -4001)
+    async with aiohttp.ClientSession() as http:
+        for method in ("sendMessage", "sendChatAction"):
+            body = {"chat_id": -4001, "text": "hello", "action": "typing"}
+            async with http.post(f"{fake_telegram.api_url}/{method}", json=body) as response:
+                assert response.status == 400
+                assert await response.json() == {
+                    "ok": False,
+                    "error_code": 400,
+                    "description": "Bad Request: group chat was upgraded to a supergroup chat",
+                    "parameters": {"migrate_to_chat_id": -1004001},
+                }
+        body = {"chat_id": -1004001, "text": "hello"}
+        async with http.post(f"{fake_telegram.api_url}/sendMessage", json=body) as response:
+            assert (await response.json())["ok"] is True
+    assert [message.text for message in fake_telegram.sent_messages(-1004001)] == ["hello"]
+
+
 def test_sync_test_can_wait_for_messages(fake_telegram: FakeTelegram) -> None:
     def send(text: str) -> None:
         time.sleep(0.1)
