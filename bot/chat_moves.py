@@ -215,7 +215,7 @@ class ChatMoves:
             await self._records.done(move)
             self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
         log.info(
-            "[ChatMove] %s: the chat's data moved (%d messages, %s, %d reminders)",
+            "[ChatMove] %s: the chat's data moved (%d messages, %s, reminders: %d)",
             move, messages, memory, reminders,
         )  # fmt: skip
 
