@@ -37,6 +37,16 @@ async def ask(fake_telegram: FakeTelegram, chat: int, text: str) -> str:
     return (await fake_telegram.await_messages(chat, before + 1))[-1].text
 
 
+async def ask_held(fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, text: str, reply: str) -> threading.Event:
+    """`text` asked in the old group, its reply `reply` held by the model until the returned event is set."""
+    release = threading.Event()
+    fake_openai.script(Reply(reply, held_until=release))
+    asked = len(fake_openai.chat_requests())
+    fake_telegram.push_message(GROUP, text)
+    await fake_telegram.await_until(lambda: len(fake_openai.chat_requests()) > asked, what="the model asked")
+    return release
+
+
 async def test_the_supergroup_goes_on_with_the_groups_conversation_and_memory(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
 ) -> None:
@@ -76,11 +86,8 @@ async def test_a_reply_the_old_group_refuses_is_sent_to_the_supergroup(
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
 ) -> None:
     bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
-    release = threading.Event()
-    fake_openai.script(Reply("Saturday it is", held_until=release))
     try:
-        fake_telegram.push_message(GROUP, "@test_bot the picnic is on Saturday")
-        await fake_telegram.await_until(lambda: len(fake_openai.chat_requests()) == 1, what="the model asked")
+        release = await ask_held(fake_openai, fake_telegram, "@test_bot the picnic is on Saturday", "Saturday it is")
         fake_telegram.upgrade_group(GROUP, SUPERGROUP)
         release.set()
         [reply] = await fake_telegram.await_messages(SUPERGROUP)
@@ -146,11 +153,8 @@ async def test_a_message_of_the_old_group_still_waiting_is_answered_in_the_super
     workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
 ) -> None:
     bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend)
-    release = threading.Event()
-    fake_openai.script(Reply("noted", held_until=release))
     try:
-        fake_telegram.push_message(GROUP, "@test_bot the picnic is on Saturday")
-        await fake_telegram.await_until(lambda: len(fake_openai.chat_requests()) == 1, what="the model asked")
+        release = await ask_held(fake_openai, fake_telegram, "@test_bot the picnic is on Saturday", "noted")
         fake_telegram.push_message(GROUP, "@test_bot bring plates")  # waits behind the first
         fake_telegram.upgrade_group(GROUP, SUPERGROUP)
         release.set()
@@ -172,9 +176,7 @@ async def test_a_turn_of_the_old_group_a_stop_left_open_is_answered_in_the_super
         assert await ask(fake_telegram, GROUP, "@test_bot the picnic is on Saturday") == (
             "echo: User1001: the picnic is on Saturday"
         )
-        fake_openai.script(Reply("never sent", held_until=threading.Event()))
-        fake_telegram.push_message(GROUP, "@test_bot bring plates")
-        await fake_telegram.await_until(lambda: len(fake_openai.chat_requests()) == 2, what="the model asked")
+        await ask_held(fake_openai, fake_telegram, "@test_bot bring plates", "never sent")
     finally:
         await bot.stop()  # the second turn is left open
     fake_openai.reset()
