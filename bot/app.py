@@ -202,8 +202,9 @@ class Application:
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         # A chat whose id changes (a Telegram group upgraded to a supergroup) takes what the bot keeps of it along.
         self.chat_moves = ChatMoves(
-            workspace, sessions, stores.reminders, move_records(workspace, stores.database), stores.database
-        )
+            workspace, sessions, memory.service, stores.reminders, move_records(workspace, stores.database),
+            stores.database,
+        )  # fmt: skip
         self.channels: list[Channel] = []
         self.listener = self._listener()
         # The web console's pages go on the listener (when it runs); /console hands out its login links.

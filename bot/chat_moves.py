@@ -10,15 +10,19 @@ with `BOT_DATABASE_URL`) and marked done after; every step can be run again with
 anything (a message already under the new id, by its id, is not added twice), so a crash midway is
 finished by the next start (`resume`). Told twice (both service messages, or the refused send as
 well), a move is made once. Messages of the new chat wait for the move (its session's lock is taken
-first), and the old chat's turn in progress ends before its data moves.
+first), and the old chat's turn in progress ends before its data moves; once it is done, the old
+id gives the new chat's session (`SessionService.follow_move`), so that a message of the old chat
+still on its way, or a turn a stop left open, is answered in the new one. With a database, the move
+holds a lock among the processes sharing it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Protocol
 
@@ -26,12 +30,13 @@ from bot.database.connection import Database
 from bot.domain.chat_move import ChatMove
 from bot.domain.message import Message
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
+from bot.memory.service import MemoryService
 from bot.scheduler.reminder_store import ReminderStore
 from bot.sessions.service import SessionService
 from bot.sessions.storage import SessionFiles
 from bot.storage.files import append_lines
 from bot.storage.jsonl import dumps_line, read_jsonl_sync
-from bot.workspace import Workspace
+from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +150,14 @@ class ChatMoves:
         self,
         workspace: Workspace,
         sessions: SessionService,
+        memory: MemoryService,
         reminders: ReminderStore,
         records: MoveRecords,
         database: Database | None,
     ) -> None:
         self._workspace = workspace
         self._sessions = sessions
+        self._memory = memory
         self._reminders = reminders
         self._records = records
         self._database = database
@@ -205,7 +212,7 @@ class ChatMoves:
                 self._under_way.discard(move)
 
     async def _carry_over_locked(self, move: ChatMove) -> None:
-        async with self._lock, self._sessions.lock_for(move.old_session_id):
+        async with self._lock, self._sessions.lock_for(move.old_session_id), self._among_processes(move):
             if await self._records.is_done(move):
                 return
             await self._records.begun(move)
@@ -218,6 +225,13 @@ class ChatMoves:
             "[ChatMove] %s: the chat's data moved (%d messages, %s, reminders: %d)",
             move, messages, memory, reminders,
         )  # fmt: skip
+
+    def _among_processes(self, move: ChatMove) -> AbstractAsyncContextManager[object]:
+        """With a database, the move's lock among every process sharing it (a webhook behind several replicas
+        may give each of them one of the two service messages)."""
+        if self._database is None:
+            return contextlib.nullcontext()
+        return self._database.lock(f"chat_move:{move.old_session_id}")
 
     async def _move_session(self, move: ChatMove) -> int:
         """The old session's messages before the new one's, the archive's likewise; then the old one forgotten."""
@@ -259,6 +273,9 @@ class ChatMoves:
         moved = []
         for parent in (CHAT_SCOPES_DIR, USER_SCOPES_DIR):
             old_scope, new_scope = f"{parent}/{move.old_session_id}", f"{parent}/{move.new_session_id}"
+            # Both closed first: what memory holds open of them would be written back under the old id.
+            for scope in (old_scope, new_scope):
+                await self._memory.let_go(MemoryPaths(self._workspace.memory_dir / scope))
             if self._database is not None:
                 if await self._move_memory_rows(old_scope, new_scope):
                     moved.append(new_scope)

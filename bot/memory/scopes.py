@@ -249,6 +249,19 @@ class MemoryScopes:
             (time.monotonic() - started) * 1000,
         )
 
+    async def let_go(self, paths: MemoryPaths) -> None:
+        """Close the scope of `paths` and forget it, once its lock is free (its files are about to move); a
+        later use builds it again from what is there then."""
+        scope = self._scopes.get(paths)
+        if scope is None:
+            return
+        async with scope.lock:
+            if self._scopes.get(paths) is not scope:
+                return
+            del self._scopes[paths]
+            await scope.vector_cache.close()
+            await asyncio.to_thread(scope.store.close)
+
     async def close(self) -> None:
         """Close every scope's vector cache and item store, memory's thread and the folder watch."""
         for scope in self._scopes.values():

@@ -163,6 +163,11 @@ class MemoryService:
         """`scopes_on_disk`, and with `BOT_DATABASE_URL` every scope whose items are in the database."""
         return await self._scopes.everywhere()
 
+    async def let_go(self, paths: MemoryPaths) -> None:
+        """Close the memory kept at `paths` and forget it (a chat whose id changed takes its memory elsewhere);
+        a later use reads it again from where it is then."""
+        await self._scopes.let_go(paths)
+
     def _scope_at(self, paths: MemoryPaths) -> MemoryScope:
         return self._scopes.at(paths)
 
