@@ -276,8 +276,9 @@ class TelegramChannel(Channel):
         return None if message_id is None else str(message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
-        config = self._config().telegram
-        await self._in_chat(chat_id, lambda target: self._delivery.edit(target, int(message_id), text, config))
+        # Never in a supergroup the group became: the message is the old group's, and an id of the new one
+        # would name another message.
+        await self._delivery.edit(int(chat_id), int(message_id), text, self._config().telegram)
 
     async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
         config = self._config().telegram
