@@ -9,7 +9,9 @@ which records it received and queues it: the per-chat queues behind the handler 
 and run chats concurrently, so this side never waits for a reply.
 
 Sending: `TelegramDelivery` (formatting, splitting, retries), and `TelegramReplyStream` for replies
-shown while they are written. The slash commands are registered with setMyCommands at start.
+shown while they are written. A chat id names a chat or one topic of a forum supergroup
+(`bot.domain.session.topic_chat_id`): every send to it goes to that topic (`TelegramChat`). The slash
+commands are registered with setMyCommands at start.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from bot.channels.base import Channel, FileUnavailable, InboundHandler
-from bot.channels.telegram_api import TelegramApiError, TelegramBackend
+from bot.channels.telegram_api import TelegramApiError, TelegramBackend, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
 from bot.channels.telegram_stream import TelegramReplyStream
@@ -229,23 +231,24 @@ class TelegramChannel(Channel):
     # Sending.
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
-        message_id = await self._delivery.send(int(chat_id), text, self._config().telegram)
+        message_id = await self._delivery.send(TelegramChat.of(chat_id), text, self._config().telegram)
         return None if message_id is None else str(message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
-        await self._delivery.edit(int(chat_id), int(message_id), text, self._config().telegram)
+        await self._delivery.edit(TelegramChat.of(chat_id).id, int(message_id), text, self._config().telegram)
 
     async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
         config = self._config().telegram
+        chat = TelegramChat.of(chat_id)
         await call_with_retries(
-            lambda: self._backend.send_document(int(chat_id), file_name, data, caption, config.send_timeout_seconds),
+            lambda: self._backend.send_document(chat, file_name, data, caption, config.send_timeout_seconds),
             config,
             "sendDocument",
         )
         return True
 
     def open_stream(self, chat_id: str) -> ReplyStream | None:
-        return TelegramReplyStream(self._delivery, int(chat_id), self._config, self.clock)
+        return TelegramReplyStream(self._delivery, TelegramChat.of(chat_id), self._config, self.clock)
 
     async def download(self, file_id: str) -> bytes:
         try:
@@ -261,4 +264,4 @@ class TelegramChannel(Channel):
 
     async def send_typing(self, chat_id: str) -> None:
         # One try: a missed indicator is harmless, and retrying it would only delay the reply.
-        await self._backend.send_chat_action(int(chat_id), "typing")
+        await self._backend.send_chat_action(TelegramChat.of(chat_id), "typing")

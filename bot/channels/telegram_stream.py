@@ -22,7 +22,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from bot.channels.telegram_api import BadRequest, Refused, TelegramApiError
+from bot.channels.telegram_api import BadRequest, Refused, TelegramApiError, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery
 from bot.channels.telegram_format import TelegramText, split_for_telegram
 from bot.clock import Clock
@@ -38,11 +38,11 @@ class TelegramReplyStream:
     """One streamed reply in one chat: the messages it occupies and what each shows."""
 
     def __init__(
-        self, delivery: TelegramDelivery, chat_id: int, config: Callable[[], RuntimeConfig], clock: Clock
+        self, delivery: TelegramDelivery, chat: TelegramChat, config: Callable[[], RuntimeConfig], clock: Clock
     ) -> None:
         self._delivery = delivery
         self._clock = clock
-        self._chat_id = chat_id
+        self._chat = chat
         # The configuration as the turn began: read once, not at each piece of text the model sends.
         self._config = config()
         self._opened = clock.monotonic()
@@ -50,7 +50,7 @@ class TelegramReplyStream:
         self._messages: list[tuple[int, TelegramText]] = []  # (message id, the part as shown)
         self._live = True
         # Private chats have positive ids (the user's), groups negative; a draft id only has to be non-zero.
-        self._draft_id: int | None = secrets.randbelow(2**31 - 1) + 1 if chat_id > 0 else None
+        self._draft_id: int | None = secrets.randbelow(2**31 - 1) + 1 if chat.id > 0 else None
 
     async def update(self, text: str) -> None:
         if not self._live or not text.strip():
@@ -72,21 +72,19 @@ class TelegramReplyStream:
             raise
         except (DeliveryFailed, TelegramApiError) as error:
             self._live = False
-            log.warning(
-                "[Telegram] Live update of a reply to %s failed; the final text follows: %s", self._chat_id, error
-            )
+            log.warning("[Telegram] Live update of a reply to %s failed; the final text follows: %s", self._chat, error)
 
     def _finished_alone(self, showing: asyncio.Future[None]) -> None:
         _finishing.discard(showing)
         if not showing.cancelled() and (error := showing.exception()) is not None:
-            log.info("[Telegram] Live update of a stopped reply to %s failed: %s", self._chat_id, error)
+            log.info("[Telegram] Live update of a stopped reply to %s failed: %s", self._chat, error)
 
     async def finish(self, text: str) -> None:
         self._live = False
         try:
             await self._show(text, final=True)
         except (DeliveryFailed, TelegramApiError) as error:
-            log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat_id, error)
+            log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat, error)
 
     async def _show(self, markdown: str, *, final: bool) -> None:
         config = self._config.telegram
@@ -98,10 +96,10 @@ class TelegramReplyStream:
             if index < len(self._messages):
                 message_id, shown = self._messages[index]
                 if shown != part:
-                    await self._delivery.edit_part(self._chat_id, message_id, part, config)
+                    await self._delivery.edit_part(self._chat.id, message_id, part, config)
                     self._messages[index] = (message_id, part)
             else:
-                message_id = await self._delivery.send_part(self._chat_id, part, config)
+                message_id = await self._delivery.send_part(self._chat, part, config)
                 self._messages.append((message_id, part))
         if drafting:
             await self._draft(parts[-1], config)
@@ -109,11 +107,11 @@ class TelegramReplyStream:
     async def _draft(self, part: TelegramText, config: TelegramConfig) -> None:
         assert self._draft_id is not None
         try:
-            await self._delivery.draft_part(self._chat_id, self._draft_id, part, config)
+            await self._delivery.draft_part(self._chat.id, self._draft_id, part, config)
         except DeliveryFailed as failure:
             if not isinstance(failure.__cause__, BadRequest | Refused):
                 raise
-            log.info("[Telegram] Drafts refused in %s (%s); editing a message instead", self._chat_id, failure)
+            log.info("[Telegram] Drafts refused in %s (%s); editing a message instead", self._chat, failure)
             self._draft_id = None
-            message_id = await self._delivery.send_part(self._chat_id, part, config)
+            message_id = await self._delivery.send_part(self._chat, part, config)
             self._messages.append((message_id, part))
