@@ -5,6 +5,7 @@ group's."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from bot.domain.session import AgentSession
 from tests.channels.telegram_harness import GROUP, RunningBot
@@ -20,10 +21,14 @@ async def ask_in(fake_telegram: FakeTelegram, topic: int | None, text: str) -> s
     return (await fake_telegram.await_messages(GROUP, before + 1))[-1].text
 
 
-def conversation_requests(fake_openai: FakeOpenAI) -> list[list[str]]:
-    """The user turns of each conversation request (not the knowledge graph's extraction calls)."""
-    conversation = [r for r in fake_openai.chat_requests() if "---Input Text---" not in json.dumps(r)]
-    return [[m["content"] for m in r["messages"] if m["role"] == "user"] for r in conversation]
+def conversation_requests(fake_openai: FakeOpenAI) -> list[dict[str, Any]]:
+    """The model's conversation requests (not the knowledge graph's extraction calls), oldest first."""
+    return [r for r in fake_openai.chat_requests() if "---Input Text---" not in json.dumps(r)]
+
+
+def said(request: dict[str, Any], role: str) -> list[str]:
+    """The contents of a request's messages of one role."""
+    return [m["content"] for m in request["messages"] if m["role"] == role]
 
 
 def session(bot: RunningBot, chat_id: str) -> AgentSession:
@@ -58,7 +63,7 @@ async def test_each_topic_is_a_conversation_of_its_own(
     await ask_in(fake_telegram, None, "@test_bot hello all")
     await ask_in(fake_telegram, trips, "@test_bot when do we fly?")
     # The model is given the topic's conversation alone, and a topic's message is no reply to its opening.
-    assert conversation_requests(fake_openai) == [
+    assert [said(request, "user") for request in conversation_requests(fake_openai)] == [
         ["User1001: we fly to Oslo"],
         ["User1001: I read Dune"],
         ["User1001: hello all"],
@@ -82,11 +87,11 @@ async def test_the_topics_share_the_groups_memory(
     trips, books = fake_telegram.open_topic(GROUP, "Trips"), fake_telegram.open_topic(GROUP, "Books")
     await ask_in(fake_telegram, trips, "@test_bot we fly to Oslo on Friday")
     await ask_in(fake_telegram, books, "@test_bot what do you know?")
-    asked = [r for r in fake_openai.chat_requests() if "---Input Text---" not in json.dumps(r)][-1]
-    system = "\n".join(m["content"] for m in asked["messages"] if m["role"] == "system")
+    asked = conversation_requests(fake_openai)[-1]
+    system = "\n".join(said(asked, "system"))
     # Today's notes are the group's: what was said in one topic is remembered in another, not its turns.
     assert "User: User1001: we fly to Oslo on Friday | Assistant: echo: User1001: we fly to Oslo on Friday" in system
-    assert [m["content"] for m in asked["messages"] if m["role"] == "user"] == ["User1001: what do you know?"]
+    assert said(asked, "user") == ["User1001: what do you know?"]
     assert sorted(p.name for p in (bot.workspace / "memory" / "chats").iterdir()) == [f"telegram:{GROUP}"]
 
 
