@@ -3,6 +3,10 @@
 A channel knows its transport (Telegram, the terminal) and nothing of memory, sessions or the model:
 it turns what arrives into `InboundMessage`s for the handler it was started with, and it delivers
 text back to a chat. Everything between is the pipeline's business.
+
+A chat id names one conversation: a chat, or one topic of a forum chat (`topic_chat_id`), so that whatever
+is sent to the chat id of a message that came from a topic (the reply, the typing action, a file, a
+notice, a reminder set there) goes to that topic, and each topic has a session of its own.
 """
 
 from __future__ import annotations

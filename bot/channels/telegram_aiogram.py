@@ -26,7 +26,15 @@ from aiogram.exceptions import (
 from aiogram.methods.base import TelegramMethod
 from aiogram.types import BotCommand, BufferedInputFile, MessageEntity
 
-from bot.channels.telegram_api import AnswerTimedOut, BadRequest, ChatUpgraded, Refused, RetryAfter, Transient
+from bot.channels.telegram_api import (
+    AnswerTimedOut,
+    BadRequest,
+    ChatUpgraded,
+    Refused,
+    RetryAfter,
+    TelegramChat,
+    Transient,
+)
 from bot.channels.telegram_updates import BotIdentity
 
 log = logging.getLogger(__name__)
@@ -84,22 +92,27 @@ class AiogramBackend:
         await _translated(lambda: self._bot.set_my_commands(menu))
 
     async def send_message(
-        self, chat_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+        self, chat: TelegramChat, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
     ) -> int:
         message = await _translated(
             lambda: self._bot.send_message(
-                chat_id, text, entities=_entities(entities), request_timeout=max(1, round(answer_timeout))
+                chat.id,
+                text,
+                message_thread_id=chat.thread_id,
+                entities=_entities(entities),
+                request_timeout=max(1, round(answer_timeout)),
             )
         )
         return int(message.message_id)
 
     async def send_document(
-        self, chat_id: int, file_name: str, data: bytes, caption: str | None, answer_timeout: float
+        self, chat: TelegramChat, file_name: str, data: bytes, caption: str | None, answer_timeout: float
     ) -> int:
         message = await _translated(
             lambda: self._bot.send_document(
-                chat_id,
+                chat.id,
                 BufferedInputFile(data, filename=file_name),
+                message_thread_id=chat.thread_id,
                 caption=caption,
                 request_timeout=max(1, round(answer_timeout)),
             )
@@ -126,8 +139,8 @@ class AiogramBackend:
             lambda: self._bot.send_message_draft(chat_id, draft_id, text=text, entities=_entities(entities))
         )
 
-    async def send_chat_action(self, chat_id: int, action: str) -> None:
-        await _translated(lambda: self._bot.send_chat_action(chat_id, action))
+    async def send_chat_action(self, chat: TelegramChat, action: str) -> None:
+        await _translated(lambda: self._bot.send_chat_action(chat.id, action, message_thread_id=chat.thread_id))
 
     async def answer_callback_query(self, query_id: str, text: str | None) -> None:
         await _translated(lambda: self._bot.answer_callback_query(query_id, text=text))

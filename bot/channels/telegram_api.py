@@ -9,11 +9,31 @@ policy in `telegram_delivery.py` decides on.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bot.channels.telegram_updates import BotIdentity
+from bot.domain.session import chat_and_topic
 
 UpdateHandler = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramChat:
+    """Where a message goes on Telegram: the chat, and in a forum supergroup the topic it belongs in
+    (`message_thread_id`; None for a chat without topics and for a forum's General topic, which takes none)."""
+
+    id: int
+    thread_id: int | None = None
+
+    @classmethod
+    def of(cls, chat_id: str) -> TelegramChat:
+        """The chat (and topic) a channel chat id names (`bot.domain.session.topic_chat_id`)."""
+        chat, topic = chat_and_topic(chat_id)
+        return cls(int(chat), None if topic is None else int(topic))
+
+    def __str__(self) -> str:
+        return str(self.id) if self.thread_id is None else f"{self.id} (topic {self.thread_id})"
 
 
 class TelegramApiError(Exception):
@@ -72,7 +92,8 @@ class Refused(TelegramApiError):
 
 
 class TelegramBackend(Protocol):
-    """One Telegram client library behind the channel. Chat ids are Telegram's integers."""
+    """One Telegram client library behind the channel. Chat ids are Telegram's integers; a message sent
+    (and the typing action) goes to a `TelegramChat`, a topic's when it has one."""
 
     name: str
 
@@ -99,7 +120,7 @@ class TelegramBackend(Protocol):
     async def set_my_commands(self, commands: list[tuple[str, str]]) -> None: ...
 
     async def send_message(
-        self, chat_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+        self, chat: TelegramChat, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
     ) -> int:
         """sendMessage; returns the new message's id."""
         ...
@@ -109,7 +130,7 @@ class TelegramBackend(Protocol):
     ) -> None: ...
 
     async def send_document(
-        self, chat_id: int, file_name: str, data: bytes, caption: str | None, answer_timeout: float
+        self, chat: TelegramChat, file_name: str, data: bytes, caption: str | None, answer_timeout: float
     ) -> int:
         """sendDocument with the file uploaded; returns the new message's id."""
         ...
@@ -120,7 +141,7 @@ class TelegramBackend(Protocol):
         """sendMessageDraft: a reply still being written, shown in a private chat until a real message ends it."""
         ...
 
-    async def send_chat_action(self, chat_id: int, action: str) -> None: ...
+    async def send_chat_action(self, chat: TelegramChat, action: str) -> None: ...
 
     async def answer_callback_query(self, query_id: str, text: str | None) -> None: ...
 

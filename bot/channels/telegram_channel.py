@@ -9,7 +9,9 @@ which records it received and queues it: the per-chat queues behind the handler 
 and run chats concurrently, so this side never waits for a reply.
 
 Sending: `TelegramDelivery` (formatting, splitting, retries), and `TelegramReplyStream` for replies
-shown while they are written. The slash commands are registered with setMyCommands at start.
+shown while they are written. A chat id names a chat or one topic of a forum supergroup
+(`bot.domain.session.topic_chat_id`): every send to it goes to that topic (`TelegramChat`). The slash
+commands are registered with setMyCommands at start.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from bot.channels.base import Channel, FileUnavailable, InboundHandler
-from bot.channels.telegram_api import ChatUpgraded, TelegramApiError, TelegramBackend
+from bot.channels.telegram_api import ChatUpgraded, TelegramApiError, TelegramBackend, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
 from bot.channels.telegram_stream import TelegramReplyStream
@@ -253,11 +255,13 @@ class TelegramChannel(Channel):
 
     # Sending.
 
-    def _chat(self, chat_id: str) -> int:
-        """The id to send to: a group's new one once it was upgraded to a supergroup."""
-        return self._upgraded.get(int(chat_id), int(chat_id))
+    def _chat(self, chat_id: str) -> TelegramChat:
+        """Where to send: a group's new id once it was upgraded to a supergroup."""
+        chat = TelegramChat.of(chat_id)
+        moved_to = self._upgraded.get(chat.id)
+        return chat if moved_to is None else TelegramChat(moved_to, chat.thread_id)
 
-    async def _in_chat(self, chat_id: str, call: Callable[[int], Awaitable[_T]]) -> _T:
+    async def _in_chat(self, chat_id: str, call: Callable[[TelegramChat], Awaitable[_T]]) -> _T:
         """`call` made in the chat; when the group was upgraded to a supergroup meanwhile, made again there."""
         target = self._chat(chat_id)
         try:
@@ -267,25 +271,25 @@ class TelegramChannel(Channel):
             if not isinstance(upgraded, ChatUpgraded):
                 raise
         log.warning("[Telegram] Chat %s was upgraded to the supergroup %s; sending there", target, upgraded.new_chat_id)
-        await self._upgraded_to(target, upgraded.new_chat_id)
-        return await call(upgraded.new_chat_id)
+        await self._upgraded_to(target.id, upgraded.new_chat_id)
+        return await call(TelegramChat(upgraded.new_chat_id, target.thread_id))
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
         config = self._config().telegram
-        message_id = await self._in_chat(chat_id, lambda target: self._delivery.send(target, text, config))
+        message_id = await self._in_chat(chat_id, lambda chat: self._delivery.send(chat, text, config))
         return None if message_id is None else str(message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         # Never in a supergroup the group became: the message is the old group's, and an id of the new one
         # would name another message.
-        await self._delivery.edit(int(chat_id), int(message_id), text, self._config().telegram)
+        await self._delivery.edit(TelegramChat.of(chat_id).id, int(message_id), text, self._config().telegram)
 
     async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
         config = self._config().telegram
 
-        async def send(target: int) -> int:
+        async def send(chat: TelegramChat) -> int:
             return await call_with_retries(
-                lambda: self._backend.send_document(target, file_name, data, caption, config.send_timeout_seconds),
+                lambda: self._backend.send_document(chat, file_name, data, caption, config.send_timeout_seconds),
                 config,
                 "sendDocument",
             )

@@ -26,6 +26,7 @@ from bot.channels.telegram_api import (
     RetryAfter,
     TelegramApiError,
     TelegramBackend,
+    TelegramChat,
     Transient,
 )
 from bot.channels.telegram_format import TELEGRAM_MESSAGE_LIMIT, TelegramText, plain_text_parts, split_for_telegram
@@ -72,35 +73,35 @@ class TelegramDelivery:
     def __init__(self, backend: TelegramBackend) -> None:
         self._backend = backend
 
-    async def send(self, chat_id: int, markdown: str, config: TelegramConfig) -> int | None:
+    async def send(self, chat: TelegramChat, markdown: str, config: TelegramConfig) -> int | None:
         """Deliver a Markdown reply in as many parts as needed; returns the id of the last part."""
         last_id: int | None = None
         for part in split_for_telegram(markdown, TELEGRAM_MESSAGE_LIMIT):
-            last_id = await self.send_part(chat_id, part, config)
+            last_id = await self.send_part(chat, part, config)
         return last_id
 
-    async def send_part(self, chat_id: int, part: TelegramText, config: TelegramConfig) -> int:
+    async def send_part(self, chat: TelegramChat, part: TelegramText, config: TelegramConfig) -> int:
         """Send one rendered part (at most one message long); returns the id of the (last) message sent."""
         try:
-            return await self._send_one(chat_id, part, config)
+            return await self._send_one(chat, part, config)
         except DeliveryFailed as failure:
             refused = failure.__cause__
             if not (isinstance(refused, BadRequest) and refused.too_long):
                 raise
-        log.warning("[Telegram] sendMessage to %s: Telegram found a part too long; sending it in halves", chat_id)
+        log.warning("[Telegram] sendMessage to %s: Telegram found a part too long; sending it in halves", chat)
         message_id = 0
         for piece in plain_text_parts(part.text, TELEGRAM_MESSAGE_LIMIT // 2):
-            message_id = await self._send_one(chat_id, TelegramText(piece, []), config)
+            message_id = await self._send_one(chat, TelegramText(piece, []), config)
         return message_id
 
-    async def _send_one(self, chat_id: int, part: TelegramText, config: TelegramConfig) -> int:
+    async def _send_one(self, chat: TelegramChat, part: TelegramText, config: TelegramConfig) -> int:
         """sendMessage with one part; plain text if its formatting is refused."""
         timeout = config.send_timeout_seconds
 
         async def send(entities: list[dict[str, object]] | None) -> int:
-            return await self._backend.send_message(chat_id, part.text, entities, timeout)
+            return await self._backend.send_message(chat, part.text, entities, timeout)
 
-        return await self._with_plain_fallback(send, part, config, f"sendMessage to {chat_id}")
+        return await self._with_plain_fallback(send, part, config, f"sendMessage to {chat}")
 
     async def edit(self, chat_id: int, message_id: int, markdown: str, config: TelegramConfig) -> None:
         """Replace a message's text; an identical edit is not an error. Text beyond one message is cut."""

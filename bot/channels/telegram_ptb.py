@@ -23,7 +23,15 @@ from telegram.error import ChatMigrated, EndPointNotFound, InvalidToken, Network
 from telegram.error import RetryAfter as PtbRetryAfter
 from telegram.request import HTTPXRequest
 
-from bot.channels.telegram_api import AnswerTimedOut, BadRequest, ChatUpgraded, Refused, RetryAfter, Transient
+from bot.channels.telegram_api import (
+    AnswerTimedOut,
+    BadRequest,
+    ChatUpgraded,
+    Refused,
+    RetryAfter,
+    TelegramChat,
+    Transient,
+)
 from bot.channels.telegram_updates import BotIdentity
 
 log = logging.getLogger(__name__)
@@ -91,20 +99,26 @@ class PtbBackend:
         await _translated(lambda: self._bot.set_my_commands(commands))
 
     async def send_message(
-        self, chat_id: int, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
+        self, chat: TelegramChat, text: str, entities: list[dict[str, object]] | None, answer_timeout: float
     ) -> int:
-        arguments = {"chat_id": chat_id, "text": text, "entities": entities or None}
+        arguments = {
+            "chat_id": chat.id,
+            "message_thread_id": chat.thread_id,
+            "text": text,
+            "entities": entities or None,
+        }
         message = await self._as_json("sendMessage", arguments, answer_timeout)
         return int(message["message_id"])
 
     async def send_document(
-        self, chat_id: int, file_name: str, data: bytes, caption: str | None, answer_timeout: float
+        self, chat: TelegramChat, file_name: str, data: bytes, caption: str | None, answer_timeout: float
     ) -> int:
         message = await _translated(
             lambda: self._bot.send_document(
-                chat_id,
+                chat.id,
                 telegram.InputFile(data, filename=file_name),
                 caption=caption,
+                message_thread_id=chat.thread_id,
                 read_timeout=answer_timeout,
                 write_timeout=answer_timeout,
             )
@@ -122,8 +136,8 @@ class PtbBackend:
     ) -> None:
         await _translated(lambda: self._bot.send_message_draft(chat_id, draft_id, text, entities=_entities(entities)))
 
-    async def send_chat_action(self, chat_id: int, action: str) -> None:
-        await _translated(lambda: self._bot.send_chat_action(chat_id, action))
+    async def send_chat_action(self, chat: TelegramChat, action: str) -> None:
+        await _translated(lambda: self._bot.send_chat_action(chat.id, action, message_thread_id=chat.thread_id))
 
     async def answer_callback_query(self, query_id: str, text: str | None) -> None:
         await _translated(lambda: self._bot.answer_callback_query(query_id, text=text))

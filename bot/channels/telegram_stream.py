@@ -25,7 +25,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 
-from bot.channels.telegram_api import BadRequest, ChatUpgraded, Refused, TelegramApiError
+from bot.channels.telegram_api import BadRequest, ChatUpgraded, Refused, TelegramApiError, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery
 from bot.channels.telegram_format import TelegramText, split_for_telegram
 from bot.clock import Clock
@@ -43,7 +43,7 @@ class TelegramReplyStream:
     def __init__(
         self,
         delivery: TelegramDelivery,
-        chat_id: int,
+        chat: TelegramChat,
         config: Callable[[], RuntimeConfig],
         clock: Clock,
         upgraded: Callable[[int, int], Awaitable[None]] | None = None,
@@ -52,7 +52,7 @@ class TelegramReplyStream:
         self._delivery = delivery
         self._upgraded = upgraded
         self._clock = clock
-        self._chat_id = chat_id
+        self._chat = chat
         # The configuration as the turn began: read once, not at each piece of text the model sends.
         self._config = config()
         self._opened = clock.monotonic()
@@ -60,7 +60,7 @@ class TelegramReplyStream:
         self._messages: list[tuple[int, TelegramText]] = []  # (message id, the part as shown)
         self._live = True
         # Private chats have positive ids (the user's), groups negative; a draft id only has to be non-zero.
-        self._draft_id: int | None = secrets.randbelow(2**31 - 1) + 1 if chat_id > 0 else None
+        self._draft_id: int | None = secrets.randbelow(2**31 - 1) + 1 if chat.id > 0 else None
 
     async def update(self, text: str) -> None:
         if not self._live or not text.strip():
@@ -82,21 +82,19 @@ class TelegramReplyStream:
             raise
         except (DeliveryFailed, TelegramApiError) as error:
             self._live = False
-            log.warning(
-                "[Telegram] Live update of a reply to %s failed; the final text follows: %s", self._chat_id, error
-            )
+            log.warning("[Telegram] Live update of a reply to %s failed; the final text follows: %s", self._chat, error)
 
     def _finished_alone(self, showing: asyncio.Future[None]) -> None:
         _finishing.discard(showing)
         if not showing.cancelled() and (error := showing.exception()) is not None:
-            log.info("[Telegram] Live update of a stopped reply to %s failed: %s", self._chat_id, error)
+            log.info("[Telegram] Live update of a stopped reply to %s failed: %s", self._chat, error)
 
     async def finish(self, text: str) -> None:
         self._live = False
         try:
             await self._shown(text, final=True)
         except (DeliveryFailed, TelegramApiError) as error:
-            log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat_id, error)
+            log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat, error)
 
     async def _shown(self, markdown: str, *, final: bool) -> None:
         """`_show`, in the supergroup when the group was upgraded to one."""
@@ -107,11 +105,11 @@ class TelegramReplyStream:
             upgraded = failure.__cause__
             if not isinstance(upgraded, ChatUpgraded):
                 raise
-        log.warning("[Telegram] Chat %s was upgraded to the supergroup %s; the reply goes there", self._chat_id,
+        log.warning("[Telegram] Chat %s was upgraded to the supergroup %s; the reply goes there", self._chat,
                     upgraded.new_chat_id)  # fmt: skip
         if self._upgraded is not None:
-            await self._upgraded(self._chat_id, upgraded.new_chat_id)
-        self._chat_id = upgraded.new_chat_id
+            await self._upgraded(self._chat.id, upgraded.new_chat_id)
+        self._chat = TelegramChat(upgraded.new_chat_id, self._chat.thread_id)
         self._messages = []  # what was shown stays in the old group
         await self._show(markdown, final=final)
 
@@ -125,10 +123,10 @@ class TelegramReplyStream:
             if index < len(self._messages):
                 message_id, shown = self._messages[index]
                 if shown != part:
-                    await self._delivery.edit_part(self._chat_id, message_id, part, config)
+                    await self._delivery.edit_part(self._chat.id, message_id, part, config)
                     self._messages[index] = (message_id, part)
             else:
-                message_id = await self._delivery.send_part(self._chat_id, part, config)
+                message_id = await self._delivery.send_part(self._chat, part, config)
                 self._messages.append((message_id, part))
         if drafting:
             await self._draft(parts[-1], config)
@@ -136,11 +134,11 @@ class TelegramReplyStream:
     async def _draft(self, part: TelegramText, config: TelegramConfig) -> None:
         assert self._draft_id is not None
         try:
-            await self._delivery.draft_part(self._chat_id, self._draft_id, part, config)
+            await self._delivery.draft_part(self._chat.id, self._draft_id, part, config)
         except DeliveryFailed as failure:
             if not isinstance(failure.__cause__, BadRequest | Refused):
                 raise
-            log.info("[Telegram] Drafts refused in %s (%s); editing a message instead", self._chat_id, failure)
+            log.info("[Telegram] Drafts refused in %s (%s); editing a message instead", self._chat, failure)
             self._draft_id = None
-            message_id = await self._delivery.send_part(self._chat_id, part, config)
+            message_id = await self._delivery.send_part(self._chat, part, config)
             self._messages.append((message_id, part))

@@ -42,6 +42,7 @@ from typing import Any
 from bot.domain.chat_move import ChatMove
 from bot.domain.inbound import Attachment, InboundMessage
 from bot.domain.message import Quote
+from bot.domain.session import topic_chat_id
 from bot.settings import TelegramGroupsConfig
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ def inbound_from_update(
     notice = None if edited or attachment is not None or text else _NOTICES.get(kind, OTHER_CONTENT_NOTICE)
     return InboundMessage(
         channel_type=CHANNEL_TYPE,
-        chat_id=str(chat["id"]),
+        chat_id=topic_chat_id(str(chat["id"]), _topic(message)),
         user_id=str(sender["id"]),
         text=text,
         message_id=str(message.get("message_id")),
@@ -154,6 +155,15 @@ def inbound_from_update(
         media_group=_media_group(message) if attachment is not None and attachment.kind == "image" else None,
         notice=notice,
     )
+
+
+def _topic(message: dict[str, Any]) -> str | None:
+    """The forum topic a message was sent in: a topic of its own is a conversation of its own. None for the
+    General topic and outside forums, where a reply's `message_thread_id` names only its reply thread."""
+    thread = message.get("message_thread_id")
+    if message.get("is_topic_message") is not True or not isinstance(thread, int):
+        return None
+    return str(thread)
 
 
 def _media_group(message: dict[str, Any]) -> str | None:
@@ -226,7 +236,7 @@ def _image_mime(file_name: str, mime: str) -> str | None:
 
 def _quoted(message: dict[str, Any], bot: BotIdentity) -> Quote | None:
     """The reply's quoted text and author, when the message replies to one with text."""
-    replied, external = message.get("reply_to_message"), message.get("external_reply")
+    replied, external = _replied(message), message.get("external_reply")
     quote = message.get("quote")
     text = quote.get("text") if isinstance(quote, dict) else None
     if isinstance(replied, dict):
@@ -246,10 +256,19 @@ def _quoted(message: dict[str, Any], bot: BotIdentity) -> Quote | None:
 
 def _replied_id(message: dict[str, Any]) -> str | None:
     """The id of the message of this chat the message replies to (a photo replied to is shown again)."""
-    replied = message.get("reply_to_message")
+    replied = _replied(message)
     if not isinstance(replied, dict) or replied.get("message_id") is None:
         return None
     return str(replied["message_id"])
+
+
+def _replied(message: dict[str, Any]) -> dict[str, Any] | None:
+    """The message this one replies to. In a forum topic Telegram gives every message that replies to none
+    the topic's opening service message (`forum_topic_created`) as `reply_to_message`: that is no reply."""
+    replied = message.get("reply_to_message")
+    if not isinstance(replied, dict) or "forum_topic_created" in replied:
+        return None
+    return replied
 
 
 def _cut_quote(text: str) -> str:
@@ -369,7 +388,7 @@ def _addressed_in_group(
         mentioned = handle in text.lower()
     if mentioned and groups.answer_mentions:
         return True, True
-    reply_to = message.get("reply_to_message") or {}
+    reply_to = _replied(message) or {}
     if groups.answer_replies and (reply_to.get("from") or {}).get("id") == bot.id:
         return True, False
     return groups.answer_all_messages, mentioned

@@ -19,7 +19,10 @@ class SessionState(StrEnum):
     TERMINATED = "TERMINATED"
 
 
-_SAFE_SESSION_ID = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*:[A-Za-z0-9_.@+-]+$")
+_SAFE_SESSION_ID = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*:[A-Za-z0-9_.@+-]+(?::topic:[0-9]+)?$")
+# A topic of a forum chat is a conversation of its own: its chat id is the chat's, this, and the topic's id
+# (`telegram:-1001234567890:topic:42`); a chat without topics, and a forum's General topic, keep the chat's.
+TOPIC_MARK = ":topic:"
 
 
 class InvalidSessionId(ValueError):
@@ -35,6 +38,23 @@ def checked_session_id(session_id: str) -> str:
 
 def session_id_for(channel_type: str, chat_id: str) -> str:
     return checked_session_id(f"{channel_type}:{chat_id}")
+
+
+def topic_chat_id(chat_id: str, topic_id: str | None) -> str:
+    """The chat id of one topic of a forum chat (`chat_id` itself for None: no topic, or the General one)."""
+    return chat_id if topic_id is None else f"{chat_id}{TOPIC_MARK}{topic_id}"
+
+
+def chat_and_topic(chat_id: str) -> tuple[str, str | None]:
+    """A chat id split into the chat's own id and its topic's (None when it names no topic)."""
+    chat, mark, topic = chat_id.partition(TOPIC_MARK)
+    return (chat, topic) if mark else (chat_id, None)
+
+
+def whole_chat_session_id(session_id: str) -> str:
+    """The session id of the chat a topic's session belongs to (the id itself for a chat without topics):
+    what the chat keeps for all its topics, its memory, is keyed by it."""
+    return session_id.partition(TOPIC_MARK)[0]
 
 
 class AgentSession(CamelModel):

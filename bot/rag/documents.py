@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.access.policy import sees_owner_memory
+from bot.domain.session import whole_chat_session_id
 from bot.settings import RagConfig, RuntimeConfig
 
 GREETINGS = frozenset(
@@ -140,8 +141,9 @@ def exchanges_in(text: str) -> list[str]:
 def rag_workspace_for(session_id: str, config: RuntimeConfig) -> str:
     """The LightRAG workspace a session's documents live in, and the one graph its turns read: one per
     chat (`chat`, `user`), or under `global` the owner's for the owner's own chats and one per chat for
-    every other (a group's graph is the group's; see `bot.memory.audience`)."""
+    every other (a group's graph is the group's, shared by its topics; see `bot.memory.audience`)."""
     memory = config.memory
+    session_id = whole_chat_session_id(session_id)
     if memory.scope in ("chat", "user") or not sees_owner_memory(
         session_id, config.access.allowed_users, memory.owner_memory_everywhere
     ):

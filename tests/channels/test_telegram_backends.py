@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.channels.install import telegram_backend
-from bot.channels.telegram_api import ChatUpgraded, Refused, TelegramBackend
+from bot.channels.telegram_api import ChatUpgraded, Refused, TelegramBackend, TelegramChat
 from bot.channels.telegram_updates import ALLOWED_UPDATES
 from tests.fakes.telegram_server import FakeTelegram, Fault
 
@@ -54,7 +54,7 @@ async def test_a_send_to_a_group_upgraded_to_a_supergroup_names_the_new_id(
 ) -> None:
     fake_telegram.upgrade_group(-4001, -1004001)
     with pytest.raises(ChatUpgraded) as raised:
-        await api.send_message(-4001, "hello", None, 5.0)
+        await api.send_message(TelegramChat(-4001), "hello", None, 5.0)
     assert raised.value.new_chat_id == -1004001
-    await api.send_message(-1004001, "hello", None, 5.0)
+    await api.send_message(TelegramChat(-1004001), "hello", None, 5.0)
     assert [message.text for message in fake_telegram.sent_messages(-1004001)] == ["hello"]

@@ -198,6 +198,37 @@ def group(text: str, **fields: Any) -> dict[str, Any]:
     return message_update(text, chat_id=-100555, chat_type="supergroup", **fields)
 
 
+def test_a_message_in_a_forum_topic_names_the_topic_and_the_general_topic_names_none() -> None:
+    forum: dict[str, Any] = {"chat_id": -1001234567, "chat_type": "supergroup"}
+    opening = {"message_id": 5, "date": 0, "chat": {"id": -1001234567, "type": "supergroup"},
+               "from": {"id": 99, "is_bot": True, "first_name": "Bot"}, "message_thread_id": 5,
+               "is_topic_message": True, "forum_topic_created": {"name": "Trips", "icon_color": 0}}  # fmt: skip
+    update = message_update(
+        "@test_bot hi", **forum, message_thread_id=5, is_topic_message=True, reply_to_message=opening
+    )
+    inbound = inbound_from_update(update, BOT, GROUPS)
+    assert inbound is not None
+    assert (inbound.chat_id, inbound.session_id) == ("-1001234567:topic:5", "telegram:-1001234567:topic:5")
+    # The topic's opening message, which Telegram gives as the message replied to, is no reply (even to the
+    # bot, when the bot opened the topic): no quote, and a message that does not name the bot is not for it.
+    assert (inbound.quote, inbound.reply_to) == (None, None)
+    unnamed = message_update("hi all", **forum, message_thread_id=5, is_topic_message=True, reply_to_message=opening)
+    assert inbound_from_update(unnamed, BOT, GROUPS) is None
+    general = inbound_from_update(message_update("@test_bot hi", **forum), BOT, GROUPS)
+    assert general is not None and general.session_id == "telegram:-1001234567"
+
+
+def test_a_reply_thread_outside_a_forum_is_no_topic() -> None:
+    # In a supergroup without topics a reply carries its thread's id, but no `is_topic_message`.
+    replied = {"message_id": 3, "date": 0, "chat": {"id": -1001234567, "type": "supergroup"},
+               "from": {"id": 99, "is_bot": True, "first_name": "Bot"}, "text": "earlier"}  # fmt: skip
+    update = message_update(
+        "and now?", chat_id=-1001234567, chat_type="supergroup", message_thread_id=3, reply_to_message=replied
+    )
+    inbound = inbound_from_update(update, BOT, GROUPS)
+    assert inbound is not None and inbound.chat_id == "-1001234567" and inbound.reply_to == "3"
+
+
 def test_in_a_group_only_what_is_addressed_to_the_bot_counts() -> None:
     assert inbound_from_update(group("hello all"), BOT, GROUPS) is None
     mentioned = inbound_from_update(group("hey @Test_Bot, what's up?"), BOT, GROUPS)

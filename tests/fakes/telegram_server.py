@@ -676,6 +676,8 @@ class SentMessage:
     reply_markup: JsonDict | None
     time: float
     params: JsonDict
+    # The forum topic it was sent to (`message_thread_id`); None: the chat itself, or a forum's General topic.
+    thread_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -854,6 +856,8 @@ class _World:
         self._users: dict[int, JsonDict] = {}
         self._next_id: dict[int, int] = {}
         self._messages: dict[tuple[int, int], _StoredMessage] = {}
+        # A forum's topics: the id of each (its opening service message's id, as Telegram numbers them).
+        self._topics: dict[int, set[int]] = {}
         self._files: dict[str, _StoredFile] = {}
         self._file_seq = itertools.count(1)
         # Basic groups upgraded to supergroups: the old id, the new one.
@@ -889,6 +893,33 @@ class _World:
             if first_name is not None:
                 user["first_name"] = first_name
             return dict(user)
+
+    # forum topics
+    def open_topic(self, chat_id: int, name: str, creator: JsonDict) -> int:
+        """Make `chat_id` a forum supergroup and open a topic in it; returns the topic's id
+        (`message_thread_id`), the id of the `forum_topic_created` service message that opens it."""
+        with self.lock:
+            chat = self._chats.get(chat_id) or {"id": chat_id, "type": "supergroup", "title": f"Forum {chat_id}"}
+            chat["is_forum"] = True
+            self._chats[chat_id] = chat
+            opening = self.new_message(
+                chat_id,
+                creator.get("id") == self.bot_user["id"],
+                {"from": creator, "chat": dict(chat), "date": int(time.time()), "is_topic_message": True,
+                 "forum_topic_created": {"name": name, "icon_color": 7322096}},
+            )  # fmt: skip
+            thread_id = int(opening["message_id"])
+            self._messages[(chat_id, thread_id)].payload["message_thread_id"] = thread_id
+            self._topics.setdefault(chat_id, set()).add(thread_id)
+            return thread_id
+
+    def topic_opening(self, chat_id: int, thread_id: int) -> JsonDict:
+        """The service message that opened a topic (what Telegram gives as `reply_to_message` of a topic's
+        messages that reply to none); a topic the chat does not have is refused as Telegram does."""
+        with self.lock:
+            if thread_id not in self._topics.get(chat_id, set()):
+                raise _bad_request("message thread not found")
+            return copy.deepcopy(self._messages[(chat_id, thread_id)].payload)
 
     # messages
     def new_message(self, chat_id: int, from_bot: bool, payload: JsonDict) -> JsonDict:
@@ -1098,6 +1129,17 @@ class _BotApi:
             raise BotApiError(400, f"Bad Request: {GROUP_UPGRADED}", migrate_to_chat_id=moved_to)
         return chat_id
 
+    def _in_topic(self, chat_id: int, params: JsonDict) -> JsonDict:
+        """The fields a message sent with `message_thread_id` gets (none without one); a topic the chat
+        does not have is refused as Telegram does."""
+        thread_id = params.get("message_thread_id")
+        if thread_id is None:
+            return {}
+        if not isinstance(thread_id, int):
+            raise _bad_request("message thread not found")
+        self.world.topic_opening(chat_id, thread_id)
+        return {"message_thread_id": thread_id, "is_topic_message": True}
+
     def _format(self, params: JsonDict, *, allow_empty: bool = False) -> FormattedText:
         return format_text(
             params.get("text"),
@@ -1125,6 +1167,7 @@ class _BotApi:
             "from": dict(self.world.bot_user),
             "chat": self.world.chat(chat_id),
             "date": int(time.time()),
+            **self._in_topic(chat_id, params),
             "text": formatted.text,
         }
         if formatted.entities:
@@ -1147,11 +1190,13 @@ class _BotApi:
             raise _bad_request("wrong remote file identifier specified: can't unserialize it. Wrong padding length")
         if not upload.data:
             raise _bad_request("file must be non-empty")
+        topic = self._in_topic(chat_id, params)
         stored = self.world.add_file(upload.data, upload.filename or "document", "documents")
         payload: JsonDict = {
             "from": dict(self.world.bot_user),
             "chat": self.world.chat(chat_id),
             "date": int(time.time()),
+            **topic,
             "document": {
                 "file_id": stored.file_id,
                 "file_unique_id": stored.file_unique_id,
@@ -1225,7 +1270,7 @@ class _BotApi:
         return True
 
     def send_chat_action(self, params: JsonDict) -> bool:
-        self._open_chat_id(params)
+        self._in_topic(self._open_chat_id(params), params)
         if params.get("action") not in _CHAT_ACTIONS:
             raise _bad_request("wrong parameter action in request")
         return True
@@ -1648,6 +1693,7 @@ class _InboundUpdates:
         reply_to_bot: bool = False,
         reply_to_message_id: int | None = None,
         entities: list[JsonDict] | None = None,
+        thread_id: int | None = None,
     ) -> int:
         """A user writes `text` in `chat_id`; returns the update_id.
 
@@ -1656,6 +1702,8 @@ class _InboundUpdates:
         explicit `entities`, bot_command and mention entities are added like Telegram does.
         reply_to_bot makes it a reply to the bot's latest message in the chat (an invented one
         if the bot wrote nothing there yet); reply_to_message_id replies to a given message.
+        thread_id: sent in that topic of a forum (`open_topic`), as Telegram sends it: `is_topic_message`,
+        `message_thread_id`, and the topic's opening message as `reply_to_message` when it replies to none.
         """
         content: JsonDict = {"text": text}
         found = detect_entities(text) if entities is None else entities
@@ -1664,7 +1712,13 @@ class _InboundUpdates:
         return self._push_user_message(
             chat_id, content, user_id=user_id, chat_type=chat_type, username=username,
             first_name=first_name, reply_to_bot=reply_to_bot, reply_to_message_id=reply_to_message_id,
+            thread_id=thread_id,
         )  # fmt: skip
+
+    def open_topic(self, chat_id: int, name: str = "Topic", *, user_id: int = 1001) -> int:
+        """A member opens a topic named `name` in `chat_id`, which becomes a forum supergroup; returns the
+        topic's id (`message_thread_id`) to push messages into it."""
+        return self._world.open_topic(chat_id, name, self._world.user(user_id))
 
     def push_content(self, chat_id: int, content: JsonDict, **sender: Any) -> int:
         """A user sends a message made of the Bot API's `content` fields (a location, a contact, a poll ...)
@@ -1927,6 +1981,7 @@ class _InboundUpdates:
         first_name: str | None = None,
         reply_to_bot: bool = False,
         reply_to_message_id: int | None = None,
+        thread_id: int | None = None,
     ) -> int:
         with self._world.lock:
             chat = self._world.chat(chat_id, chat_type)
@@ -1936,6 +1991,10 @@ class _InboundUpdates:
                 chat = self._world.chat(chat_id, chat_type, user)
             payload: JsonDict = {"from": user, "chat": chat, "date": int(time.time()), **content}
             reply = self._reply_payload(chat_id, reply_to_bot, reply_to_message_id)
+            if thread_id is not None:
+                opening = self._world.topic_opening(chat_id, thread_id)
+                payload.update(message_thread_id=thread_id, is_topic_message=True)
+                reply = reply or _without_reply(opening)
             if reply is not None:
                 payload["reply_to_message"] = reply
             message = self._world.new_message(chat_id, False, payload)
@@ -1991,6 +2050,7 @@ class _CallInspection:
                 reply_markup=call.params.get("reply_markup"),
                 time=call.time,
                 params=_json_safe(call.params),
+                thread_id=call.params.get("message_thread_id"),
             )
             for call in self._ok_calls("sendMessage", chat_id)
         ]
@@ -2024,6 +2084,11 @@ class _CallInspection:
     def chat_actions(self, chat_id: int | None = None) -> list[str]:
         """Actions ("typing", ...) of successful sendChatAction calls, oldest first."""
         return [str(call.params["action"]) for call in self._ok_calls("sendChatAction", chat_id)]
+
+    def thread_ids(self, method: str, chat_id: int | None = None) -> list[int | None]:
+        """The `message_thread_id` of each successful call of `method` (optionally to one chat), oldest first:
+        the topic each went to, None for the chat itself (or a forum's General topic)."""
+        return [call.params.get("message_thread_id") for call in self._ok_calls(method, chat_id)]
 
     def drafts(self, chat_id: int | None = None) -> list[DraftRecord]:
         """Successful sendMessageDraft calls, oldest first."""

@@ -114,6 +114,26 @@ async def test_ptb_bot_sends_validates_and_edits(fake_telegram: FakeTelegram, pt
     assert [c.status for c in failed] == [400, 400, 400]
 
 
+async def test_forum_topics_as_telegram_has_them(fake_telegram: FakeTelegram, ptb_bot: telegram.Bot) -> None:
+    topic = fake_telegram.open_topic(GROUP, "Trips")
+    fake_telegram.push_message(GROUP, "in the topic", thread_id=topic)
+    fake_telegram.push_message(GROUP, "in General")
+    in_topic, in_general = [u.message for u in await ptb_bot.get_updates(timeout=0)]
+    assert in_topic is not None and in_general is not None and in_topic.chat.is_forum
+    assert (in_topic.is_topic_message, in_topic.message_thread_id) == (True, topic)
+    assert in_topic.reply_to_message is not None and in_topic.reply_to_message.forum_topic_created is not None
+    assert (in_general.is_topic_message, in_general.message_thread_id, in_general.reply_to_message) == (None,) * 3
+    sent = await ptb_bot.send_message(GROUP, "answer", message_thread_id=topic)
+    assert (sent.is_topic_message, sent.message_thread_id) == (True, topic)
+    assert await ptb_bot.send_chat_action(GROUP, "typing", message_thread_id=topic) is True
+    await ptb_bot.send_message(GROUP, "to General")
+    with pytest.raises(BadRequest, match="thread not found"):
+        await ptb_bot.send_message(GROUP, "nowhere", message_thread_id=topic + 100)
+    assert fake_telegram.thread_ids("sendMessage", GROUP) == [topic, None]
+    assert [m.thread_id for m in fake_telegram.sent_messages(GROUP)] == [topic, None]
+    assert fake_telegram.thread_ids("sendChatAction", GROUP) == [topic]
+
+
 async def test_ptb_application_polls_and_replies(fake_telegram: FakeTelegram) -> None:
     async def start(update: telegram.Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         assert update.effective_message is not None

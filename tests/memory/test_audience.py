@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bot.memory.audience import long_term_sections, memory_scope_for, owner_memory_key, shared_long_term
-from bot.settings import MemoryConfig
+from bot.memory.paths import memory_paths_for
+from bot.rag.documents import rag_workspace_for
+from bot.settings import MemoryConfig, RuntimeConfig
+from bot.workspace import Workspace
 
 MEMORY_MD = """Loose line before any heading.
 
@@ -76,3 +81,15 @@ def test_under_global_scope_only_the_owners_chats_use_the_owners_memory() -> Non
     assert owner_memory_key(MemoryConfig(scope="user"), allowed) == owner
     assert owner_memory_key(MemoryConfig(scope="chat"), []) is None
     assert owner_memory_key(config, allowed) is None  # under `global` the owner's memory is `memory/` itself
+
+
+def test_the_topics_of_a_forum_group_use_the_groups_memory_and_graph(tmp_path: Path) -> None:
+    workspace, topic = Workspace(tmp_path), "telegram:-1001234567:topic:42"
+    for scope in ("global", "chat", "user"):
+        config = RuntimeConfig.model_validate({"memory": {"scope": scope}, "access": {"allowedUsers": [4242]}})
+        memory = memory_scope_for(config.memory, topic, [4242])
+        assert memory_paths_for(workspace, memory, topic) == memory_paths_for(workspace, memory, "telegram:-1001234567")
+        assert (
+            memory_paths_for(workspace, memory, topic).root == workspace.memory_dir / "chats" / "telegram:-1001234567"
+        )
+        assert rag_workspace_for(topic, config) == rag_workspace_for("telegram:-1001234567", config)

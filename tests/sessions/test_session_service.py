@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.domain.message import Message, Role, ToolCall
-from bot.domain.session import InvalidSessionId
+from bot.domain.session import InvalidSessionId, topic_chat_id, whole_chat_session_id
 from bot.sessions import service as session_service
 from bot.sessions.service import SessionPersistError, SessionService
 from bot.sessions.storage import SessionFiles
@@ -121,10 +121,21 @@ async def test_lone_surrogates_are_stored_safely(sessions: SessionService) -> No
     assert reloaded.messages[0].content == "bad \ufffd text 👩‍👩‍👧"
 
 
-@pytest.mark.parametrize("chat_id", ["../etc", "a/b", "", "..", "x\0"])
+@pytest.mark.parametrize(
+    "chat_id", ["../etc", "a/b", "", "..", "x\0", "-100:topic:", "-100:topic:../x", "-1:topic:2:topic:3"]
+)
 async def test_chat_ids_that_could_escape_the_folder_are_refused(sessions: SessionService, chat_id: str) -> None:
     with pytest.raises(InvalidSessionId):
         await sessions.get_or_create("telegram", chat_id)
+
+
+async def test_a_forum_topic_has_a_session_and_an_archive_of_its_own(sessions: SessionService, tmp_path: Path) -> None:
+    topic = await sessions.get_or_create("telegram", topic_chat_id("-1001234567", "42"))
+    await sessions.append_messages(topic, [Message.user("in the topic")])
+    group = await sessions.get_or_create("telegram", topic_chat_id("-1001234567", None))
+    assert (topic.id, group.id, group.messages) == ("telegram:-1001234567:topic:42", "telegram:-1001234567", [])
+    assert whole_chat_session_id(topic.id) == group.id == whole_chat_session_id(group.id)
+    assert (tmp_path / "sessions" / "archive" / "telegram:-1001234567:topic:42.jsonl").is_file()
 
 
 async def test_saving_does_not_read_the_archive(sessions: SessionService, tmp_path: Path) -> None:
