@@ -2,8 +2,8 @@
 
 The one place that knows what a chat's data is: its session and the session's archive, the memory
 kept for the chat (`memory/chats/{session}/`, whatever `memory.scope` is: a group's memory is its
-own under every scope), and the reminders set in it. The images it sent stay where they are under
-`media/{old session}/`: the moved messages refer to them by that path.
+own under every scope), the images it sent (`media/{session}/`, the moved messages naming them
+there), and the reminders set in it.
 
 A move is recorded before anything is moved (`state/chat_moves.jsonl`, or the table `chat_moves`
 with `BOT_DATABASE_URL`) and marked done after; every step can be run again without doubling
@@ -29,6 +29,7 @@ from typing import Protocol
 from bot.database.connection import Database
 from bot.domain.chat_move import ChatMove
 from bot.domain.message import Message
+from bot.media.store import MEDIA_DIR
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.service import MemoryService
 from bot.scheduler.reminder_store import ReminderStore
@@ -216,6 +217,10 @@ class ChatMoves:
             if await self._records.is_done(move):
                 return
             await self._records.begun(move)
+            # The images first: the moved messages name them where they are then.
+            root = self._workspace.root
+            await asyncio.to_thread(_move_folder, root / MEDIA_DIR / move.old_session_id,
+                                    root / MEDIA_DIR / move.new_session_id)  # fmt: skip
             messages = await self._move_session(move)
             memory = await self._move_memory(move)
             reminders = await self._move_reminders(move)
@@ -243,9 +248,9 @@ class ChatMoves:
         # The old archive, and the old session's messages it may not hold yet, that the new archive lacks.
         in_old_archive = {message.id for message in old_archive}
         unwritten = _not_in(old.messages, in_old_archive) if old is not None else []
-        unarchived = _not_in([*old_archive, *unwritten], archived)
+        unarchived = [_media_moved(message, move) for message in _not_in([*old_archive, *unwritten], archived)]
         if old is not None:
-            live = _not_in(old.messages, {message.id for message in new.messages})
+            live = [_media_moved(m, move) for m in _not_in(old.messages, {message.id for message in new.messages})]
             if not new.messages:
                 new.metadata = old.metadata.model_copy(deep=True)
                 new.created_at = old.created_at
@@ -306,6 +311,18 @@ class ChatMoves:
                 reminder.model_copy(update={"session_id": move.new_session_id, "chat_id": move.new_chat_id})
             )
         return len(reminders)
+
+
+def _media_moved(message: Message, move: ChatMove) -> Message:
+    """`message` naming its images under the new chat's media folder."""
+    old, new = f"{MEDIA_DIR}/{move.old_session_id}/", f"{MEDIA_DIR}/{move.new_session_id}/"
+    if not message.media or not any(ref.path.startswith(old) for ref in message.media):
+        return message
+    media = [
+        ref.model_copy(update={"path": new + ref.path.removeprefix(old)}) if ref.path.startswith(old) else ref
+        for ref in message.media
+    ]
+    return message.model_copy(update={"media": media})
 
 
 def _not_in(messages: list[Message], ids: set[str]) -> list[Message]:

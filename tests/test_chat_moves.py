@@ -8,6 +8,7 @@ members: the old group gets a service message with `migrate_to_chat_id`, the new
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from datetime import timedelta
@@ -193,3 +194,24 @@ async def test_a_turn_of_the_old_group_a_stop_left_open_is_answered_in_the_super
     finally:
         await bot.stop()
     assert not (workspace_dir / "sessions" / f"{OLD}.json").exists()
+
+
+async def test_the_groups_photos_follow_it_to_the_supergroup(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    photo = b"\xff\xd8\xff\xe0" + b"a cat on a red sofa" * 40
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, "aiogram")
+    try:
+        fake_telegram.push_photo(GROUP, caption="@test_bot what is this?", content=photo)
+        await fake_telegram.await_messages(GROUP)
+        fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+        assert await ask(fake_telegram, SUPERGROUP, "@test_bot and its colour?") == "echo: User1001: and its colour?"
+        # The photo is still shown to the model, read from where it moved.
+        assert fake_openai.image_urls() == [f"data:image/jpeg;base64,{base64.b64encode(photo).decode()}"]
+        await bot.app.chat_moves.settled()
+    finally:
+        await bot.stop()
+    assert not (workspace_dir / "media" / OLD).exists()
+    [moved] = (workspace_dir / "media" / NEW).iterdir()
+    stored = json.loads((workspace_dir / "sessions" / f"{NEW}.json").read_text())
+    assert [ref["path"] for m in stored["messages"] for ref in m.get("media", [])] == [f"media/{NEW}/{moved.name}"]
