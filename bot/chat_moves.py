@@ -184,6 +184,7 @@ class ChatMoves:
         except BaseException:
             self._under_way.discard(move)
             raise
+        log.info("[ChatMove] %s: the chat has a new id; moving what the bot keeps of it", move)
         task = asyncio.create_task(self._carry_over(move, stack))
         self._moving.add(task)
         task.add_done_callback(self._moving.discard)
