@@ -34,7 +34,6 @@ from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.service import MemoryService
 from bot.scheduler.reminder_store import ReminderStore
 from bot.sessions.service import SessionService
-from bot.sessions.storage import SessionFiles
 from bot.storage.files import append_lines
 from bot.storage.jsonl import dumps_line, read_jsonl_sync
 from bot.workspace import MemoryPaths, Workspace
@@ -262,17 +261,9 @@ class ChatMoves:
         await sessions.replace_messages(new, messages, unarchived)
         await sessions.write_now(new)
         await sessions.delete(move.old_session_id)
-        await self._forget_archive(move.old_session_id)
+        # Every line of the old archive is in the new one now.
+        await sessions.delete_archive(move.old_session_id)
         return len(old_archive)
-
-    async def _forget_archive(self, session_id: str) -> None:
-        """The old archive, once every line of it is in the new one."""
-        storage = self._sessions.storage
-        if isinstance(storage, SessionFiles):
-            storage.archive.path_for(session_id).unlink(missing_ok=True)
-        elif self._database is not None:
-            async with self._database.transaction() as connection:
-                await connection.execute("DELETE FROM session_archive WHERE session_id = $1", session_id)
 
     async def _move_memory(self, move: ChatMove) -> str:
         """The chat's memory folder (or its rows in the database) under the new session id."""

@@ -109,6 +109,10 @@ class SessionTables:
         async with self._database.transaction() as connection:
             await connection.execute("DELETE FROM sessions WHERE id = $1", session_id)
 
+    async def delete_archive(self, session_id: str) -> None:
+        async with self._database.transaction() as connection:
+            await connection.execute("DELETE FROM session_archive WHERE session_id = $1", session_id)
+
     async def list_ids(self) -> list[str]:
         return [row["id"] for row in await self._database.fetch("SELECT id FROM sessions ORDER BY updated_at")]
 

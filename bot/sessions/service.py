@@ -258,6 +258,10 @@ class SessionService:
         self._unarchived.pop(session_id, None)
         await self._storage.delete(session_id)
 
+    async def delete_archive(self, session_id: str) -> None:
+        """Forget the chat's archive (`SessionStorage.delete_archive`)."""
+        await self._storage.delete_archive(session_id)
+
     async def message_count(self, session_id: str) -> int:
         session = await self.get(session_id)
         return 0 if session is None else len(session.messages)

@@ -68,6 +68,10 @@ class SessionStorage(Protocol):
         """Forget the stored document (the archive stays)."""
         ...
 
+    async def delete_archive(self, session_id: str) -> None:
+        """Forget the archive (a chat that moved to another id, whose archive now holds every line of it)."""
+        ...
+
     async def list_ids(self) -> list[str]:
         """Every stored session's id, the least recently written first."""
         ...
@@ -123,6 +127,9 @@ class SessionFiles:
 
     async def delete(self, session_id: str) -> None:
         await self.store.delete(session_id)
+
+    async def delete_archive(self, session_id: str) -> None:
+        await asyncio.to_thread(self.archive.path_for(session_id).unlink, missing_ok=True)
 
     async def list_ids(self) -> list[str]:
         return await asyncio.to_thread(self.store.list_ids)
