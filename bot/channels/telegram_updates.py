@@ -124,17 +124,17 @@ def inbound_from_update(
         # Only a changed text or caption is news: a live location moving on is an edit of its message too.
         return None
     forwarded_from = _forwarded_from(message)
+    mentioned = False
     if is_group:
         if not groups.enabled:
             return None
         addressed, mentioned = _addressed_in_group(message, text, entities, bot, groups, forwarded_from)
         if not addressed:
             return None
-        text = _with_links(text, entities)
-        if mentioned:
-            text = _without_mention(text, bot.username)
-    else:
-        text = _with_links(text, entities)
+    # The entities' offsets are the text's as it came: the links are written out after they were read.
+    text = _with_links(text, entities)
+    if mentioned:
+        text = _without_mention(text, bot.username)
     attachment = None if edited else _attachment(message, kind, max_image_pixels)
     notice = None if edited or attachment is not None or text else _NOTICES.get(kind, OTHER_CONTENT_NOTICE)
     return InboundMessage(
