@@ -140,13 +140,19 @@ def parse_runtime_config(
     restored: dict[str, Any] = {}
     previous = in_force.model_dump(mode="json", by_alias=True) if in_force is not None else {}
     problems: list[ConfigProblem] = []
+
+    def leave_out(path: tuple[str, ...]) -> None:
+        """A refused key goes from what is read; it keeps the value in force, if there is one."""
+        if _get_path(kept, path)[0]:
+            _pop_path(kept, path)
+        found, value = _get_path(previous, path)
+        if found:
+            _set_path(restored, path, value)
+
     # A key given twice is a mistake JSON would keep quiet about (the last one wins): it is refused as any other.
     for path, given in repeated_keys(text):
         if path and _get_path(kept, path)[0]:
-            _pop_path(kept, path)
-            found, value = _get_path(previous, path)
-            if found:
-                _set_path(restored, path, value)
+            leave_out(path)
             times = "twice" if len(given) == 2 else f"{len(given)} times"
             values = ", then ".join(quoted(value) for value in given)
             problems.append(ConfigProblem(".".join(path), f"given {times} ({values}): keep the one you mean"))
@@ -162,11 +168,7 @@ def parse_runtime_config(
                     raise InvalidRuntimeConfig(f"{source}: {_describe_validation_error(error)}") from error
                 refused.setdefault(path, problem_for(path, item))
             for path, problem in refused.items():
-                if _get_path(kept, path)[0]:
-                    _pop_path(kept, path)
-                found, value = _get_path(previous, path)
-                if found:
-                    _set_path(restored, path, value)
+                leave_out(path)
                 problems.append(problem)
             continue
         return LoadedConfig(config, problems)
