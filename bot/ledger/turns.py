@@ -156,12 +156,7 @@ class Turn:
         """Its message was edited before the turn began: it is answered with `text` (recorded, so a crash
         before its turn does not bring back the first text)."""
         self._inbound = dataclasses.replace(self._inbound, text=text)
-        if self._records is None or self.id is None:
-            return
-        try:
-            await self._records._append([{"edited": self.id, "text": text}])
-        except OSError as error:
-            log.error("[Ledger] Could not record an edit (%s); a crash before its turn would lose it", error)
+        await self._record_change("edited", {"text": text}, "an edit")
 
     async def joined(self, other: InboundMessage) -> None:
         """Another file of the same album arrived before the turn began: it is answered with this one, its
@@ -169,15 +164,18 @@ class Turn:
         if other.attachment is None:
             return
         self._inbound = with_album_file(self._inbound, other.attachment, other.text)
+        change = {"attachment": dataclasses.asdict(other.attachment), "text": other.text}
+        await self._record_change("joined", change, "a photo of an album")
+
+    async def _record_change(self, kind: str, change: dict[str, Any], what: str) -> None:
+        """Record a change of the waiting turn's message (`{kind: turn id, **change}`), so that a crash before
+        the turn begins does not lose it; a failed write is logged."""
         if self._records is None or self.id is None:
             return
-        record = {"joined": self.id, "attachment": dataclasses.asdict(other.attachment), "text": other.text}
         try:
-            await self._records._append([record])
+            await self._records._append([{kind: self.id, **change}])
         except OSError as error:
-            log.error(
-                "[Ledger] Could not record a photo of an album (%s); a crash before its turn would lose it", error
-            )
+            log.error("[Ledger] Could not record %s (%s); a crash before its turn would lose it", what, error)
 
     def stored_question(self, session: AgentSession) -> Message | None:
         """The turn's user message, when the session holds it (a reopened turn's; a new one's is not there yet)."""
