@@ -79,7 +79,7 @@ def test_piped_lines_arrive_whole_and_without_escape_sequences(tmp_path: Path, f
     long_line = "x" * 100_000  # past asyncio's default 64 KiB line limit
     result = run_bot(["chat"], bot_env(tmp_path / "workspace", fake_openai), stdin=f"hel\x1b[Alo\x07\n{long_line}\n")
     assert result.returncode == 0, result.stderr
-    sent = [m["content"] for r in fake_openai.chat_requests() for m in r["messages"][-1:]]
+    sent = [m["content"] for r in fake_openai.conversation_requests() for m in r["messages"][-1:]]
     assert sent == ["hello", long_line]
     assert result.stderr == ""  # the log is in the workspace's logs/chat.log
     assert "[Pipeline] console:local answered" in (tmp_path / "workspace" / "logs" / "chat.log").read_text()

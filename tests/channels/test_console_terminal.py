@@ -111,8 +111,7 @@ def terminal(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[Terminal]:
 def user_messages(fake_openai: FakeOpenAI) -> list[str]:
     """The user messages of the last reply's request (the knowledge graph's extraction calls, which the
     chat makes once it has been quiet a while, are not replies)."""
-    replies = [body for body in fake_openai.chat_requests() if "Knowledge Graph" not in str(body["messages"][0])]
-    return [m["content"] for m in replies[-1]["messages"] if m["role"] == "user"]
+    return [m["content"] for m in fake_openai.conversation_requests()[-1]["messages"] if m["role"] == "user"]
 
 
 def test_a_terminal_chat_edits_lines_takes_a_long_paste_whole_and_keeps_logs_off_the_screen(

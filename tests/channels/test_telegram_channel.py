@@ -39,8 +39,7 @@ STRANGER = 5555
 
 def users_said(fake_openai: FakeOpenAI) -> list[str]:
     """The user turns of the last conversation request (not the knowledge graph's extraction calls)."""
-    conversation = [r for r in fake_openai.chat_requests() if "---Input Text---" not in json.dumps(r)]
-    return [m["content"] for m in conversation[-1]["messages"] if m["role"] == "user"]
+    return [m["content"] for m in fake_openai.conversation_requests()[-1]["messages"] if m["role"] == "user"]
 
 
 async def ask(fake_telegram: FakeTelegram, chat: int, text: str, **options: object) -> str:
@@ -533,7 +532,7 @@ async def test_an_album_is_one_message_with_its_photos(
     fake_telegram.push_album(OWNER, 3, caption="our holiday")
     assert [m.text for m in await fake_telegram.await_messages(OWNER, 1)] == ["Three lovely photos."]
     assert await ask(fake_telegram, OWNER, "thanks") == "echo: thanks"
-    [asked, _] = fake_openai.chat_requests()
+    [asked, _] = fake_openai.conversation_requests()
     assert fake_openai.user_texts(asked) == ["our holiday"]
     assert len(fake_openai.image_urls(asked)) == 3
     stored = json.loads((bot.workspace / "sessions" / f"telegram:{OWNER}.json").read_text())["messages"]

@@ -4,7 +4,6 @@ group's."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from bot.domain.session import AgentSession
@@ -19,11 +18,6 @@ async def ask_in(fake_telegram: FakeTelegram, topic: int | None, text: str) -> s
     before = len(fake_telegram.sent_messages(GROUP))
     fake_telegram.push_message(GROUP, text, thread_id=topic)
     return (await fake_telegram.await_messages(GROUP, before + 1))[-1].text
-
-
-def conversation_requests(fake_openai: FakeOpenAI) -> list[dict[str, Any]]:
-    """The model's conversation requests (not the knowledge graph's extraction calls), oldest first."""
-    return [r for r in fake_openai.chat_requests() if "---Input Text---" not in json.dumps(r)]
 
 
 def said(request: dict[str, Any], role: str) -> list[str]:
@@ -63,7 +57,7 @@ async def test_each_topic_is_a_conversation_of_its_own(
     await ask_in(fake_telegram, None, "@test_bot hello all")
     await ask_in(fake_telegram, trips, "@test_bot when do we fly?")
     # The model is given the topic's conversation alone, and a topic's message is no reply to its opening.
-    assert [said(request, "user") for request in conversation_requests(fake_openai)] == [
+    assert [said(request, "user") for request in fake_openai.conversation_requests()] == [
         ["User1001: we fly to Oslo"],
         ["User1001: I read Dune"],
         ["User1001: hello all"],
@@ -87,7 +81,7 @@ async def test_the_topics_share_the_groups_memory(
     trips, books = fake_telegram.open_topic(GROUP, "Trips"), fake_telegram.open_topic(GROUP, "Books")
     await ask_in(fake_telegram, trips, "@test_bot we fly to Oslo on Friday")
     await ask_in(fake_telegram, books, "@test_bot what do you know?")
-    asked = conversation_requests(fake_openai)[-1]
+    asked = fake_openai.conversation_requests()[-1]
     system = "\n".join(said(asked, "system"))
     # Today's notes are the group's: what was said in one topic is remembered in another, not its turns.
     assert "User: User1001: we fly to Oslo on Friday | Assistant: echo: User1001: we fly to Oslo on Friday" in system

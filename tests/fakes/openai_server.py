@@ -594,6 +594,12 @@ class FakeOpenAI:
         """JSON bodies of the chat completion requests, in order (faulted ones included)."""
         return [r.json for r in self.requests if r.path == "/v1/chat/completions" and isinstance(r.json, dict)]
 
+    def conversation_requests(self) -> list[JSONDict]:
+        """The chat requests of conversations, in order: not the knowledge graph's extraction calls, which
+        the indexing sends whenever its scheduler looks, so a test can not count on their being before or
+        after a turn."""
+        return [r for r in self.chat_requests() if "---Input Text---" not in json.dumps(r)]
+
     def last_chat_request(self) -> JSONDict:
         """JSON body of the most recent chat completion request; LookupError if there is none."""
         chats = self.chat_requests()
