@@ -601,10 +601,10 @@ class FakeOpenAI:
         return [r for r in self.chat_requests() if "---Input Text---" not in json.dumps(r)]
 
     def last_chat_request(self) -> JSONDict:
-        """JSON body of the most recent chat completion request; LookupError if there is none."""
-        chats = self.chat_requests()
+        """JSON body of the most recent conversation request; LookupError if there is none."""
+        chats = self.conversation_requests()
         if not chats:
-            raise LookupError("FakeOpenAI has received no chat completion requests")
+            raise LookupError("FakeOpenAI has received no conversation requests")
         return chats[-1]
 
     def transcription_requests(self) -> list[JSONDict]:
@@ -630,11 +630,11 @@ class FakeOpenAI:
         return [message_text(m.get("content")) for m in body.get("messages", []) if m.get("role") == "user"]
 
     def system_prompts(self) -> list[str | None]:
-        """Text of the system messages of each chat request, in order, joined by a blank line (None when it
-        has none): the bot sends what stays the same first and what it made for the message after the
-        history."""
+        """Text of the system messages of each conversation request, in order, joined by a blank line (None
+        when it has none): the bot sends what stays the same first and what it made for the message after
+        the history."""
         prompts: list[str | None] = []
-        for body in self.chat_requests():
+        for body in self.conversation_requests():
             system = [m for m in body.get("messages", []) if isinstance(m, dict) and m.get("role") == "system"]
             prompts.append("\n\n".join(message_text(m.get("content")) for m in system) if system else None)
         return prompts
