@@ -37,7 +37,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from bot.domain.chat_move import ChatMove
 from bot.domain.inbound import Attachment, InboundMessage
@@ -92,6 +92,35 @@ def chat_move_from_update(update: dict[str, Any]) -> ChatMove | None:
         return ChatMove(CHANNEL_TYPE, str(chat_id), str(moved_to))
     if isinstance(moved_from, int) and moved_from != chat_id:
         return ChatMove(CHANNEL_TYPE, str(moved_from), str(chat_id))
+    return None
+
+
+class TopicName(NamedTuple):
+    """The name of a forum topic, as an update tells it."""
+
+    chat_id: int
+    thread_id: int
+    name: str
+    # A rename (`forum_topic_edited`), rather than the name the topic was opened with.
+    renamed: bool
+
+
+def named_topic(update: dict[str, Any]) -> TopicName | None:
+    """The name of the forum topic a message was sent in, when the update tells it: a topic's message that
+    replies to none carries the topic's opening (`forum_topic_created`) as `reply_to_message`, and a topic
+    renamed says so in a service message (`forum_topic_edited`)."""
+    message = update.get("message")
+    if not isinstance(message, dict):
+        return None
+    chat_id, thread = (message.get("chat") or {}).get("id"), message.get("message_thread_id")
+    if not isinstance(chat_id, int) or not isinstance(thread, int) or message.get("is_topic_message") is not True:
+        return None
+    replied = message.get("reply_to_message")
+    opening = replied.get("forum_topic_created") if isinstance(replied, dict) else None
+    for named, renamed in ((message.get("forum_topic_edited"), True), (message.get("forum_topic_created"), False),
+                           (opening, False)):  # fmt: skip
+        if isinstance(named, dict) and isinstance(named.get("name"), str) and named["name"].strip():
+            return TopicName(chat_id, thread, named["name"], renamed)
     return None
 
 
