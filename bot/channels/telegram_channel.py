@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from bot.channels.base import Channel, FileUnavailable, InboundHandler
+from bot.channels.telegram_albums import GroupAlbums
 from bot.channels.telegram_api import TelegramApiError, TelegramBackend, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
@@ -41,11 +42,13 @@ from bot.channels.telegram_updates import (
     CHANNEL_TYPE,
     BotIdentity,
     chat_move_from_update,
+    group_album,
     inbound_from_update,
     named_topic,
 )
 from bot.clock import Clock
 from bot.domain.chat_move import ChatMove
+from bot.domain.inbound import InboundMessage
 from bot.domain.turn import ReplyStream
 from bot.http.listener import HttpListener
 from bot.ledger.turns import TurnLedger
@@ -108,6 +111,7 @@ class TelegramChannel(Channel):
         self._polling: LongPolling | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._redirects = ChatRedirects(self._upgraded_to)
+        self._albums = GroupAlbums()
         if webhook is not None:
             webhook.listener.add_route("POST", webhook.path, self._on_webhook)
 
@@ -196,8 +200,8 @@ class TelegramChannel(Channel):
             self._ledger.handed_over(CHANNEL_TYPE, str(update_id))
 
     async def _hand_over(self, update: dict[str, Any], handler: InboundHandler, identity: BotIdentity) -> None:
-        """Turn the update into a message and give it to `handler` (which records it); a button press is answered."""
-        update_id = update.get("update_id")
+        """Turn the update into a message and give it to `handler` (which records it); a button press is answered.
+        A message of a group's album waits for its album to address the bot (`GroupAlbums`)."""
         query = update.get("callback_query")
         if isinstance(query, dict):
             # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
@@ -211,13 +215,34 @@ class TelegramChannel(Channel):
         if topic is not None:
             self._redirects.topic_named(topic)
         config = self._config()
-        inbound = inbound_from_update(update, identity, config.telegram.groups, config.media.max_image_pixels)
+        album = group_album(update)
+        addressed = album is not None and self._albums.addressed(album)
+        inbound = self._inbound(update, identity, config, album_addressed=addressed)
+        if album is not None and not addressed:
+            now, wait = self.clock.monotonic(), config.media.album_wait_seconds
+            if inbound is None:
+                self._albums.hold(album, update, now, wait)
+                return
+            # The first message of a group's album addressed to the bot: the photos of it that came before are
+            # for the bot too, and handed over first, in their order.
+            for held in self._albums.address(album, now, wait):
+                await self._handed(handler, self._inbound(held, identity, config, album_addressed=True), held)
+        await self._handed(handler, inbound, update)
+
+    def _inbound(
+        self, update: dict[str, Any], identity: BotIdentity, config: RuntimeConfig, *, album_addressed: bool
+    ) -> InboundMessage | None:
+        return inbound_from_update(
+            update, identity, config.telegram.groups, config.media.max_image_pixels, album_addressed=album_addressed
+        )
+
+    async def _handed(self, handler: InboundHandler, inbound: InboundMessage | None, update: dict[str, Any]) -> None:
         if inbound is None:
             return
         try:
             await handler(inbound)
         except Exception:
-            log.exception("[Telegram] Handing over update %s failed", update_id)
+            log.exception("[Telegram] Handing over update %s failed", update.get("update_id"))
 
     async def _on_webhook(self, request: web.Request) -> web.StreamResponse:
         assert self._webhook is not None

@@ -29,6 +29,8 @@ What becomes a message, and what does not:
   answering them would be noise;
 - in groups only messages addressed to the bot count (see `TelegramGroupsConfig`): a mention of
   @bot_username, a reply to the bot, or a command; a command for another bot (`/help@other_bot`) never.
+  An album is addressed as a whole: only one of its messages carries the caption that mentions the bot,
+  and the channel says which albums are (`group_album`, `album_addressed`).
 """
 
 from __future__ import annotations
@@ -124,13 +126,31 @@ def named_topic(update: dict[str, Any]) -> TopicName | None:
     return None
 
 
+def group_album(update: dict[str, Any]) -> str | None:
+    """The album (`media_group_id`) a new message of a group belongs to, as a key unique among all chats; None
+    outside groups, for an edit, and for a message sent alone."""
+    message = update.get("message")
+    if not isinstance(message, dict) or not message.get("media_group_id"):
+        return None
+    chat = message.get("chat") or {}
+    if chat.get("type") not in GROUP_CHAT_TYPES:
+        return None
+    return f"{chat.get('id')}/{message['media_group_id']}"
+
+
 def inbound_from_update(
-    update: dict[str, Any], bot: BotIdentity, groups: TelegramGroupsConfig, max_image_pixels: int = 1_600_000
+    update: dict[str, Any],
+    bot: BotIdentity,
+    groups: TelegramGroupsConfig,
+    max_image_pixels: int = 1_600_000,
+    *,
+    album_addressed: bool = False,
 ) -> InboundMessage | None:
     """The message a person sent in `update`, or None when the update is ignored by design.
 
     `max_image_pixels`: of a photo's sizes, the largest within this many pixels is taken (the
-    smallest when none is).
+    smallest when none is). `album_addressed`: the message belongs to an album of a group that another
+    of its messages addressed to the bot, so it is for the bot too.
     """
     message = update.get("message")
     edited = False
@@ -158,7 +178,7 @@ def inbound_from_update(
         if not groups.enabled:
             return None
         addressed, mentioned = _addressed_in_group(message, text, entities, bot, groups, forwarded_from)
-        if not addressed:
+        if not addressed and not (album_addressed and not edited):
             return None
     # The entities' offsets are the text's as it came: the links are written out after they were read.
     text = _with_links(text, entities)
