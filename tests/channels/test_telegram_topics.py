@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from bot.channels.telegram_channel import TelegramChannel
 from bot.domain.session import AgentSession
 from tests.channels.telegram_harness import GROUP, RunningBot
@@ -125,42 +127,29 @@ async def test_a_reminder_set_in_a_topic_fires_in_that_topic(
     assert (sent[-1].text, sent[-1].thread_id) == ("⏰ Reminder: pack the bags", trips)
 
 
-async def test_a_reply_for_a_topic_closed_meanwhile_goes_to_the_general_topic_saying_why(
-    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+@pytest.mark.parametrize(("gone", "refusal"), [("closed", TOPIC_CLOSED), ("deleted", TOPIC_NOT_FOUND)])
+async def test_a_reply_for_a_topic_closed_or_deleted_meanwhile_goes_to_the_general_topic_saying_why(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, gone: str, refusal: str
 ) -> None:
     trips = fake_telegram.open_topic(GROUP, "Trips")
     release = await ask_held(fake_openai, fake_telegram, trips, "@test_bot where to?")
-    fake_telegram.close_topic(GROUP, trips)
+    if gone == "closed":
+        fake_telegram.close_topic(GROUP, trips)
+    else:
+        fake_telegram.delete_topic(GROUP, trips)
     release.set()
     [reply] = await fake_telegram.await_messages(GROUP)
-    assert reply.thread_id is None
-    assert reply.text == (
-        "(This is for the topic “Trips”, which was closed before I could post there.)\n\necho: User1001: where to?"
+    assert (reply.thread_id, reply.text) == (
+        None,
+        f"(This is for the topic “Trips”, which was {gone} before I could post there.)\n\necho: User1001: where to?",
     )
     refused = refused_sends(fake_telegram, trips)
-    assert refused and all(TOPIC_CLOSED in error for error in refused)
+    assert refused and all(refusal in error for error in refused)
     # The topic keeps its conversation: the question and its answer, without the note.
     assert [m.content for m in session(bot, f"{GROUP}:topic:{trips}").messages] == [
         "where to?",
         "echo: User1001: where to?",
     ]
-
-
-async def test_a_reply_for_a_topic_deleted_meanwhile_goes_to_the_general_topic_saying_why(
-    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
-) -> None:
-    books = fake_telegram.open_topic(GROUP, "Books")
-    release = await ask_held(fake_openai, fake_telegram, books, "@test_bot what next?")
-    fake_telegram.delete_topic(GROUP, books)
-    release.set()
-    [reply] = await fake_telegram.await_messages(GROUP)
-    assert (reply.thread_id, reply.text) == (
-        None,
-        "(This is for the topic “Books”, which was deleted before I could post there.)\n\necho: User1001: what next?",
-    )
-    refused = refused_sends(fake_telegram, books)
-    assert refused and all(TOPIC_NOT_FOUND in error for error in refused)
-    assert [m.content for m in session(bot, f"{GROUP}:topic:{books}").messages][-1] == "echo: User1001: what next?"
     # The next message in General is answered there, as ever, without a note.
     assert await ask_in(fake_telegram, None, "@test_bot hello") == "echo: User1001: hello"
 
