@@ -1,16 +1,20 @@
-"""`GroupAlbums`: which albums sent in groups are for the bot, and the photos that wait to know it.
+"""`Albums`: the albums people send, handed over one message at a time, and in groups only once addressed.
 
 Telegram delivers an album (photos sent at once) as one message per photo, each with the album's
-`media_group_id`, and only one of them carries the caption: in a group, only that one can mention the
-bot. Once a message of an album is addressed to the bot, the whole album is: its other photos are handed
-over too, and the router joins them into one message (as it does in a private chat). Telegram puts the
-caption on the first photo, but the photos may arrive in any order: a photo of an album not (yet) known
-to be for the bot is held, in case a later photo of it is; after `media.albumWaitSeconds` it is forgotten.
-An album that never addresses the bot is never answered and costs nothing but those few seconds of memory.
+`media_group_id`; the router joins them into the turn of the first, once that turn waits in its chat's
+queue. Over a webhook the messages may come at once, so the channel hands the messages of albums over one
+at a time (`handing_over`): each is queued, or has joined, before the next is looked at.
+
+Only one message of an album carries the caption: in a group, only that one can mention the bot. Once a
+message of an album is addressed to the bot, the whole album is: its other photos are handed over too.
+Telegram puts the caption on the first photo, but the photos may arrive in any order: a photo of an
+album not (yet) known to be for the bot is held, in case a later photo of it is; after
+`media.albumWaitSeconds` it is forgotten. An album that never addresses the bot is never answered.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +31,12 @@ class _Held:
     updates: list[dict[str, Any]] = field(default_factory=list)
 
 
-class GroupAlbums:
-    """The albums of groups known to address the bot, and the photos held until their album does."""
+class Albums:
+    """The albums known to address the bot, and the photos held until their album does."""
 
     def __init__(self) -> None:
+        # Held while a message of an album is handed over.
+        self.handing_over = asyncio.Lock()
         self._addressed: OrderedDict[str, None] = OrderedDict()
         self._held: OrderedDict[str, _Held] = OrderedDict()
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from bot.channels.base import Channel, FileUnavailable, InboundHandler
-from bot.channels.telegram_albums import GroupAlbums
+from bot.channels.telegram_albums import Albums
 from bot.channels.telegram_api import TelegramApiError, TelegramBackend, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
@@ -41,8 +41,8 @@ from bot.channels.telegram_updates import (
     ALLOWED_UPDATES,
     CHANNEL_TYPE,
     BotIdentity,
+    album_key,
     chat_move_from_update,
-    group_album,
     inbound_from_update,
     named_topic,
 )
@@ -111,7 +111,7 @@ class TelegramChannel(Channel):
         self._polling: LongPolling | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._redirects = ChatRedirects(self._upgraded_to)
-        self._albums = GroupAlbums()
+        self._albums = Albums()
         if webhook is not None:
             webhook.listener.add_route("POST", webhook.path, self._on_webhook)
 
@@ -201,7 +201,8 @@ class TelegramChannel(Channel):
 
     async def _hand_over(self, update: dict[str, Any], handler: InboundHandler, identity: BotIdentity) -> None:
         """Turn the update into a message and give it to `handler` (which records it); a button press is answered.
-        A message of a group's album waits for its album to address the bot (`GroupAlbums`)."""
+        The messages of an album are handed over one at a time, and in a group once the album addresses the bot
+        (`Albums`)."""
         query = update.get("callback_query")
         if isinstance(query, dict):
             # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
@@ -215,19 +216,23 @@ class TelegramChannel(Channel):
         if topic is not None:
             self._redirects.topic_named(topic)
         config = self._config()
-        album = group_album(update)
-        addressed = album is not None and self._albums.addressed(album)
-        inbound = self._inbound(update, identity, config, album_addressed=addressed)
-        if album is not None and not addressed:
-            now, wait = self.clock.monotonic(), config.media.album_wait_seconds
-            if inbound is None:
-                self._albums.hold(album, update, now, wait)
-                return
-            # The first message of a group's album addressed to the bot: the photos of it that came before are
-            # for the bot too, and handed over first, in their order.
-            for held in self._albums.address(album, now, wait):
-                await self._handed(handler, self._inbound(held, identity, config, album_addressed=True), held)
-        await self._handed(handler, inbound, update)
+        album = album_key(update)
+        if album is None:
+            await self._handed(handler, self._inbound(update, identity, config, album_addressed=False), update)
+            return
+        async with self._albums.handing_over:
+            addressed = self._albums.addressed(album)
+            inbound = self._inbound(update, identity, config, album_addressed=addressed)
+            if not addressed:
+                now, wait = self.clock.monotonic(), config.media.album_wait_seconds
+                if inbound is None:
+                    self._albums.hold(album, update, now, wait)
+                    return
+                # The album's first message for the bot: its messages that came before (not addressed to the
+                # bot in a group) are for the bot too, and handed over first, in their order.
+                for held in self._albums.address(album, now, wait):
+                    await self._handed(handler, self._inbound(held, identity, config, album_addressed=True), held)
+            await self._handed(handler, inbound, update)
 
     def _inbound(
         self, update: dict[str, Any], identity: BotIdentity, config: RuntimeConfig, *, album_addressed: bool

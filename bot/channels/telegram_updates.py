@@ -30,7 +30,7 @@ What becomes a message, and what does not:
 - in groups only messages addressed to the bot count (see `TelegramGroupsConfig`): a mention of
   @bot_username, a reply to the bot, or a command; a command for another bot (`/help@other_bot`) never.
   An album is addressed as a whole: only one of its messages carries the caption that mentions the bot,
-  and the channel says which albums are (`group_album`, `album_addressed`).
+  and the channel says which albums are (`album_key`, `album_addressed`).
 """
 
 from __future__ import annotations
@@ -126,16 +126,13 @@ def named_topic(update: dict[str, Any]) -> TopicName | None:
     return None
 
 
-def group_album(update: dict[str, Any]) -> str | None:
-    """The album (`media_group_id`) a new message of a group belongs to, as a key unique among all chats; None
-    outside groups, for an edit, and for a message sent alone."""
+def album_key(update: dict[str, Any]) -> str | None:
+    """The album (`media_group_id`) a new message belongs to, as a key unique among all chats; None for an edit
+    and for a message sent alone."""
     message = update.get("message")
     if not isinstance(message, dict) or not message.get("media_group_id"):
         return None
-    chat = message.get("chat") or {}
-    if chat.get("type") not in GROUP_CHAT_TYPES:
-        return None
-    return f"{chat.get('id')}/{message['media_group_id']}"
+    return f"{(message.get('chat') or {}).get('id')}/{message['media_group_id']}"
 
 
 def inbound_from_update(

@@ -1,10 +1,10 @@
-"""`GroupAlbums`: the photos of a group's album wait for the one that addresses the bot, within the album wait."""
+"""`Albums`: the photos of a group's album wait for the one that addresses the bot, within the album wait."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bot.channels.telegram_albums import HELD_ALBUMS_KEPT, GroupAlbums
+from bot.channels.telegram_albums import HELD_ALBUMS_KEPT, Albums
 
 WAIT = 1.0
 
@@ -14,7 +14,7 @@ def photo(number: int) -> dict[str, Any]:
 
 
 def test_the_photos_held_before_the_addressed_one_are_handed_back_in_their_order() -> None:
-    albums = GroupAlbums()
+    albums = Albums()
     albums.hold("g/1", photo(1), now=10.0, wait_seconds=WAIT)
     albums.hold("g/1", photo(2), now=10.1, wait_seconds=WAIT)
     albums.hold("g/2", photo(3), now=10.1, wait_seconds=WAIT)  # another album, not for the bot
@@ -26,7 +26,7 @@ def test_the_photos_held_before_the_addressed_one_are_handed_back_in_their_order
 
 
 def test_photos_held_longer_than_the_wait_are_forgotten() -> None:
-    albums = GroupAlbums()
+    albums = Albums()
     albums.hold("g/1", photo(1), now=10.0, wait_seconds=WAIT)
     albums.hold("g/2", photo(2), now=10.5, wait_seconds=WAIT)
     assert albums.address("g/1", now=11.2, wait_seconds=WAIT) == []
@@ -34,7 +34,7 @@ def test_photos_held_longer_than_the_wait_are_forgotten() -> None:
 
 
 def test_the_held_albums_are_bounded() -> None:
-    albums = GroupAlbums()
+    albums = Albums()
     for number in range(HELD_ALBUMS_KEPT + 1):
         albums.hold(f"g/{number}", photo(number), now=10.0, wait_seconds=WAIT)
     assert albums.address("g/0", now=10.0, wait_seconds=WAIT) == []  # the oldest made room

@@ -579,6 +579,26 @@ async def test_an_album_addressed_in_a_group_is_one_message_whichever_photo_name
     assert len(fake_telegram.calls_to("getFile")) == 3  # the other album's photos were never fetched
 
 
+@pytest.mark.parametrize("chat", [GROUP, OWNER], ids=["group", "private"])
+async def test_an_album_is_one_message_when_its_photos_are_posted_to_the_webhook_at_once(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str, chat: int
+) -> None:
+    bot = await start_webhook_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    try:
+        fake_openai.script("Three photos.")
+        updates = fake_telegram.push_album(chat, 3, caption="@test_bot and these?", caption_on=1)
+        posted = await asyncio.gather(*(fake_telegram.post_webhook_update(update) for update in updates))
+        assert posted == [200, 200, 200]
+        assert [m.text for m in await fake_telegram.await_messages(chat)] == ["Three photos."]
+        await bot.app.router.dispatcher.drain()
+        assert len(fake_telegram.sent_messages(chat)) == 1
+        [asked] = fake_openai.conversation_requests()
+        assert fake_openai.user_texts(asked) == ["User1001: and these?" if chat == GROUP else "@test_bot and these?"]
+        assert len(fake_openai.image_urls(asked)) == 3
+    finally:
+        await bot.stop()
+
+
 async def test_an_album_in_a_group_that_does_not_name_the_bot_gets_no_answer_and_no_model_call(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:

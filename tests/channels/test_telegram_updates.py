@@ -9,8 +9,8 @@ import pytest
 from bot.channels.telegram_updates import (
     BotIdentity,
     TopicName,
+    album_key,
     chat_move_from_update,
-    group_album,
     inbound_from_update,
     named_topic,
 )
@@ -268,14 +268,14 @@ def test_a_photo_of_an_album_addressed_to_the_bot_is_for_the_bot_in_a_group() ->
     photo = [{"file_id": "f", "width": 1, "height": 1}]
     update = group("", photo=photo, media_group_id="77")
     del update["message"]["text"]
-    assert group_album(update) == "-100555/77"
+    assert album_key(update) == "-100555/77"
     assert inbound_from_update(update, BOT, GROUPS) is None
     inbound = inbound_from_update(update, BOT, GROUPS, album_addressed=True)
     assert inbound is not None and inbound.media_group == "77" and inbound.attachment is not None
-    # Albums are a group's concern only; an edit is never part of one; nothing is for a bot told to stay out.
-    assert group_album(message_update(photo=photo, media_group_id="77")) is None
-    assert group_album({"update_id": 1, "edited_message": update["message"]}) is None
-    assert group_album(group("hello")) is None
+    # An edit is never part of an album; nothing is for a bot told to stay out of groups.
+    assert album_key(message_update(photo=photo, media_group_id="77")) == "42/77"
+    assert album_key({"update_id": 1, "edited_message": update["message"]}) is None
+    assert album_key(group("hello")) is None
     assert inbound_from_update(update, BOT, TelegramGroupsConfig(enabled=False), album_addressed=True) is None
 
 
