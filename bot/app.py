@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from bot.access.policy import AccessPolicy
 from bot.channels import install as channels_install
 from bot.channels.base import Channel, InboundHandler
-from bot.chat_moves import ChatMoves, move_records
+from bot.chat_move_records import move_records
+from bot.chat_moves import ChatMoves
 from bot.clock import Clock, resolve_timezone
 from bot.commands import install as commands_install
 from bot.commands.model import ModelSwitch

@@ -5,8 +5,8 @@ kept for the chat (`memory/chats/{session}/`, whatever `memory.scope` is: a grou
 own under every scope), the images it sent (`media/{session}/`, the moved messages naming them
 there), and the reminders set in it.
 
-A move is recorded before anything is moved (`state/chat_moves.jsonl`, or the table `chat_moves`
-with `BOT_DATABASE_URL`) and marked done after; every step can be run again without doubling
+A move is recorded before anything is moved (`bot.chat_move_records`: `state/chat_moves.jsonl`, or the table
+`chat_moves` with `BOT_DATABASE_URL`) and marked done after; every step can be run again without doubling
 anything (a message already under the new id, by its id, is not added twice), so a crash midway is
 finished by the next start (`resume`). Told twice (both service messages, or the refused send as
 well), a move is made once. Messages of the new chat wait for the move (its session's lock is taken
@@ -24,8 +24,8 @@ import logging
 import shutil
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import Protocol
 
+from bot.chat_move_records import MoveRecords
 from bot.database.connection import Database
 from bot.domain.chat_move import ChatMove
 from bot.domain.message import Message
@@ -34,113 +34,9 @@ from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.service import MemoryService
 from bot.scheduler.reminder_store import ReminderStore
 from bot.sessions.service import SessionService
-from bot.storage.files import append_lines
-from bot.storage.jsonl import dumps_line, read_jsonl_sync
 from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
-
-MOVES_FILE = "chat_moves.jsonl"
-
-
-class MoveRecords(Protocol):
-    """Where moves are recorded: begun, then done."""
-
-    async def begun(self, move: ChatMove) -> None: ...
-
-    async def done(self, move: ChatMove) -> None: ...
-
-    async def unfinished(self) -> list[ChatMove]:
-        """The moves begun and not done, in the order they were begun."""
-        ...
-
-    async def is_done(self, move: ChatMove) -> bool: ...
-
-    async def finished(self) -> list[ChatMove]:
-        """Every move done."""
-        ...
-
-
-class MoveFile:
-    """`state/chat_moves.jsonl`: one line when a move begins, one when it is done."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    async def begun(self, move: ChatMove) -> None:
-        await append_lines(self._path, [dumps_line(_record(move, "begun"))])
-
-    async def done(self, move: ChatMove) -> None:
-        await append_lines(self._path, [dumps_line(_record(move, "done"))])
-
-    async def unfinished(self) -> list[ChatMove]:
-        states = await asyncio.to_thread(self._states)
-        return [move for move, state in states.items() if state == "begun"]
-
-    async def is_done(self, move: ChatMove) -> bool:
-        return (await asyncio.to_thread(self._states)).get(move) == "done"
-
-    async def finished(self) -> list[ChatMove]:
-        states = await asyncio.to_thread(self._states)
-        return [move for move, state in states.items() if state == "done"]
-
-    def _states(self) -> dict[ChatMove, str]:
-        if not self._path.exists():
-            return {}
-        states: dict[ChatMove, str] = {}
-        for record in read_jsonl_sync(self._path):
-            try:
-                move = ChatMove(str(record["channelType"]), str(record["oldChatId"]), str(record["newChatId"]))
-                states[move] = str(record["state"])
-            except KeyError:
-                log.warning("[ChatMove] %s: a line without a move is skipped: %s", self._path, record)
-        return states
-
-
-class MoveTable:
-    """The table `chat_moves`: a row when a move begins, marked done when it is."""
-
-    def __init__(self, database: Database) -> None:
-        self._database = database
-
-    async def begun(self, move: ChatMove) -> None:
-        async with self._database.transaction() as connection:
-            await connection.execute(
-                "INSERT INTO chat_moves (channel_type, old_chat_id, new_chat_id) VALUES ($1, $2, $3)"
-                " ON CONFLICT (channel_type, old_chat_id) DO NOTHING",
-                move.channel_type, move.old_chat_id, move.new_chat_id,
-            )  # fmt: skip
-
-    async def done(self, move: ChatMove) -> None:
-        async with self._database.transaction() as connection:
-            await connection.execute(
-                "UPDATE chat_moves SET done_at = now() WHERE channel_type = $1 AND old_chat_id = $2",
-                move.channel_type, move.old_chat_id,
-            )  # fmt: skip
-
-    async def unfinished(self) -> list[ChatMove]:
-        rows = await self._database.fetch(
-            "SELECT channel_type, old_chat_id, new_chat_id FROM chat_moves WHERE done_at IS NULL ORDER BY begun_at"
-        )
-        return [ChatMove(row["channel_type"], row["old_chat_id"], row["new_chat_id"]) for row in rows]
-
-    async def finished(self) -> list[ChatMove]:
-        rows = await self._database.fetch(
-            "SELECT channel_type, old_chat_id, new_chat_id FROM chat_moves WHERE done_at IS NOT NULL ORDER BY begun_at"
-        )
-        return [ChatMove(row["channel_type"], row["old_chat_id"], row["new_chat_id"]) for row in rows]
-
-    async def is_done(self, move: ChatMove) -> bool:
-        rows = await self._database.fetch(
-            "SELECT 1 FROM chat_moves WHERE channel_type = $1 AND old_chat_id = $2 AND done_at IS NOT NULL",
-            move.channel_type, move.old_chat_id,
-        )  # fmt: skip
-        return bool(rows)
-
-
-def move_records(workspace: Workspace, database: Database | None) -> MoveRecords:
-    """The table with a database, else the workspace's file."""
-    return MoveTable(database) if database is not None else MoveFile(workspace.root / "state" / MOVES_FILE)
 
 
 class ChatMoves:
@@ -345,8 +241,3 @@ def _move_folder(old: Path, new: Path) -> bool:
     else:
         shutil.rmtree(old, ignore_errors=True)
     return True
-
-
-def _record(move: ChatMove, state: str) -> dict[str, str]:
-    return {"channelType": move.channel_type, "oldChatId": move.old_chat_id, "newChatId": move.new_chat_id,
-            "state": state}  # fmt: skip

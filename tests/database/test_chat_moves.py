@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 
+from bot.database.connection import Database
+from bot.domain.chat_move import ChatMove
+from bot.domain.message import Message
 from bot.domain.model import utc_now
+from bot.domain.session import AgentSession
 from bot.scheduler.reminder_store import Reminder
+from bot.setup.export import export_workspace
+from bot.setup.migrate import migrate_workspace
+from bot.storage.files import read_text_sync
+from bot.storage.jsonl import dumps_line
+from bot.workspace import Workspace
 from tests.channels.telegram_harness import start_bot
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.waiting import wait_until
 
 GROUP, SUPERGROUP = -4001, -1004001
 OLD, NEW = f"telegram:{GROUP}", f"telegram:{SUPERGROUP}"
@@ -54,3 +65,66 @@ async def test_the_supergroup_goes_on_with_the_groups_rows(
     assert [(row["session_id"], row["chat_id"]) for row in reminders] == [(NEW, str(SUPERGROUP))]
     [move] = moves
     assert (move["old_chat_id"], move["new_chat_id"]) == (str(GROUP), str(SUPERGROUP)) and move["done_at"] is not None
+
+
+async def test_migrate_brings_the_moves_along_a_late_message_of_the_group_follows_and_a_half_done_move_ends(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    # On the workspace's files: the group talks, becomes the supergroup, its data moves.
+    files = Workspace(tmp_path / "files")
+    bot = await start_bot(files.root, fake_openai, fake_telegram, "ptb")
+    try:
+        fake_telegram.push_message(GROUP, "@test_bot our picnic is on Saturday")
+        await fake_telegram.await_messages(GROUP)
+        fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+        await wait_until(lambda: '"done"' in (read_text_sync(files.chat_moves_file) or ""))
+    finally:
+        await bot.stop()
+    # Another group's move that a crash cut short (its session still under the old id), and a line spoiled by hand.
+    half_done = ChatMove("telegram", "-4002", "-1004002")
+    stranded = AgentSession.new("telegram", "-4002")
+    stranded.messages = [Message.user("User1001: the gate code is 4711", "m1")]
+    (files.sessions_dir / f"{half_done.old_session_id}.json").write_text(stranded.model_dump_json(by_alias=True))
+    with files.chat_moves_file.open("a") as lines:
+        begun = {"channelType": "telegram", "oldChatId": "-4002", "newChatId": "-1004002", "state": "begun"}
+        lines.write(dumps_line(begun) + "\n" + '{"oldChatId": "-4003"}\n')
+
+    database = Database(database_url)
+    await database.start()
+    try:
+        copied = (await migrate_workspace(files, database)).line()
+        assert "2 chat moves, 1 chat move lines that are not moves (skipped; see the log)" in copied
+        first = await moves_in(database)
+        assert "2 chat moves" in (await migrate_workspace(files, database)).line()
+        assert await moves_in(database) == first  # run again, nothing changes
+        assert [(old, new, done is not None) for old, new, done in first] == [
+            (str(GROUP), str(SUPERGROUP), True), ("-4002", "-1004002", False)
+        ]  # fmt: skip
+    finally:
+        await database.close()
+
+    # A bot on the database, with a workspace of its own: a message of the old group still on its way is
+    # answered in the supergroup's conversation, and the move the crash cut short is finished at its start.
+    bot = await start_bot(tmp_path / "on-database", fake_openai, fake_telegram, "ptb", bot_database_url=database_url)
+    try:
+        fake_telegram.push_message(GROUP, "@test_bot and who brings plates?")
+        [reply] = await fake_telegram.await_messages(SUPERGROUP)
+        assert reply.text == "echo: User1001: and who brings plates?"
+        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+        assert users == ["User1001: our picnic is on Saturday", "User1001: and who brings plates?"]
+        shared = bot.app.stores.database
+        assert shared is not None
+        sessions = {row["id"] for row in await shared.fetch("SELECT id FROM sessions")}
+        assert sessions == {NEW, half_done.new_session_id}
+        exported = Workspace(tmp_path / "exported")
+        assert "2 chat moves" in (await export_workspace(shared, exported)).line(exported.root)
+    finally:
+        await bot.stop()
+    assert [json.loads(line)["state"] for line in exported.chat_moves_file.read_text().splitlines()] == [
+        "begun", "begun", "done", "done"
+    ]  # fmt: skip
+
+
+async def moves_in(database: Database) -> list[tuple[str, str, datetime | None]]:
+    rows = await database.fetch("SELECT old_chat_id, new_chat_id, done_at FROM chat_moves ORDER BY begun_at")
+    return [(row["old_chat_id"], row["new_chat_id"], row["done_at"]) for row in rows]
