@@ -22,7 +22,8 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 from bot.chat_move_records import MoveRecords
@@ -34,6 +35,7 @@ from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.service import MemoryService
 from bot.scheduler.reminder_store import ReminderStore
 from bot.sessions.service import SessionService
+from bot.stores import chat_lock
 from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,8 @@ class ChatMoves:
         # Told again while under way (the other service message, a refused send of the old chat's turn that
         # the move waits for): nothing more to do.
         self._under_way: set[ChatMove] = set()
+        # The moves under way into each chat (its session id).
+        self._arriving: dict[str, set[asyncio.Task[None]]] = {}
         self._lock = asyncio.Lock()
 
     async def move(self, move: ChatMove) -> None:
@@ -71,7 +75,9 @@ class ChatMoves:
         self._under_way.add(move)
         try:
             if await self._records.is_done(move):
+                # By another process sharing the database, or before a restart: followed from now on.
                 log.info("[ChatMove] %s was moved already", move)
+                self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
                 self._under_way.discard(move)
                 return
             stack = AsyncExitStack()
@@ -83,6 +89,21 @@ class ChatMoves:
         task = asyncio.create_task(self._carry_over(move, stack))
         self._moving.add(task)
         task.add_done_callback(self._moving.discard)
+        self._arriving.setdefault(move.new_session_id, set()).add(task)
+        task.add_done_callback(lambda done: self._arrived(move.new_session_id, done))
+
+    async def arrival(self, session_id: str) -> None:
+        """Wait for the moves under way in this process into the chat `session_id`. With a database, a turn of
+        that chat waits for them before it takes the chat's lock among processes, which the move takes after
+        the chat's lock in this process (held from `move` on)."""
+        while arriving := self._arriving.get(session_id):
+            await asyncio.gather(*arriving, return_exceptions=True)
+
+    def _arrived(self, session_id: str, task: asyncio.Task[None]) -> None:
+        arriving = self._arriving.get(session_id, set())
+        arriving.discard(task)
+        if not arriving:
+            self._arriving.pop(session_id, None)
 
     async def resume(self) -> None:
         """At start: finish the moves a stop or a crash left midway, and send what still names a moved chat
@@ -109,8 +130,10 @@ class ChatMoves:
                 self._under_way.discard(move)
 
     async def _carry_over_locked(self, move: ChatMove) -> None:
-        async with self._lock, self._sessions.lock_for(move.old_session_id), self._among_processes(move):
-            if await self._records.is_done(move):
+        # The locks among processes before the old chat's own, in the order a turn takes its chat's.
+        async with self._lock, self._among_processes(move), self._sessions.lock_for(move.old_session_id):
+            if await self._records.is_done(move):  # by another process sharing the database, meanwhile
+                self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
                 return
             await self._records.begun(move)
             # The images first: the moved messages name them where they are then.
@@ -127,12 +150,18 @@ class ChatMoves:
             move, messages, memory, reminders,
         )  # fmt: skip
 
-    def _among_processes(self, move: ChatMove) -> AbstractAsyncContextManager[object]:
-        """With a database, the move's lock among every process sharing it (a webhook behind several replicas
-        may give each of them one of the two service messages)."""
+    @contextlib.asynccontextmanager
+    async def _among_processes(self, move: ChatMove) -> AsyncIterator[None]:
+        """With a database, the locks every process sharing it takes to answer the two chats, the old one's
+        first (as a turn of the old chat that follows the move takes them): no process is answering either
+        while the data moves (a save of the old chat's turn would bring its session back under the old id,
+        one of the new chat's would write over the moved conversation), and of two processes told of the
+        move (a webhook behind replicas may give each one of the two service messages), one moves it."""
         if self._database is None:
-            return contextlib.nullcontext()
-        return self._database.lock(f"chat_move:{move.old_session_id}")
+            yield
+            return
+        async with chat_lock(self._database, move.old_session_id), chat_lock(self._database, move.new_session_id):
+            yield
 
     async def _move_session(self, move: ChatMove) -> int:
         """The old session's messages before the new one's, the archive's likewise; then the old one forgotten."""

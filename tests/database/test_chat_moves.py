@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import aiohttp
 import asyncpg  # type: ignore[import-untyped]
+import pytest
 
 from bot.database.connection import Database
 from bot.domain.chat_move import ChatMove
@@ -19,8 +24,8 @@ from bot.setup.migrate import migrate_workspace
 from bot.storage.files import read_text_sync
 from bot.storage.jsonl import dumps_line
 from bot.workspace import Workspace
-from tests.channels.telegram_harness import start_bot
-from tests.fakes.openai_server import FakeOpenAI
+from tests.channels.telegram_harness import WEBHOOK_SECRET, RunningBot, free_port, start_bot
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.waiting import wait_until
 
@@ -128,3 +133,145 @@ async def test_migrate_brings_the_moves_along_a_late_message_of_the_group_follow
 async def moves_in(database: Database) -> list[tuple[str, str, datetime | None]]:
     rows = await database.fetch("SELECT old_chat_id, new_chat_id, done_at FROM chat_moves ORDER BY begun_at")
     return [(row["old_chat_id"], row["new_chat_id"], row["done_at"]) for row in rows]
+
+
+# -- two replicas on one database, in webhook mode behind one URL -----------------------------------------
+
+
+async def start_replica(
+    workspace: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, database_url: str
+) -> tuple[RunningBot, str]:
+    """A bot in webhook mode on the database, and its webhook's URL (a load balancer's upstream)."""
+    port = free_port()
+    webhook = f"http://127.0.0.1:{port}/telegram/webhook"
+    bot = await start_bot(
+        workspace, fake_openai, fake_telegram, "ptb", bot_database_url=database_url, telegram_mode="webhook",
+        telegram_webhook_url=webhook, telegram_webhook_secret=WEBHOOK_SECRET, bot_listen_port=port,
+    )  # fmt: skip
+    return bot, webhook
+
+
+async def deliver(fake_telegram: FakeTelegram, webhook: str, update_id: int) -> None:
+    """The update posted to one replica, as the load balancer sends it."""
+    headers = {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(webhook, json=fake_telegram.update(update_id), headers=headers) as response,
+    ):
+        assert response.status == 200
+
+
+async def test_a_replica_that_did_not_move_the_group_answers_its_late_message_in_the_supergroup(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    a, a_webhook = await start_replica(tmp_path / "a", fake_openai, fake_telegram, database_url)
+    b = None
+    try:
+        b, b_webhook = await start_replica(tmp_path / "b", fake_openai, fake_telegram, database_url)
+        # B answers the group (and holds its session); A gets both service messages and moves the group.
+        await deliver(
+            fake_telegram, b_webhook, fake_telegram.push_message(GROUP, "@test_bot our picnic is on Saturday")
+        )
+        await fake_telegram.await_messages(GROUP)
+        for update_id in fake_telegram.upgrade_group(GROUP, SUPERGROUP):
+            await deliver(fake_telegram, a_webhook, update_id)
+        await a.app.chat_moves.settled()
+
+        # The group's last message, still on its way, reaches B: answered in the supergroup's conversation.
+        await deliver(fake_telegram, b_webhook, fake_telegram.push_message(GROUP, "@test_bot who brings plates?"))
+        [reply] = await fake_telegram.await_messages(SUPERGROUP)
+        assert reply.text == "echo: User1001: who brings plates?"
+        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+        assert users == ["User1001: our picnic is on Saturday", "User1001: who brings plates?"]
+        # And the supergroup's next message, through A, has the whole conversation.
+        await deliver(fake_telegram, a_webhook, fake_telegram.push_message(SUPERGROUP, "@test_bot and the time?"))
+        await fake_telegram.await_messages(SUPERGROUP, 2)
+        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+        assert users == [
+            "User1001: our picnic is on Saturday", "User1001: who brings plates?", "User1001: and the time?"
+        ]  # fmt: skip
+        database = a.app.stores.database
+        assert database is not None
+        assert [row["id"] for row in await database.fetch("SELECT id FROM sessions")] == [NEW]
+        archived = await database.fetch("SELECT DISTINCT session_id FROM session_archive")
+        assert [row["session_id"] for row in archived] == [NEW]
+    finally:
+        await a.stop()
+        if b is not None:
+            await b.stop()
+
+
+async def test_a_move_waits_for_the_turn_another_replica_is_answering_in_the_group_and_takes_it_along(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    a, a_webhook = await start_replica(tmp_path / "a", fake_openai, fake_telegram, database_url)
+    b = None
+    try:
+        b, b_webhook = await start_replica(tmp_path / "b", fake_openai, fake_telegram, database_url)
+        release = threading.Event()
+        fake_openai.script(Reply("Saturday it is", held_until=release))
+        await deliver(fake_telegram, b_webhook, fake_telegram.push_message(GROUP, "@test_bot the picnic is Saturday"))
+        await fake_telegram.await_until(lambda: bool(fake_openai.chat_requests()), what="B asks the model")
+        for update_id in fake_telegram.upgrade_group(GROUP, SUPERGROUP):
+            await deliver(fake_telegram, a_webhook, update_id)
+        database = a.app.stores.database
+        assert database is not None
+
+        async def the_move_waits() -> bool:
+            return bool(await database.fetch("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))
+
+        await wait_until(the_move_waits)  # for B's turn in the group, which holds the group's lock
+        release.set()
+        [reply] = await fake_telegram.await_messages(SUPERGROUP)  # refused in the group, sent to the supergroup
+        assert reply.text == "Saturday it is"
+        await a.app.chat_moves.settled()
+        await b.app.chat_moves.settled()
+
+        await deliver(fake_telegram, a_webhook, fake_telegram.push_message(SUPERGROUP, "@test_bot and the time?"))
+        await fake_telegram.await_messages(SUPERGROUP, 2)
+        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+        assert users == ["User1001: the picnic is Saturday", "User1001: and the time?"]
+        assert [row["id"] for row in await database.fetch("SELECT id FROM sessions")] == [NEW]
+    finally:
+        await a.stop()
+        if b is not None:
+            await b.stop()
+
+
+async def test_two_replicas_each_given_one_service_message_move_the_group_once_and_both_follow_it(
+    database_url: str,
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.chat_moves")
+    a, a_webhook = await start_replica(tmp_path / "a", fake_openai, fake_telegram, database_url)
+    b = None
+    try:
+        b, b_webhook = await start_replica(tmp_path / "b", fake_openai, fake_telegram, database_url)
+        await deliver(
+            fake_telegram, a_webhook, fake_telegram.push_message(GROUP, "@test_bot our picnic is on Saturday")
+        )
+        await fake_telegram.await_messages(GROUP)
+        moved_to, moved_from = fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+        await asyncio.gather(
+            deliver(fake_telegram, a_webhook, moved_to), deliver(fake_telegram, b_webhook, moved_from)
+        )  # fmt: skip
+        await deliver(fake_telegram, b_webhook, fake_telegram.push_message(SUPERGROUP, "@test_bot when is it?"))
+        await fake_telegram.await_messages(SUPERGROUP)
+        await asyncio.gather(a.app.chat_moves.settled(), b.app.chat_moves.settled())
+        await deliver(fake_telegram, a_webhook, fake_telegram.push_message(GROUP, "@test_bot who brings plates?"))
+        await fake_telegram.await_messages(SUPERGROUP, 2)
+        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
+        assert users == [
+            "User1001: our picnic is on Saturday", "User1001: when is it?", "User1001: who brings plates?"
+        ]  # fmt: skip
+        database = a.app.stores.database
+        assert database is not None
+        assert [row["id"] for row in await database.fetch("SELECT id FROM sessions")] == [NEW]
+    finally:
+        await a.stop()
+        if b is not None:
+            await b.stop()
+    assert caplog.text.count("the chat's data moved") == 1
