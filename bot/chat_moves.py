@@ -13,7 +13,9 @@ well), a move is made once. Messages of the new chat wait for the move (its sess
 first), and the old chat's turn in progress ends before its data moves; once it is done, the old
 id gives the new chat's session (`SessionService.follow_move`), so that a message of the old chat
 still on its way, or a turn a stop left open, is answered in the new one. With a database, the move
-holds a lock among the processes sharing it.
+holds the locks the processes sharing it take to answer the two chats (`bot.stores.chat_lock`), and a
+process that did not make it follows it once a message of the old id reaches it (`SessionService` looks
+the move up when the old id has no stored session).
 """
 
 from __future__ import annotations
