@@ -203,7 +203,9 @@ class Application:
         )  # fmt: skip
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         # A chat whose id changes (a Telegram group upgraded to a supergroup) takes what the bot keeps of it along.
-        self.chat_moves = ChatMoves(workspace, sessions, memory.service, stores.reminders, moves, stores.database)
+        self.chat_moves = ChatMoves(
+            workspace, sessions, memory.service, stores.reminders, rag.documents, moves, stores.database
+        )
         if stores.database is not None and isinstance(stores.ledger, LedgerTables):
             # Processes sharing the database answer a chat one at a time, in the order its messages came.
             router.dispatcher.chat_lock = shared_chat_lock(

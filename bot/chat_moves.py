@@ -3,7 +3,9 @@
 The one place that knows what a chat's data is: its session and the session's archive, the memory
 kept for the chat (`memory/chats/{session}/`, whatever `memory.scope` is: a group's memory is its
 own under every scope), the images it sent (`media/{session}/`, the moved messages naming them
-there), and the reminders set in it.
+there), the documents sent in it and its entries in the knowledge graph's journal (the graph itself
+stays where it is, read by the new chat's retrievals beside its own: `RagService.move_chat`), and the
+reminders set in it.
 
 A move is recorded before anything is moved (`bot.chat_move_records`: `state/chat_moves.jsonl`, or the table
 `chat_moves` with `BOT_DATABASE_URL`) and marked done after; every step can be run again without doubling
@@ -35,6 +37,7 @@ from bot.domain.message import Message
 from bot.media.store import MEDIA_DIR
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.service import MemoryService
+from bot.rag.uploads import DocumentReader
 from bot.scheduler.reminder_store import ReminderStore
 from bot.sessions.service import SessionService
 from bot.stores import chat_lock
@@ -52,10 +55,12 @@ class ChatMoves:
         sessions: SessionService,
         memory: MemoryService,
         reminders: ReminderStore,
+        documents: DocumentReader,
         records: MoveRecords,
         database: Database | None,
     ) -> None:
         self._workspace = workspace
+        self._documents = documents
         self._sessions = sessions
         self._memory = memory
         self._reminders = reminders
@@ -144,12 +149,13 @@ class ChatMoves:
                                     root / MEDIA_DIR / move.new_session_id)  # fmt: skip
             messages = await self._move_session(move)
             memory = await self._move_memory(move)
+            documents = await self._documents.move_chat(move.old_session_id, move.new_session_id, move.new_chat_id)
             reminders = await self._move_reminders(move)
             await self._records.done(move)
             self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
         log.info(
-            "[ChatMove] %s: the chat's data moved (%d messages, %s, reminders: %d)",
-            move, messages, memory, reminders,
+            "[ChatMove] %s: the chat's data moved (%d messages, %s, %s, reminders: %d)",
+            move, messages, memory, documents, reminders,
         )  # fmt: skip
 
     @contextlib.asynccontextmanager

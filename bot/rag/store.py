@@ -129,7 +129,16 @@ class RagJournal(Protocol):
         """The LightRAG workspaces that hold at least one indexed document."""
         ...
 
-    async def has_indexed(self, rag_workspace: str) -> bool: ...
+    async def graphs_read(self, rag_workspace: str, session_id: str) -> list[str]:
+        """The LightRAG workspaces a retrieval for the chat `session_id` (its whole chat's) reads: `rag_workspace`,
+        its own, when it holds an indexed document, then every other holding an indexed document of the chat (one
+        the chat had under an earlier id, `move_session`)."""
+        ...
+
+    async def move_session(self, old_session_id: str, new_session_id: str) -> int:
+        """Record every document of the chat `old_session_id` as the chat `new_session_id`'s (its id changed), each
+        left in the LightRAG workspace that holds it; how many."""
+        ...
 
     async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
         """The documents indexed into `rag_workspace` (a retrieval on a backend that keeps one graph for every
@@ -283,9 +292,19 @@ class RagDocumentStore:
         docs = await self._loaded()
         return sorted({doc.rag_workspace for doc in docs.values() if doc.status == "indexed"})
 
-    async def has_indexed(self, rag_workspace: str) -> bool:
-        docs = await self._loaded()
-        return any(doc.status == "indexed" and doc.rag_workspace == rag_workspace for doc in docs.values())
+    async def graphs_read(self, rag_workspace: str, session_id: str) -> list[str]:
+        indexed = [doc for doc in (await self._loaded()).values() if doc.status == "indexed"]
+        own = [rag_workspace] if any(doc.rag_workspace == rag_workspace for doc in indexed) else []
+        earlier = {doc.rag_workspace for doc in indexed if doc.session_id == session_id}
+        return own + sorted(earlier - {rag_workspace})
+
+    async def move_session(self, old_session_id: str, new_session_id: str) -> int:
+        async with self._lock:
+            moved = [doc for doc in (await self._loaded()).values() if doc.session_id == old_session_id]
+            for doc in moved:
+                doc.session_id = new_session_id
+            await self._append(moved, with_text=False)
+            return len(moved)
 
     async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
         docs = await self._loaded()

@@ -27,10 +27,13 @@ from bot.workspace import Workspace
 from tests.channels.telegram_harness import WEBHOOK_SECRET, RunningBot, free_port, start_bot
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
+from tests.rag.fake_lightrag_server import FakeLightRagServer
+from tests.rag.test_documents import MARTA, wait_for_text
 from tests.waiting import wait_until
 
 GROUP, SUPERGROUP = -4001, -1004001
 OLD, NEW = f"telegram:{GROUP}", f"telegram:{SUPERGROUP}"
+GRAPH = f"chat_telegram_{GROUP}"  # the group's LightRAG workspace
 
 
 async def test_the_supergroup_goes_on_with_the_groups_rows(
@@ -275,3 +278,34 @@ async def test_two_replicas_each_given_one_service_message_move_the_group_once_a
         if b is not None:
             await b.stop()
     assert caplog.text.count("the chat's data moved") == 1
+
+
+async def test_the_groups_documents_and_graph_entries_are_the_supergroups_on_a_lightrag_server(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    server = await FakeLightRagServer().start()
+    rag = {"rag": {"backend": "server", "serverUrl": server.url, "batchTokens": 0, "idleFlushSeconds": 0}}
+    bot = await start_bot(tmp_path / "workspace", fake_openai, fake_telegram, "ptb", rag, bot_database_url=database_url)
+    try:
+        fake_telegram.push_document(
+            GROUP, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain", caption="@test_bot"
+        )
+        final = await wait_for_text(fake_telegram, "Read marta.txt: 1 part, in my memory now", chat=GROUP)
+        upload_id = final.split("(id ")[1].split(")")[0]
+        fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+        # The server keeps one graph: what the group's documents put there is recalled in the supergroup alone.
+        fake_telegram.push_message(SUPERGROUP, "@test_bot Where does Marta work?")
+        await fake_telegram.await_messages(SUPERGROUP)
+        assert "Gulbenkian" in (fake_openai.system_prompts()[-1] or "").split("# Relevant Memory", 1)[-1]
+        fake_telegram.push_message(SUPERGROUP, "/docs")
+        [_, listing] = await fake_telegram.await_messages(SUPERGROUP, 2)
+        assert f"{upload_id} · marta.txt · 1 part · read" in listing.text
+        database = bot.app.stores.database
+        assert database is not None
+        uploads = await database.fetch("SELECT session_id, chat_id FROM rag_uploads")
+        assert [(row["session_id"], row["chat_id"]) for row in uploads] == [(NEW, str(SUPERGROUP))]
+        documents = await database.fetch("SELECT session_id FROM rag_documents WHERE rag_workspace = $1", GRAPH)
+        assert {row["session_id"] for row in documents} == {NEW}  # the part and the caption's exchange
+    finally:
+        await bot.stop()
+        await server.stop()
