@@ -278,11 +278,16 @@ class RagJournalTable:
         return sorted(str(row["rag_workspace"]) for row in rows)
 
     async def graphs_read(self, rag_workspace: str, session_id: str) -> list[str]:
+        # The chat's workspaces one index probe each (`rag_documents_chat_graphs`), however many documents it has.
         rows = await self._database.fetch(
-            "SELECT $1::text AS rag_workspace WHERE EXISTS"
-            " (SELECT 1 FROM rag_documents WHERE status = 'indexed' AND rag_workspace = $1)"
-            " UNION SELECT DISTINCT rag_workspace FROM rag_documents"
-            " WHERE status = 'indexed' AND session_id = $2 AND rag_workspace <> $1",
+            "WITH RECURSIVE graphs (rag_workspace) AS ("
+            " SELECT min(rag_workspace) FROM rag_documents WHERE status = 'indexed' AND session_id = $2"
+            " UNION ALL SELECT (SELECT min(d.rag_workspace) FROM rag_documents AS d WHERE d.status = 'indexed'"
+            " AND d.session_id = $2 AND d.rag_workspace > g.rag_workspace)"
+            " FROM graphs AS g WHERE g.rag_workspace IS NOT NULL)"
+            " SELECT rag_workspace FROM graphs WHERE rag_workspace IS NOT NULL"
+            " UNION SELECT $1::text WHERE EXISTS"
+            " (SELECT 1 FROM rag_documents WHERE status = 'indexed' AND rag_workspace = $1)",
             rag_workspace, session_id,
         )  # fmt: skip
         graphs = sorted(str(row["rag_workspace"]) for row in rows)

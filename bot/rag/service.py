@@ -28,6 +28,7 @@ from bot.context.estimator import TokenEstimator
 from bot.domain.session import whole_chat_session_id
 from bot.rag.backend import GraphView, QueryMode, RagBackend, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import (
+    GLOBAL_RAG_WORKSPACE,
     RagDocument,
     batch_document,
     batches,
@@ -423,7 +424,7 @@ class RagService:
         max_tokens = rag.max_context_tokens if share_tokens is None else min(rag.max_context_tokens, share_tokens)
         if not rag.enabled or max_tokens <= 0 or not query_text.strip():
             return RetrievedContext("", 0, 0, "skipped")
-        graphs = await self._store.graphs_read(workspace, whole_chat_session_id(session_id))
+        graphs = await self._graphs_read(workspace, session_id)
         if not graphs:
             return RetrievedContext("", 0, 0, "empty")
         query = RagQuery(
@@ -462,13 +463,21 @@ class RagService:
         """Deeper retrieval for the `rag_query` tool: a bigger budget, the tool's timeout; errors raise."""
         rag = config.rag
         workspace = rag_workspace_for(session_id, config)
-        graphs = await self._store.graphs_read(workspace, whole_chat_session_id(session_id))
+        graphs = await self._graphs_read(workspace, session_id)
         if not graphs:
             return ""
         chosen = mode or rag.query_mode
         chunks = chunks_to_read(rag, rag.chunk_top_k * 2, rag.tool_max_tokens)
         query = RagQuery(query_text, chosen, rag.top_k * 2, chunks, rag.tool_max_tokens)
         return self.render(await self._query(graphs, query), rag.tool_max_tokens, "")
+
+    async def _graphs_read(self, workspace: str, session_id: str) -> list[str]:
+        """The graphs a retrieval of the chat reads: its own (`workspace`), and those holding what it had under an
+        earlier id (`move_chat`), a chat's own each. Never the owner's (`global`) for another chat's sake: a chat
+        whose earlier documents went there (under `memory.ownerMemoryEverywhere`) does not read the owner's
+        memory through them."""
+        graphs = await self._store.graphs_read(workspace, whole_chat_session_id(session_id))
+        return [graph for graph in graphs if graph == workspace or graph != GLOBAL_RAG_WORKSPACE]
 
     async def _query(self, graphs: list[str], query: RagQuery) -> list[RagSnippet]:
         """What `graphs` (the chat's own first) answer to `query`: each asked at once, their snippets in that
