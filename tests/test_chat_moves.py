@@ -40,6 +40,15 @@ async def ask(fake_telegram: FakeTelegram, chat: int, text: str) -> str:
     return (await fake_telegram.await_messages(chat, before + 1))[-1].text
 
 
+async def group_reads_marta(fake_telegram: FakeTelegram) -> str:
+    """A document sent to the bot in the group (a caption names it), read into the group's graph; its id."""
+    fake_telegram.push_document(
+        GROUP, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain", caption="@test_bot"
+    )
+    final = await wait_for_text(fake_telegram, "Read marta.txt: 1 part, in my memory now", chat=GROUP)
+    return final.split("(id ")[1].split(")")[0]
+
+
 async def ask_held(fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, text: str, reply: str) -> threading.Event:
     """`text` asked in the old group, its reply `reply` held by the model until the returned event is set."""
     release = threading.Event()
@@ -226,11 +235,7 @@ async def test_the_groups_documents_and_knowledge_graph_are_the_supergroups(
     # The caption's exchange is indexed at once too (not after the chat is quiet for minutes).
     bot = await start_bot(workspace_dir, fake_openai, fake_telegram, "ptb", {"rag": {**RAG, "idleFlushSeconds": 0}})
     try:
-        fake_telegram.push_document(
-            GROUP, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain", caption="@test_bot"
-        )
-        final = await wait_for_text(fake_telegram, "Read marta.txt: 1 part, in my memory now", chat=GROUP)
-        upload_id = final.split("(id ")[1].split(")")[0]
+        upload_id = await group_reads_marta(fake_telegram)
         fake_telegram.upgrade_group(GROUP, SUPERGROUP)
         # Recalled in the supergroup (its first message waits for the move), from the graph the group's reading
         # went into, and listed there.

@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from tests.channels.telegram_harness import WEBHOOK_SECRET, RunningBot, free_por
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.rag.fake_lightrag_server import FakeLightRagServer
-from tests.rag.test_documents import MARTA, wait_for_text
+from tests.test_chat_moves import conversation_users, group_reads_marta
 from tests.waiting import wait_until
 
 GROUP, SUPERGROUP = -4001, -1004001
@@ -51,8 +53,9 @@ async def test_the_supergroup_goes_on_with_the_groups_rows(
         fake_telegram.push_message(SUPERGROUP, "@test_bot when is the picnic?")
         [reply] = await fake_telegram.await_messages(SUPERGROUP)
         assert reply.text == "echo: User1001: when is the picnic?"
-        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
-        assert users == ["User1001: our picnic is on Saturday", "User1001: when is the picnic?"]
+        assert conversation_users(fake_openai) == [
+            "User1001: our picnic is on Saturday", "User1001: when is the picnic?"
+        ]  # fmt: skip
         await bot.app.chat_moves.settled()
     finally:
         await bot.stop()
@@ -118,8 +121,9 @@ async def test_migrate_brings_the_moves_along_a_late_message_of_the_group_follow
         fake_telegram.push_message(GROUP, "@test_bot and who brings plates?")
         [reply] = await fake_telegram.await_messages(SUPERGROUP)
         assert reply.text == "echo: User1001: and who brings plates?"
-        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
-        assert users == ["User1001: our picnic is on Saturday", "User1001: and who brings plates?"]
+        assert conversation_users(fake_openai) == [
+            "User1001: our picnic is on Saturday", "User1001: and who brings plates?"
+        ]  # fmt: skip
         shared = bot.app.stores.database
         assert shared is not None
         sessions = {row["id"] for row in await shared.fetch("SELECT id FROM sessions")}
@@ -141,142 +145,132 @@ async def moves_in(database: Database) -> list[tuple[str, str, datetime | None]]
 # -- two replicas on one database, in webhook mode behind one URL -----------------------------------------
 
 
-async def start_replica(
-    workspace: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, database_url: str
-) -> tuple[RunningBot, str]:
-    """A bot in webhook mode on the database, and its webhook's URL (a load balancer's upstream)."""
-    port = free_port()
-    webhook = f"http://127.0.0.1:{port}/telegram/webhook"
-    bot = await start_bot(
-        workspace, fake_openai, fake_telegram, "ptb", bot_database_url=database_url, telegram_mode="webhook",
-        telegram_webhook_url=webhook, telegram_webhook_secret=WEBHOOK_SECRET, bot_listen_port=port,
-    )  # fmt: skip
-    return bot, webhook
+@dataclass
+class Replica:
+    """A bot in webhook mode on the database, behind one URL with the others (a load balancer's upstream)."""
+
+    bot: RunningBot
+    webhook: str
+    fake_telegram: FakeTelegram
+
+    @property
+    def database(self) -> Database:
+        assert self.bot.app.stores.database is not None
+        return self.bot.app.stores.database
+
+    async def deliver(self, update_id: int) -> None:
+        """The update posted to this replica, as the load balancer sends it."""
+        headers = {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(self.webhook, json=self.fake_telegram.update(update_id), headers=headers) as response,
+        ):
+            assert response.status == 200
+
+    async def said(self, chat: int, text: str) -> None:
+        """Someone says `text` in `chat`, and the update reaches this replica."""
+        await self.deliver(self.fake_telegram.push_message(chat, text))
 
 
-async def deliver(fake_telegram: FakeTelegram, webhook: str, update_id: int) -> None:
-    """The update posted to one replica, as the load balancer sends it."""
-    headers = {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(webhook, json=fake_telegram.update(update_id), headers=headers) as response,
-    ):
-        assert response.status == 200
+@pytest.fixture
+async def replicas(
+    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> AsyncIterator[tuple[Replica, Replica]]:
+    started: list[Replica] = []
+    try:
+        for name in ("a", "b"):
+            port = free_port()
+            webhook = f"http://127.0.0.1:{port}/telegram/webhook"
+            bot = await start_bot(
+                tmp_path / name, fake_openai, fake_telegram, "ptb", bot_database_url=database_url,
+                telegram_mode="webhook", telegram_webhook_url=webhook, telegram_webhook_secret=WEBHOOK_SECRET,
+                bot_listen_port=port,
+            )  # fmt: skip
+            started.append(Replica(bot, webhook, fake_telegram))
+        yield started[0], started[1]
+    finally:
+        for replica in started:
+            await replica.bot.stop()
+
+
+async def sessions_in(database: Database) -> list[str]:
+    return [row["id"] for row in await database.fetch("SELECT id FROM sessions")]
 
 
 async def test_a_replica_that_did_not_move_the_group_answers_its_late_message_in_the_supergroup(
-    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+    replicas: tuple[Replica, Replica], fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
-    a, a_webhook = await start_replica(tmp_path / "a", fake_openai, fake_telegram, database_url)
-    b = None
-    try:
-        b, b_webhook = await start_replica(tmp_path / "b", fake_openai, fake_telegram, database_url)
-        # B answers the group (and holds its session); A gets both service messages and moves the group.
-        await deliver(
-            fake_telegram, b_webhook, fake_telegram.push_message(GROUP, "@test_bot our picnic is on Saturday")
-        )
-        await fake_telegram.await_messages(GROUP)
-        for update_id in fake_telegram.upgrade_group(GROUP, SUPERGROUP):
-            await deliver(fake_telegram, a_webhook, update_id)
-        await a.app.chat_moves.settled()
+    a, b = replicas
+    # B answers the group (and holds its session); A gets both service messages and moves the group.
+    await b.said(GROUP, "@test_bot our picnic is on Saturday")
+    await fake_telegram.await_messages(GROUP)
+    for update_id in fake_telegram.upgrade_group(GROUP, SUPERGROUP):
+        await a.deliver(update_id)
+    await a.bot.app.chat_moves.settled()
 
-        # The group's last message, still on its way, reaches B: answered in the supergroup's conversation.
-        await deliver(fake_telegram, b_webhook, fake_telegram.push_message(GROUP, "@test_bot who brings plates?"))
-        [reply] = await fake_telegram.await_messages(SUPERGROUP)
-        assert reply.text == "echo: User1001: who brings plates?"
-        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
-        assert users == ["User1001: our picnic is on Saturday", "User1001: who brings plates?"]
-        # And the supergroup's next message, through A, has the whole conversation.
-        await deliver(fake_telegram, a_webhook, fake_telegram.push_message(SUPERGROUP, "@test_bot and the time?"))
-        await fake_telegram.await_messages(SUPERGROUP, 2)
-        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
-        assert users == [
-            "User1001: our picnic is on Saturday", "User1001: who brings plates?", "User1001: and the time?"
-        ]  # fmt: skip
-        database = a.app.stores.database
-        assert database is not None
-        assert [row["id"] for row in await database.fetch("SELECT id FROM sessions")] == [NEW]
-        archived = await database.fetch("SELECT DISTINCT session_id FROM session_archive")
-        assert [row["session_id"] for row in archived] == [NEW]
-    finally:
-        await a.stop()
-        if b is not None:
-            await b.stop()
+    # The group's last message, still on its way, reaches B: answered in the supergroup's conversation.
+    await b.said(GROUP, "@test_bot who brings plates?")
+    [reply] = await fake_telegram.await_messages(SUPERGROUP)
+    assert reply.text == "echo: User1001: who brings plates?"
+    assert conversation_users(fake_openai) == ["User1001: our picnic is on Saturday", "User1001: who brings plates?"]
+    # And the supergroup's next message, through A, has the whole conversation.
+    await a.said(SUPERGROUP, "@test_bot and the time?")
+    await fake_telegram.await_messages(SUPERGROUP, 2)
+    assert conversation_users(fake_openai) == [
+        "User1001: our picnic is on Saturday", "User1001: who brings plates?", "User1001: and the time?"
+    ]  # fmt: skip
+    assert await sessions_in(a.database) == [NEW]
+    archived = await a.database.fetch("SELECT DISTINCT session_id FROM session_archive")
+    assert [row["session_id"] for row in archived] == [NEW]
 
 
 async def test_a_move_waits_for_the_turn_another_replica_is_answering_in_the_group_and_takes_it_along(
-    database_url: str, tmp_path: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+    replicas: tuple[Replica, Replica], fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
 ) -> None:
-    a, a_webhook = await start_replica(tmp_path / "a", fake_openai, fake_telegram, database_url)
-    b = None
-    try:
-        b, b_webhook = await start_replica(tmp_path / "b", fake_openai, fake_telegram, database_url)
-        release = threading.Event()
-        fake_openai.script(Reply("Saturday it is", held_until=release))
-        await deliver(fake_telegram, b_webhook, fake_telegram.push_message(GROUP, "@test_bot the picnic is Saturday"))
-        await fake_telegram.await_until(lambda: bool(fake_openai.chat_requests()), what="B asks the model")
-        for update_id in fake_telegram.upgrade_group(GROUP, SUPERGROUP):
-            await deliver(fake_telegram, a_webhook, update_id)
-        database = a.app.stores.database
-        assert database is not None
+    a, b = replicas
+    release = threading.Event()
+    fake_openai.script(Reply("Saturday it is", held_until=release))
+    await b.said(GROUP, "@test_bot the picnic is Saturday")
+    await fake_telegram.await_until(lambda: bool(fake_openai.chat_requests()), what="B asks the model")
+    for update_id in fake_telegram.upgrade_group(GROUP, SUPERGROUP):
+        await a.deliver(update_id)
 
-        async def the_move_waits() -> bool:
-            return bool(await database.fetch("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))
+    async def the_move_waits() -> bool:
+        return bool(await a.database.fetch("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))
 
-        await wait_until(the_move_waits)  # for B's turn in the group, which holds the group's lock
-        release.set()
-        [reply] = await fake_telegram.await_messages(SUPERGROUP)  # refused in the group, sent to the supergroup
-        assert reply.text == "Saturday it is"
-        await a.app.chat_moves.settled()
-        await b.app.chat_moves.settled()
+    await wait_until(the_move_waits)  # for B's turn in the group, which holds the group's lock
+    release.set()
+    [reply] = await fake_telegram.await_messages(SUPERGROUP)  # refused in the group, sent to the supergroup
+    assert reply.text == "Saturday it is"
+    await asyncio.gather(a.bot.app.chat_moves.settled(), b.bot.app.chat_moves.settled())
 
-        await deliver(fake_telegram, a_webhook, fake_telegram.push_message(SUPERGROUP, "@test_bot and the time?"))
-        await fake_telegram.await_messages(SUPERGROUP, 2)
-        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
-        assert users == ["User1001: the picnic is Saturday", "User1001: and the time?"]
-        assert [row["id"] for row in await database.fetch("SELECT id FROM sessions")] == [NEW]
-    finally:
-        await a.stop()
-        if b is not None:
-            await b.stop()
+    await a.said(SUPERGROUP, "@test_bot and the time?")
+    await fake_telegram.await_messages(SUPERGROUP, 2)
+    assert conversation_users(fake_openai) == ["User1001: the picnic is Saturday", "User1001: and the time?"]
+    assert await sessions_in(a.database) == [NEW]
 
 
 async def test_two_replicas_each_given_one_service_message_move_the_group_once_and_both_follow_it(
-    database_url: str,
-    tmp_path: Path,
+    replicas: tuple[Replica, Replica],
     fake_openai: FakeOpenAI,
     fake_telegram: FakeTelegram,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="bot.chat_moves")
-    a, a_webhook = await start_replica(tmp_path / "a", fake_openai, fake_telegram, database_url)
-    b = None
-    try:
-        b, b_webhook = await start_replica(tmp_path / "b", fake_openai, fake_telegram, database_url)
-        await deliver(
-            fake_telegram, a_webhook, fake_telegram.push_message(GROUP, "@test_bot our picnic is on Saturday")
-        )
-        await fake_telegram.await_messages(GROUP)
-        moved_to, moved_from = fake_telegram.upgrade_group(GROUP, SUPERGROUP)
-        await asyncio.gather(
-            deliver(fake_telegram, a_webhook, moved_to), deliver(fake_telegram, b_webhook, moved_from)
-        )  # fmt: skip
-        await deliver(fake_telegram, b_webhook, fake_telegram.push_message(SUPERGROUP, "@test_bot when is it?"))
-        await fake_telegram.await_messages(SUPERGROUP)
-        await asyncio.gather(a.app.chat_moves.settled(), b.app.chat_moves.settled())
-        await deliver(fake_telegram, a_webhook, fake_telegram.push_message(GROUP, "@test_bot who brings plates?"))
-        await fake_telegram.await_messages(SUPERGROUP, 2)
-        users = [m["content"] for m in fake_openai.last_chat_request()["messages"] if m["role"] == "user"]
-        assert users == [
-            "User1001: our picnic is on Saturday", "User1001: when is it?", "User1001: who brings plates?"
-        ]  # fmt: skip
-        database = a.app.stores.database
-        assert database is not None
-        assert [row["id"] for row in await database.fetch("SELECT id FROM sessions")] == [NEW]
-    finally:
-        await a.stop()
-        if b is not None:
-            await b.stop()
+    a, b = replicas
+    await a.said(GROUP, "@test_bot our picnic is on Saturday")
+    await fake_telegram.await_messages(GROUP)
+    moved_to, moved_from = fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+    await asyncio.gather(a.deliver(moved_to), b.deliver(moved_from))
+    await b.said(SUPERGROUP, "@test_bot when is it?")
+    await fake_telegram.await_messages(SUPERGROUP)
+    await asyncio.gather(a.bot.app.chat_moves.settled(), b.bot.app.chat_moves.settled())
+    await a.said(GROUP, "@test_bot who brings plates?")
+    await fake_telegram.await_messages(SUPERGROUP, 2)
+    assert conversation_users(fake_openai) == [
+        "User1001: our picnic is on Saturday", "User1001: when is it?", "User1001: who brings plates?"
+    ]  # fmt: skip
+    assert await sessions_in(a.database) == [NEW]
     assert caplog.text.count("the chat's data moved") == 1
 
 
@@ -287,11 +281,7 @@ async def test_the_groups_documents_and_graph_entries_are_the_supergroups_on_a_l
     rag = {"rag": {"backend": "server", "serverUrl": server.url, "batchTokens": 0, "idleFlushSeconds": 0}}
     bot = await start_bot(tmp_path / "workspace", fake_openai, fake_telegram, "ptb", rag, bot_database_url=database_url)
     try:
-        fake_telegram.push_document(
-            GROUP, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain", caption="@test_bot"
-        )
-        final = await wait_for_text(fake_telegram, "Read marta.txt: 1 part, in my memory now", chat=GROUP)
-        upload_id = final.split("(id ")[1].split(")")[0]
+        upload_id = await group_reads_marta(fake_telegram)
         fake_telegram.upgrade_group(GROUP, SUPERGROUP)
         # The server keeps one graph: what the group's documents put there is recalled in the supergroup alone.
         fake_telegram.push_message(SUPERGROUP, "@test_bot Where does Marta work?")
