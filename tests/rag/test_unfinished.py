@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,11 +91,11 @@ async def _wait_queued(services: Application) -> None:
     await wait_until(queued)
 
 
-def _read(path: Path) -> dict[str, dict[str, object]]:
+def _read(path: Path) -> dict[str, Any]:
     loaded = json.loads(path.read_text())
     assert isinstance(loaded, dict)
     return loaded
 
 
-def _write(path: Path, data: dict[str, object]) -> None:
+def _write(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data))
