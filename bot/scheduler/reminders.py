@@ -142,7 +142,11 @@ class ReminderService:
         if not reminder.cron:
             return None
         # Strictly after the time just fired, which the cron expression itself also matches.
-        following = next_cron_time(reminder.cron, self._zone, max(moment, reminder.due_at) + timedelta(seconds=1))
+        try:
+            following = next_cron_time(reminder.cron, self._zone, max(moment, reminder.due_at) + timedelta(seconds=1))
+        except InvalidReminder as error:  # a hand edit's date that never comes ('0 9 31 2 *'): this is the last time
+            log.error("[Scheduler] Reminder %s repeats no more: %s", reminder.id, error)
+            return None
         return reminder.model_copy(update={"due_at": following, "fired_count": reminder.fired_count + 1})
 
     def _late_note(self, due_at: datetime) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -247,3 +249,80 @@ async def test_processes_sharing_the_database_fire_a_reminder_once(postgres_data
         assert kept == ["spoiled"]  # the unreadable row is kept, not deleted
     finally:
         await processes.close()
+
+
+def _entry(reminder_id: str, **fields: object) -> dict[str, object]:
+    """A reminders.json entry for the owner's test chat, as a person would copy one."""
+    return {"id": reminder_id, "sessionId": "test:1", "channelType": "test", "chatId": "1", **fields}
+
+
+async def test_a_hand_edited_reminders_file_keeps_what_it_cannot_read_and_fires_the_rest(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.conftest import env_for
+
+    (workspace_dir / "preferences").mkdir(parents=True)
+    (workspace_dir / "preferences" / "runtime-config.json").write_text('{"scheduler": {"reminderCheckSeconds": 1}}')
+    hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    local_hour_ago = hour_ago.astimezone(BERLIN).replace(tzinfo=None).isoformat(timespec="minutes")
+    slipped = [
+        _entry("typo", txt="call mum", dueAt=hour_ago.isoformat()),
+        _entry("weekly", text="bins", dueAt=hour_ago.isoformat(), cron="every monday"),
+        "a stray line",
+    ]
+    (workspace_dir / "reminders.json").write_text(json.dumps([
+        _entry("plants", text="water the plants", dueAt=hour_ago.isoformat()),
+        slipped[0],
+        _entry("cat", text="feed the cat", dueAt=local_hour_ago, timezone="Europe/Berlin"),  # no offset: Berlin's
+        slipped[1],
+        _entry("rent", text="pay the rent", dueAt=hour_ago.isoformat(), cron="0 9 31 2 *"),  # a day that never comes
+        slipped[2],
+    ]))  # fmt: skip
+    caplog.set_level(logging.INFO)
+    app = Application(env_for(workspace_dir, fake_openai, bot_timezone="Europe/Berlin"))
+    try:
+        app.add_channels([channel])
+        await app.start()
+        delivered = await channel.wait_for("1", 3, timeout=10)
+        assert sorted(text.split("\n")[0] for text in delivered) == [
+            "⏰ Reminder: feed the cat", "⏰ Reminder: pay the rent", "⏰ Reminder: water the plants"
+        ]  # fmt: skip
+        assert all("I was offline then, so it comes late" in text for text in delivered)
+
+        fake_openai.script(
+            Reply(tool_calls=[ToolCallSpec("schedule_reminder", {"text": "stretch", "delay": "1h"}, id="call_r")]),
+            "I'll remind you in an hour.",
+        )
+        await say(app, channel, "1", "remind me to stretch in an hour")
+        kept = json.loads((workspace_dir / "reminders.json").read_text())
+        assert [entry["text"] for entry in kept if isinstance(entry, dict) and "text" in entry] == ["stretch", "bins"]
+        assert [entry for entry in kept if entry in slipped] == slipped  # the slips, as the person wrote them
+        assert "Entry 2 of" in caplog.text and "is unreadable (text: Field required" in caplog.text
+        assert "Entry 4 of" in caplog.text and "'every monday' is not a 5-field cron expression" in caplog.text
+        assert "Entry 6 of" in caplog.text
+        assert "Reminder rent repeats no more: '0 9 31 2 *' never fires" in caplog.text
+    finally:
+        await app.stop()
+
+
+def put_aside(folder: Path) -> list[Path]:
+    return list(folder.glob("reminders.json.corrupt-*"))
+
+
+async def test_a_reminders_file_that_is_no_json_list_is_moved_aside_not_written_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "reminders.json"
+    path.write_text('[{"id": "a", "text": "half an edit"')
+    reminders = ReminderService(ReminderFile(path), BERLIN, "Europe/Berlin")
+    await reminders.load()
+    await reminders.add("telegram:1", "telegram", "1", "new one", delay="1h")
+    [aside] = put_aside(tmp_path)
+    assert aside.read_text() == '[{"id": "a", "text": "half an edit"'
+    assert [entry["text"] for entry in json.loads(path.read_text())] == ["new one"]
+    assert f"is invalid JSON at line 1 column 36: Expecting ',' delimiter; moved to {aside.name}" in caplog.text
+
+
+def test_a_cron_step_of_zero_is_a_clear_refusal() -> None:
+    with pytest.raises(InvalidReminder, match="a step must be 1 or more"):
+        next_cron_time("0 9 * * */0", BERLIN, datetime(2026, 11, 23, tzinfo=UTC))
