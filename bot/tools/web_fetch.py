@@ -17,6 +17,7 @@ import logging
 import re
 import socket
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import Any
 
 import aiohttp
@@ -34,6 +35,10 @@ CHUNK_BYTES = 64 * 1024
 # Content types read as text as they are; HTML is made readable first; anything else is refused.
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/rss+xml")
 _BLANK_LINES = re.compile(r"\n{3,}")
+# A NUL byte in this much of the start marks a body as binary, whatever its type says.
+BINARY_SNIFF_BYTES = 8192
+# How much of a body whose charset is not declared is read to guess it (the guess is slow on megabytes).
+CHARSET_SNIFF_BYTES = 32 * 1024
 # Below this much text the readability pick is taken to have missed, and the whole body is converted.
 MIN_READABLE_CHARS = 200
 
@@ -162,31 +167,85 @@ async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> tuple[b
 def to_markdown(page: FetchedPage) -> tuple[str, str]:
     """The page's title and its readable content as Markdown (CPU work: run it in a thread)."""
     content_type = page.content_type.lower()
-    if "html" in content_type:
-        if not page.body.strip():
-            return "", ""
-        from readability import Document  # lxml and readability load with the first page, not at start
+    readable = "html" in content_type or content_type.startswith(_TEXT_TYPES)
+    if not readable:
+        raise ToolError(
+            f"{page.url} is {page.content_type or 'of an unknown type'}, not a page that can be read as text"
+        )
+    if b"\0" in page.body[:BINARY_SNIFF_BYTES]:  # no text has NUL bytes: a file served under a text type
+        raise ToolError(f"{page.url} is binary data (sent as {page.content_type}), not a page that can be read as text")
+    text = page_text(page)
+    if "html" not in content_type:
+        return "", text.strip()
+    if not text.strip():
+        return "", ""
+    from readability import Document  # lxml and readability load with the first page, not at start
 
+    try:
+        document = Document(text)
+        title = (document.short_title() or "").strip()
+        markdown = _convert(document.summary(html_partial=True))
+    except Exception as error:  # lxml's parser errors on broken markup: the whole page stands in
+        log.info("[ToolLoop] readability could not read %s (%s); converting the whole page", page.url, error)
+        title, markdown = "", ""
+    if len(markdown) < MIN_READABLE_CHARS:
+        markdown = _convert(text)
+    return title, markdown
+
+
+def page_text(page: FetchedPage) -> str:
+    """The body as text: in the charset the server declared when Python knows it, else in UTF-8 when it is
+    that, else in the charset the page declares in a `<meta>` or reads best in (readability's guess, chardet)."""
+    if page.charset:
         try:
-            document = Document(page.body)
-            title = (document.short_title() or "").strip()
-            markdown = _convert(document.summary(html_partial=True))
-        except Exception as error:  # lxml's parser errors on broken markup: the whole page stands in
-            log.info("[ToolLoop] readability could not read %s (%s); converting the whole page", page.url, error)
-            title, markdown = "", ""
-        if len(markdown) < MIN_READABLE_CHARS:
-            markdown = _convert(page.body.decode(page.charset or "utf-8", errors="replace"))
-        return title, markdown
-    if content_type.startswith(_TEXT_TYPES):
-        return "", page.body.decode(page.charset or "utf-8", errors="replace").strip()
-    raise ToolError(f"{page.url} is {page.content_type or 'of an unknown type'}, not a page that can be read as text")
+            return page.body.decode(page.charset, errors="replace")
+        except LookupError:
+            log.info(
+                "[ToolLoop] %s declares the unknown charset %r; reading it as it reads best", page.url, page.charset
+            )
+    try:
+        return page.body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if page.truncated and error.start >= len(page.body) - 3:  # the cut split the last character
+            return page.body.decode("utf-8", errors="replace")
+    from readability.encoding import get_encoding
+
+    try:
+        return page.body.decode(get_encoding(page.body[:CHARSET_SNIFF_BYTES]), errors="replace")
+    except LookupError:  # a <meta charset> Python does not know
+        return page.body.decode("utf-8", errors="replace")
 
 
 def _convert(html: str) -> str:
     from markdownify import markdownify
 
-    markdown: Any = markdownify(html, heading_style="ATX", strip=["script", "style", "img"])
+    try:
+        markdown: Any = markdownify(html, heading_style="ATX", strip=["script", "style", "img"])
+    except RecursionError:  # markup nested deeper than markdownify (or lxml) can walk: its text, without structure
+        reader = _TextOnly()
+        reader.feed(html)
+        reader.close()
+        markdown = "".join(reader.text)
     return _BLANK_LINES.sub("\n\n", str(markdown)).strip()
+
+
+class _TextOnly(HTMLParser):
+    """The text of markup, read tag by tag (no tree, so no depth limit), without scripts and styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._hidden += tag in ("script", "style")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._hidden -= tag in ("script", "style") and self._hidden > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.text.append(data)
 
 
 def render(page: FetchedPage, title: str, markdown: str, max_chars: int) -> str:

@@ -37,6 +37,11 @@ for the numbers of each region and the way they were counted.</p>
 <li>Coasts, where they feed in the kelp forests and rest on the rocks</li></ul>
 </article><footer>Copyright the otter society</footer></body></html>"""
 
+CYRILLIC = "Погода в Москве: завтра снег и ветер, до минус десяти градусов. " * 8
+CYRILLIC_PAGE = (
+    f'<html><head><meta charset="windows-1251"><title>Погода</title></head><body><p>{CYRILLIC}</p></body></html>'
+)
+
 
 @dataclass
 class FakeWeb:
@@ -71,6 +76,11 @@ class FakeWeb:
         app.router.add_get("/env-echo", self._env_echo)
         app.router.add_get("/empty", self._page("", "text/html"))
         app.router.add_get("/image", self._page("\x89PNG....", "image/png"))
+        app.router.add_get("/cyrillic", self._bytes(CYRILLIC.encode("cp1251"), "text/plain"))  # no charset said
+        app.router.add_get("/cyrillic-page", self._bytes(CYRILLIC_PAGE.encode("cp1251"), "text/html"))
+        app.router.add_get("/odd-charset", self._bytes(b"plain words", "text/plain; charset=x-unheard-of"))
+        app.router.add_get("/binary-as-text", self._bytes(bytes(range(256)) * 40, "text/html"))
+        app.router.add_get("/nested", self._bytes(b"<div>" * 5000 + b"at the bottom" + b"</div>" * 5000, "text/html"))
         app.router.add_get("/searx/search", self._searxng)
         app.router.add_get("/brave", self._brave)
         app.router.add_post("/tavily", self._tavily)
@@ -80,6 +90,13 @@ class FakeWeb:
     def _page(text: str, content_type: str) -> Any:
         async def handler(request: web.Request) -> web.Response:
             return web.Response(text=text, content_type=content_type)
+
+        return handler
+
+    @staticmethod
+    def _bytes(body: bytes, content_type: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            return web.Response(body=body, headers={"Content-Type": content_type})
 
         return handler
 
@@ -233,6 +250,29 @@ async def test_what_is_not_a_web_page_gets_a_clear_error(
     assert empty == f"Source: {fake_web.root}/empty\n\n[The page has no readable text]"
     missing = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/nope", LOCAL_ONLY)
     assert missing == f"Error: {fake_web.root}/nope answered HTTP 404 Not Found"
+
+
+async def test_a_page_in_another_charset_or_an_odd_one_reads_as_its_text(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    undeclared = await fetch_through_the_bot(
+        web_services, channel, fake_openai, f"{fake_web.root}/cyrillic", LOCAL_ONLY
+    )
+    assert CYRILLIC.strip() in undeclared
+    page = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/cyrillic-page", LOCAL_ONLY)
+    assert page.startswith("# Погода\n") and "завтра снег и ветер" in page
+    odd = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/odd-charset", LOCAL_ONLY)
+    assert odd == f"Source: {fake_web.root}/odd-charset\n\nplain words"
+
+
+async def test_binary_data_sent_as_text_and_markup_nested_too_deep_get_clear_results(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    url = f"{fake_web.root}/binary-as-text"
+    binary = await fetch_through_the_bot(web_services, channel, fake_openai, url, LOCAL_ONLY)
+    assert binary == f"Error: {url} is binary data (sent as text/html), not a page that can be read as text"
+    nested = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/nested", LOCAL_ONLY)
+    assert nested == f"Source: {fake_web.root}/nested\n\nat the bottom"
 
 
 async def test_a_page_never_shows_the_model_a_secret(
