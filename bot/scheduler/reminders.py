@@ -9,6 +9,7 @@ a note saying so.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -126,16 +127,35 @@ class ReminderService:
         sent = 0
         # A reminder for a channel that is not running waits for it (and then arrives late, once).
         due = await self._store.claim_due(moment, self._channel_types, lambda due: self._advance(due, moment))
-        for reminder in due:
+        for position, reminder in enumerate(due):
             late = moment - reminder.due_at > late_after
             due_at = reminder.due_at
             note = self._late_note(due_at) if late else ""
             try:
                 await self._deliver(reminder.channel_type, reminder.chat_id, f"⏰ Reminder: {reminder.text}{note}")
                 sent += 1
+            except asyncio.CancelledError:
+                await self._put_back(reminder, due[position + 1 :])
+                raise
             except Exception as error:
                 log.error("[Scheduler] Reminder %s could not be delivered: %s", reminder.id, error)
         return sent
+
+    async def _put_back(self, interrupted: Reminder, unsent: list[Reminder]) -> None:
+        """A stop in the middle of a batch (many reminders due at once, a chat's flood control): the ones not yet
+        sent are kept as they were, to come late, once, after the start; the one being sent may have arrived."""
+        log.warning(
+            "[Scheduler] Reminder %s was being sent when the bot stopped; it may not have arrived", interrupted.id
+        )
+        for reminder in unsent:
+            try:
+                await self._store.put(reminder)
+            except OSError as error:
+                log.error(
+                    "[Scheduler] Reminder %s, not sent before the stop, could not be kept: %s", reminder.id, error
+                )
+        if unsent:
+            log.info("[Scheduler] %d reminders not sent before the stop are kept for the start", len(unsent))
 
     def _advance(self, reminder: Reminder, moment: datetime) -> Reminder | None:
         """A repeating reminder moved to its next time (a copy); None for a one-off one, which is gone."""

@@ -326,3 +326,41 @@ async def test_a_reminders_file_that_is_no_json_list_is_moved_aside_not_written_
 def test_a_cron_step_of_zero_is_a_clear_refusal() -> None:
     with pytest.raises(InvalidReminder, match="a step must be 1 or more"):
         next_cron_time("0 9 * * */0", BERLIN, datetime(2026, 11, 23, tzinfo=UTC))
+
+
+class StalledOutbox(Outbox):
+    """Delivers the first reminder, then waits (a chat's flood control) until the stop cancels it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = asyncio.Event()
+
+    async def __call__(self, channel_type: str, chat_id: str, text: str) -> None:
+        if self.sent:
+            self.waiting.set()
+            await asyncio.Event().wait()
+        await super().__call__(channel_type, chat_id, text)
+
+
+async def test_a_stop_in_the_middle_of_many_due_reminders_keeps_the_unsent_ones(
+    reminder_store: ReminderStoreCase,
+) -> None:
+    reminders = await service(reminder_store)
+    for minute in range(1, 6):
+        await reminders.add("telegram:1", "telegram", "1", f"task {minute}", delay=f"{minute}m")
+    standup = await reminders.add("telegram:1", "telegram", "1", "stand-up", cron="0 9 * * *")
+    outbox = StalledOutbox()
+    firing = await service(reminder_store, outbox)
+    moment = standup.due_at + timedelta(seconds=1)
+    run = asyncio.create_task(firing.fire_due(now=moment))
+    await asyncio.wait_for(outbox.waiting.wait(), 5)
+    run.cancel()  # the bot stops, its jobs are cancelled after their grace
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+    after_start = Outbox()
+    restarted = await service(reminder_store, after_start)
+    assert await restarted.fire_due(now=moment + timedelta(minutes=1)) == 4  # the 5 due and the stand-up, less two
+    delivered = [text.split("\n")[0] for _, _, text in outbox.sent + after_start.sent]
+    assert len(delivered) == len(set(delivered)) == 5  # none twice; the one cut off while being sent is not repeated
+    assert [r.text for r in await restarted.pending("telegram:1")] == ["stand-up"]  # repeating: its next time
