@@ -25,6 +25,7 @@ Deliver = Callable[[str, str, str], Awaitable[None]]  # channel type, chat id, t
 
 _DELAY_PART = re.compile(r"(\d+)\s*(d|h|m|s)", re.IGNORECASE)
 _DELAY_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+_DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 class InvalidReminder(ValueError):
@@ -37,8 +38,11 @@ def parse_delay(text: str) -> timedelta:
     if not parts or _DELAY_PART.sub("", text).strip():
         raise InvalidReminder(f"{text!r} is not a delay like '45m', '2h30m' or '1d'")
     delay = timedelta()
-    for amount, unit in parts:
-        delay += timedelta(**{_DELAY_UNITS[unit.lower()]: int(amount)})
+    try:
+        for amount, unit in parts:
+            delay += timedelta(**{_DELAY_UNITS[unit.lower()]: int(amount)})
+    except OverflowError as error:
+        raise InvalidReminder(f"{text!r} is further ahead than a reminder can be") from error
     if delay <= timedelta():
         raise InvalidReminder("the delay must be positive")
     return delay
@@ -95,7 +99,10 @@ class ReminderService:
             if due <= now:
                 raise InvalidReminder(f"{at} is in the past")
         elif delay is not None:
-            due = now + parse_delay(delay)
+            try:
+                due = now + parse_delay(delay)
+            except OverflowError as error:
+                raise InvalidReminder(f"{delay!r} is further ahead than a reminder can be") from error
         else:
             assert cron is not None
             due = next_cron_time(cron, self._zone, now)
@@ -174,10 +181,15 @@ class ReminderService:
         return f"\n(This was due at {local}; I was offline then, so it comes late.)"
 
     def _parse_time(self, text: str) -> datetime:
+        if _DATE_ONLY.fullmatch(text.strip()):  # midnight is seldom what "remind me on Friday" means
+            raise InvalidReminder(f"{text!r} has no time of day; give one, like {text.strip()}T09:00")
         try:
             moment = datetime.fromisoformat(text.strip())
         except ValueError as error:
             raise InvalidReminder(f"{text!r} is not a time like 2026-12-24T18:00") from error
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=self._zone)
-        return moment.astimezone(UTC)
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError as error:
+            raise InvalidReminder(f"{text!r} is further ahead than a reminder can be") from error

@@ -22,6 +22,7 @@ from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
 from tests.postgres_server import OpenDatabases
+from tests.tools.test_mcp import tool_results
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -364,3 +365,34 @@ async def test_a_stop_in_the_middle_of_many_due_reminders_keeps_the_unsent_ones(
     delivered = [text.split("\n")[0] for _, _, text in outbox.sent + after_start.sent]
     assert len(delivered) == len(set(delivered)) == 5  # none twice; the one cut off while being sent is not repeated
     assert [r.text for r in await restarted.pending("telegram:1")] == ["stand-up"]  # repeating: its next time
+
+
+async def test_the_model_is_told_in_words_what_a_reminder_time_lacks(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    from tests.conftest import env_for
+
+    app = Application(env_for(workspace_dir, fake_openai, bot_timezone="Europe/Berlin"))
+    try:
+        asked = [
+            {"text": "call the bank", "at": "2027-03-05"},  # "on Friday": midnight is not what was meant
+            {"text": "renew the passport", "delay": "99999999d"},
+            {"text": "water the plants", "cron": "0 9 * * */0"},
+            {"text": "early train", "at": "2027-03-28T02:30"},  # the hour the clocks skip in Berlin
+        ]
+        fake_openai.script(
+            Reply(tool_calls=[ToolCallSpec("schedule_reminder", args, id=f"r{n}") for n, args in enumerate(asked)]),
+            "Done what I could.",
+        )
+        await say(app, channel, "1", "remind me of these")
+        refused, skipped_hour = tool_results(fake_openai)[:3], tool_results(fake_openai)[3]
+        assert refused == [
+            "Error: '2027-03-05' has no time of day; give one, like 2027-03-05T09:00",
+            "Error: '99999999d' is further ahead than a reminder can be",
+            "Error: day of week '*/0': a step must be 1 or more",
+        ]
+        assert (
+            skipped_hour.startswith("Scheduled [") and "2027-03-28 03:30 (Europe/Berlin): early train" in skipped_hour
+        )
+    finally:
+        await app.stop()
