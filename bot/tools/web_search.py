@@ -76,13 +76,15 @@ async def search(query: str, config: WebConfig, keys: Mapping[str, str]) -> list
     except TimeoutError as error:
         raise ToolError(f"the search provider did not answer within {config.search_timeout_seconds:.0f} s") from error
     except aiohttp.ClientError as error:
-        raise ToolError(f"the search provider could not be reached: {type(error).__name__}") from error
+        raise ToolError(f"the search provider could not be reached: {type(error).__name__}: {error}") from error
     raise ToolError("web search is off: no web.searchProvider is configured")
 
 
 async def _json(response: aiohttp.ClientResponse, provider: str) -> dict[str, Any]:
     if response.status >= 400:
-        raise ToolError(f"{provider} answered HTTP {response.status}")
+        # SearXNG refuses a format its settings leave out with 403, the one slip of its setup.
+        hint = " (is json among its search.formats?)" if provider == "SearXNG" and response.status == 403 else ""
+        raise ToolError(f"{provider} answered HTTP {response.status}{hint}")
     try:
         data = await response.json(content_type=None)
     except ValueError as error:

@@ -5,7 +5,9 @@ pages cut, the providers' HTTP APIs, and the switches that turn the tools off.""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,14 +84,15 @@ class FakeWeb:
         app.router.add_get("/binary-as-text", self._bytes(bytes(range(256)) * 40, "text/html"))
         app.router.add_get("/nested", self._bytes(b"<div>" * 5000 + b"at the bottom" + b"</div>" * 5000, "text/html"))
         app.router.add_get("/searx/search", self._searxng)
+        app.router.add_get("/searx-html-only/search", self._page("<h1>403 Forbidden</h1>", "text/html", status=403))
         app.router.add_get("/brave", self._brave)
         app.router.add_post("/tavily", self._tavily)
         return app
 
     @staticmethod
-    def _page(text: str, content_type: str) -> Any:
+    def _page(text: str, content_type: str, status: int = 200) -> Any:
         async def handler(request: web.Request) -> web.Response:
-            return web.Response(text=text, content_type=content_type)
+            return web.Response(text=text, content_type=content_type, status=status)
 
         return handler
 
@@ -368,3 +371,32 @@ async def test_a_provider_that_fails_is_a_tool_error(
     fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "x"}, id="s1")]), "sorry")
     assert await say(web_services, channel, "1", "search x") == "sorry"
     assert tool_results(fake_openai) == ["Error: SearXNG answered HTTP 404"]
+
+
+async def test_a_search_backend_that_is_down_or_set_up_without_json_is_said_to_the_model_and_the_log(
+    web_services: Application,
+    channel: RecordingChannel,
+    fake_openai: FakeOpenAI,
+    fake_web: FakeWeb,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]  # nothing listens there once the probe is closed
+    backends = [f"http://127.0.0.1:{closed_port}", f"{fake_web.root}/searx-html-only"]
+    results = []
+    for backend in backends:
+        write_config(web_services, {"web": {"searchProvider": "searxng", "searchUrl": backend}})
+        fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "sorry")
+        assert await say(web_services, channel, "1", "search otters") == "sorry"
+        results.append(tool_results(fake_openai)[-1])  # this turn's: the newest
+    down, html_only = results
+    assert down.startswith("Error: the search provider could not be reached: ClientConnectorError: Cannot connect")
+    assert f"127.0.0.1:{closed_port}" in down
+    assert html_only == "Error: SearXNG answered HTTP 403 (is json among its search.formats?)"
+    failures = [r.getMessage() for r in caplog.records if "web_search failed in" in r.getMessage()]
+    assert len(failures) == 2
+    assert failures[0].endswith(down.removeprefix("Error: ")) and failures[1].endswith(
+        "chars: SearXNG answered HTTP 403 (is json among its search.formats?)"
+    )
