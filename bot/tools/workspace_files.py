@@ -41,6 +41,8 @@ MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
 # A NUL byte in this much of a file's start marks it as binary (no text has one).
 BINARY_SNIFF_BYTES = 8192
+# A folder's listing shows this many entries, and says how many more there are.
+MAX_LISTED_ENTRIES = 500
 # How much of a refused path an error repeats.
 SHOWN_PATH_CHARS = 120
 
@@ -170,12 +172,21 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
         header = f"[{jail.display(path)}: lines {args.offset + 1}-{last} of {total}{more}{cut}]"
         return f"{header}\n{body}"
 
+    def unwritable(raw: str, path: Path, error: OSError) -> ToolError:
+        in_the_way = next((folder for folder in path.parents if folder.exists() and not folder.is_dir()), None)
+        if in_the_way is not None:
+            return ToolError(f"{_shown(raw)} cannot be written: {jail.display(in_the_way)} is a file, not a folder")
+        return ToolError(f"{_shown(raw)} cannot be written: {error.strerror or type(error).__name__}")
+
     async def write_file(args: WriteFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
         path = jail.resolve(args.path, ctx.session_id, for_writing=True, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder")
-        await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
+        try:
+            await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
+        except OSError as error:  # a file where a folder should be, a full disk, a read-only mount
+            raise unwritable(args.path, path, error) from error
         return f"Wrote {len(args.content)} characters to {jail.display(path)}."
 
     async def append_file(args: AppendFileArgs, ctx: ToolContext) -> str:
@@ -183,7 +194,10 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
         path = jail.resolve(args.path, ctx.session_id, for_writing=True, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder")
-        await append_text(path, args.content)
+        try:
+            await append_text(path, args.content)
+        except OSError as error:  # a file where a folder should be, a full disk, a read-only mount
+            raise unwritable(args.path, path, error) from error
         return f"Appended {len(args.content)} characters to {jail.display(path)}."
 
     async def list_dir(args: ListDirArgs, ctx: ToolContext) -> str:
@@ -257,4 +271,7 @@ def _describe_entries(folder: Path, jail: WorkspaceJail, session_id: str, owner:
         else:
             size = entry.stat(follow_symlinks=False).st_size
             entries.append(f"{entry.name} ({size} bytes)")
-    return entries[:500]
+    if len(entries) > MAX_LISTED_ENTRIES:
+        left_out = len(entries) - MAX_LISTED_ENTRIES
+        return [*entries[:MAX_LISTED_ENTRIES], f"… and {left_out} more entries, not listed"]
+    return entries

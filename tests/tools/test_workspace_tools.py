@@ -153,3 +153,18 @@ async def test_a_huge_file_is_read_a_page_at_a_time_without_holding_it(registry:
         f"[huge.log: lines 1-{shown} of 300000; {300_000 - shown} more lines, read with offset={shown}; cut at {limit}"
     )
     assert len(first_page) < limit + 200
+
+
+async def test_a_write_the_disk_refuses_and_a_crowded_folder_are_said_plainly(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    (tmp_path / "notes").write_text("a file, not a folder")
+    for tool in ("write_file", "append_file"):
+        result = await run(registry, tool, path="notes/today.md", content="x")
+        assert result == "Error: 'notes/today.md' cannot be written: notes is a file, not a folder"
+    (tmp_path / "photos").mkdir()
+    for number in range(503):
+        (tmp_path / "photos" / f"{number:04}.jpg").touch()
+    listing = (await run(registry, "list_dir", path="photos")).splitlines()
+    assert listing[0] == "0000.jpg (0 bytes)" and listing[499] == "0499.jpg (0 bytes)"
+    assert listing[500:] == ["… and 3 more entries, not listed"]
