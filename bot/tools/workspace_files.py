@@ -154,6 +154,7 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
         path = jail.resolve(args.path, ctx.session_id, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder; use list_dir")
+        _check_regular(args.path, path)
         max_chars = ctx.config.tool_loop.max_read_chars
         try:
             chosen, total = await asyncio.to_thread(_read_lines, path, args.offset, args.limit, max_chars)
@@ -194,6 +195,7 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
         path = jail.resolve(args.path, ctx.session_id, for_writing=True, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder")
+        _check_regular(args.path, path)
         try:
             await append_text(path, args.content)
         except OSError as error:  # a file where a folder should be, a full disk, a read-only mount
@@ -247,6 +249,13 @@ def _read_lines(path: Path, offset: int, limit: int, max_chars: int) -> tuple[li
                     kept += len(line) + 1
                 total += 1
     return chosen, total
+
+
+def _check_regular(raw: str, path: Path) -> None:
+    """Refuse a named pipe, a socket or a device: opening one waits for a writer or reader that may never
+    come, and would hold a worker thread (and the bot's stop) for good."""
+    if path.exists() and not path.is_file():
+        raise ToolError(f"{_shown(raw)} is not a regular file (a pipe, a socket or a device)")
 
 
 def _sees_owner(ctx: ToolContext) -> bool:

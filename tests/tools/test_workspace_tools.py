@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -168,3 +170,14 @@ async def test_a_write_the_disk_refuses_and_a_crowded_folder_are_said_plainly(
     listing = (await run(registry, "list_dir", path="photos")).splitlines()
     assert listing[0] == "0000.jpg (0 bytes)" and listing[499] == "0499.jpg (0 bytes)"
     assert listing[500:] == ["… and 3 more entries, not listed"]
+
+
+async def test_a_named_pipe_is_refused_not_waited_on(registry: ToolRegistry, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")  # nothing ever writes to it: opening it to read would wait for good
+    async with asyncio.timeout(5):
+        assert await run(registry, "read_file", path="pipe") == (
+            "Error: 'pipe' is not a regular file (a pipe, a socket or a device)"
+        )
+        assert await run(registry, "append_file", path="pipe", content="x") == (
+            "Error: 'pipe' is not a regular file (a pipe, a socket or a device)"
+        )
