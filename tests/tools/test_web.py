@@ -84,6 +84,9 @@ class FakeWeb:
         app.router.add_get("/binary-as-text", self._bytes(bytes(range(256)) * 40, "text/html"))
         app.router.add_get("/nested", self._bytes(b"<div>" * 5000 + b"at the bottom" + b"</div>" * 5000, "text/html"))
         app.router.add_get("/searx/search", self._searxng)
+        app.router.add_get(
+            "/searx-odd/search", self._page('{"results": {"error": "engine overloaded"}}', "application/json")
+        )
         app.router.add_get("/searx-html-only/search", self._page("<h1>403 Forbidden</h1>", "text/html", status=403))
         app.router.add_get("/brave", self._brave)
         app.router.add_post("/tavily", self._tavily)
@@ -400,3 +403,12 @@ async def test_a_search_backend_that_is_down_or_set_up_without_json_is_said_to_t
     assert failures[0].endswith(down.removeprefix("Error: ")) and failures[1].endswith(
         "chars: SearXNG answered HTTP 403 (is json among its search.formats?)"
     )
+
+
+async def test_a_search_answer_of_another_shape_is_no_results_not_a_crash(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    write_config(web_services, {"web": {"searchProvider": "searxng", "searchUrl": f"{fake_web.root}/searx-odd"}})
+    fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "none")
+    await say(web_services, channel, "1", "search otters")
+    assert tool_results(fake_openai) == ["No results for 'otters'."]
