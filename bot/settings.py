@@ -681,7 +681,8 @@ class MediaConfig(ConfigSection):
     """A larger image is refused with a clear answer (nothing stored)"""
     album_wait_seconds: float = Field(1.0, ge=0, le=10)
     """The first photo of an album (several sent at once, which Telegram delivers one by one) waits this long for
-    the others, to be answered with them as one message."""
+    the others, to be answered with them as one message; in a group, a photo waits as long for the one that
+    addresses the bot."""
     images_in_prompt: int = Field(3, ge=0, le=50)
     """The images of the newest this-many user messages with images go to the model; older ones as a one-line stand-in.
     """

@@ -77,6 +77,22 @@ class BadRequest(TelegramApiError):
     def not_modified(self) -> bool:
         return "message is not modified" in self.description.lower()
 
+    @property
+    def message_gone(self) -> bool:
+        """The message to edit is no more (deleted by hand, or with its forum topic)."""
+        return "message to edit not found" in self.description.lower()
+
+    @property
+    def topic_closed(self) -> bool:
+        """The forum topic sent to is closed, and the bot is no admin there."""
+        return "topic_closed" in self.description.lower()
+
+    @property
+    def topic_deleted(self) -> bool:
+        """The forum topic sent to is deleted (Telegram says it either way)."""
+        description = self.description.lower()
+        return "topic_deleted" in description or "message thread not found" in description
+
 
 class ChatUpgraded(TelegramApiError):
     """400 "group chat was upgraded to a supergroup chat": the group lives on under `new_chat_id`, where the

@@ -10,8 +10,9 @@ and run chats concurrently, so this side never waits for a reply.
 
 Sending: `TelegramDelivery` (formatting, splitting, retries), and `TelegramReplyStream` for replies
 shown while they are written. A chat id names a chat or one topic of a forum supergroup
-(`bot.domain.session.topic_chat_id`): every send to it goes to that topic (`TelegramChat`). The slash
-commands are registered with setMyCommands at start.
+(`bot.domain.session.topic_chat_id`): every send to it goes to that topic (`TelegramChat`). A send the
+chat refuses goes where `ChatRedirects` says instead (the supergroup a group became, the General topic of
+a topic closed or deleted). The slash commands are registered with setMyCommands at start.
 """
 
 from __future__ import annotations
@@ -30,19 +31,24 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from bot.channels.base import Channel, FileUnavailable, InboundHandler
-from bot.channels.telegram_api import ChatUpgraded, TelegramApiError, TelegramBackend, TelegramChat
+from bot.channels.telegram_albums import Albums
+from bot.channels.telegram_api import TelegramApiError, TelegramBackend, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
+from bot.channels.telegram_redirects import ChatRedirects, SendIn, led_by
 from bot.channels.telegram_stream import TelegramReplyStream
 from bot.channels.telegram_updates import (
     ALLOWED_UPDATES,
     CHANNEL_TYPE,
     BotIdentity,
+    album_key,
     chat_move_from_update,
     inbound_from_update,
+    named_topic,
 )
 from bot.clock import Clock
 from bot.domain.chat_move import ChatMove
+from bot.domain.inbound import InboundMessage
 from bot.domain.turn import ReplyStream
 from bot.http.listener import HttpListener
 from bot.ledger.turns import TurnLedger
@@ -104,8 +110,8 @@ class TelegramChannel(Channel):
         self._receiving = False
         self._polling: LongPolling | None = None
         self._background: set[asyncio.Task[None]] = set()
-        # Groups upgraded to supergroups: the old id, the new one, as a refused send told it.
-        self._upgraded: dict[int, int] = {}
+        self._redirects = ChatRedirects(self._upgraded_to)
+        self._albums = Albums()
         if webhook is not None:
             webhook.listener.add_route("POST", webhook.path, self._on_webhook)
 
@@ -194,8 +200,9 @@ class TelegramChannel(Channel):
             self._ledger.handed_over(CHANNEL_TYPE, str(update_id))
 
     async def _hand_over(self, update: dict[str, Any], handler: InboundHandler, identity: BotIdentity) -> None:
-        """Turn the update into a message and give it to `handler` (which records it); a button press is answered."""
-        update_id = update.get("update_id")
+        """Turn the update into a message and give it to `handler` (which records it); a button press is answered.
+        The messages of an album are handed over one at a time, and in a group once the album addresses the bot
+        (`Albums`)."""
         query = update.get("callback_query")
         if isinstance(query, dict):
             # The bot sends no buttons of its own: any press is stale. Answer it so the spinner stops.
@@ -205,14 +212,42 @@ class TelegramChannel(Channel):
         if move is not None:
             await self._chat_moved(move)
             return
+        topic = named_topic(update)
+        if topic is not None:
+            self._redirects.topic_named(topic)
         config = self._config()
-        inbound = inbound_from_update(update, identity, config.telegram.groups, config.media.max_image_pixels)
+        album = album_key(update)
+        if album is None:
+            await self._handed(handler, self._inbound(update, identity, config, album_addressed=False), update)
+            return
+        async with self._albums.handing_over:
+            addressed = self._albums.addressed(album)
+            inbound = self._inbound(update, identity, config, album_addressed=addressed)
+            if not addressed:
+                now, wait = self.clock.monotonic(), config.media.album_wait_seconds
+                if inbound is None:
+                    self._albums.hold(album, update, now, wait)
+                    return
+                # The album's first message for the bot: its messages that came before (not addressed to the
+                # bot in a group) are for the bot too, and handed over first, in their order.
+                for held in self._albums.address(album, now, wait):
+                    await self._handed(handler, self._inbound(held, identity, config, album_addressed=True), held)
+            await self._handed(handler, inbound, update)
+
+    def _inbound(
+        self, update: dict[str, Any], identity: BotIdentity, config: RuntimeConfig, *, album_addressed: bool
+    ) -> InboundMessage | None:
+        return inbound_from_update(
+            update, identity, config.telegram.groups, config.media.max_image_pixels, album_addressed=album_addressed
+        )
+
+    async def _handed(self, handler: InboundHandler, inbound: InboundMessage | None, update: dict[str, Any]) -> None:
         if inbound is None:
             return
         try:
             await handler(inbound)
         except Exception:
-            log.exception("[Telegram] Handing over update %s failed", update_id)
+            log.exception("[Telegram] Handing over update %s failed", update.get("update_id"))
 
     async def _on_webhook(self, request: web.Request) -> web.StreamResponse:
         assert self._webhook is not None
@@ -245,7 +280,7 @@ class TelegramChannel(Channel):
 
     async def _chat_moved(self, move: ChatMove) -> None:
         """A group upgraded to a supergroup: sends to it go to the new id, and the wiring moves its data."""
-        self._upgraded[int(move.old_chat_id)] = int(move.new_chat_id)
+        self._redirects.upgraded(int(move.old_chat_id), int(move.new_chat_id))
         if self.chat_moved is None:
             return
         try:
@@ -255,28 +290,15 @@ class TelegramChannel(Channel):
 
     # Sending.
 
-    def _chat(self, chat_id: str) -> TelegramChat:
-        """Where to send: a group's new id once it was upgraded to a supergroup."""
-        chat = TelegramChat.of(chat_id)
-        moved_to = self._upgraded.get(chat.id)
-        return chat if moved_to is None else TelegramChat(moved_to, chat.thread_id)
-
-    async def _in_chat(self, chat_id: str, call: Callable[[TelegramChat], Awaitable[_T]]) -> _T:
-        """`call` made in the chat; when the group was upgraded to a supergroup meanwhile, made again there."""
-        target = self._chat(chat_id)
-        try:
-            return await call(target)
-        except DeliveryFailed as failure:
-            upgraded = failure.__cause__
-            if not isinstance(upgraded, ChatUpgraded):
-                raise
-        log.warning("[Telegram] Chat %s was upgraded to the supergroup %s; sending there", target, upgraded.new_chat_id)
-        await self._upgraded_to(target.id, upgraded.new_chat_id)
-        return await call(TelegramChat(upgraded.new_chat_id, target.thread_id))
+    async def _in_chat(self, chat_id: str, call: SendIn[_T]) -> _T:
+        """`call` made in the chat, or where its sends go when it refuses them (`ChatRedirects`)."""
+        return await self._redirects.send(self._redirects.chat(chat_id), call)
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
         config = self._config().telegram
-        message_id = await self._in_chat(chat_id, lambda chat: self._delivery.send(chat, text, config))
+        message_id = await self._in_chat(
+            chat_id, lambda chat, note: self._delivery.send(chat, led_by(note, text), config)
+        )
         return None if message_id is None else str(message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
@@ -287,9 +309,10 @@ class TelegramChannel(Channel):
     async def send_file(self, chat_id: str, file_name: str, data: bytes, caption: str | None = None) -> bool:
         config = self._config().telegram
 
-        async def send(chat: TelegramChat) -> int:
+        async def send(chat: TelegramChat, note: str | None) -> int:
+            captioned = led_by(note, caption or "") or None
             return await call_with_retries(
-                lambda: self._backend.send_document(chat, file_name, data, caption, config.send_timeout_seconds),
+                lambda: self._backend.send_document(chat, file_name, data, captioned, config.send_timeout_seconds),
                 config,
                 "sendDocument",
             )
@@ -298,7 +321,9 @@ class TelegramChannel(Channel):
         return True
 
     def open_stream(self, chat_id: str) -> ReplyStream | None:
-        return TelegramReplyStream(self._delivery, self._chat(chat_id), self._config, self.clock, self._upgraded_to)
+        return TelegramReplyStream(
+            self._delivery, self._redirects.chat(chat_id), self._config, self.clock, self._redirects
+        )
 
     async def _upgraded_to(self, old_chat_id: int, new_chat_id: int) -> None:
         await self._chat_moved(ChatMove(CHANNEL_TYPE, str(old_chat_id), str(new_chat_id)))
@@ -317,4 +342,4 @@ class TelegramChannel(Channel):
 
     async def send_typing(self, chat_id: str) -> None:
         # One try: a missed indicator is harmless, and retrying it would only delay the reply.
-        await self._backend.send_chat_action(self._chat(chat_id), "typing")
+        await self._backend.send_chat_action(self._redirects.chat(chat_id), "typing")

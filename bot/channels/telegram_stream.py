@@ -11,8 +11,10 @@ In a private chat the part still being written is a draft (sendMessageDraft): it
 never have them; an older Bot API server may not know the method) the stream falls back to sending the
 first part and editing it (editMessageText).
 
-A group upgraded to a supergroup while the reply was written (Telegram refuses the old id, naming the new
-one) gets the whole reply in the supergroup, and the channel is told (`upgraded`).
+A chat that refuses the reply while it is written gets it where `ChatRedirects` sends it instead, whole,
+and the rest of the reply follows there: the supergroup a group became, or the General topic of a forum
+topic closed or deleted meanwhile (led by a line that says which topic it is for). A message of the reply
+that is gone when it is to be edited (deleted by hand, or with its topic) is sent anew.
 
 Updates are best effort: one that fails is logged and live updates stop. `finish` shows the final
 text with the full retry policy; if that fails it is logged (the turn is in the session either way).
@@ -23,11 +25,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from bot.channels.telegram_api import BadRequest, ChatUpgraded, Refused, TelegramApiError, TelegramChat
+from bot.channels.telegram_api import BadRequest, Refused, TelegramApiError, TelegramChat
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery
 from bot.channels.telegram_format import TelegramText, split_for_telegram
+from bot.channels.telegram_redirects import ChatRedirects, led_by
 from bot.clock import Clock
 from bot.settings import RuntimeConfig, TelegramConfig
 
@@ -46,13 +49,15 @@ class TelegramReplyStream:
         chat: TelegramChat,
         config: Callable[[], RuntimeConfig],
         clock: Clock,
-        upgraded: Callable[[int, int], Awaitable[None]] | None = None,
+        redirects: ChatRedirects,
     ) -> None:
-        """`upgraded(old id, new id)` is told when the chat turns out to be a group upgraded to a supergroup."""
+        """`redirects` says where the reply goes when `chat` refuses it."""
         self._delivery = delivery
-        self._upgraded = upgraded
+        self._redirects = redirects
         self._clock = clock
         self._chat = chat
+        # Leads the reply where it was sent instead of its chat (None: in its chat, or nothing to say).
+        self._note: str | None = None
         # The configuration as the turn began: read once, not at each piece of text the model sends.
         self._config = config()
         self._opened = clock.monotonic()
@@ -97,21 +102,14 @@ class TelegramReplyStream:
             log.error("[Telegram] Reply to %s could not be delivered: %s", self._chat, error)
 
     async def _shown(self, markdown: str, *, final: bool) -> None:
-        """`_show`, in the supergroup when the group was upgraded to one."""
-        try:
-            await self._show(markdown, final=final)
-            return
-        except DeliveryFailed as failure:
-            upgraded = failure.__cause__
-            if not isinstance(upgraded, ChatUpgraded):
-                raise
-        log.warning("[Telegram] Chat %s was upgraded to the supergroup %s; the reply goes there", self._chat,
-                    upgraded.new_chat_id)  # fmt: skip
-        if self._upgraded is not None:
-            await self._upgraded(self._chat.id, upgraded.new_chat_id)
-        self._chat = TelegramChat(upgraded.new_chat_id, self._chat.thread_id)
-        self._messages = []  # what was shown stays in the old group
-        await self._show(markdown, final=final)
+        """`_show` in the chat, or where the reply goes when the chat refuses it (`ChatRedirects`)."""
+        await self._redirects.send(self._chat, lambda chat, note: self._show_in(chat, note, markdown, final=final))
+
+    async def _show_in(self, chat: TelegramChat, note: str | None, markdown: str, *, final: bool) -> None:
+        if chat != self._chat:
+            # The reply goes on there, whole: what was shown stays where it was.
+            self._chat, self._note, self._messages = chat, note, []
+        await self._show(led_by(self._note, markdown), final=final)
 
     async def _show(self, markdown: str, *, final: bool) -> None:
         config = self._config.telegram
@@ -123,13 +121,25 @@ class TelegramReplyStream:
             if index < len(self._messages):
                 message_id, shown = self._messages[index]
                 if shown != part:
-                    await self._delivery.edit_part(self._chat.id, message_id, part, config)
-                    self._messages[index] = (message_id, part)
+                    self._messages[index] = (await self._edited(message_id, part, config), part)
             else:
                 message_id = await self._delivery.send_part(self._chat, part, config)
                 self._messages.append((message_id, part))
         if drafting:
             await self._draft(parts[-1], config)
+
+    async def _edited(self, message_id: int, part: TelegramText, config: TelegramConfig) -> int:
+        """The message `message_id` edited to show `part`, or `part` sent anew when the message is gone; the id
+        of the message that shows it."""
+        try:
+            await self._delivery.edit_part(self._chat.id, message_id, part, config)
+            return message_id
+        except DeliveryFailed as failure:
+            gone = failure.__cause__
+            if not (isinstance(gone, BadRequest) and gone.message_gone):
+                raise
+        log.info("[Telegram] A message of the reply to %s is gone; sending its part anew", self._chat)
+        return await self._delivery.send_part(self._chat, part, config)
 
     async def _draft(self, part: TelegramText, config: TelegramConfig) -> None:
         assert self._draft_id is not None

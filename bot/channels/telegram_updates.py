@@ -29,6 +29,8 @@ What becomes a message, and what does not:
   answering them would be noise;
 - in groups only messages addressed to the bot count (see `TelegramGroupsConfig`): a mention of
   @bot_username, a reply to the bot, or a command; a command for another bot (`/help@other_bot`) never.
+  An album is addressed as a whole: only one of its messages carries the caption that mentions the bot,
+  and the channel says which albums are (`album_key`, `album_addressed`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from bot.domain.chat_move import ChatMove
 from bot.domain.inbound import Attachment, InboundMessage
@@ -95,13 +97,57 @@ def chat_move_from_update(update: dict[str, Any]) -> ChatMove | None:
     return None
 
 
+class TopicName(NamedTuple):
+    """The name of a forum topic, as an update tells it."""
+
+    chat_id: int
+    thread_id: int
+    name: str
+    # A rename (`forum_topic_edited`), rather than the name the topic was opened with.
+    renamed: bool
+
+
+def named_topic(update: dict[str, Any]) -> TopicName | None:
+    """The name of the forum topic a message was sent in, when the update tells it: a topic's message that
+    replies to none carries the topic's opening (`forum_topic_created`) as `reply_to_message`, and a topic
+    renamed says so in a service message (`forum_topic_edited`)."""
+    message = update.get("message")
+    if not isinstance(message, dict):
+        return None
+    chat_id, thread = (message.get("chat") or {}).get("id"), message.get("message_thread_id")
+    if not isinstance(chat_id, int) or not isinstance(thread, int) or message.get("is_topic_message") is not True:
+        return None
+    replied = message.get("reply_to_message")
+    opening = replied.get("forum_topic_created") if isinstance(replied, dict) else None
+    for named, renamed in ((message.get("forum_topic_edited"), True), (message.get("forum_topic_created"), False),
+                           (opening, False)):  # fmt: skip
+        if isinstance(named, dict) and isinstance(named.get("name"), str) and named["name"].strip():
+            return TopicName(chat_id, thread, named["name"], renamed)
+    return None
+
+
+def album_key(update: dict[str, Any]) -> str | None:
+    """The album (`media_group_id`) a new message belongs to, as a key unique among all chats; None for an edit
+    and for a message sent alone."""
+    message = update.get("message")
+    if not isinstance(message, dict) or not message.get("media_group_id"):
+        return None
+    return f"{(message.get('chat') or {}).get('id')}/{message['media_group_id']}"
+
+
 def inbound_from_update(
-    update: dict[str, Any], bot: BotIdentity, groups: TelegramGroupsConfig, max_image_pixels: int = 1_600_000
+    update: dict[str, Any],
+    bot: BotIdentity,
+    groups: TelegramGroupsConfig,
+    max_image_pixels: int = 1_600_000,
+    *,
+    album_addressed: bool = False,
 ) -> InboundMessage | None:
     """The message a person sent in `update`, or None when the update is ignored by design.
 
     `max_image_pixels`: of a photo's sizes, the largest within this many pixels is taken (the
-    smallest when none is).
+    smallest when none is). `album_addressed`: the message belongs to an album of a group that another
+    of its messages addressed to the bot, so it is for the bot too.
     """
     message = update.get("message")
     edited = False
@@ -129,7 +175,7 @@ def inbound_from_update(
         if not groups.enabled:
             return None
         addressed, mentioned = _addressed_in_group(message, text, entities, bot, groups, forwarded_from)
-        if not addressed:
+        if not addressed and not (album_addressed and not edited):
             return None
     # The entities' offsets are the text's as it came: the links are written out after they were read.
     text = _with_links(text, entities)

@@ -554,6 +554,68 @@ async def test_a_photo_of_an_album_that_cannot_be_taken_is_said_and_the_rest_ans
     assert len(fake_openai.image_urls()) == 2
 
 
+@pytest.mark.parametrize("caption_on", [0, 2], ids=["caption-first", "caption-last"])
+async def test_an_album_addressed_in_a_group_is_one_message_whichever_photo_names_the_bot(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, caption_on: int
+) -> None:
+    fake_openai.script("Three lovely photos.")
+    # Only one photo carries the caption that names the bot; right after, the same member sends another album
+    # and a message, neither for the bot, then asks the bot something else.
+    fake_telegram.push_album(GROUP, 3, caption="@test_bot what are these?", caption_on=caption_on)
+    fake_telegram.push_album(GROUP, 2, contents=[b"\xff\xd8\xff\xe0other-a", b"\xff\xd8\xff\xe0other-b"])
+    fake_telegram.push_message(GROUP, "nice ones")
+    fake_telegram.push_message(GROUP, "@test_bot thanks")
+    replies = await fake_telegram.await_messages(GROUP, 2)
+    assert [m.text for m in replies] == ["Three lovely photos.", "echo: User1001: thanks"]
+    album, thanks = fake_openai.conversation_requests()
+    assert fake_openai.user_texts(album) == ["User1001: what are these?"]
+    assert len(fake_openai.image_urls(album)) == 3
+    assert fake_openai.user_texts(thanks)[-1] == "User1001: thanks"
+    stored = json.loads((bot.workspace / "sessions" / f"telegram:{GROUP}.json").read_text())["messages"]
+    assert [(m["content"], len(m.get("media") or [])) for m in stored if m["role"] == "user"] == [
+        ("what are these?", 3),
+        ("thanks", 0),
+    ]
+    assert len(fake_telegram.calls_to("getFile")) == 3  # the other album's photos were never fetched
+
+
+@pytest.mark.parametrize("chat", [GROUP, OWNER], ids=["group", "private"])
+async def test_an_album_is_one_message_when_its_photos_are_posted_to_the_webhook_at_once(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str, chat: int
+) -> None:
+    bot = await start_webhook_bot(workspace_dir, fake_openai, fake_telegram, backend)
+    try:
+        fake_openai.script("Three photos.")
+        updates = fake_telegram.push_album(chat, 3, caption="@test_bot and these?", caption_on=1)
+        posted = await asyncio.gather(*(fake_telegram.post_webhook_update(update) for update in updates))
+        assert posted == [200, 200, 200]
+        assert [m.text for m in await fake_telegram.await_messages(chat)] == ["Three photos."]
+        await bot.app.router.dispatcher.drain()
+        assert len(fake_telegram.sent_messages(chat)) == 1
+        [asked] = fake_openai.conversation_requests()
+        assert fake_openai.user_texts(asked) == ["User1001: and these?" if chat == GROUP else "@test_bot and these?"]
+        assert len(fake_openai.image_urls(asked)) == 3
+    finally:
+        await bot.stop()
+
+
+async def test_an_album_in_a_group_that_does_not_name_the_bot_gets_no_answer_and_no_model_call(
+    bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    fake_telegram.push_album(GROUP, 3)
+    fake_telegram.push_album(GROUP, 2, caption="our holiday", caption_on=1)
+    assert await ask(fake_telegram, GROUP, "@test_bot hello") == "echo: User1001: hello"
+    await bot.app.router.dispatcher.drain()
+    assert [m.text for m in fake_telegram.sent_messages(GROUP)] == ["echo: User1001: hello"]
+    [asked] = fake_openai.conversation_requests()
+    assert fake_openai.user_texts(asked) == ["User1001: hello"] and fake_openai.image_urls(asked) == []
+    assert fake_telegram.calls_to("getFile") == []
+    assert list((bot.workspace / "media").rglob("*")) == []
+    # The turn ledger saw the updates, and received the one message only.
+    records = [json.loads(line) for line in (bot.workspace / "state" / "turns.jsonl").read_text().splitlines()]
+    assert [record["received"]["text"] for record in records if "received" in record] == ["hello"]
+
+
 async def test_a_gif_is_an_animation_not_a_file_to_read(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:

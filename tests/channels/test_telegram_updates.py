@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from bot.channels.telegram_updates import BotIdentity, chat_move_from_update, inbound_from_update
+from bot.channels.telegram_updates import (
+    BotIdentity,
+    TopicName,
+    album_key,
+    chat_move_from_update,
+    inbound_from_update,
+    named_topic,
+)
 from bot.domain.chat_move import ChatMove
 from bot.domain.inbound import Attachment
 from bot.domain.message import Quote
@@ -218,6 +225,20 @@ def test_a_message_in_a_forum_topic_names_the_topic_and_the_general_topic_names_
     assert general is not None and general.session_id == "telegram:-1001234567"
 
 
+def test_a_topic_is_named_by_its_opening_and_by_a_rename() -> None:
+    forum: dict[str, Any] = {"chat_id": -1001234567, "chat_type": "supergroup"}
+    opening = {"message_id": 5, "date": 0, "chat": {"id": -1001234567, "type": "supergroup"},
+               "forum_topic_created": {"name": "Trips", "icon_color": 0}}  # fmt: skip
+    in_topic = message_update("hi all", **forum, message_thread_id=5, is_topic_message=True, reply_to_message=opening)
+    assert named_topic(in_topic) == TopicName(-1001234567, 5, "Trips", renamed=False)
+    renamed = message_update(**forum, message_thread_id=5, is_topic_message=True, forum_topic_edited={"name": "Oslo"})
+    assert named_topic(renamed) == TopicName(-1001234567, 5, "Oslo", renamed=True)
+    # A reply within the topic names no topic; nor does a message of General.
+    replying = message_update("yes", **forum, message_thread_id=5, is_topic_message=True,
+                              reply_to_message={"message_id": 6, "text": "go?"})  # fmt: skip
+    assert named_topic(replying) is None and named_topic(message_update("hi", **forum)) is None
+
+
 def test_a_reply_thread_outside_a_forum_is_no_topic() -> None:
     # In a supergroup without topics a reply carries its thread's id, but no `is_topic_message`.
     replied = {"message_id": 3, "date": 0, "chat": {"id": -1001234567, "type": "supergroup"},
@@ -241,6 +262,21 @@ def test_in_a_group_only_what_is_addressed_to_the_bot_counts() -> None:
     assert command is not None and command.text == "/status" and command.user_id == "1001"
     assert inbound_from_update(group("/status@test_bot"), BOT, GROUPS) is not None
     assert inbound_from_update(group("/status@other_bot"), BOT, GROUPS) is None
+
+
+def test_a_photo_of_an_album_addressed_to_the_bot_is_for_the_bot_in_a_group() -> None:
+    photo = [{"file_id": "f", "width": 1, "height": 1}]
+    update = group("", photo=photo, media_group_id="77")
+    del update["message"]["text"]
+    assert album_key(update) == "-100555/77"
+    assert inbound_from_update(update, BOT, GROUPS) is None
+    inbound = inbound_from_update(update, BOT, GROUPS, album_addressed=True)
+    assert inbound is not None and inbound.media_group == "77" and inbound.attachment is not None
+    # An edit is never part of an album; nothing is for a bot told to stay out of groups.
+    assert album_key(message_update(photo=photo, media_group_id="77")) == "42/77"
+    assert album_key({"update_id": 1, "edited_message": update["message"]}) is None
+    assert album_key(group("hello")) is None
+    assert inbound_from_update(update, BOT, TelegramGroupsConfig(enabled=False), album_addressed=True) is None
 
 
 def test_group_gating_is_configurable() -> None:

@@ -121,6 +121,10 @@ def _bad_request(detail: str) -> BotApiError:
 
 # What Telegram answers to any call that names a basic group since upgraded to a supergroup.
 GROUP_UPGRADED = "group chat was upgraded to a supergroup chat"
+# What Telegram answers to a message sent to a forum topic closed to the bot (no admin there), and to one
+# sent to a topic deleted (or never opened); a deleted topic is also refused as "TOPIC_DELETED".
+TOPIC_CLOSED = "TOPIC_CLOSED"
+TOPIC_NOT_FOUND = "message thread not found"
 
 
 class _DropConnection(Exception):
@@ -858,6 +862,9 @@ class _World:
         self._messages: dict[tuple[int, int], _StoredMessage] = {}
         # A forum's topics: the id of each (its opening service message's id, as Telegram numbers them).
         self._topics: dict[int, set[int]] = {}
+        # Topics closed (the bot may not post there), and deleted ones with what a send to them is answered.
+        self._closed_topics: set[tuple[int, int]] = set()
+        self._deleted_topics: dict[tuple[int, int], str] = {}
         self._files: dict[str, _StoredFile] = {}
         self._file_seq = itertools.count(1)
         # Basic groups upgraded to supergroups: the old id, the new one.
@@ -918,8 +925,29 @@ class _World:
         messages that reply to none); a topic the chat does not have is refused as Telegram does."""
         with self.lock:
             if thread_id not in self._topics.get(chat_id, set()):
-                raise _bad_request("message thread not found")
+                raise _bad_request(self._deleted_topics.get((chat_id, thread_id), TOPIC_NOT_FOUND))
             return copy.deepcopy(self._messages[(chat_id, thread_id)].payload)
+
+    def close_topic(self, chat_id: int, thread_id: int) -> None:
+        """Close a topic: its messages stay, and the bot, no admin, may post there no more."""
+        with self.lock:
+            self.topic_opening(chat_id, thread_id)
+            self._closed_topics.add((chat_id, thread_id))
+
+    def topic_closed(self, chat_id: int, thread_id: int) -> bool:
+        with self.lock:
+            return (chat_id, thread_id) in self._closed_topics
+
+    def delete_topic(self, chat_id: int, thread_id: int, answer: str) -> None:
+        """Delete a topic with all its messages; a send to it is answered 400 `answer`."""
+        with self.lock:
+            self.topic_opening(chat_id, thread_id)
+            self._topics[chat_id].discard(thread_id)
+            self._closed_topics.discard((chat_id, thread_id))
+            self._deleted_topics[(chat_id, thread_id)] = answer
+            for (cid, message_id), stored in self._messages.items():
+                if cid == chat_id and (message_id == thread_id or stored.payload.get("message_thread_id") == thread_id):
+                    stored.deleted = True
 
     # messages
     def new_message(self, chat_id: int, from_bot: bool, payload: JsonDict) -> JsonDict:
@@ -1129,15 +1157,17 @@ class _BotApi:
             raise BotApiError(400, f"Bad Request: {GROUP_UPGRADED}", migrate_to_chat_id=moved_to)
         return chat_id
 
-    def _in_topic(self, chat_id: int, params: JsonDict) -> JsonDict:
+    def _in_topic(self, chat_id: int, params: JsonDict, *, posting: bool = True) -> JsonDict:
         """The fields a message sent with `message_thread_id` gets (none without one); a topic the chat
-        does not have is refused as Telegram does."""
+        does not have, or one closed to the bot when it posts there, is refused as Telegram does."""
         thread_id = params.get("message_thread_id")
         if thread_id is None:
             return {}
         if not isinstance(thread_id, int):
-            raise _bad_request("message thread not found")
+            raise _bad_request(TOPIC_NOT_FOUND)
         self.world.topic_opening(chat_id, thread_id)
+        if posting and self.world.topic_closed(chat_id, thread_id):
+            raise _bad_request(TOPIC_CLOSED)
         return {"message_thread_id": thread_id, "is_topic_message": True}
 
     def _format(self, params: JsonDict, *, allow_empty: bool = False) -> FormattedText:
@@ -1270,7 +1300,7 @@ class _BotApi:
         return True
 
     def send_chat_action(self, params: JsonDict) -> bool:
-        self._in_topic(self._open_chat_id(params), params)
+        self._in_topic(self._open_chat_id(params), params, posting=False)
         if params.get("action") not in _CHAT_ACTIONS:
             raise _bad_request("wrong parameter action in request")
         return True
@@ -1720,6 +1750,17 @@ class _InboundUpdates:
         topic's id (`message_thread_id`) to push messages into it."""
         return self._world.open_topic(chat_id, name, self._world.user(user_id))
 
+    def close_topic(self, chat_id: int, thread_id: int) -> None:
+        """An admin closes a topic: a message the bot (no admin) sends there is refused 400 "TOPIC_CLOSED"; what
+        was sent there stays, and can still be edited."""
+        self._world.close_topic(chat_id, thread_id)
+
+    def delete_topic(self, chat_id: int, thread_id: int, *, answer: str = TOPIC_NOT_FOUND) -> None:
+        """An admin deletes a topic and its messages: a message sent there is refused 400 `answer` ("message
+        thread not found", or "TOPIC_DELETED" as Telegram sometimes says), an edit of one of its messages
+        "message to edit not found"."""
+        self._world.delete_topic(chat_id, thread_id, answer)
+
     def push_content(self, chat_id: int, content: JsonDict, **sender: Any) -> int:
         """A user sends a message made of the Bot API's `content` fields (a location, a contact, a poll ...)
         as given; returns the update_id. `sender` takes the keyword arguments of `push_message`."""
@@ -1784,12 +1825,14 @@ class _InboundUpdates:
         count: int = 3,
         *,
         caption: str | None = None,
+        caption_on: int = 0,
         contents: list[bytes] | None = None,
         **sender: Any,
     ) -> list[int]:
         """A user sends `count` photos at once (an album): Telegram delivers each as a message of its own, in
-        one media group (the same `media_group_id`), the caption on the first. `contents`: the photos' bytes
-        (a small fake JPEG each by default). Returns the update_ids."""
+        one media group (the same `media_group_id`), the caption on the first (`caption_on`: the index of the
+        one that carries it, as they arrive). `contents`: the photos' bytes (a small fake JPEG each by
+        default). Returns the update_ids."""
         group = str(next(self._media_group_seq))
         photos = contents or [b"\xff\xd8\xff\xe0fake-jpeg-%d" % index for index in range(count)]
         updates = []
@@ -1798,7 +1841,7 @@ class _InboundUpdates:
             size = {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id, "width": 800, "height": 600,
                     "file_size": len(stored.content)}  # fmt: skip
             media = {"photo": [size], "media_group_id": group}
-            updates.append(self._push_media(chat_id, media, caption if index == 0 else None, sender))
+            updates.append(self._push_media(chat_id, media, caption if index == caption_on else None, sender))
         return updates
 
     def push_voice(

@@ -134,6 +134,31 @@ async def test_forum_topics_as_telegram_has_them(fake_telegram: FakeTelegram, pt
     assert fake_telegram.thread_ids("sendChatAction", GROUP) == [topic]
 
 
+async def test_a_topic_closed_or_deleted_refuses_what_the_bot_sends_there_as_telegram_does(
+    fake_telegram: FakeTelegram, ptb_bot: telegram.Bot
+) -> None:
+    closed, deleted, gone = (fake_telegram.open_topic(GROUP, name) for name in ("Closed", "Deleted", "Gone"))
+    shown = await ptb_bot.send_message(GROUP, "before", message_thread_id=closed)
+    kept = await ptb_bot.send_message(GROUP, "before", message_thread_id=deleted)
+    fake_telegram.close_topic(GROUP, closed)
+    fake_telegram.delete_topic(GROUP, deleted)
+    fake_telegram.delete_topic(GROUP, gone, answer="TOPIC_DELETED")
+    with pytest.raises(BadRequest, match="Topic_closed"):  # PTB capitalises the description
+        await ptb_bot.send_message(GROUP, "after", message_thread_id=closed)
+    with pytest.raises(BadRequest, match="Topic_closed"):
+        await ptb_bot.send_document(GROUP, b"abc", filename="a.txt", message_thread_id=closed)
+    # What was sent to a closed topic stays there, editable; a deleted topic's messages are gone with it.
+    await ptb_bot.edit_message_text("edited", chat_id=GROUP, message_id=shown.message_id)
+    with pytest.raises(BadRequest, match="to edit not found"):
+        await ptb_bot.edit_message_text("edited", chat_id=GROUP, message_id=kept.message_id)
+    with pytest.raises(BadRequest, match="thread not found"):
+        await ptb_bot.send_message(GROUP, "after", message_thread_id=deleted)
+    with pytest.raises(BadRequest, match="Topic_deleted"):
+        await ptb_bot.send_message(GROUP, "after", message_thread_id=gone)
+    await ptb_bot.send_message(GROUP, "to General")
+    assert fake_telegram.thread_ids("sendMessage", GROUP) == [closed, deleted, None]
+
+
 async def test_ptb_application_polls_and_replies(fake_telegram: FakeTelegram) -> None:
     async def start(update: telegram.Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         assert update.effective_message is not None
