@@ -396,3 +396,26 @@ async def test_the_model_is_told_in_words_what_a_reminder_time_lacks(
         )
     finally:
         await app.stop()
+
+
+async def test_with_no_bot_timezone_the_machines_zone_keeps_its_changes_of_the_clocks(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import env_for
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")  # the machine's zone, as a service or a container names it
+    app = Application(env_for(workspace_dir, fake_openai, bot_timezone=None))
+    try:
+        calls = [
+            ToolCallSpec("schedule_reminder", {"text": "winter train", "at": "2027-01-04T09:00"}, id="r1"),
+            ToolCallSpec("schedule_reminder", {"text": "summer train", "at": "2027-07-05T09:00"}, id="r2"),
+        ]
+        fake_openai.script(Reply(tool_calls=calls), "Both are set.")
+        await say(app, channel, "1", "remind me of both trains at nine")
+        winter, summer = await app.reminders.pending("test:1")
+        assert winter.due_at == datetime(2027, 1, 4, 8, tzinfo=UTC)  # nine in Berlin in winter
+        assert summer.due_at == datetime(2027, 7, 5, 7, tzinfo=UTC)  # and in summer
+        assert all(result.endswith("09:00 (Europe/Berlin): " + text) for result, text in
+                   zip(tool_results(fake_openai), ["winter train", "summer train"], strict=True))  # fmt: skip
+    finally:
+        await app.stop()
