@@ -104,6 +104,7 @@ class ReminderFile:
         self._lock = asyncio.Lock()
 
     async def load(self) -> None:
+        self._reminders, self._unreadable = {}, []
         text = await asyncio.to_thread(read_text_sync, self._path)
         if not text or not text.strip():
             return
@@ -137,6 +138,11 @@ class ReminderFile:
     async def everything(self) -> list[Reminder]:
         """Every reminder in the file (`bot migrate` copies them)."""
         return list(self._reminders.values())
+
+    @property
+    def unreadable(self) -> int:
+        """How many entries of the file could not be read (logged at `load`, kept in the file)."""
+        return len(self._unreadable)
 
     async def of_session(self, session_id: str) -> list[Reminder]:
         chosen = [r for r in self._reminders.values() if r.session_id == session_id]

@@ -419,3 +419,28 @@ async def test_with_no_bot_timezone_the_machines_zone_keeps_its_changes_of_the_c
                    zip(tool_results(fake_openai), ["winter train", "summer train"], strict=True))  # fmt: skip
     finally:
         await app.stop()
+
+
+async def test_migrate_copies_the_readable_reminders_and_counts_the_rest(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    from bot.setup.migrate import migrate_workspace
+    from bot.workspace import Workspace
+
+    workspace = Workspace(tmp_path / "workspace")
+    workspace.root.mkdir(parents=True)
+    hand_edited = json.dumps([
+        _entry("plants", text="water the plants", dueAt="2031-05-01T08:00:00Z"),
+        _entry("typo", txt="call mum", dueAt="2031-05-01T08:00:00Z"),
+    ])  # fmt: skip
+    workspace.reminders_file.write_text(hand_edited)
+    databases = OpenDatabases(postgres_database)
+    try:
+        database = await databases.open()
+        await database.fetch("DELETE FROM reminders RETURNING id")  # the module's other tests share the database
+        copied = (await migrate_workspace(workspace, database)).line()
+        assert "1 reminders, 1 reminder entries that cannot be read (left in the file; see the log)" in copied
+        assert [row["id"] for row in await database.fetch("SELECT id FROM reminders")] == ["plants"]
+        assert workspace.reminders_file.read_text() == hand_edited
+    finally:
+        await databases.close()
