@@ -35,6 +35,9 @@ CHUNK_BYTES = 64 * 1024
 # Content types read as text as they are; HTML is made readable first; anything else is refused.
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/rss+xml")
 _BLANK_LINES = re.compile(r"\n{3,}")
+# What a browser never shows as text: scripts, styles, what stands in for scripts, templates, comments. Taken
+# out before anything reads the page (markdownify would keep their text, a page's JSON and CSS with it).
+_HIDDEN = re.compile(r"<(script|style|noscript|template)\b[^>]*>.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
 # A NUL byte in this much of the start marks a body as binary, whatever its type says.
 BINARY_SNIFF_BYTES = 8192
 # How much of a body whose charset is not declared is read to guess it (the guess is slow on megabytes).
@@ -177,6 +180,7 @@ def to_markdown(page: FetchedPage) -> tuple[str, str]:
     text = page_text(page)
     if "html" not in content_type:
         return "", text.strip()
+    text = _HIDDEN.sub("", text)
     if not text.strip():
         return "", ""
     from readability import Document  # lxml and readability load with the first page, not at start

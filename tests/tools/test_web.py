@@ -39,6 +39,13 @@ for the numbers of each region and the way they were counted.</p>
 <li>Coasts, where they feed in the kelp forests and rest on the rocks</li></ul>
 </article><footer>Copyright the otter society</footer></body></html>"""
 
+# A page built by scripts: little text, and most of its bytes scripts, styles and data for them.
+APP_SHELL = """<!doctype html><html><head><title>Shop</title><style>.cart{display:none}</style>
+<script>window.__STATE__ = {"token": "do-not-show"};</script></head>
+<body><!-- build 4711 --><div id="root"><h1>Opening hours</h1><p>Monday to Friday, 9 to 18.</p></div>
+<noscript>You need to enable JavaScript to run this app.</noscript>
+<script id="__NEXT_DATA__" type="application/json">{"props": {"pageProps": {"items": [1, 2, 3]}}}</script>
+<template><p>a row not shown yet</p></template></body></html>"""
 CYRILLIC = "Погода в Москве: завтра снег и ветер, до минус десяти градусов. " * 8
 CYRILLIC_PAGE = (
     f'<html><head><meta charset="windows-1251"><title>Погода</title></head><body><p>{CYRILLIC}</p></body></html>'
@@ -78,6 +85,7 @@ class FakeWeb:
         app.router.add_get("/env-echo", self._env_echo)
         app.router.add_get("/empty", self._page("", "text/html"))
         app.router.add_get("/image", self._page("\x89PNG....", "image/png"))
+        app.router.add_get("/app-shell", self._page(APP_SHELL, "text/html"))
         app.router.add_get("/cyrillic", self._bytes(CYRILLIC.encode("cp1251"), "text/plain"))  # no charset said
         app.router.add_get("/cyrillic-page", self._bytes(CYRILLIC_PAGE.encode("cp1251"), "text/html"))
         app.router.add_get("/odd-charset", self._bytes(b"plain words", "text/plain; charset=x-unheard-of"))
@@ -412,3 +420,12 @@ async def test_a_search_answer_of_another_shape_is_no_results_not_a_crash(
     fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "none")
     await say(web_services, channel, "1", "search otters")
     assert tool_results(fake_openai) == ["No results for 'otters'."]
+
+
+async def test_what_a_browser_never_shows_is_left_out_of_a_page_with_little_text(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/app-shell", LOCAL_ONLY)
+    assert "# Opening hours" in result and "Monday to Friday, 9 to 18." in result
+    for hidden in ("do-not-show", "display:none", "build 4711", "enable JavaScript", "pageProps", "a row not shown"):
+        assert hidden not in result
