@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from bot.access.policy import AccessPolicy
 from bot.channels import install as channels_install
 from bot.channels.base import Channel, InboundHandler
-from bot.chat_moves import ChatMoves, move_records
+from bot.chat_move_records import MoveTable, move_records
+from bot.chat_moves import ChatMoves
 from bot.clock import Clock, resolve_timezone
 from bot.commands import install as commands_install
 from bot.commands.model import ModelSwitch
@@ -129,7 +130,11 @@ class Application:
         self.deferred_sync = deferred = DeferredSync()
         # Each concern's store: the workspace's files, or PostgreSQL with BOT_DATABASE_URL (opened at start).
         self.stores = stores = choose_stores(env, workspace, deferred)
-        self.sessions = sessions = SessionService(stores.sessions, deferred)
+        # Chats whose id changed (a Telegram group upgraded to a supergroup); with a database, a chat another
+        # process moved is followed once its old id is asked for.
+        moves = move_records(workspace, stores.database)
+        where_moved = moves.where_moved if isinstance(moves, MoveTable) else None
+        self.sessions = sessions = SessionService(stores.sessions, deferred, where_moved)
         # Received, answered, delivered: what the channels and the pipeline ask about every turn.
         self.ledger = ledger = TurnLedger(stores.ledger)
         # Each package adds its commands here; the order they are added in is the order /help and Telegram list.
@@ -188,9 +193,6 @@ class Application:
         self.router = router = pipeline_install.install_router(
             pipeline, commands, access, rag.documents, media.intake, metrics
         )
-        if stores.database is not None and isinstance(stores.ledger, LedgerTables):
-            # Processes sharing the database answer a chat one at a time, in the order its messages came.
-            router.dispatcher.chat_lock = shared_chat_lock(stores.database, stores.ledger, sessions)
         # Stored items' vectors are made while no message waits for its reply or is being answered.
         memory.service.follow_replies(lambda: sum(router.dispatcher.queue_depths().values()))
         scheduled = scheduler_install.install(
@@ -202,9 +204,13 @@ class Application:
         self.scheduler, self.reminders = scheduled.scheduler, scheduled.reminders
         # A chat whose id changes (a Telegram group upgraded to a supergroup) takes what the bot keeps of it along.
         self.chat_moves = ChatMoves(
-            workspace, sessions, memory.service, stores.reminders, move_records(workspace, stores.database),
-            stores.database,
-        )  # fmt: skip
+            workspace, sessions, memory.service, stores.reminders, rag.documents, moves, stores.database
+        )
+        if stores.database is not None and isinstance(stores.ledger, LedgerTables):
+            # Processes sharing the database answer a chat one at a time, in the order its messages came.
+            router.dispatcher.chat_lock = shared_chat_lock(
+                stores.database, stores.ledger, sessions, self.chat_moves.arrival
+            )
         self.channels: list[Channel] = []
         self.listener = self._listener()
         # The web console's pages go on the listener (when it runs); /console hands out its login links.

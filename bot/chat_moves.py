@@ -3,17 +3,21 @@
 The one place that knows what a chat's data is: its session and the session's archive, the memory
 kept for the chat (`memory/chats/{session}/`, whatever `memory.scope` is: a group's memory is its
 own under every scope), the images it sent (`media/{session}/`, the moved messages naming them
-there), and the reminders set in it.
+there), the documents sent in it and its entries in the knowledge graph's journal (the graph itself
+stays where it is, read by the new chat's retrievals beside its own: `RagService.move_chat`), and the
+reminders set in it.
 
-A move is recorded before anything is moved (`state/chat_moves.jsonl`, or the table `chat_moves`
-with `BOT_DATABASE_URL`) and marked done after; every step can be run again without doubling
+A move is recorded before anything is moved (`bot.chat_move_records`: `state/chat_moves.jsonl`, or the table
+`chat_moves` with `BOT_DATABASE_URL`) and marked done after; every step can be run again without doubling
 anything (a message already under the new id, by its id, is not added twice), so a crash midway is
 finished by the next start (`resume`). Told twice (both service messages, or the refused send as
 well), a move is made once. Messages of the new chat wait for the move (its session's lock is taken
 first), and the old chat's turn in progress ends before its data moves; once it is done, the old
 id gives the new chat's session (`SessionService.follow_move`), so that a message of the old chat
 still on its way, or a turn a stop left open, is answered in the new one. With a database, the move
-holds a lock among the processes sharing it.
+holds the locks the processes sharing it take to answer the two chats (`bot.stores.chat_lock`), and a
+process that did not make it follows it once a message of the old id reaches it (`SessionService` looks
+the move up when the old id has no stored session).
 """
 
 from __future__ import annotations
@@ -22,125 +26,24 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Protocol
 
+from bot.chat_move_records import MoveRecords
 from bot.database.connection import Database
 from bot.domain.chat_move import ChatMove
 from bot.domain.message import Message
 from bot.media.store import MEDIA_DIR
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
 from bot.memory.service import MemoryService
+from bot.rag.uploads import DocumentReader
 from bot.scheduler.reminder_store import ReminderStore
 from bot.sessions.service import SessionService
-from bot.storage.files import append_lines
-from bot.storage.jsonl import dumps_line, read_jsonl_sync
+from bot.stores import chat_lock
 from bot.workspace import MemoryPaths, Workspace
 
 log = logging.getLogger(__name__)
-
-MOVES_FILE = "chat_moves.jsonl"
-
-
-class MoveRecords(Protocol):
-    """Where moves are recorded: begun, then done."""
-
-    async def begun(self, move: ChatMove) -> None: ...
-
-    async def done(self, move: ChatMove) -> None: ...
-
-    async def unfinished(self) -> list[ChatMove]:
-        """The moves begun and not done, in the order they were begun."""
-        ...
-
-    async def is_done(self, move: ChatMove) -> bool: ...
-
-    async def finished(self) -> list[ChatMove]:
-        """Every move done."""
-        ...
-
-
-class MoveFile:
-    """`state/chat_moves.jsonl`: one line when a move begins, one when it is done."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    async def begun(self, move: ChatMove) -> None:
-        await append_lines(self._path, [dumps_line(_record(move, "begun"))])
-
-    async def done(self, move: ChatMove) -> None:
-        await append_lines(self._path, [dumps_line(_record(move, "done"))])
-
-    async def unfinished(self) -> list[ChatMove]:
-        states = await asyncio.to_thread(self._states)
-        return [move for move, state in states.items() if state == "begun"]
-
-    async def is_done(self, move: ChatMove) -> bool:
-        return (await asyncio.to_thread(self._states)).get(move) == "done"
-
-    async def finished(self) -> list[ChatMove]:
-        states = await asyncio.to_thread(self._states)
-        return [move for move, state in states.items() if state == "done"]
-
-    def _states(self) -> dict[ChatMove, str]:
-        if not self._path.exists():
-            return {}
-        states: dict[ChatMove, str] = {}
-        for record in read_jsonl_sync(self._path):
-            try:
-                move = ChatMove(str(record["channelType"]), str(record["oldChatId"]), str(record["newChatId"]))
-                states[move] = str(record["state"])
-            except KeyError:
-                log.warning("[ChatMove] %s: a line without a move is skipped: %s", self._path, record)
-        return states
-
-
-class MoveTable:
-    """The table `chat_moves`: a row when a move begins, marked done when it is."""
-
-    def __init__(self, database: Database) -> None:
-        self._database = database
-
-    async def begun(self, move: ChatMove) -> None:
-        async with self._database.transaction() as connection:
-            await connection.execute(
-                "INSERT INTO chat_moves (channel_type, old_chat_id, new_chat_id) VALUES ($1, $2, $3)"
-                " ON CONFLICT (channel_type, old_chat_id) DO NOTHING",
-                move.channel_type, move.old_chat_id, move.new_chat_id,
-            )  # fmt: skip
-
-    async def done(self, move: ChatMove) -> None:
-        async with self._database.transaction() as connection:
-            await connection.execute(
-                "UPDATE chat_moves SET done_at = now() WHERE channel_type = $1 AND old_chat_id = $2",
-                move.channel_type, move.old_chat_id,
-            )  # fmt: skip
-
-    async def unfinished(self) -> list[ChatMove]:
-        rows = await self._database.fetch(
-            "SELECT channel_type, old_chat_id, new_chat_id FROM chat_moves WHERE done_at IS NULL ORDER BY begun_at"
-        )
-        return [ChatMove(row["channel_type"], row["old_chat_id"], row["new_chat_id"]) for row in rows]
-
-    async def finished(self) -> list[ChatMove]:
-        rows = await self._database.fetch(
-            "SELECT channel_type, old_chat_id, new_chat_id FROM chat_moves WHERE done_at IS NOT NULL ORDER BY begun_at"
-        )
-        return [ChatMove(row["channel_type"], row["old_chat_id"], row["new_chat_id"]) for row in rows]
-
-    async def is_done(self, move: ChatMove) -> bool:
-        rows = await self._database.fetch(
-            "SELECT 1 FROM chat_moves WHERE channel_type = $1 AND old_chat_id = $2 AND done_at IS NOT NULL",
-            move.channel_type, move.old_chat_id,
-        )  # fmt: skip
-        return bool(rows)
-
-
-def move_records(workspace: Workspace, database: Database | None) -> MoveRecords:
-    """The table with a database, else the workspace's file."""
-    return MoveTable(database) if database is not None else MoveFile(workspace.root / "state" / MOVES_FILE)
 
 
 class ChatMoves:
@@ -152,10 +55,12 @@ class ChatMoves:
         sessions: SessionService,
         memory: MemoryService,
         reminders: ReminderStore,
+        documents: DocumentReader,
         records: MoveRecords,
         database: Database | None,
     ) -> None:
         self._workspace = workspace
+        self._documents = documents
         self._sessions = sessions
         self._memory = memory
         self._reminders = reminders
@@ -165,6 +70,8 @@ class ChatMoves:
         # Told again while under way (the other service message, a refused send of the old chat's turn that
         # the move waits for): nothing more to do.
         self._under_way: set[ChatMove] = set()
+        # The moves under way into each chat (its session id).
+        self._arriving: dict[str, set[asyncio.Task[None]]] = {}
         self._lock = asyncio.Lock()
 
     async def move(self, move: ChatMove) -> None:
@@ -175,7 +82,9 @@ class ChatMoves:
         self._under_way.add(move)
         try:
             if await self._records.is_done(move):
+                # By another process sharing the database, or before a restart: followed from now on.
                 log.info("[ChatMove] %s was moved already", move)
+                self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
                 self._under_way.discard(move)
                 return
             stack = AsyncExitStack()
@@ -187,6 +96,21 @@ class ChatMoves:
         task = asyncio.create_task(self._carry_over(move, stack))
         self._moving.add(task)
         task.add_done_callback(self._moving.discard)
+        self._arriving.setdefault(move.new_session_id, set()).add(task)
+        task.add_done_callback(lambda done: self._arrived(move.new_session_id, done))
+
+    async def arrival(self, session_id: str) -> None:
+        """Wait for the moves under way in this process into the chat `session_id`. With a database, a turn of
+        that chat waits for them before it takes the chat's lock among processes, which the move takes after
+        the chat's lock in this process (held from `move` on)."""
+        while arriving := self._arriving.get(session_id):
+            await asyncio.gather(*arriving, return_exceptions=True)
+
+    def _arrived(self, session_id: str, task: asyncio.Task[None]) -> None:
+        arriving = self._arriving.get(session_id, set())
+        arriving.discard(task)
+        if not arriving:
+            self._arriving.pop(session_id, None)
 
     async def resume(self) -> None:
         """At start: finish the moves a stop or a crash left midway, and send what still names a moved chat
@@ -213,8 +137,10 @@ class ChatMoves:
                 self._under_way.discard(move)
 
     async def _carry_over_locked(self, move: ChatMove) -> None:
-        async with self._lock, self._sessions.lock_for(move.old_session_id), self._among_processes(move):
-            if await self._records.is_done(move):
+        # The locks among processes before the old chat's own, in the order a turn takes its chat's.
+        async with self._lock, self._among_processes(move), self._sessions.lock_for(move.old_session_id):
+            if await self._records.is_done(move):  # by another process sharing the database, meanwhile
+                self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
                 return
             await self._records.begun(move)
             # The images first: the moved messages name them where they are then.
@@ -223,20 +149,27 @@ class ChatMoves:
                                     root / MEDIA_DIR / move.new_session_id)  # fmt: skip
             messages = await self._move_session(move)
             memory = await self._move_memory(move)
+            documents = await self._documents.move_chat(move.old_session_id, move.new_session_id, move.new_chat_id)
             reminders = await self._move_reminders(move)
             await self._records.done(move)
             self._sessions.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
         log.info(
-            "[ChatMove] %s: the chat's data moved (%d messages, %s, reminders: %d)",
-            move, messages, memory, reminders,
+            "[ChatMove] %s: the chat's data moved (%d messages, %s, %s, reminders: %d)",
+            move, messages, memory, documents, reminders,
         )  # fmt: skip
 
-    def _among_processes(self, move: ChatMove) -> AbstractAsyncContextManager[object]:
-        """With a database, the move's lock among every process sharing it (a webhook behind several replicas
-        may give each of them one of the two service messages)."""
+    @contextlib.asynccontextmanager
+    async def _among_processes(self, move: ChatMove) -> AsyncIterator[None]:
+        """With a database, the locks every process sharing it takes to answer the two chats, the old one's
+        first (as a turn of the old chat that follows the move takes them): no process is answering either
+        while the data moves (a save of the old chat's turn would bring its session back under the old id,
+        one of the new chat's would write over the moved conversation), and of two processes told of the
+        move (a webhook behind replicas may give each one of the two service messages), one moves it."""
         if self._database is None:
-            return contextlib.nullcontext()
-        return self._database.lock(f"chat_move:{move.old_session_id}")
+            yield
+            return
+        async with chat_lock(self._database, move.old_session_id), chat_lock(self._database, move.new_session_id):
+            yield
 
     async def _move_session(self, move: ChatMove) -> int:
         """The old session's messages before the new one's, the archive's likewise; then the old one forgotten."""
@@ -345,8 +278,3 @@ def _move_folder(old: Path, new: Path) -> bool:
     else:
         shutil.rmtree(old, ignore_errors=True)
     return True
-
-
-def _record(move: ChatMove, state: str) -> dict[str, str]:
-    return {"channelType": move.channel_type, "oldChatId": move.old_chat_id, "newChatId": move.new_chat_id,
-            "state": state}  # fmt: skip

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -106,15 +106,27 @@ def choose_stores(env: EnvSettings, workspace: Workspace, deferred: DeferredSync
     )
 
 
+def chat_lock(database: Database, session_id: str) -> AbstractAsyncContextManager[object]:
+    """The lock of the chat `session_id` among every process of the database: held to answer it, and to move
+    it (`bot.chat_moves`)."""
+    return database.lock(f"chat:{session_id}")
+
+
 def shared_chat_lock(
-    database: Database, ledger: LedgerTables, sessions: SessionService
+    database: Database,
+    ledger: LedgerTables,
+    sessions: SessionService,
+    arrival: Callable[[str], Awaitable[None]],
 ) -> Callable[[Turn], AbstractAsyncContextManager[None]]:
     """The lock of a turn's chat among every process of the database, held while the turn runs.
 
     Once taken, an older message of the chat that another running process received and has not answered
     yet goes first (the lock is let go and taken again), however long that takes; one whose process is
     gone is not waited for (its turn is taken over by another). The chat's session is then read again,
-    since another process may have answered the chat meanwhile."""
+    since another process may have answered the chat meanwhile. A chat that moved to another id (learnt from
+    the database when its old id has no session) takes its new id's lock as well. First, `arrival` waits for
+    the moves into the chat under way in this process, which take its lock among processes after its lock in
+    this process."""
 
     async def take(turn: Turn) -> contextlib.AsyncExitStack:
         started = time.monotonic()
@@ -122,7 +134,7 @@ def shared_chat_lock(
         while True:
             stack = contextlib.AsyncExitStack()
             try:
-                await stack.enter_async_context(database.lock(f"chat:{turn.session_id}"))
+                await stack.enter_async_context(chat_lock(database, turn.session_id))
             except DatabaseError as error:
                 log.error("[Database] Answering %s without its lock (%s)", turn.session_id, error)
                 return stack
@@ -151,8 +163,31 @@ def shared_chat_lock(
 
     @contextlib.asynccontextmanager
     async def held(turn: Turn) -> AsyncIterator[None]:
+        await arrival(turn.session_id)
         async with await take(turn):
             sessions.reread(turn.session_id)
-            yield
+            moved_to = await _moved_to(turn)
+            if moved_to is None:
+                yield
+                return
+            # A chat that moved (a group upgraded to a supergroup) is answered in its new id's session: that
+            # chat's lock too, and its session read again.
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    await stack.enter_async_context(chat_lock(database, moved_to))
+                except DatabaseError as error:
+                    log.error("[Database] Answering %s without its lock (%s)", moved_to, error)
+                sessions.reread(moved_to)
+                yield
+
+    async def _moved_to(turn: Turn) -> str | None:
+        """The session id the turn's chat moved to, if it did (learnt from the database when its session is not
+        stored: the load the turn makes anyway, made now)."""
+        inbound = turn.inbound
+        try:
+            session = await sessions.get_or_create(inbound.channel_type, inbound.chat_id)
+        except OSError:
+            return None  # the turn meets the same error and answers it
+        return None if session.id == turn.session_id else session.id
 
     return held

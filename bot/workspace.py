@@ -129,6 +129,11 @@ class Workspace:
         return self.rag_dir / "uploads.jsonl"
 
     @cached_property
+    def chat_moves_file(self) -> Path:
+        """The chats whose id changed (`bot.chat_move_records.MoveFile`), each move begun and done."""
+        return self.root / "state" / "chat_moves.jsonl"
+
+    @cached_property
     def tool_results_dir(self) -> Path:
         return self.root / "tool_results"
 

@@ -21,6 +21,8 @@ from bot.storage.jsonl import dumps_line
 from tests.channels.telegram_harness import start_bot
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import GROUP_UPGRADED, FakeTelegram
+from tests.rag.helpers import lightrag_responder
+from tests.rag.test_documents import MARTA, RAG, wait_for_text
 
 GROUP = -4001  # a basic group
 SUPERGROUP = -1004001  # what it becomes
@@ -36,6 +38,15 @@ async def ask(fake_telegram: FakeTelegram, chat: int, text: str) -> str:
     before = len(fake_telegram.sent_messages(chat))
     fake_telegram.push_message(chat, text)
     return (await fake_telegram.await_messages(chat, before + 1))[-1].text
+
+
+async def group_reads_marta(fake_telegram: FakeTelegram) -> str:
+    """A document sent to the bot in the group (a caption names it), read into the group's graph; its id."""
+    fake_telegram.push_document(
+        GROUP, content=MARTA.encode(), file_name="marta.txt", mime_type="text/plain", caption="@test_bot"
+    )
+    final = await wait_for_text(fake_telegram, "Read marta.txt: 1 part, in my memory now", chat=GROUP)
+    return final.split("(id ")[1].split(")")[0]
 
 
 async def ask_held(fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, text: str, reply: str) -> threading.Event:
@@ -215,3 +226,32 @@ async def test_the_groups_photos_follow_it_to_the_supergroup(
     [moved] = (workspace_dir / "media" / NEW).iterdir()
     stored = json.loads((workspace_dir / "sessions" / f"{NEW}.json").read_text())
     assert [ref["path"] for m in stored["messages"] for ref in m.get("media", [])] == [f"media/{NEW}/{moved.name}"]
+
+
+async def test_the_groups_documents_and_knowledge_graph_are_the_supergroups(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    fake_openai.set_responder(lightrag_responder)
+    # The caption's exchange is indexed at once too (not after the chat is quiet for minutes).
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, "ptb", {"rag": {**RAG, "idleFlushSeconds": 0}})
+    try:
+        upload_id = await group_reads_marta(fake_telegram)
+        fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+        # Recalled in the supergroup (its first message waits for the move), from the graph the group's reading
+        # went into, and listed there.
+        await ask(fake_telegram, SUPERGROUP, "@test_bot Where does Marta work?")
+        system = fake_openai.system_prompts()[-1] or ""
+        assert "Gulbenkian" in system.split("# Relevant Memory", 1)[-1]
+        assert f"{upload_id} · marta.txt · 1 part · read" in await ask(fake_telegram, SUPERGROUP, "/docs")
+        # And forgotten from it through the supergroup.
+        forgotten = await ask(fake_telegram, SUPERGROUP, f"/docs forget {upload_id}")
+        assert forgotten.startswith("Forgotten: marta.txt (1 part removed")
+        await ask(fake_telegram, SUPERGROUP, "@test_bot Where does Marta work?")
+        system = fake_openai.system_prompts()[-1] or ""
+        assert "Gulbenkian" not in system
+    finally:
+        await bot.stop()
+    uploads = [json.loads(line) for line in (workspace_dir / "rag" / "uploads.jsonl").read_text().splitlines()]
+    assert [(upload["session_id"], upload["chat_id"], upload["status"]) for upload in uploads] == [
+        (NEW, str(SUPERGROUP), "forgotten")
+    ]  # fmt: skip

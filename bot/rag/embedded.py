@@ -46,6 +46,7 @@ from bot.rag.graph_batches import use_batched_reads
 from bot.rag.graph_view import source_chunk_ids, view_of
 from bot.rag.keywords import content_words
 from bot.rag.tokenizer import OfflineTokenizer
+from bot.rag.unfinished import clear_failed, clear_left_by_a_stop, status_fields, status_of
 from bot.settings import RagConfig
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,7 @@ class EmbeddedLightRag:
         rag = await self._instance(workspace)
         ids = [doc.id for doc in documents]
         async with self._lock(workspace):
+            await clear_failed(rag, workspace, ids)
             await rag.ainsert([doc.text for doc in documents], ids=ids, file_paths=ids)
             statuses = await self._wait_processed(rag, ids)
         failed = {doc_id: status for doc_id, status in statuses.items() if status["status"] == "failed"}
@@ -190,7 +192,7 @@ class EmbeddedLightRag:
         deadline = time.monotonic() + self._config().insert_timeout_seconds
         while True:
             found = await rag.aget_docs_by_ids(ids)
-            statuses = {doc_id: {**_as_dict(value), "status": _status(value)} for doc_id, value in found.items()}
+            statuses = {doc_id: {**status_fields(value), "status": status_of(value)} for doc_id, value in found.items()}
             # Identical content is dropped silently by LightRAG (no status): it is in the graph already.
             if all(status["status"] in ("processed", "failed") for status in statuses.values()):
                 return statuses
@@ -377,6 +379,8 @@ class EmbeddedLightRag:
         use_batched_reads(rag.chunk_entity_relation_graph)
         await self._initialize_storages(rag)
         _build_global_config_once(rag)
+        if self._storage == "files":
+            await clear_left_by_a_stop(rag, workspace)
         log.info("[RAG] LightRAG workspace %s opened (%s storages)", workspace, self._storage)
         return rag
 
@@ -561,17 +565,6 @@ async def _stop_call_workers(rag: Any) -> None:
         shutdown = getattr(function, "shutdown", None)
         if callable(shutdown):
             await asyncio.wait_for(shutdown(graceful=False), WORKER_SHUTDOWN_SECONDS)
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    return dict(getattr(value, "__dict__", {}))
-
-
-def _status(value: Any) -> str:
-    status = _as_dict(value).get("status")
-    return str(getattr(status, "value", status))
 
 
 def snippets_from_data(data: dict[str, Any]) -> list[RagSnippet]:

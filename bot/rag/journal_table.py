@@ -277,11 +277,28 @@ class RagJournalTable:
         rows = await self._database.fetch("SELECT DISTINCT rag_workspace FROM rag_documents WHERE status = 'indexed'")
         return sorted(str(row["rag_workspace"]) for row in rows)
 
-    async def has_indexed(self, rag_workspace: str) -> bool:
+    async def graphs_read(self, rag_workspace: str, session_id: str) -> list[str]:
+        # The chat's workspaces one index probe each (`rag_documents_chat_graphs`), however many documents it has.
         rows = await self._database.fetch(
-            "SELECT 1 FROM rag_documents WHERE status = 'indexed' AND rag_workspace = $1 LIMIT 1", rag_workspace
-        )
-        return bool(rows)
+            "WITH RECURSIVE graphs (rag_workspace) AS ("
+            " SELECT min(rag_workspace) FROM rag_documents WHERE status = 'indexed' AND session_id = $2"
+            " UNION ALL SELECT (SELECT min(d.rag_workspace) FROM rag_documents AS d WHERE d.status = 'indexed'"
+            " AND d.session_id = $2 AND d.rag_workspace > g.rag_workspace)"
+            " FROM graphs AS g WHERE g.rag_workspace IS NOT NULL)"
+            " SELECT rag_workspace FROM graphs WHERE rag_workspace IS NOT NULL"
+            " UNION SELECT $1::text WHERE EXISTS"
+            " (SELECT 1 FROM rag_documents WHERE status = 'indexed' AND rag_workspace = $1)",
+            rag_workspace, session_id,
+        )  # fmt: skip
+        graphs = sorted(str(row["rag_workspace"]) for row in rows)
+        return [rag_workspace, *(g for g in graphs if g != rag_workspace)] if rag_workspace in graphs else graphs
+
+    async def move_session(self, old_session_id: str, new_session_id: str) -> int:
+        async with self._database.transaction() as connection:
+            moved = await connection.execute(
+                "UPDATE rag_documents SET session_id = $2 WHERE session_id = $1", old_session_id, new_session_id
+            )
+        return int(moved.rsplit(" ", 1)[-1])
 
     async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
         rows = await self._database.fetch(

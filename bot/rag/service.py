@@ -25,8 +25,10 @@ from datetime import datetime
 from typing import TypeVar
 
 from bot.context.estimator import TokenEstimator
+from bot.domain.session import whole_chat_session_id
 from bot.rag.backend import GraphView, QueryMode, RagBackend, RagBackendError, RagQuery, RagSnippet
 from bot.rag.documents import (
+    GLOBAL_RAG_WORKSPACE,
     RagDocument,
     batch_document,
     batches,
@@ -394,6 +396,16 @@ class RagService:
     async def documents_for_session(self, session_id: str) -> list[str]:
         return [doc.id for doc in await self._store.find(session_id=session_id)]
 
+    async def move_chat(self, old_session_id: str, new_session_id: str) -> int:
+        """The chat `old_session_id` lives on as `new_session_id` (a group upgraded to a supergroup): its documents
+        are recorded as the new chat's, each left in the graph that holds it, which the new chat's retrievals read
+        beside its own (`RagJournal.graphs_read`); how many documents. A LightRAG server keeps one graph, the
+        embedded backend one per workspace: neither moves anything between graphs."""
+        async with self._mutation_lock:
+            moved = await self._store.move_session(old_session_id, new_session_id)
+            self._queued_tokens[new_session_id] += self._queued_tokens.pop(old_session_id, 0)
+        return moved
+
     # -- reading ------------------------------------------------------------------------------------
 
     async def retrieve(
@@ -412,14 +424,15 @@ class RagService:
         max_tokens = rag.max_context_tokens if share_tokens is None else min(rag.max_context_tokens, share_tokens)
         if not rag.enabled or max_tokens <= 0 or not query_text.strip():
             return RetrievedContext("", 0, 0, "skipped")
-        if not await self._store.has_indexed(workspace):
+        graphs = await self._graphs_read(workspace, session_id)
+        if not graphs:
             return RetrievedContext("", 0, 0, "empty")
         query = RagQuery(
             query_text, rag.query_mode, rag.top_k, chunks_to_read(rag, rag.chunk_top_k, max_tokens), max_tokens
         )
         started = time.monotonic()
         try:
-            snippets = await asyncio.wait_for(self._backend.query(workspace, query), timeout=rag.query_timeout_seconds)
+            snippets = await asyncio.wait_for(self._query(graphs, query), timeout=rag.query_timeout_seconds)
         except TimeoutError:
             log.warning(
                 "[RAG] Retrieval timed out after %.1fs (%s mode); answering without Relevant Memory",
@@ -431,7 +444,7 @@ class RagService:
         except Exception as error:
             log.warning("[RAG] Retrieval failed (%s); answering without Relevant Memory", error or type(error).__name__)
             return RetrievedContext("", 0, 0, "error")
-        snippets = per_exchange(await self._drawn_from(workspace, snippets), query_text)
+        snippets = per_exchange(snippets, query_text)
         fresh = snippets
         if snippets:
             # Once, not once per snippet (a few ms with a full memory part and a long conversation).
@@ -450,28 +463,44 @@ class RagService:
         """Deeper retrieval for the `rag_query` tool: a bigger budget, the tool's timeout; errors raise."""
         rag = config.rag
         workspace = rag_workspace_for(session_id, config)
-        if not await self._store.has_indexed(workspace):
+        graphs = await self._graphs_read(workspace, session_id)
+        if not graphs:
             return ""
         chosen = mode or rag.query_mode
         chunks = chunks_to_read(rag, rag.chunk_top_k * 2, rag.tool_max_tokens)
         query = RagQuery(query_text, chosen, rag.top_k * 2, chunks, rag.tool_max_tokens)
-        snippets = await self._drawn_from(workspace, await self._backend.query(workspace, query))
-        return self.render(snippets, rag.tool_max_tokens, "")
+        return self.render(await self._query(graphs, query), rag.tool_max_tokens, "")
 
-    async def _drawn_from(self, workspace: str, snippets: list[RagSnippet]) -> list[RagSnippet]:
-        """`snippets` drawn from `workspace`'s own documents. A backend that keeps one graph for every workspace
-        (a LightRAG server) answers from every chat's: a snippet is kept only when every document it names is
-        one the journal indexed into `workspace`, so nothing said in one chat is recalled in another (whose
-        memory it is not: a group, another user, under `memory.scope: chat` any other chat); one that names
-        none, or a document the bot did not send, is left out too."""
-        if self._backend.keeps_workspaces_apart or not snippets:
+    async def _graphs_read(self, workspace: str, session_id: str) -> list[str]:
+        """The graphs a retrieval of the chat reads: its own (`workspace`), and those holding what it had under an
+        earlier id (`move_chat`), a chat's own each. Never the owner's (`global`) for another chat's sake: a chat
+        whose earlier documents went there (under `memory.ownerMemoryEverywhere`) does not read the owner's
+        memory through them."""
+        graphs = await self._store.graphs_read(workspace, whole_chat_session_id(session_id))
+        return [graph for graph in graphs if graph == workspace or graph != GLOBAL_RAG_WORKSPACE]
+
+    async def _query(self, graphs: list[str], query: RagQuery) -> list[RagSnippet]:
+        """What `graphs` (the chat's own first) answer to `query`: each asked at once, their snippets in that
+        order; a backend that keeps one graph for every workspace is asked once."""
+        if not self._backend.keeps_workspaces_apart:
+            return await self._drawn_from(graphs, await self._backend.query(graphs[0], query))
+        answers = await asyncio.gather(*(self._backend.query(graph, query) for graph in graphs))
+        return [snippet for answer in answers for snippet in answer]
+
+    async def _drawn_from(self, graphs: list[str], snippets: list[RagSnippet]) -> list[RagSnippet]:
+        """`snippets` drawn from the documents of `graphs` (the chat's). A backend that keeps one graph for every
+        workspace (a LightRAG server) answers from every chat's: a snippet is kept only when every document it
+        names is one the journal indexed into one of `graphs`, so nothing said in one chat is recalled in another
+        (whose memory it is not: a group, another user, under `memory.scope: chat` any other chat); one that
+        names none, or a document the bot did not send, is left out too."""
+        if not snippets:
             return snippets
-        own = {name for doc in await self._store.indexed_in(workspace) for name in doc.names()}
+        own = {name for graph in graphs for doc in await self._store.indexed_in(graph) for name in doc.names()}
         kept = [snippet for snippet in snippets if snippet.documents and own.issuperset(snippet.documents)]
         if len(kept) < len(snippets):
             log.info(
                 "[RAG] Left out %d of %d snippets drawn from documents of other graphs than %s (the server keeps one)",
-                len(snippets) - len(kept), len(snippets), workspace,
+                len(snippets) - len(kept), len(snippets), ", ".join(graphs),
             )  # fmt: skip
         return kept
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,7 +129,16 @@ class RagJournal(Protocol):
         """The LightRAG workspaces that hold at least one indexed document."""
         ...
 
-    async def has_indexed(self, rag_workspace: str) -> bool: ...
+    async def graphs_read(self, rag_workspace: str, session_id: str) -> list[str]:
+        """The LightRAG workspaces a retrieval for the chat `session_id` (its whole chat's) reads: `rag_workspace`,
+        its own, when it holds an indexed document, then every other holding an indexed document of the chat (one
+        the chat had under an earlier id, `move_session`)."""
+        ...
+
+    async def move_session(self, old_session_id: str, new_session_id: str) -> int:
+        """Record every document of the chat `old_session_id` as the chat `new_session_id`'s (its id changed), each
+        left in the LightRAG workspace that holds it; how many."""
+        ...
 
     async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
         """The documents indexed into `rag_workspace` (a retrieval on a backend that keeps one graph for every
@@ -144,6 +153,9 @@ class RagDocumentStore:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._docs: dict[str, RagDocument] | None = None
+        # The workspaces holding an indexed document, and those holding each chat's: read before every retrieval,
+        # made again after a change.
+        self._graphs: tuple[set[str], dict[str, set[str]]] | None = None
         self._lines = 0
         self._lock = asyncio.Lock()
         self._load_lock = asyncio.Lock()
@@ -235,6 +247,7 @@ class RagDocumentStore:
                     doc.status, doc.text = "forgotten", ""
                     forgotten.append(doc)
             if forgotten:
+                self._graphs = None
                 await self._compact()
             return forgotten
 
@@ -283,15 +296,31 @@ class RagDocumentStore:
         docs = await self._loaded()
         return sorted({doc.rag_workspace for doc in docs.values() if doc.status == "indexed"})
 
-    async def has_indexed(self, rag_workspace: str) -> bool:
-        docs = await self._loaded()
-        return any(doc.status == "indexed" and doc.rag_workspace == rag_workspace for doc in docs.values())
+    async def graphs_read(self, rag_workspace: str, session_id: str) -> list[str]:
+        if self._graphs is None:
+            indexed = [doc for doc in (await self._loaded()).values() if doc.status == "indexed"]
+            of_chat: dict[str, set[str]] = defaultdict(set)
+            for doc in indexed:
+                of_chat[doc.session_id].add(doc.rag_workspace)
+            self._graphs = {doc.rag_workspace for doc in indexed}, of_chat
+        holding, of_chat = self._graphs
+        own = [rag_workspace] if rag_workspace in holding else []
+        return own + sorted(of_chat.get(session_id, set()) - {rag_workspace})
+
+    async def move_session(self, old_session_id: str, new_session_id: str) -> int:
+        async with self._lock:
+            moved = [doc for doc in (await self._loaded()).values() if doc.session_id == old_session_id]
+            for doc in moved:
+                doc.session_id = new_session_id
+            await self._append(moved, with_text=False)
+            return len(moved)
 
     async def indexed_in(self, rag_workspace: str) -> list[RagDocument]:
         docs = await self._loaded()
         return [doc for doc in docs.values() if doc.status == "indexed" and doc.rag_workspace == rag_workspace]
 
     async def _append(self, docs: list[RagDocument], *, with_text: bool) -> None:
+        self._graphs = None
         if docs:
             await append_lines(self._path, [dumps_line(doc.to_json(with_text)) for doc in docs])
             self._lines += len(docs)

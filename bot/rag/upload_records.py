@@ -107,6 +107,11 @@ class UploadRecords(Protocol):
         (stopped or died), now this process's to watch: each taken by one process."""
         ...
 
+    async def move_chat(self, old_session_id: str, new_session_id: str, new_chat_id: str) -> int:
+        """Record the uploads of the chat `old_session_id` as the chat's under its new id; how many. One the new
+        chat has too (the same file sent there) stays under the old id."""
+        ...
+
 
 class UploadFile:
     """The uploads as `workspace/rag/uploads.jsonl`, one line each, rewritten whole (atomically) at every
@@ -156,6 +161,21 @@ class UploadFile:
         # No other process reads this file: every reading is this one's to watch.
         uploads = (await self._loaded()).values()
         return [upload for upload in uploads if upload.status == READING and upload.channel_type in channel_types]
+
+    async def move_chat(self, old_session_id: str, new_session_id: str, new_chat_id: str) -> int:
+        async with self._lock:
+            uploads = await self._loaded()
+            moved = [
+                upload for key, upload in uploads.items()
+                if key[0] == old_session_id and (new_session_id, upload.id) not in uploads
+            ]  # fmt: skip
+            for upload in moved:
+                del uploads[upload.key]
+                upload.session_id, upload.chat_id = new_session_id, new_chat_id
+                uploads[upload.key] = upload
+            if moved:
+                await self._save()
+            return len(moved)
 
     async def _loaded(self) -> dict[tuple[str, str], Upload]:
         async with self._load_lock:  # one read, however many ask at once (a document may come during `adopt`)

@@ -105,6 +105,15 @@ class UploadTable:
             )  # fmt: skip
         return [_upload(row) for row in sorted(rows, key=lambda row: int(row["position"]))]
 
+    async def move_chat(self, old_session_id: str, new_session_id: str, new_chat_id: str) -> int:
+        async with self._database.transaction() as connection:
+            moved = await connection.execute(
+                "UPDATE rag_uploads AS u SET session_id = $2, chat_id = $3 WHERE session_id = $1 AND NOT EXISTS"
+                " (SELECT 1 FROM rag_uploads n WHERE n.session_id = $2 AND n.id = u.id)",
+                old_session_id, new_session_id, new_chat_id,
+            )  # fmt: skip
+        return int(moved.rsplit(" ", 1)[-1])
+
 
 @dataclass
 class _TableClaim:

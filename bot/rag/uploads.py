@@ -204,6 +204,14 @@ class DocumentReader:
         log.info("[RAG] Forgot the document %s (%s)", upload.name, upload.id)
         return upload
 
+    async def move_chat(self, old_session_id: str, new_session_id: str, new_chat_id: str) -> str:
+        """The chat `old_session_id` lives on as `new_chat_id` (a group upgraded to a supergroup): its documents
+        (`/docs`) and what its exchanges and documents put in the knowledge graph are the new chat's, read by its
+        retrievals where they are (`RagService.move_chat`); what was moved, for the log."""
+        uploads = await self._records.move_chat(old_session_id, new_session_id, new_chat_id)
+        documents = await self._rag.move_chat(old_session_id, new_session_id)
+        return f"documents: {uploads}, graph entries: {documents}"
+
     async def close(self) -> None:
         for watcher in self._watchers.values():
             watcher.cancel()

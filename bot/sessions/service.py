@@ -24,8 +24,9 @@ import contextlib
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+from bot.domain.chat_move import ChatMove
 from bot.domain.message import Message
 from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, session_id_for
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 # Sessions kept in memory after their last use (a session of 20 messages is tens of KB).
 CACHE_MAX_SESSIONS = 1000
 
+# The move done of a chat (channel type, chat id), if it has one.
+WhereMoved = Callable[[str, str], Awaitable[ChatMove | None]]
+
 
 class SessionPersistError(Exception):
     """A session could not be written (disk full, read-only workspace). Nothing is lost: the session
@@ -50,9 +54,14 @@ class SessionPersistError(Exception):
 class SessionService:
     """The live sessions of every chat: one cached `AgentSession` per id, persisted on every change."""
 
-    def __init__(self, storage: SessionStorage, deferred: DeferredSync | None = None) -> None:
+    def __init__(
+        self, storage: SessionStorage, deferred: DeferredSync | None = None, where_moved: WhereMoved | None = None
+    ) -> None:
         """`storage`: the workspace's files or PostgreSQL; `deferred`: where a rewrite the archive can stand
-        in for leaves its fsync (without one, every write is durable before it returns)."""
+        in for leaves its fsync (without one, every write is durable before it returns); `where_moved`: asked
+        where a chat went when its session is not stored, when another process may have moved it (replicas
+        sharing a database)."""
+        self._where_moved = where_moved
         self._deferred = deferred
         self._storage = storage
         # Most recently used last; bounded by `CACHE_MAX_SESSIONS`.
@@ -130,8 +139,10 @@ class SessionService:
         except CorruptSession as corrupt:
             session = AgentSession.new(channel_type, chat_id)
             session.metadata.recovered_from = corrupt.quarantined_as
+        if session is None:
+            return await self.get_or_create(channel_type, chat_id)  # moved, and followed now: the new chat's
         # Another task may have loaded it meanwhile; the first one in wins so there is one object.
-        return self._cached(session_id) or self._keep(session or AgentSession.new(channel_type, chat_id))
+        return self._cached(session_id) or self._keep(session)
 
     async def get(self, session_id: str) -> AgentSession | None:
         """The session if it exists in the cache or on disk; never creates one."""
@@ -153,10 +164,28 @@ class SessionService:
         stored = await self._storage.load(session_id)
         session = stored.session
         if session is None and create is not None:
+            if await self._learn_move(*create):
+                return None
             session = AgentSession.new(*create)
         if session is not None:
             self._rewrites.loaded(session, stored.in_document, stored.document_bytes, stored.archive_bytes)
         return session
+
+    async def _learn_move(self, channel_type: str, chat_id: str) -> bool:
+        """Whether a chat without a stored session was moved by another process (else it is new); followed
+        from then on. Asked only then: a chat's session is stored after its first turn."""
+        if self._where_moved is None:
+            return False
+        try:
+            move = await self._where_moved(channel_type, chat_id)
+        except OSError as error:  # the store just answered the load: rare, and the chat is answered as new
+            log.warning("[Session] Could not ask whether %s:%s moved: %s", channel_type, chat_id, error)
+            return False
+        if move is None or move.new_session_id == move.old_session_id:
+            return False
+        log.info("[Session] %s was moved by another process; following it", move)
+        self.follow_move(move.old_session_id, move.channel_type, move.new_chat_id)
+        return True
 
     def add_unwritten(self, session: AgentSession, messages: list[Message]) -> None:
         """Add messages to the live session in memory only; the next save writes them (archive and session).

@@ -1,13 +1,13 @@
 """`python -m bot export [FOLDER]`: write what the database of `BOT_DATABASE_URL` holds as a workspace's files.
 
 Sessions (`sessions/{id}.json`) and their archives (`sessions/archive/{id}.jsonl`), MEMORY.md, the daily
-notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`,
-`access/pairing.json`, `preferences/runtime-config.json`, the knowledge graph's journal
-`rag/documents.jsonl` and the documents sent in chats `rag/uploads.jsonl`, in the formats people read and
-edit; into FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is written whole
-(atomically) and replaces the one there; files the database has nothing for are left alone. The items'
-vectors stay in the database (a bot on the files makes them again), and so does the knowledge graph
-itself (LightRAG's tables, which hold the journal's indexed documents). Edited files go back with
+notes and the item files (`items/**.jsonl`) of every memory scope, `reminders.json`, `access/pairing.json`,
+`preferences/runtime-config.json`, the knowledge graph's journal `rag/documents.jsonl`, the documents sent
+in chats `rag/uploads.jsonl` and the chats whose id changed `state/chat_moves.jsonl`, in the formats people
+read and edit; into FOLDER, or the workspace (`BOT_WORKSPACE`) when none is given. Each file is written
+whole (atomically) and replaces the one there; files the database has nothing for are left alone. The items'
+vectors stay in the database (a bot on the files makes them again), and so does the knowledge graph itself
+(LightRAG's tables, which hold the journal's indexed documents). Edited files go back with
 `python -m bot migrate`.
 """
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.access.pairing import ApprovedUser, PairingRequest, pairing_file
+from bot.chat_move_records import write_moves_file
 from bot.database.connection import Database
 from bot.domain.session import checked_session_id
 from bot.memory.postgres_items import write_item_files
@@ -88,4 +89,5 @@ async def export_workspace(database: Database, workspace: Workspace) -> Written:
         written.add("runtime configurations")
     written.add("knowledge graph documents", await write_journal_file(database, workspace.rag_journal_file))
     written.add("documents sent in chats", await write_uploads_file(database, workspace.uploads_file))
+    written.add("chat moves", await write_moves_file(database, workspace.chat_moves_file))
     return written

@@ -2,9 +2,10 @@
 
 What is copied: sessions and their archives, MEMORY.md and the daily notes of every memory scope, the
 reminders, pairing, `preferences/runtime-config.json` (its text as it is), the knowledge graph's journal
-`rag/documents.jsonl` and the documents sent in chats `rag/uploads.jsonl` (a line of either that is not a
-record is skipped, counted in the summary and named in the log); what the files hold wins over what the
-database holds for the same session, document, reminder, user, configuration, journal entry or upload.
+`rag/documents.jsonl`, the documents sent in chats `rag/uploads.jsonl` and the chats whose id changed
+`state/chat_moves.jsonl` (a line of these that is not a record is skipped, counted in the summary and named
+in the log); what the files hold wins over what the database holds for the same session, document,
+reminder, user, configuration, journal entry, upload or chat move.
 Safe to run twice: an archive line is keyed by the archive's length after it (as the bot keeps it), so a
 line copied before is not copied again, and every other row is written over (the configuration's version
 is raised only when its text changed). The workspace's files are left as they are. The memory items of
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.access.pairing import PairingStore, pairing_file
+from bot.chat_move_records import copy_moves_file
 from bot.database.connection import Database
 from bot.memory.documents import LONG_TERM_NAME
 from bot.memory.paths import CHAT_SCOPES_DIR, USER_SCOPES_DIR
@@ -61,7 +63,14 @@ async def migrate_workspace(workspace: Workspace, database: Database) -> Copied:
     await _runtime_config(workspace, database, copied)
     await _rag_journal(workspace, database, copied)
     await _uploads(workspace, database, copied)
+    await _chat_moves(workspace, database, copied)
     return copied
+
+
+async def _chat_moves(workspace: Workspace, database: Database, copied: Copied) -> None:
+    moves = await copy_moves_file(database, workspace.chat_moves_file)
+    copied.add("chat moves", moves.records)
+    copied.add("chat move lines that are not moves (skipped; see the log)", moves.skipped_lines)
 
 
 async def _uploads(workspace: Workspace, database: Database, copied: Copied) -> None:
