@@ -188,6 +188,16 @@ async def fetch_through_the_bot(
     return tool_results(fake_openai)[-1]  # this turn's: the newest
 
 
+async def search_through_a_searxng(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, search_url: str
+) -> str:
+    """What the model reads of a web_search for 'otters' through the SearXNG at `search_url`."""
+    write_config(services, {"web": {"searchProvider": "searxng", "searchUrl": search_url}})
+    fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "searched")
+    assert await say(services, channel, "1", "search otters") == "searched"
+    return tool_results(fake_openai)[-1]  # this turn's: the newest
+
+
 LOCAL_ONLY = {"allowPrivateHosts": ["127.0.0.1"]}
 
 
@@ -378,10 +388,8 @@ async def test_web_search_through_tavily_and_off_without_its_key(
 async def test_a_provider_that_fails_is_a_tool_error(
     web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
-    write_config(web_services, {"web": {"searchProvider": "searxng", "searchUrl": f"{fake_web.root}/nothing-here"}})
-    fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "x"}, id="s1")]), "sorry")
-    assert await say(web_services, channel, "1", "search x") == "sorry"
-    assert tool_results(fake_openai) == ["Error: SearXNG answered HTTP 404"]
+    result = await search_through_a_searxng(web_services, channel, fake_openai, f"{fake_web.root}/nothing-here")
+    assert result == "Error: SearXNG answered HTTP 404"
 
 
 async def test_a_search_backend_that_is_down_or_set_up_without_json_is_said_to_the_model_and_the_log(
@@ -395,14 +403,8 @@ async def test_a_search_backend_that_is_down_or_set_up_without_json_is_said_to_t
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]  # nothing listens there once the probe is closed
-    backends = [f"http://127.0.0.1:{closed_port}", f"{fake_web.root}/searx-html-only"]
-    results = []
-    for backend in backends:
-        write_config(web_services, {"web": {"searchProvider": "searxng", "searchUrl": backend}})
-        fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "sorry")
-        assert await say(web_services, channel, "1", "search otters") == "sorry"
-        results.append(tool_results(fake_openai)[-1])  # this turn's: the newest
-    down, html_only = results
+    down = await search_through_a_searxng(web_services, channel, fake_openai, f"http://127.0.0.1:{closed_port}")
+    html_only = await search_through_a_searxng(web_services, channel, fake_openai, f"{fake_web.root}/searx-html-only")
     assert down.startswith("Error: the search provider could not be reached: ClientConnectorError: Cannot connect")
     assert f"127.0.0.1:{closed_port}" in down
     assert html_only == "Error: SearXNG answered HTTP 403 (is json among its search.formats?)"
@@ -416,10 +418,8 @@ async def test_a_search_backend_that_is_down_or_set_up_without_json_is_said_to_t
 async def test_a_search_answer_of_another_shape_is_no_results_not_a_crash(
     web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
-    write_config(web_services, {"web": {"searchProvider": "searxng", "searchUrl": f"{fake_web.root}/searx-odd"}})
-    fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "none")
-    await say(web_services, channel, "1", "search otters")
-    assert tool_results(fake_openai) == ["No results for 'otters'."]
+    result = await search_through_a_searxng(web_services, channel, fake_openai, f"{fake_web.root}/searx-odd")
+    assert result == "No results for 'otters'."
 
 
 async def test_what_a_browser_never_shows_is_left_out_of_a_page_with_little_text(
