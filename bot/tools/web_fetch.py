@@ -42,6 +42,8 @@ _HIDDEN = re.compile(r"<(script|style|noscript|template)\b[^>]*>.*?</\1\s*>|<!--
 BINARY_SNIFF_BYTES = 8192
 # How much of a body whose charset is not declared is read to guess it (the guess is slow on megabytes).
 CHARSET_SNIFF_BYTES = 32 * 1024
+# How much markup is converted first per character of Markdown wanted (more follows when it gave too little).
+HTML_PER_MARKDOWN_CHAR = 4
 # Below this much text the readability pick is taken to have missed, and the whole body is converted.
 MIN_READABLE_CHARS = 200
 
@@ -167,8 +169,9 @@ async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> tuple[b
     return b"".join(chunks), False
 
 
-def to_markdown(page: FetchedPage) -> tuple[str, str]:
-    """The page's title and its readable content as Markdown (CPU work: run it in a thread)."""
+def to_markdown(page: FetchedPage, max_chars: int) -> tuple[str, str, bool]:
+    """The page's title, its readable content as Markdown, and whether that is all of it: HTML is converted only
+    as far as `max_chars` of Markdown can be shown (CPU work: run it in a thread)."""
     content_type = page.content_type.lower()
     readable = "html" in content_type or content_type.startswith(_TEXT_TYPES)
     if not readable:
@@ -179,22 +182,35 @@ def to_markdown(page: FetchedPage) -> tuple[str, str]:
         raise ToolError(f"{page.url} is binary data (sent as {page.content_type}), not a page that can be read as text")
     text = page_text(page)
     if "html" not in content_type:
-        return "", text.strip()
+        return "", text.strip(), True
     text = _HIDDEN.sub("", text)
     if not text.strip():
-        return "", ""
+        return "", "", True
     from readability import Document  # lxml and readability load with the first page, not at start
 
     try:
         document = Document(text)
         title = (document.short_title() or "").strip()
-        markdown = _convert(document.summary(html_partial=True))
+        markdown, whole = _convert_within(document.summary(html_partial=True), max_chars)
     except Exception as error:  # lxml's parser errors on broken markup: the whole page stands in
         log.info("[ToolLoop] readability could not read %s (%s); converting the whole page", page.url, error)
-        title, markdown = "", ""
+        title, markdown, whole = "", "", True
     if len(markdown) < MIN_READABLE_CHARS:
-        markdown = _convert(text)
-    return title, markdown
+        markdown, whole = _convert_within(text, max_chars)
+    return title, markdown, whole
+
+
+def _convert_within(html: str, max_chars: int) -> tuple[str, bool]:
+    """The Markdown of as much of `html` as gives more than `max_chars` of it (all of it when that takes all),
+    and whether it is all: markdownify's time grows with the markup, of which the model sees the start only.
+    A start a few times the Markdown wanted is tried first, then four times as much, and so on."""
+    size = max_chars * HTML_PER_MARKDOWN_CHAR
+    while size < len(html):
+        markdown = _convert(html[:size])  # a tag cut in two is read as far as it goes
+        if len(markdown) > max_chars:
+            return markdown, False
+        size *= 4
+    return _convert(html), True
 
 
 def page_text(page: FetchedPage) -> str:
@@ -252,13 +268,15 @@ class _TextOnly(HTMLParser):
             self.text.append(data)
 
 
-def render(page: FetchedPage, title: str, markdown: str, max_chars: int) -> str:
-    """The tool's result: title, source, the Markdown, and a visible note of anything cut."""
+def render(page: FetchedPage, title: str, markdown: str, max_chars: int, whole: bool = True) -> str:
+    """The tool's result: title, source, the Markdown, and a visible note of anything cut (`whole`: the
+    Markdown is all the page's, so what is cut can be counted)."""
     notes = []
     if page.truncated:
         notes.append(f"[The page was cut at {len(page.body)} bytes: web.maxDownloadBytes]")
     if len(markdown) > max_chars:
-        notes.append(f"[… {len(markdown) - max_chars} more characters cut: web.maxResultChars]")
+        left_out = f"{len(markdown) - max_chars} more characters" if whole else "the rest of the page"
+        notes.append(f"[… {left_out} cut: web.maxResultChars]")
         markdown = markdown[:max_chars]
     if title and markdown.startswith(f"# {title}\n"):
         markdown = markdown[len(title) + 3 :].lstrip()  # the page's first heading is its title: not twice
@@ -271,12 +289,13 @@ def web_fetch_tool() -> Tool[WebFetchArgs]:
     async def web_fetch(args: WebFetchArgs, context: ToolContext) -> str:
         config = context.config.web
         page = await fetch(args.url, config)
-        title, markdown = await asyncio.to_thread(to_markdown, page)
+        title, markdown, whole = await asyncio.to_thread(to_markdown, page, config.max_result_chars)
         log.info(
-            "[ToolLoop] turn %s: web_fetch %s: %d bytes%s, %d chars of Markdown",
+            "[ToolLoop] turn %s: web_fetch %s: %d bytes%s, %d chars of Markdown%s",
             context.turn_id, page.url, len(page.body), " (cut)" if page.truncated else "", len(markdown),
+            "" if whole else " (of its start)",
         )  # fmt: skip
-        return render(page, title, markdown, config.max_result_chars)
+        return render(page, title, markdown, config.max_result_chars, whole)
 
     return Tool(
         "web_fetch",
