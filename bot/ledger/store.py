@@ -55,7 +55,9 @@ class LedgerStore(Protocol):
         ...
 
     async def append(self, records: list[Record], durable: bool) -> None:
-        """Keep `records`, all or none; `durable` False: a power cut may lose them (a crash may not)."""
+        """Keep `records`; `durable` False: a power cut may lose them (a crash may not). Each record is kept
+        whole or not at all, in order; a crash during the append may keep the first ones only (a file's write
+        cut between two pages), so each record must stand alone: none is acknowledged before all are kept."""
         ...
 
     async def compact(self, still_asked: list[Record]) -> None:
