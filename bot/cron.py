@@ -28,6 +28,8 @@ def _standard_day_of_week(field: str) -> str:
         if match is None:
             return field  # names (mon-fri) and anything else pass through unchanged
         start, end, step = match.groups()
+        if step is not None and int(step) == 0:
+            raise InvalidCron(f"day of week {item!r}: a step must be 1 or more")
         if start == "*":
             if step is None:
                 return field

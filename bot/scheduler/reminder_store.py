@@ -13,15 +13,17 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
+from bot.cron import cron_trigger
 from bot.database.connection import Database
 from bot.domain.model import CamelModel, utc_now
-from bot.storage.files import read_text_sync, write_atomic
+from bot.storage.files import put_aside_sync, read_text_sync, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,27 @@ class Reminder(CamelModel):
     cron: str | None = None
     timezone: str = "UTC"
     fired_count: int = 0
+
+    @model_validator(mode="after")
+    def _usable(self) -> Reminder:
+        """What a hand edit may leave that would stop every reminder, not this one only: a time written
+        without an offset (read in the reminder's own zone, as a person editing the file means it), and a
+        cron expression that does not parse (refused, so the reminder is skipped as unreadable)."""
+        zone = _zone(self.timezone)
+        if self.due_at.tzinfo is None:
+            self.due_at = self.due_at.replace(tzinfo=zone).astimezone(UTC)
+        if self.created_at.tzinfo is None:
+            self.created_at = self.created_at.replace(tzinfo=zone).astimezone(UTC)
+        if self.cron is not None:
+            cron_trigger(self.cron, zone)
+        return self
+
+
+def _zone(name: str) -> tzinfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return UTC
 
 
 # A due reminder moved to its next time (a copy), or None when it fires no more.
@@ -68,28 +91,58 @@ class ReminderStore(Protocol):
 
 
 class ReminderFile:
-    """`reminders.json`: every reminder in one JSON list, rewritten atomically on each change."""
+    """`reminders.json`: every reminder in one JSON list, rewritten atomically on each change.
+
+    A person may edit the file. An entry that cannot be read (a slip of the edit) is skipped, logged, and
+    written back as it is with every change, so fixing it brings it back; a file that is no JSON list at
+    all is moved aside as `reminders.json.corrupt-<time>`, and the bot starts with no reminders."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._reminders: dict[str, Reminder] = {}
+        self._unreadable: list[Any] = []
         self._lock = asyncio.Lock()
 
     async def load(self) -> None:
+        self._reminders, self._unreadable = {}, []
         text = await asyncio.to_thread(read_text_sync, self._path)
-        if not text:
+        if not text or not text.strip():
             return
         try:
             records = json.loads(text)
-            reminders = [Reminder.model_validate(record) for record in records]
-        except (json.JSONDecodeError, ValidationError, TypeError) as error:
-            log.error("[Scheduler] %s is unreadable (%s); starting with no reminders", self._path, error)
+        except json.JSONDecodeError as error:
+            records, problem = None, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        else:
+            problem = "not a JSON list of reminders"
+        if not isinstance(records, list):
+            aside = await asyncio.to_thread(put_aside_sync, self._path)
+            log.error("[Scheduler] %s is %s; moved to %s, starting with no reminders", self._path, problem, aside.name)
             return
-        self._reminders = {reminder.id: reminder for reminder in reminders}
+        for position, record in enumerate(records, start=1):
+            try:
+                reminder = Reminder.model_validate(record)
+            except ValidationError as error:
+                self._unreadable.append(record)
+                log.error(
+                    "[Scheduler] Entry %d of %s is unreadable (%s); skipped, and kept in the file as it is",
+                    position, self._path, _first_problem(error),
+                )  # fmt: skip
+                continue
+            if reminder.id in self._reminders:
+                self._unreadable.append(record)
+                log.error("[Scheduler] Entry %d of %s repeats the id %s; skipped, and kept in the file as it is",
+                          position, self._path, reminder.id)  # fmt: skip
+                continue
+            self._reminders[reminder.id] = reminder
 
     async def everything(self) -> list[Reminder]:
         """Every reminder in the file (`bot migrate` copies them)."""
         return list(self._reminders.values())
+
+    @property
+    def unreadable(self) -> int:
+        """How many entries of the file could not be read (logged at `load`, kept in the file)."""
+        return len(self._unreadable)
 
     async def of_session(self, session_id: str) -> list[Reminder]:
         chosen = [r for r in self._reminders.values() if r.session_id == session_id]
@@ -123,7 +176,7 @@ class ReminderFile:
         return due
 
     async def _save(self) -> None:
-        records = [reminder.to_json_dict() for reminder in self._reminders.values()]
+        records = [reminder.to_json_dict() for reminder in self._reminders.values()] + self._unreadable
         await write_atomic(self._path, json.dumps(records, ensure_ascii=False, indent=1).encode("utf-8"))
 
 
@@ -184,9 +237,17 @@ async def _upsert(connection: object, reminder: Reminder) -> None:
     )  # fmt: skip
 
 
+def _first_problem(error: ValidationError) -> str:
+    """`dueAt: Input should be a valid datetime`, of the first thing wrong (`+ 2 more` when there are)."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the entry"
+    more = f" + {error.error_count() - 1} more" if error.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
 def _reminder(row: object) -> Reminder | None:
     try:
         return Reminder.model_validate_json(row["reminder"])  # type: ignore[index]
     except ValidationError as error:
-        log.error("[Scheduler] Reminder %s is unreadable (%s); left as it is", row["id"], error)  # type: ignore[index]
+        log.error("[Scheduler] Reminder %s is unreadable (%s); left as it is", row["id"], _first_problem(error))  # type: ignore[index]
         return None

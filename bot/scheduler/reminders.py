@@ -9,6 +9,7 @@ a note saying so.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ Deliver = Callable[[str, str, str], Awaitable[None]]  # channel type, chat id, t
 
 _DELAY_PART = re.compile(r"(\d+)\s*(d|h|m|s)", re.IGNORECASE)
 _DELAY_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+_DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 class InvalidReminder(ValueError):
@@ -36,8 +38,11 @@ def parse_delay(text: str) -> timedelta:
     if not parts or _DELAY_PART.sub("", text).strip():
         raise InvalidReminder(f"{text!r} is not a delay like '45m', '2h30m' or '1d'")
     delay = timedelta()
-    for amount, unit in parts:
-        delay += timedelta(**{_DELAY_UNITS[unit.lower()]: int(amount)})
+    try:
+        for amount, unit in parts:
+            delay += timedelta(**{_DELAY_UNITS[unit.lower()]: int(amount)})
+    except OverflowError as error:
+        raise InvalidReminder(f"{text!r} is further ahead than a reminder can be") from error
     if delay <= timedelta():
         raise InvalidReminder("the delay must be positive")
     return delay
@@ -94,7 +99,10 @@ class ReminderService:
             if due <= now:
                 raise InvalidReminder(f"{at} is in the past")
         elif delay is not None:
-            due = now + parse_delay(delay)
+            try:
+                due = now + parse_delay(delay)
+            except OverflowError as error:
+                raise InvalidReminder(f"{delay!r} is further ahead than a reminder can be") from error
         else:
             assert cron is not None
             due = next_cron_time(cron, self._zone, now)
@@ -126,23 +134,46 @@ class ReminderService:
         sent = 0
         # A reminder for a channel that is not running waits for it (and then arrives late, once).
         due = await self._store.claim_due(moment, self._channel_types, lambda due: self._advance(due, moment))
-        for reminder in due:
+        for position, reminder in enumerate(due):
             late = moment - reminder.due_at > late_after
             due_at = reminder.due_at
             note = self._late_note(due_at) if late else ""
             try:
                 await self._deliver(reminder.channel_type, reminder.chat_id, f"⏰ Reminder: {reminder.text}{note}")
                 sent += 1
+            except asyncio.CancelledError:
+                await self._put_back(reminder, due[position + 1 :])
+                raise
             except Exception as error:
                 log.error("[Scheduler] Reminder %s could not be delivered: %s", reminder.id, error)
         return sent
+
+    async def _put_back(self, interrupted: Reminder, unsent: list[Reminder]) -> None:
+        """A stop in the middle of a batch (many reminders due at once, a chat's flood control): the ones not yet
+        sent are kept as they were, to come late, once, after the start; the one being sent may have arrived."""
+        log.warning(
+            "[Scheduler] Reminder %s was being sent when the bot stopped; it may not have arrived", interrupted.id
+        )
+        for reminder in unsent:
+            try:
+                await self._store.put(reminder)
+            except OSError as error:
+                log.error(
+                    "[Scheduler] Reminder %s, not sent before the stop, could not be kept: %s", reminder.id, error
+                )
+        if unsent:
+            log.info("[Scheduler] %d reminders not sent before the stop are kept for the start", len(unsent))
 
     def _advance(self, reminder: Reminder, moment: datetime) -> Reminder | None:
         """A repeating reminder moved to its next time (a copy); None for a one-off one, which is gone."""
         if not reminder.cron:
             return None
         # Strictly after the time just fired, which the cron expression itself also matches.
-        following = next_cron_time(reminder.cron, self._zone, max(moment, reminder.due_at) + timedelta(seconds=1))
+        try:
+            following = next_cron_time(reminder.cron, self._zone, max(moment, reminder.due_at) + timedelta(seconds=1))
+        except InvalidReminder as error:  # a hand edit's date that never comes ('0 9 31 2 *'): this is the last time
+            log.error("[Scheduler] Reminder %s repeats no more: %s", reminder.id, error)
+            return None
         return reminder.model_copy(update={"due_at": following, "fired_count": reminder.fired_count + 1})
 
     def _late_note(self, due_at: datetime) -> str:
@@ -150,10 +181,15 @@ class ReminderService:
         return f"\n(This was due at {local}; I was offline then, so it comes late.)"
 
     def _parse_time(self, text: str) -> datetime:
+        if _DATE_ONLY.fullmatch(text.strip()):  # midnight is seldom what "remind me on Friday" means
+            raise InvalidReminder(f"{text!r} has no time of day; give one, like {text.strip()}T09:00")
         try:
             moment = datetime.fromisoformat(text.strip())
         except ValueError as error:
             raise InvalidReminder(f"{text!r} is not a time like 2026-12-24T18:00") from error
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=self._zone)
-        return moment.astimezone(UTC)
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError as error:
+            raise InvalidReminder(f"{text!r} is further ahead than a reminder can be") from error

@@ -20,11 +20,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bot.domain.message import Message
-from bot.domain.model import utc_now
 from bot.domain.session import AgentSession, checked_session_id
 from bot.domain.session_metadata import METADATA_PROBLEMS
 from bot.storage.durability import DeferredSync
-from bot.storage.files import read_text_sync, write_atomic
+from bot.storage.files import put_aside_sync, read_text_sync, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +111,7 @@ class SessionFileStore:
         try:
             session = session_from_json(text, str(path))
         except ValidationError as error:
-            quarantined = path.with_name(f"{path.name}.corrupt-{utc_now().strftime('%Y%m%dT%H%M%S%fZ')}")
-            path.rename(quarantined)
+            quarantined = put_aside_sync(path)
             log.error("[Session] %s is unreadable (%s); moved to %s", path, error.error_count(), quarantined)
             raise CorruptSession(session_id, quarantined.name) from error
         return session, len(text.encode())

@@ -174,6 +174,7 @@ async def _reminders(workspace: Workspace, database: Database, copied: Copied) -
     for reminder in await store.everything():
         await table.put(reminder)
         copied.add("reminders")
+    copied.add("reminder entries that cannot be read (left in the file; see the log)", store.unreadable)
 
 
 async def _pairing(workspace: Workspace, database: Database, copied: Copied) -> None:

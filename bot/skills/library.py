@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.storage.files import FileSignature, file_signature
+from bot.storage.files import BYTE_ORDER_MARK, FileSignature, file_signature
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,9 @@ SKILL_FILE = "SKILL.md"
 # A skill's name: what `/skill NAME` and `load_skill` take, and the tag its procedural memory items carry.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*(?:\n|\Z)", re.DOTALL)
+_OPENING = re.compile(r"\A---[ \t]*\n")
+# YAML's markers of a value on the lines that follow: `|` keeps line breaks, `>` folds them (a sign may follow).
+_BLOCK_INDICATOR = re.compile(r"[|>][+-]?")
 # Files listed beside a skill: enough to show what is there, not a whole tree.
 MAX_LISTED_FILES = 30
 CATALOG_HEADER = "# Skills"
@@ -44,21 +47,46 @@ class Skill:
 
 
 def parse_skill(folder: Path, text: str) -> Skill:
-    """A skill from its SKILL.md text (the folder gives the name when the front matter does not)."""
+    """A skill from its SKILL.md text (the folder gives the name when the front matter does not). What a
+    hand edit gets wrong (front matter never closed, a name that is no skill name) is logged, and the skill
+    is read as well as it can be."""
+    text = text.removeprefix(BYTE_ORDER_MARK)
     fields: dict[str, str] = {}
     body = text
     match = _FRONT_MATTER.match(text)
     if match is not None:
         body = text[match.end() :]
-        for line in match.group(1).splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() and not line.startswith((" ", "\t")):
-                fields[key.strip().lower()] = value.strip().strip("\"'")
+        fields = _front_matter_fields(match.group(1))
+    elif _OPENING.match(text):
+        log.warning(
+            "[Skills] %s/%s: the front matter has no closing --- line; read as instructions", folder, SKILL_FILE
+        )
     name = fields.get("name") or folder.name
     if not _NAME.fullmatch(name):
+        log.warning(
+            "[Skills] %s/%s: %r is no skill name (letters, digits, '.', '_', '-'); named %r after its folder",
+            folder, SKILL_FILE, name, folder.name,
+        )  # fmt: skip
         name = folder.name
     description = fields.get("description") or _first_paragraph(body)
     return Skill(name, " ".join(description.split()), body.strip(), folder, _files_beside(folder))
+
+
+def _front_matter_fields(block: str) -> dict[str, str]:
+    """`key: value` lines; a value may go on over indented lines (YAML's `description: >` or `|` and a plain
+    value wrapped), which are joined with spaces (a description is one line in the catalog)."""
+    fields: dict[str, str] = {}
+    key: str | None = None
+    for line in block.splitlines():
+        if line.startswith((" ", "\t")) and key is not None:
+            fields[key] = f"{fields[key]} {line.strip()}".strip()
+            continue
+        name, sep, value = line.partition(":")
+        key = name.strip().lower() if sep and name.strip() else None
+        if key is not None:
+            value = value.strip()
+            fields[key] = "" if _BLOCK_INDICATOR.fullmatch(value) else value
+    return {name: value.strip("\"'") for name, value in fields.items()}
 
 
 def _first_paragraph(body: str) -> str:
@@ -77,6 +105,18 @@ def _files_beside(folder: Path) -> tuple[str, ...]:
             if len(found) >= MAX_LISTED_FILES:
                 break
     return tuple(found)
+
+
+def _skill_text(path: Path) -> str:
+    """SKILL.md's text; one saved in another encoding than UTF-8 is read with its odd bytes replaced, and said."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        log.warning("[Skills] %s: line %d holds bytes that are not UTF-8; read with them replaced", path, line)
+        text = data.decode("utf-8", "replace")
+    return text.replace("\r\n", "\n")
 
 
 class SkillLibrary:
@@ -133,8 +173,8 @@ class SkillLibrary:
             cached = self._cache.get(skill_file)
             if cached is None or cached[0] != signature:
                 try:
-                    skill = parse_skill(folder, skill_file.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError) as error:
+                    skill = parse_skill(folder, _skill_text(skill_file))
+                except OSError as error:
                     log.warning("[Skills] Could not read %s: %s", skill_file, error)
                     unreadable = True  # tried again next time: a permission fixed changes no signature
                     continue

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,14 @@ def write_atomic_sync(path: Path, data: bytes, deferred: DeferredSync | None = N
         _fsync_dir(path.parent)
     else:
         deferred.mark(path, new_entry=True)
+
+
+def put_aside_sync(path: Path) -> Path:
+    """Move an unreadable file out of the way as `<name>.corrupt-<time>` (beside it), so that what is written
+    next never replaces what a person may still want from it; returns the new path."""
+    aside = path.with_name(f"{path.name}.corrupt-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}")
+    path.rename(aside)
+    return aside
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -18,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import json
 import logging
 import math
 import os
 import re
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -54,6 +57,11 @@ _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_LIST_PAGES = 20
 # How long a stopping server may take to close before its task is cancelled.
 STOP_TIMEOUT_SECONDS = 10.0
+# A stdio server's stderr: each line logged at most this long; the last lines kept to say why it failed.
+MAX_STDERR_LINE_CHARS = 500
+STDERR_KEPT_LINES = 3
+# How long a failed server's last lines are waited for (its process is gone: they are in the pipe).
+LAST_WORDS_WAIT_SECONDS = 1.0
 
 
 class McpState(StrEnum):
@@ -139,6 +147,37 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+class ServerOutput:
+    """A stdio server's stderr, read by a thread of its own: each line goes to the log under the server's
+    name (scrubbed of secrets like every log line, and never onto the terminal, whose screen may be the
+    conversation's), and the last few are kept to say why the server failed."""
+
+    def __init__(self, server: str) -> None:
+        self._server = server
+        read_end, write_end = os.pipe()
+        # Handed to the server's process as its stderr; closed here once the connection is over.
+        self.pipe = os.fdopen(write_end, "w")
+        self.last: deque[str] = deque(maxlen=STDERR_KEPT_LINES)
+        self._thread = threading.Thread(
+            target=self._follow, args=(os.fdopen(read_end, "rb"),), name=f"mcp-{server}-stderr", daemon=True
+        )
+        self._thread.start()
+
+    def _follow(self, lines: io.BufferedReader) -> None:
+        with lines:
+            for raw in lines:
+                line = raw.decode("utf-8", "replace").rstrip()
+                if line:
+                    line = clip(line, MAX_STDERR_LINE_CHARS)
+                    self.last.append(line)
+                    log.info("[MCP] Server %s: %s", self._server, line)
+
+    async def last_words(self) -> str | None:
+        """The last line the server wrote, once what it wrote before it ended is read (a bounded wait)."""
+        await asyncio.to_thread(self._thread.join, LAST_WORDS_WAIT_SECONDS)
+        return self.last[-1] if self.last else None
+
+
 class McpServer:
     """One configured server and the task that keeps it running."""
 
@@ -158,8 +197,10 @@ class McpServer:
         self.last_error: str | None = None
         self.secrets: list[str] = []
         self._client: Client | None = None
+        self._output: ServerOutput | None = None
         self._listing: list[McpTool] = []
-        self._tools: list[ExternalTool] = []
+        # Each tool offered, with its name on the server (what the allow and deny lists name).
+        self._tools: list[tuple[ExternalTool, str]] = []
         self._stopping = asyncio.Event()
         self._check_now = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -193,8 +234,7 @@ class McpServer:
         """The tools offered now: the server's listing, less what its allow and deny lists keep out."""
         if self.state is not McpState.READY:
             return []
-        pairs = zip(self._tools, self._listing, strict=True)
-        return [tool for tool, listed in pairs if is_offered(self.config, listed.name)]
+        return [tool for tool, listed in self._tools if is_offered(self.config, listed)]
 
     def status(self) -> McpServerStatus:
         return McpServerStatus(
@@ -212,8 +252,12 @@ class McpServer:
                 await self._run_once()
             except Exception as error:  # every failure is one log line and a restart, never a crash of the bot
                 self.last_error = describe_error(error)
+                said = await self._output.last_words() if self._output is not None else None
+                if said is not None:
+                    self.last_error += f" (its last words: {said})"
             finally:
                 self._client = None
+                self._output = None
             up_since = self._ready_at
             self.first_start_over.set()
             if self._stopping.is_set():
@@ -243,8 +287,7 @@ class McpServer:
                 client = await stack.enter_async_context(self._client_for(stack))
                 listing = await self._list_tools(client)
                 scope.deadline = math.inf
-                self._listing = listing
-                self._tools = [self._tool_for(listed) for listed in listing]
+                self._take(listing)
                 self._client = client
                 self.state = McpState.READY
                 self.last_error = None
@@ -260,6 +303,7 @@ class McpServer:
 
     def _client_for(self, stack: AsyncExitStack) -> Client:
         from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -278,7 +322,11 @@ class McpServer:
             self.secrets = secrets
             add_secrets(secrets)
             parameters = StdioServerParameters(command=self.config.command, args=args, env=env, cwd=self.config.cwd)
-            return Client(parameters, read_timeout_seconds=settings.call_timeout_seconds)
+            output = self._output = ServerOutput(self.name)
+            stack.callback(output.pipe.close)
+            return Client(
+                stdio_client(parameters, errlog=output.pipe), read_timeout_seconds=settings.call_timeout_seconds
+            )
         assert self.config.url is not None
         headers: dict[str, str] = {}
         for key, value in self.config.headers.items():
@@ -321,12 +369,31 @@ class McpServer:
             # server whose tools changed is seen to change.
             with anyio.fail_after(settings.health_check_timeout_seconds):
                 listing = await self._list_tools(client, refresh=True)
-            if [tool.name for tool in listing] != [tool.name for tool in self._listing]:
+            changed = [tool.name for tool in listing] != [tool.name for tool in self._listing]
+            if changed:
                 log.info("[MCP] Server %s now has %d tools", self.name, len(listing))
-            self._listing = listing
-            self._tools = [self._tool_for(listed) for listed in listing]
+            self._take(listing, quiet=not changed)
 
     # -- tools ------------------------------------------------------------------------------------
+
+    def _take(self, listing: list[McpTool], quiet: bool = False) -> None:
+        """Offer `listing` from now on. Two tools whose names read the same to the model (`read.file` and
+        `read_file`, or names past 64 characters alike at the start) cannot both be told apart: the first is
+        offered, and the other is named in the log (unless `quiet`: the listing is the one already seen)."""
+        tools: list[tuple[ExternalTool, str]] = []
+        first: dict[str, str] = {}
+        for tool in listing:
+            offered = self._tool_for(tool)
+            if offered.name in first:
+                if not quiet:
+                    log.warning(
+                        "[MCP] Server %s: its tools %r and %r are both %s to the model; only %r is offered",
+                        self.name, first[offered.name], tool.name, offered.name, first[offered.name],
+                    )  # fmt: skip
+                continue
+            first[offered.name] = tool.name
+            tools.append((offered, tool.name))
+        self._listing, self._tools = listing, tools
 
     def _tool_for(self, listed: McpTool) -> ExternalTool:
         parameters = dict(listed.input_schema) if listed.input_schema else {}

@@ -35,6 +35,8 @@ Args = TypeVar("Args", bound=BaseModel)
 
 # An error result is a sentence or two; one that echoes a huge argument is cut to this.
 MAX_ERROR_CHARS = 2000
+# A failure's reason is logged at most this long.
+MAX_LOGGED_ERROR_CHARS = 300
 # A tool name from the model is shown (in an error, a log line) at most this long.
 MAX_NAME_CHARS = 100
 
@@ -200,10 +202,14 @@ class ToolRegistry:
         content = redact(content, self._secrets())
         outcome = ToolOutcome(content, is_error, (time.monotonic() - started) * 1000)
         self._metrics.tool_calls.labels(call.name if known else "unknown", "error" if is_error else "ok").inc()
+        # A failure's reason is logged too (scrubbed, its first line): the model read it, the operator may need it.
+        reason = ""
+        if is_error:
+            reason = ": " + clip(content.removeprefix("Error: ").split("\n", 1)[0], MAX_LOGGED_ERROR_CHARS)
         log.info(
-            "[ToolLoop] turn %s: %s %s in %.0f ms, %d chars",
+            "[ToolLoop] turn %s: %s %s in %.0f ms, %d chars%s",
             context.turn_id, call.name if known else clip(repr(call.name), MAX_NAME_CHARS),
-            "failed" if is_error else "ran", outcome.duration_ms, len(content),
+            "failed" if is_error else "ran", outcome.duration_ms, len(content), reason,
         )  # fmt: skip
         return outcome
 

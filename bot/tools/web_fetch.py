@@ -17,6 +17,7 @@ import logging
 import re
 import socket
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import Any
 
 import aiohttp
@@ -34,6 +35,15 @@ CHUNK_BYTES = 64 * 1024
 # Content types read as text as they are; HTML is made readable first; anything else is refused.
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/rss+xml")
 _BLANK_LINES = re.compile(r"\n{3,}")
+# What a browser never shows as text: scripts, styles, what stands in for scripts, templates, comments. Taken
+# out before anything reads the page (markdownify would keep their text, a page's JSON and CSS with it).
+_HIDDEN = re.compile(r"<(script|style|noscript|template)\b[^>]*>.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
+# A NUL byte in this much of the start marks a body as binary, whatever its type says.
+BINARY_SNIFF_BYTES = 8192
+# How much of a body whose charset is not declared is read to guess it (the guess is slow on megabytes).
+CHARSET_SNIFF_BYTES = 32 * 1024
+# How much markup is converted first per character of Markdown wanted (more follows when it gave too little).
+HTML_PER_MARKDOWN_CHAR = 4
 # Below this much text the readability pick is taken to have missed, and the whole body is converted.
 MIN_READABLE_CHARS = 200
 
@@ -159,43 +169,114 @@ async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> tuple[b
     return b"".join(chunks), False
 
 
-def to_markdown(page: FetchedPage) -> tuple[str, str]:
-    """The page's title and its readable content as Markdown (CPU work: run it in a thread)."""
+def to_markdown(page: FetchedPage, max_chars: int) -> tuple[str, str, bool]:
+    """The page's title, its readable content as Markdown, and whether that is all of it: HTML is converted only
+    as far as `max_chars` of Markdown can be shown (CPU work: run it in a thread)."""
     content_type = page.content_type.lower()
-    if "html" in content_type:
-        if not page.body.strip():
-            return "", ""
-        from readability import Document  # lxml and readability load with the first page, not at start
+    readable = "html" in content_type or content_type.startswith(_TEXT_TYPES)
+    if not readable:
+        raise ToolError(
+            f"{page.url} is {page.content_type or 'of an unknown type'}, not a page that can be read as text"
+        )
+    if b"\0" in page.body[:BINARY_SNIFF_BYTES]:  # no text has NUL bytes: a file served under a text type
+        raise ToolError(f"{page.url} is binary data (sent as {page.content_type}), not a page that can be read as text")
+    text = page_text(page)
+    if "html" not in content_type:
+        return "", text.strip(), True
+    text = _HIDDEN.sub("", text)
+    if not text.strip():
+        return "", "", True
+    from readability import Document  # lxml and readability load with the first page, not at start
 
+    try:
+        document = Document(text)
+        title = (document.short_title() or "").strip()
+        markdown, whole = _convert_within(document.summary(html_partial=True), max_chars)
+    except Exception as error:  # lxml's parser errors on broken markup: the whole page stands in
+        log.info("[ToolLoop] readability could not read %s (%s); converting the whole page", page.url, error)
+        title, markdown, whole = "", "", True
+    if len(markdown) < MIN_READABLE_CHARS:
+        markdown, whole = _convert_within(text, max_chars)
+    return title, markdown, whole
+
+
+def _convert_within(html: str, max_chars: int) -> tuple[str, bool]:
+    """The Markdown of as much of `html` as gives more than `max_chars` of it (all of it when that takes all),
+    and whether it is all: markdownify's time grows with the markup, of which the model sees the start only.
+    A start a few times the Markdown wanted is tried first, then four times as much, and so on."""
+    size = max_chars * HTML_PER_MARKDOWN_CHAR
+    while size < len(html):
+        markdown = _convert(html[:size])  # a tag cut in two is read as far as it goes
+        if len(markdown) > max_chars:
+            return markdown, False
+        size *= 4
+    return _convert(html), True
+
+
+def page_text(page: FetchedPage) -> str:
+    """The body as text: in the charset the server declared when Python knows it, else in UTF-8 when it is
+    that, else in the charset the page declares in a `<meta>` or reads best in (readability's guess, chardet)."""
+    if page.charset:
         try:
-            document = Document(page.body)
-            title = (document.short_title() or "").strip()
-            markdown = _convert(document.summary(html_partial=True))
-        except Exception as error:  # lxml's parser errors on broken markup: the whole page stands in
-            log.info("[ToolLoop] readability could not read %s (%s); converting the whole page", page.url, error)
-            title, markdown = "", ""
-        if len(markdown) < MIN_READABLE_CHARS:
-            markdown = _convert(page.body.decode(page.charset or "utf-8", errors="replace"))
-        return title, markdown
-    if content_type.startswith(_TEXT_TYPES):
-        return "", page.body.decode(page.charset or "utf-8", errors="replace").strip()
-    raise ToolError(f"{page.url} is {page.content_type or 'of an unknown type'}, not a page that can be read as text")
+            return page.body.decode(page.charset, errors="replace")
+        except LookupError:
+            log.info(
+                "[ToolLoop] %s declares the unknown charset %r; reading it as it reads best", page.url, page.charset
+            )
+    try:
+        return page.body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if page.truncated and error.start >= len(page.body) - 3:  # the cut split the last character
+            return page.body.decode("utf-8", errors="replace")
+    from readability.encoding import get_encoding
+
+    try:
+        return page.body.decode(get_encoding(page.body[:CHARSET_SNIFF_BYTES]), errors="replace")
+    except LookupError:  # a <meta charset> Python does not know
+        return page.body.decode("utf-8", errors="replace")
 
 
 def _convert(html: str) -> str:
     from markdownify import markdownify
 
-    markdown: Any = markdownify(html, heading_style="ATX", strip=["script", "style", "img"])
+    try:
+        markdown: Any = markdownify(html, heading_style="ATX", strip=["script", "style", "img"])
+    except RecursionError:  # markup nested deeper than markdownify (or lxml) can walk: its text, without structure
+        reader = _TextOnly()
+        reader.feed(html)
+        reader.close()
+        markdown = "".join(reader.text)
     return _BLANK_LINES.sub("\n\n", str(markdown)).strip()
 
 
-def render(page: FetchedPage, title: str, markdown: str, max_chars: int) -> str:
-    """The tool's result: title, source, the Markdown, and a visible note of anything cut."""
+class _TextOnly(HTMLParser):
+    """The text of markup, read tag by tag (no tree, so no depth limit), without scripts and styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._hidden += tag in ("script", "style")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._hidden -= tag in ("script", "style") and self._hidden > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.text.append(data)
+
+
+def render(page: FetchedPage, title: str, markdown: str, max_chars: int, whole: bool = True) -> str:
+    """The tool's result: title, source, the Markdown, and a visible note of anything cut (`whole`: the
+    Markdown is all the page's, so what is cut can be counted)."""
     notes = []
     if page.truncated:
         notes.append(f"[The page was cut at {len(page.body)} bytes: web.maxDownloadBytes]")
     if len(markdown) > max_chars:
-        notes.append(f"[… {len(markdown) - max_chars} more characters cut: web.maxResultChars]")
+        left_out = f"{len(markdown) - max_chars} more characters" if whole else "the rest of the page"
+        notes.append(f"[… {left_out} cut: web.maxResultChars]")
         markdown = markdown[:max_chars]
     if title and markdown.startswith(f"# {title}\n"):
         markdown = markdown[len(title) + 3 :].lstrip()  # the page's first heading is its title: not twice
@@ -208,12 +289,13 @@ def web_fetch_tool() -> Tool[WebFetchArgs]:
     async def web_fetch(args: WebFetchArgs, context: ToolContext) -> str:
         config = context.config.web
         page = await fetch(args.url, config)
-        title, markdown = await asyncio.to_thread(to_markdown, page)
+        title, markdown, whole = await asyncio.to_thread(to_markdown, page, config.max_result_chars)
         log.info(
-            "[ToolLoop] turn %s: web_fetch %s: %d bytes%s, %d chars of Markdown",
+            "[ToolLoop] turn %s: web_fetch %s: %d bytes%s, %d chars of Markdown%s",
             context.turn_id, page.url, len(page.body), " (cut)" if page.truncated else "", len(markdown),
+            "" if whole else " (of its start)",
         )  # fmt: skip
-        return render(page, title, markdown, config.max_result_chars)
+        return render(page, title, markdown, config.max_result_chars, whole)
 
     return Tool(
         "web_fetch",

@@ -57,32 +57,32 @@ async def search(query: str, config: WebConfig, keys: Mapping[str, str]) -> list
                 params = {"q": query, "format": "json"}
                 async with session.get(url, params=params, headers={"Accept": "application/json"}) as response:
                     data = await _json(response, "SearXNG")
-                rows = data.get("results", [])
-                return [_result(row, "content") for row in rows[: config.search_max_results]]
+                return [_result(row, "content") for row in _rows(data, "results")[: config.search_max_results]]
             if provider == "brave":
                 headers = {"Accept": "application/json", "X-Subscription-Token": keys.get("brave", "")}
                 params = {"q": query, "count": str(config.search_max_results)}
                 async with session.get(config.search_url or BRAVE_URL, params=params, headers=headers) as response:
                     data = await _json(response, "Brave Search")
-                rows = data.get("web", {}).get("results", [])
+                rows = _rows(data, "web", "results")
                 return [_result(row, "description") for row in rows[: config.search_max_results]]
             if provider == "tavily":
                 headers = {"Authorization": f"Bearer {keys.get('tavily', '')}"}
                 body = {"query": query, "max_results": config.search_max_results}
                 async with session.post(config.search_url or TAVILY_URL, json=body, headers=headers) as response:
                     data = await _json(response, "Tavily")
-                rows = data.get("results", [])
-                return [_result(row, "content") for row in rows[: config.search_max_results]]
+                return [_result(row, "content") for row in _rows(data, "results")[: config.search_max_results]]
     except TimeoutError as error:
         raise ToolError(f"the search provider did not answer within {config.search_timeout_seconds:.0f} s") from error
     except aiohttp.ClientError as error:
-        raise ToolError(f"the search provider could not be reached: {type(error).__name__}") from error
+        raise ToolError(f"the search provider could not be reached: {type(error).__name__}: {error}") from error
     raise ToolError("web search is off: no web.searchProvider is configured")
 
 
 async def _json(response: aiohttp.ClientResponse, provider: str) -> dict[str, Any]:
     if response.status >= 400:
-        raise ToolError(f"{provider} answered HTTP {response.status}")
+        # SearXNG refuses a format its settings leave out with 403, the one slip of its setup.
+        hint = " (is json among its search.formats?)" if provider == "SearXNG" and response.status == 403 else ""
+        raise ToolError(f"{provider} answered HTTP {response.status}{hint}")
     try:
         data = await response.json(content_type=None)
     except ValueError as error:
@@ -90,6 +90,14 @@ async def _json(response: aiohttp.ClientResponse, provider: str) -> dict[str, An
     if not isinstance(data, dict):
         raise ToolError(f"{provider} sent an unexpected answer")
     return data
+
+
+def _rows(data: dict[str, Any], *path: str) -> list[Any]:
+    """The list of results at `path` in a provider's answer; none when the answer has another shape."""
+    node: Any = data
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, list) else []
 
 
 def _result(row: Any, snippet_key: str) -> SearchResult:

@@ -17,13 +17,15 @@ it is no more another person's to read than the owner's notes.
 from __future__ import annotations
 
 import asyncio
+import codecs
+import io
 import os
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
 from bot.access.policy import sees_owner_memory
-from bot.storage.files import append_text, read_text_sync, write_atomic
+from bot.storage.files import append_text, write_atomic
 from bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 # What the tools never touch: other chats' data, and the bot's own bookkeeping.
@@ -37,6 +39,10 @@ TOOL_RESULTS = "tool_results"
 # Linux's limits (PATH_MAX, NAME_MAX, in bytes); a longer path is refused before the filesystem sees it.
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
+# A NUL byte in this much of a file's start marks it as binary (no text has one).
+BINARY_SNIFF_BYTES = 8192
+# A folder's listing shows this many entries, and says how many more there are.
+MAX_LISTED_ENTRIES = 500
 # How much of a refused path an error repeats.
 SHOWN_PATH_CHARS = 120
 
@@ -148,27 +154,40 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
         path = jail.resolve(args.path, ctx.session_id, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder; use list_dir")
-        text = await asyncio.to_thread(read_text_sync, path)
-        if text is None:
-            raise ToolError(f"{_shown(args.path)} does not exist")
-        lines = text.splitlines()
-        chosen = lines[args.offset : args.offset + args.limit]
-        body = "\n".join(chosen)
+        _check_regular(args.path, path)
         max_chars = ctx.config.tool_loop.max_read_chars
+        try:
+            chosen, total = await asyncio.to_thread(_read_lines, path, args.offset, args.limit, max_chars)
+        except FileNotFoundError as error:
+            raise ToolError(f"{_shown(args.path)} does not exist") from error
+        except OSError as error:
+            raise ToolError(f"{_shown(args.path)} cannot be read: {error.strerror or type(error).__name__}") from error
+        except BinaryFile as error:
+            raise ToolError(f"{_shown(args.path)} is a binary file of {error.size} bytes, not text") from error
+        body = "\n".join(chosen)
         cut = ""
         if len(body) > max_chars:
             body, cut = body[:max_chars], f"; cut at {max_chars} characters, read fewer lines for the rest"
         last = args.offset + len(chosen)
-        more = f"; {len(lines) - last} more lines, read with offset={last}" if last < len(lines) else ""
-        header = f"[{jail.display(path)}: lines {args.offset + 1}-{last} of {len(lines)}{more}{cut}]"
+        more = f"; {total - last} more lines, read with offset={last}" if last < total else ""
+        header = f"[{jail.display(path)}: lines {args.offset + 1}-{last} of {total}{more}{cut}]"
         return f"{header}\n{body}"
+
+    def unwritable(raw: str, path: Path, error: OSError) -> ToolError:
+        in_the_way = next((folder for folder in path.parents if folder.exists() and not folder.is_dir()), None)
+        if in_the_way is not None:
+            return ToolError(f"{_shown(raw)} cannot be written: {jail.display(in_the_way)} is a file, not a folder")
+        return ToolError(f"{_shown(raw)} cannot be written: {error.strerror or type(error).__name__}")
 
     async def write_file(args: WriteFileArgs, ctx: ToolContext) -> str:
         _check_size(args.content, ctx)
         path = jail.resolve(args.path, ctx.session_id, for_writing=True, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder")
-        await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
+        try:
+            await write_atomic(path, args.content.encode("utf-8", "backslashreplace"))
+        except OSError as error:  # a file where a folder should be, a full disk, a read-only mount
+            raise unwritable(args.path, path, error) from error
         return f"Wrote {len(args.content)} characters to {jail.display(path)}."
 
     async def append_file(args: AppendFileArgs, ctx: ToolContext) -> str:
@@ -176,7 +195,11 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
         path = jail.resolve(args.path, ctx.session_id, for_writing=True, owner=_sees_owner(ctx))
         if path.is_dir():
             raise ToolError(f"{_shown(args.path)} is a folder")
-        await append_text(path, args.content)
+        _check_regular(args.path, path)
+        try:
+            await append_text(path, args.content)
+        except OSError as error:  # a file where a folder should be, a full disk, a read-only mount
+            raise unwritable(args.path, path, error) from error
         return f"Appended {len(args.content)} characters to {jail.display(path)}."
 
     async def list_dir(args: ListDirArgs, ctx: ToolContext) -> str:
@@ -194,6 +217,45 @@ def register_workspace_file_tools(registry: ToolRegistry, workspace_root: Path) 
         Tool("append_file", "Add text to the end of a file in the workspace.", AppendFileArgs, append_file)
     )
     registry.register(Tool("list_dir", "List a folder of the workspace.", ListDirArgs, list_dir))
+
+
+class BinaryFile(Exception):
+    """A file that holds no text (a NUL byte near its start): an image, an archive, a database."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"binary file of {size} bytes")
+        self.size = size
+
+
+def _read_lines(path: Path, offset: int, limit: int, max_chars: int) -> tuple[list[str], int]:
+    """Lines `offset` to `offset + limit` of a text file, as much of them as `max_chars` can show (one more
+    character, so a cut is seen), and how many lines it has: read line by line, so a file of gigabytes
+    costs a pass over it, not its size in memory."""
+    chosen: list[str] = []
+    kept = 0
+    total = 0
+    with path.open("rb") as raw:
+        start = raw.read(BINARY_SNIFF_BYTES)
+        # UTF-16 (what some Windows editors save) is text full of NUL bytes, known by its byte order mark.
+        encoding = "utf-16" if start.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
+        if encoding != "utf-16" and b"\0" in start:
+            raise BinaryFile(os.fstat(raw.fileno()).st_size)
+        raw.seek(0)
+        with io.TextIOWrapper(raw, encoding=encoding, errors="replace") as text:
+            for line in text:
+                if offset <= total < offset + limit and kept <= max_chars:
+                    line = line.rstrip("\n")[: max_chars + 1 - kept]
+                    chosen.append(line)
+                    kept += len(line) + 1
+                total += 1
+    return chosen, total
+
+
+def _check_regular(raw: str, path: Path) -> None:
+    """Refuse a named pipe, a socket or a device: opening one waits for a writer or reader that may never
+    come, and would hold a worker thread (and the bot's stop) for good."""
+    if path.exists() and not path.is_file():
+        raise ToolError(f"{_shown(raw)} is not a regular file (a pipe, a socket or a device)")
 
 
 def _sees_owner(ctx: ToolContext) -> bool:
@@ -218,4 +280,7 @@ def _describe_entries(folder: Path, jail: WorkspaceJail, session_id: str, owner:
         else:
             size = entry.stat(follow_symlinks=False).st_size
             entries.append(f"{entry.name} ({size} bytes)")
-    return entries[:500]
+    if len(entries) > MAX_LISTED_ENTRIES:
+        left_out = len(entries) - MAX_LISTED_ENTRIES
+        return [*entries[:MAX_LISTED_ENTRIES], f"… and {left_out} more entries, not listed"]
+    return entries

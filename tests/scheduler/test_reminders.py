@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +22,7 @@ from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
 from tests.pipeline.test_conversation import say
 from tests.postgres_server import OpenDatabases
+from tests.tools.test_mcp import tool_results
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -247,3 +250,197 @@ async def test_processes_sharing_the_database_fire_a_reminder_once(postgres_data
         assert kept == ["spoiled"]  # the unreadable row is kept, not deleted
     finally:
         await processes.close()
+
+
+def _entry(reminder_id: str, **fields: object) -> dict[str, object]:
+    """A reminders.json entry for the owner's test chat, as a person would copy one."""
+    return {"id": reminder_id, "sessionId": "test:1", "channelType": "test", "chatId": "1", **fields}
+
+
+async def test_a_hand_edited_reminders_file_keeps_what_it_cannot_read_and_fires_the_rest(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.conftest import env_for
+
+    (workspace_dir / "preferences").mkdir(parents=True)
+    (workspace_dir / "preferences" / "runtime-config.json").write_text('{"scheduler": {"reminderCheckSeconds": 1}}')
+    hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    local_hour_ago = hour_ago.astimezone(BERLIN).replace(tzinfo=None).isoformat(timespec="minutes")
+    slipped = [
+        _entry("typo", txt="call mum", dueAt=hour_ago.isoformat()),
+        _entry("weekly", text="bins", dueAt=hour_ago.isoformat(), cron="every monday"),
+        "a stray line",
+    ]
+    (workspace_dir / "reminders.json").write_text(json.dumps([
+        _entry("plants", text="water the plants", dueAt=hour_ago.isoformat()),
+        slipped[0],
+        _entry("cat", text="feed the cat", dueAt=local_hour_ago, timezone="Europe/Berlin"),  # no offset: Berlin's
+        slipped[1],
+        _entry("rent", text="pay the rent", dueAt=hour_ago.isoformat(), cron="0 9 31 2 *"),  # a day that never comes
+        slipped[2],
+    ]))  # fmt: skip
+    caplog.set_level(logging.INFO)
+    app = Application(env_for(workspace_dir, fake_openai, bot_timezone="Europe/Berlin"))
+    try:
+        app.add_channels([channel])
+        await app.start()
+        delivered = await channel.wait_for("1", 3, timeout=10)
+        assert sorted(text.split("\n")[0] for text in delivered) == [
+            "⏰ Reminder: feed the cat", "⏰ Reminder: pay the rent", "⏰ Reminder: water the plants"
+        ]  # fmt: skip
+        assert all("I was offline then, so it comes late" in text for text in delivered)
+
+        fake_openai.script(
+            Reply(tool_calls=[ToolCallSpec("schedule_reminder", {"text": "stretch", "delay": "1h"}, id="call_r")]),
+            "I'll remind you in an hour.",
+        )
+        await say(app, channel, "1", "remind me to stretch in an hour")
+        kept = json.loads((workspace_dir / "reminders.json").read_text())
+        assert [entry["text"] for entry in kept if isinstance(entry, dict) and "text" in entry] == ["stretch", "bins"]
+        assert [entry for entry in kept if entry in slipped] == slipped  # the slips, as the person wrote them
+        assert "Entry 2 of" in caplog.text and "is unreadable (text: Field required" in caplog.text
+        assert "Entry 4 of" in caplog.text and "'every monday' is not a 5-field cron expression" in caplog.text
+        assert "Entry 6 of" in caplog.text
+        assert "Reminder rent repeats no more: '0 9 31 2 *' never fires" in caplog.text
+    finally:
+        await app.stop()
+
+
+def put_aside(folder: Path) -> list[Path]:
+    return list(folder.glob("reminders.json.corrupt-*"))
+
+
+async def test_a_reminders_file_that_is_no_json_list_is_moved_aside_not_written_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "reminders.json"
+    path.write_text('[{"id": "a", "text": "half an edit"')
+    reminders = ReminderService(ReminderFile(path), BERLIN, "Europe/Berlin")
+    await reminders.load()
+    await reminders.add("telegram:1", "telegram", "1", "new one", delay="1h")
+    [aside] = put_aside(tmp_path)
+    assert aside.read_text() == '[{"id": "a", "text": "half an edit"'
+    assert [entry["text"] for entry in json.loads(path.read_text())] == ["new one"]
+    assert f"is invalid JSON at line 1 column 36: Expecting ',' delimiter; moved to {aside.name}" in caplog.text
+
+
+def test_a_cron_step_of_zero_is_a_clear_refusal() -> None:
+    with pytest.raises(InvalidReminder, match="a step must be 1 or more"):
+        next_cron_time("0 9 * * */0", BERLIN, datetime(2026, 11, 23, tzinfo=UTC))
+
+
+class StalledOutbox(Outbox):
+    """Delivers the first reminder, then waits (a chat's flood control) until the stop cancels it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = asyncio.Event()
+
+    async def __call__(self, channel_type: str, chat_id: str, text: str) -> None:
+        if self.sent:
+            self.waiting.set()
+            await asyncio.Event().wait()
+        await super().__call__(channel_type, chat_id, text)
+
+
+async def test_a_stop_in_the_middle_of_many_due_reminders_keeps_the_unsent_ones(
+    reminder_store: ReminderStoreCase,
+) -> None:
+    reminders = await service(reminder_store)
+    for minute in range(1, 6):
+        await reminders.add("telegram:1", "telegram", "1", f"task {minute}", delay=f"{minute}m")
+    standup = await reminders.add("telegram:1", "telegram", "1", "stand-up", cron="0 9 * * *")
+    outbox = StalledOutbox()
+    firing = await service(reminder_store, outbox)
+    moment = standup.due_at + timedelta(seconds=1)
+    run = asyncio.create_task(firing.fire_due(now=moment))
+    await asyncio.wait_for(outbox.waiting.wait(), 5)
+    run.cancel()  # the bot stops, its jobs are cancelled after their grace
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+    after_start = Outbox()
+    restarted = await service(reminder_store, after_start)
+    assert await restarted.fire_due(now=moment + timedelta(minutes=1)) == 4  # the 5 due and the stand-up, less two
+    delivered = [text.split("\n")[0] for _, _, text in outbox.sent + after_start.sent]
+    assert len(delivered) == len(set(delivered)) == 5  # none twice; the one cut off while being sent is not repeated
+    assert [r.text for r in await restarted.pending("telegram:1")] == ["stand-up"]  # repeating: its next time
+
+
+async def test_the_model_is_told_in_words_what_a_reminder_time_lacks(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel
+) -> None:
+    from tests.conftest import env_for
+
+    app = Application(env_for(workspace_dir, fake_openai, bot_timezone="Europe/Berlin"))
+    try:
+        asked = [
+            {"text": "call the bank", "at": "2027-03-05"},  # "on Friday": midnight is not what was meant
+            {"text": "renew the passport", "delay": "99999999d"},
+            {"text": "water the plants", "cron": "0 9 * * */0"},
+            {"text": "early train", "at": "2027-03-28T02:30"},  # the hour the clocks skip in Berlin
+        ]
+        fake_openai.script(
+            Reply(tool_calls=[ToolCallSpec("schedule_reminder", args, id=f"r{n}") for n, args in enumerate(asked)]),
+            "Done what I could.",
+        )
+        await say(app, channel, "1", "remind me of these")
+        refused, skipped_hour = tool_results(fake_openai)[:3], tool_results(fake_openai)[3]
+        assert refused == [
+            "Error: '2027-03-05' has no time of day; give one, like 2027-03-05T09:00",
+            "Error: '99999999d' is further ahead than a reminder can be",
+            "Error: day of week '*/0': a step must be 1 or more",
+        ]
+        assert (
+            skipped_hour.startswith("Scheduled [") and "2027-03-28 03:30 (Europe/Berlin): early train" in skipped_hour
+        )
+    finally:
+        await app.stop()
+
+
+async def test_with_no_bot_timezone_the_machines_zone_keeps_its_changes_of_the_clocks(
+    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import env_for
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")  # the machine's zone, as a service or a container names it
+    app = Application(env_for(workspace_dir, fake_openai, bot_timezone=None))
+    try:
+        calls = [
+            ToolCallSpec("schedule_reminder", {"text": "winter train", "at": "2027-01-04T09:00"}, id="r1"),
+            ToolCallSpec("schedule_reminder", {"text": "summer train", "at": "2027-07-05T09:00"}, id="r2"),
+        ]
+        fake_openai.script(Reply(tool_calls=calls), "Both are set.")
+        await say(app, channel, "1", "remind me of both trains at nine")
+        winter, summer = await app.reminders.pending("test:1")
+        assert winter.due_at == datetime(2027, 1, 4, 8, tzinfo=UTC)  # nine in Berlin in winter
+        assert summer.due_at == datetime(2027, 7, 5, 7, tzinfo=UTC)  # and in summer
+        assert all(result.endswith("09:00 (Europe/Berlin): " + text) for result, text in
+                   zip(tool_results(fake_openai), ["winter train", "summer train"], strict=True))  # fmt: skip
+    finally:
+        await app.stop()
+
+
+async def test_migrate_copies_the_readable_reminders_and_counts_the_rest(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    from bot.setup.migrate import migrate_workspace
+    from bot.workspace import Workspace
+
+    workspace = Workspace(tmp_path / "workspace")
+    workspace.root.mkdir(parents=True)
+    hand_edited = json.dumps([
+        _entry("plants", text="water the plants", dueAt="2031-05-01T08:00:00Z"),
+        _entry("typo", txt="call mum", dueAt="2031-05-01T08:00:00Z"),
+    ])  # fmt: skip
+    workspace.reminders_file.write_text(hand_edited)
+    databases = OpenDatabases(postgres_database)
+    try:
+        database = await databases.open()
+        await database.fetch("DELETE FROM reminders RETURNING id")  # the module's other tests share the database
+        copied = (await migrate_workspace(workspace, database)).line()
+        assert "1 reminders, 1 reminder entries that cannot be read (left in the file; see the log)" in copied
+        assert [row["id"] for row in await database.fetch("SELECT id FROM reminders")] == ["plants"]
+        assert workspace.reminders_file.read_text() == hand_edited
+    finally:
+        await databases.close()

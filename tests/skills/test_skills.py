@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from bot.app import Application
 from bot.domain.memory import MemoryLayer
 from bot.skills.library import SkillLibrary
@@ -203,3 +205,27 @@ async def test_the_library_sees_a_skill_added_in_a_folder_already_there_edited_a
     assert [skill.name for skill in await library.skills()] == ["travel"]
     (folder / "SKILL.md").unlink()
     assert await library.skills() == []
+
+
+async def test_front_matter_as_other_tools_write_it_and_a_hand_edits_slips_are_read_and_logged(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_skill(
+        services, "trip", "---\nname: trip\ndescription: >-\n  Plan a trip: dates,\n  budget, bookings.\n---\n1. Ask.\n"
+    )
+    write_skill(services, "notes", "---\nname: Meeting Notes\ndescription: Decisions and actions.\n---\nSummarise.\n")
+    write_skill(services, "recipes", "---\nname: recipes\ndescription: Cook from what is in the fridge.\n\n1. Ask.\n")
+    path = write_skill(services, "latin", "")
+    path.write_bytes("---\nname: latin\ndescription: Caf\xe9 menus.\n---\nOrder.\n".encode("latin-1"))
+    await say(services, channel, "1", "hi")
+    await say(services, channel, "1", "and again")
+    catalog = system_prompt(fake_openai).split("# Skills\n", 1)[1]
+    assert "- trip: Plan a trip: dates, budget, bookings.\n" in catalog
+    assert "- notes: Decisions and actions.\n" in catalog  # named after its folder
+    assert "- recipes: --- name: recipes description: Cook from what is in the fridge." in catalog
+    assert "- latin: Caf\ufffd menus." in catalog
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert sum("'Meeting Notes' is no skill name" in line and "named 'notes' after its folder" in line
+               for line in warnings) == 1  # fmt: skip
+    assert sum("recipes/SKILL.md: the front matter has no closing --- line" in line for line in warnings) == 1
+    assert sum("latin/SKILL.md: line 3 holds bytes that are not UTF-8" in line for line in warnings) == 1

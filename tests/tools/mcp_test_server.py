@@ -1,7 +1,8 @@
 """A small MCP server written with the same SDK the bot uses, run by the tests as a real process.
 
 `python mcp_test_server.py stdio` talks over stdin/stdout; `python mcp_test_server.py http PORT`
-serves streamable HTTP on 127.0.0.1:PORT at /mcp.
+serves streamable HTTP on 127.0.0.1:PORT at /mcp. `python mcp_test_server.py stdio clashing` adds two
+tools whose names read the same to the model (`look.up` and `look_up`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,18 @@ async def hang(seconds: float) -> str:
     return "woke up"
 
 
+def look_up_by_dot() -> str:
+    return "found by look.up"
+
+
+def look_up_by_underscore() -> str:
+    return "found by look_up"
+
+
 if __name__ == "__main__":
+    if sys.argv[2:] == ["clashing"]:
+        server.tool(name="look.up", description="Look up, dotted.")(look_up_by_dot)
+        server.tool(name="look_up", description="Look up, underscored.")(look_up_by_underscore)
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:

@@ -279,6 +279,56 @@ async def test_a_missing_environment_variable_is_a_failed_start_naming_it(
     assert status.last_error is not None and "${NOT_SET_ANYWHERE_42} is not set" in status.last_error
 
 
+async def test_a_server_that_dies_at_start_says_why_in_the_log_and_status_never_on_the_terminal(
+    mcp_services: Application,
+    channel: RecordingChannel,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.INFO)
+    dying = (
+        "import os, sys; sys.stderr.write(f'connecting with {os.environ[\"TOKEN\"]}\\n'); "
+        "sys.stderr.write('ModuleNotFoundError: No module named mcp_files\\n'); sys.exit(1)"
+    )
+    broken = {"command": sys.executable, "args": ["-c", dying], "env": {"TOKEN": "${MCP_TEST_SECRET}"}}
+    stream = io.StringIO()
+    with logging_kept():
+        configure_logging("INFO", [], stream)
+        await apply(mcp_services, {"mcpServers": {"files": broken}, "mcp": {"restartBackoffSeconds": 30}})
+        await wait_until(lambda: any(s.last_error for s in mcp_services.mcp.statuses()))
+    [status] = mcp_services.mcp.statuses()
+    assert (
+        status.last_error
+        == "MCPError: Connection closed (its last words: ModuleNotFoundError: No module named mcp_files)"
+    )
+    assert "(its last words: ModuleNotFoundError: No module named mcp_files)" in await say(
+        mcp_services, channel, "1", "/status"
+    )
+    logged = stream.getvalue()
+    assert "[MCP] Server files: connecting with [REDACTED]" in logged and SECRET not in logged
+    assert (
+        "[MCP] Server files failed to start: MCPError: Connection closed (its last words: ModuleNotFoundError" in logged
+    )
+    assert "mcp_files" not in capfd.readouterr().err  # the terminal (the console chat's screen) stays the chat's
+
+
+async def test_two_tools_whose_names_read_the_same_to_the_model_are_one_offered_and_the_other_logged(
+    mcp_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = {"command": sys.executable, "args": [SERVER_SCRIPT, "stdio", "clashing"]}
+    await apply(mcp_services, {"mcpServers": {"calc": server}})
+    await wait_until(ready(mcp_services, "calc"))
+    fake_openai.script(Reply(tool_calls=[ToolCallSpec("calc__look_up", {}, id="c1")]), "found")
+    await say(mcp_services, channel, "1", "look it up")
+    assert [name for name in offered(fake_openai, 0) if name.startswith("calc__look")] == ["calc__look_up"]
+    assert tool_results(fake_openai) == ["found by look.up"]
+    assert (
+        "[MCP] Server calc: its tools 'look.up' and 'look_up' are both calc__look_up to the model; "
+        "only 'look.up' is offered"
+    ) in caplog.text
+    assert "calc (stdio) ready, 8 tools (7 offered)" in await say(mcp_services, channel, "1", "/status")
+
+
 @pytest.fixture
 def http_server() -> Iterator[str]:
     with socket.socket() as probe:

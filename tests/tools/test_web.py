@@ -5,7 +5,9 @@ pages cut, the providers' HTTP APIs, and the switches that turn the tools off.""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,18 @@ for the numbers of each region and the way they were counted.</p>
 <li>Lakes, where they hunt at dawn and at dusk along the reed beds</li>
 <li>Coasts, where they feed in the kelp forests and rest on the rocks</li></ul>
 </article><footer>Copyright the otter society</footer></body></html>"""
+
+# A page built by scripts: little text, and most of its bytes scripts, styles and data for them.
+APP_SHELL = """<!doctype html><html><head><title>Shop</title><style>.cart{display:none}</style>
+<script>window.__STATE__ = {"token": "do-not-show"};</script></head>
+<body><!-- build 4711 --><div id="root"><h1>Opening hours</h1><p>Monday to Friday, 9 to 18.</p></div>
+<noscript>You need to enable JavaScript to run this app.</noscript>
+<script id="__NEXT_DATA__" type="application/json">{"props": {"pageProps": {"items": [1, 2, 3]}}}</script>
+<template><p>a row not shown yet</p></template></body></html>"""
+CYRILLIC = "Погода в Москве: завтра снег и ветер, до минус десяти градусов. " * 8
+CYRILLIC_PAGE = (
+    f'<html><head><meta charset="windows-1251"><title>Погода</title></head><body><p>{CYRILLIC}</p></body></html>'
+)
 
 
 @dataclass
@@ -71,15 +85,32 @@ class FakeWeb:
         app.router.add_get("/env-echo", self._env_echo)
         app.router.add_get("/empty", self._page("", "text/html"))
         app.router.add_get("/image", self._page("\x89PNG....", "image/png"))
+        app.router.add_get("/app-shell", self._page(APP_SHELL, "text/html"))
+        app.router.add_get("/cyrillic", self._bytes(CYRILLIC.encode("cp1251"), "text/plain"))  # no charset said
+        app.router.add_get("/cyrillic-page", self._bytes(CYRILLIC_PAGE.encode("cp1251"), "text/html"))
+        app.router.add_get("/odd-charset", self._bytes(b"plain words", "text/plain; charset=x-unheard-of"))
+        app.router.add_get("/binary-as-text", self._bytes(bytes(range(256)) * 40, "text/html"))
+        app.router.add_get("/nested", self._bytes(b"<div>" * 5000 + b"at the bottom" + b"</div>" * 5000, "text/html"))
         app.router.add_get("/searx/search", self._searxng)
+        app.router.add_get(
+            "/searx-odd/search", self._page('{"results": {"error": "engine overloaded"}}', "application/json")
+        )
+        app.router.add_get("/searx-html-only/search", self._page("<h1>403 Forbidden</h1>", "text/html", status=403))
         app.router.add_get("/brave", self._brave)
         app.router.add_post("/tavily", self._tavily)
         return app
 
     @staticmethod
-    def _page(text: str, content_type: str) -> Any:
+    def _page(text: str, content_type: str, status: int = 200) -> Any:
         async def handler(request: web.Request) -> web.Response:
-            return web.Response(text=text, content_type=content_type)
+            return web.Response(text=text, content_type=content_type, status=status)
+
+        return handler
+
+    @staticmethod
+    def _bytes(body: bytes, content_type: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            return web.Response(body=body, headers={"Content-Type": content_type})
 
         return handler
 
@@ -157,6 +188,16 @@ async def fetch_through_the_bot(
     return tool_results(fake_openai)[-1]  # this turn's: the newest
 
 
+async def search_through_a_searxng(
+    services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, search_url: str
+) -> str:
+    """What the model reads of a web_search for 'otters' through the SearXNG at `search_url`."""
+    write_config(services, {"web": {"searchProvider": "searxng", "searchUrl": search_url}})
+    fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "otters"}, id="s1")]), "searched")
+    assert await say(services, channel, "1", "search otters") == "searched"
+    return tool_results(fake_openai)[-1]  # this turn's: the newest
+
+
 LOCAL_ONLY = {"allowPrivateHosts": ["127.0.0.1"]}
 
 
@@ -218,7 +259,7 @@ async def test_a_huge_page_is_cut_at_the_download_and_result_limits(
     result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/huge", config)
     assert "Lorem ipsum dolor sit amet." in result
     assert "[The page was cut at 200000 bytes: web.maxDownloadBytes]" in result
-    assert "more characters cut: web.maxResultChars]" in result
+    assert "[… the rest of the page cut: web.maxResultChars]" in result  # converted only as far as shown
     assert len(result) < 3400
 
 
@@ -233,6 +274,29 @@ async def test_what_is_not_a_web_page_gets_a_clear_error(
     assert empty == f"Source: {fake_web.root}/empty\n\n[The page has no readable text]"
     missing = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/nope", LOCAL_ONLY)
     assert missing == f"Error: {fake_web.root}/nope answered HTTP 404 Not Found"
+
+
+async def test_a_page_in_another_charset_or_an_odd_one_reads_as_its_text(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    undeclared = await fetch_through_the_bot(
+        web_services, channel, fake_openai, f"{fake_web.root}/cyrillic", LOCAL_ONLY
+    )
+    assert CYRILLIC.strip() in undeclared
+    page = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/cyrillic-page", LOCAL_ONLY)
+    assert page.startswith("# Погода\n") and "завтра снег и ветер" in page
+    odd = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/odd-charset", LOCAL_ONLY)
+    assert odd == f"Source: {fake_web.root}/odd-charset\n\nplain words"
+
+
+async def test_binary_data_sent_as_text_and_markup_nested_too_deep_get_clear_results(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    url = f"{fake_web.root}/binary-as-text"
+    binary = await fetch_through_the_bot(web_services, channel, fake_openai, url, LOCAL_ONLY)
+    assert binary == f"Error: {url} is binary data (sent as text/html), not a page that can be read as text"
+    nested = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/nested", LOCAL_ONLY)
+    assert nested == f"Source: {fake_web.root}/nested\n\nat the bottom"
 
 
 async def test_a_page_never_shows_the_model_a_secret(
@@ -324,7 +388,44 @@ async def test_web_search_through_tavily_and_off_without_its_key(
 async def test_a_provider_that_fails_is_a_tool_error(
     web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
 ) -> None:
-    write_config(web_services, {"web": {"searchProvider": "searxng", "searchUrl": f"{fake_web.root}/nothing-here"}})
-    fake_openai.script(Reply(tool_calls=[ToolCallSpec("web_search", {"query": "x"}, id="s1")]), "sorry")
-    assert await say(web_services, channel, "1", "search x") == "sorry"
-    assert tool_results(fake_openai) == ["Error: SearXNG answered HTTP 404"]
+    result = await search_through_a_searxng(web_services, channel, fake_openai, f"{fake_web.root}/nothing-here")
+    assert result == "Error: SearXNG answered HTTP 404"
+
+
+async def test_a_search_backend_that_is_down_or_set_up_without_json_is_said_to_the_model_and_the_log(
+    web_services: Application,
+    channel: RecordingChannel,
+    fake_openai: FakeOpenAI,
+    fake_web: FakeWeb,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]  # nothing listens there once the probe is closed
+    down = await search_through_a_searxng(web_services, channel, fake_openai, f"http://127.0.0.1:{closed_port}")
+    html_only = await search_through_a_searxng(web_services, channel, fake_openai, f"{fake_web.root}/searx-html-only")
+    assert down.startswith("Error: the search provider could not be reached: ClientConnectorError: Cannot connect")
+    assert f"127.0.0.1:{closed_port}" in down
+    assert html_only == "Error: SearXNG answered HTTP 403 (is json among its search.formats?)"
+    failures = [r.getMessage() for r in caplog.records if "web_search failed in" in r.getMessage()]
+    assert len(failures) == 2
+    assert failures[0].endswith(down.removeprefix("Error: ")) and failures[1].endswith(
+        "chars: SearXNG answered HTTP 403 (is json among its search.formats?)"
+    )
+
+
+async def test_a_search_answer_of_another_shape_is_no_results_not_a_crash(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    result = await search_through_a_searxng(web_services, channel, fake_openai, f"{fake_web.root}/searx-odd")
+    assert result == "No results for 'otters'."
+
+
+async def test_what_a_browser_never_shows_is_left_out_of_a_page_with_little_text(
+    web_services: Application, channel: RecordingChannel, fake_openai: FakeOpenAI, fake_web: FakeWeb
+) -> None:
+    result = await fetch_through_the_bot(web_services, channel, fake_openai, f"{fake_web.root}/app-shell", LOCAL_ONLY)
+    assert "# Opening hours" in result and "Monday to Friday, 9 to 18." in result
+    for hidden in ("do-not-show", "display:none", "build 4711", "enable JavaScript", "pageProps", "a row not shown"):
+        assert hidden not in result

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -115,3 +118,66 @@ def test_orphans_are_closed_right_after_their_call() -> None:
     assert patched[3].tool_call_id == "y" and patched[3].content == INTERRUPTED_RESULT
     assert added == [patched[3]]
     assert close_orphaned_tool_calls(patched)[1] == []
+
+
+async def test_a_binary_file_is_named_as_such_and_other_encodings_read_as_text(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(256)) * 40)
+    assert (
+        await run(registry, "read_file", path="photo.jpg")
+        == "Error: 'photo.jpg' is a binary file of 10251 bytes, not text"
+    )
+    (tmp_path / "notepad.txt").write_bytes("shopping: milk\r\nbread\r\n".encode("utf-16"))
+    assert (
+        await run(registry, "read_file", path="notepad.txt") == "[notepad.txt: lines 1-2 of 2]\nshopping: milk\nbread"
+    )
+    (tmp_path / "bom.md").write_bytes("\ufeff# Title\ntext".encode())
+    assert await run(registry, "read_file", path="bom.md") == "[bom.md: lines 1-2 of 2]\n# Title\ntext"
+
+
+async def test_a_huge_file_is_read_a_page_at_a_time_without_holding_it(registry: ToolRegistry, tmp_path: Path) -> None:
+    with (tmp_path / "huge.log").open("w") as huge:
+        for _ in range(6):
+            huge.write(("x" * 99 + "\n") * 50_000)  # 30 MB in all
+    limit = RuntimeConfig().tool_loop.max_read_chars
+    tracemalloc.start()
+    try:
+        last_page = await run(registry, "read_file", path="huge.log", offset=299_990, limit=5000)
+        first_page = await run(registry, "read_file", path="huge.log", limit=5000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * 2**20  # a page's worth, not the file's
+    assert last_page == "[huge.log: lines 299991-300000 of 300000]\n" + "\n".join(["x" * 99] * 10)
+    shown = limit // 100 + 1  # the lines that fit, and the one cut
+    assert first_page.startswith(
+        f"[huge.log: lines 1-{shown} of 300000; {300_000 - shown} more lines, read with offset={shown}; cut at {limit}"
+    )
+    assert len(first_page) < limit + 200
+
+
+async def test_a_write_the_disk_refuses_and_a_crowded_folder_are_said_plainly(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    (tmp_path / "notes").write_text("a file, not a folder")
+    for tool in ("write_file", "append_file"):
+        result = await run(registry, tool, path="notes/today.md", content="x")
+        assert result == "Error: 'notes/today.md' cannot be written: notes is a file, not a folder"
+    (tmp_path / "photos").mkdir()
+    for number in range(503):
+        (tmp_path / "photos" / f"{number:04}.jpg").touch()
+    listing = (await run(registry, "list_dir", path="photos")).splitlines()
+    assert listing[0] == "0000.jpg (0 bytes)" and listing[499] == "0499.jpg (0 bytes)"
+    assert listing[500:] == ["… and 3 more entries, not listed"]
+
+
+async def test_a_named_pipe_is_refused_not_waited_on(registry: ToolRegistry, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")  # nothing ever writes to it: opening it to read would wait for good
+    async with asyncio.timeout(5):
+        assert await run(registry, "read_file", path="pipe") == (
+            "Error: 'pipe' is not a regular file (a pipe, a socket or a device)"
+        )
+        assert await run(registry, "append_file", path="pipe", content="x") == (
+            "Error: 'pipe' is not a regular file (a pipe, a socket or a device)"
+        )
