@@ -78,7 +78,8 @@ class EnvSettings(BaseSettings):
     bot_model: str | None = None
     """The chat model; overrides `llm.model` of runtime-config."""
     bot_timezone: str | None = None
-    """Time zone for daily notes and dates in prompts (e.g. `Europe/Berlin`); unset: the machine's."""
+    """Time zone for daily notes, dates in prompts and reminders (e.g. `Europe/Berlin`); unset: the machine's
+    named zone (`TZ`, else `/etc/localtime`), with its changes of the clocks."""
     bot_log_level: str = "INFO"
     """Log level: `DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`, in any case (`python -m bot chat` writes its log to
     `logs/chat.log` in the workspace, not the screen).
