@@ -341,5 +341,12 @@ class TelegramChannel(Channel):
             raise FileUnavailable(f"Telegram did not give me the file ({reason})") from error
 
     async def send_typing(self, chat_id: str) -> None:
-        # One try: a missed indicator is harmless, and retrying it would only delay the reply.
-        await self._backend.send_chat_action(self._redirects.chat(chat_id), "typing")
+        async def indicate(chat: TelegramChat, note: str | None) -> None:
+            # One try in each place: a missed indicator is harmless, and retrying it would only delay the reply.
+            try:
+                await self._backend.send_chat_action(chat, "typing")
+            except TelegramApiError as error:
+                raise DeliveryFailed(f"sendChatAction: {error.description}") from error
+
+        # Shown where the reply will go: in the General topic of a topic closed or deleted.
+        await self._in_chat(chat_id, indicate)

@@ -1,7 +1,7 @@
 """`ChatRedirects`: where a send goes when Telegram refuses the chat it was meant for.
 
 Every send of the channel goes through `ChatRedirects.send` (a reply, a streamed reply, a note, a reminder,
-a file), so that a refused chat is mapped to where to send instead in this one place:
+a file, the typing indicator), so that a refused chat is mapped to where to send instead in this one place:
 
 - a group upgraded to a supergroup (400 "group chat was upgraded to a supergroup chat", naming the new id):
   to the supergroup, and so is every later send to the old id; `moved` is told, which moves the chat's

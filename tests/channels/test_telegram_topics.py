@@ -200,3 +200,18 @@ async def test_a_streamed_reply_whose_topic_is_deleted_while_it_is_shown_ends_wh
         "(This is for a topic, which was deleted before I could post there.)\n\nWe fly to Oslo on Friday."
     ]
     assert fake_telegram.thread_ids("sendMessage", GROUP) == [trips, None]
+
+
+async def test_the_typing_indicator_for_a_deleted_topic_shows_in_the_general_topic_in_one_try(
+    bot: RunningBot, fake_telegram: FakeTelegram
+) -> None:
+    [channel] = bot.app.channels
+    trips = fake_telegram.open_topic(GROUP, "Trips")
+    fake_telegram.delete_topic(GROUP, trips)
+    await channel.send_typing(f"{GROUP}:topic:{trips}")
+    # Refused once in the topic (no retry), then shown in the General topic, where the reply will go.
+    assert [(call.params.get("message_thread_id"), call.ok) for call in fake_telegram.calls_to("sendChatAction")] == [
+        (trips, False),
+        (None, True),
+    ]
+    assert fake_telegram.chat_actions(GROUP) == ["typing"]
