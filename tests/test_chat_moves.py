@@ -255,3 +255,30 @@ async def test_the_groups_documents_and_knowledge_graph_are_the_supergroups(
     assert [(upload["session_id"], upload["chat_id"], upload["status"]) for upload in uploads] == [
         (NEW, str(SUPERGROUP), "forgotten")
     ]  # fmt: skip
+
+
+async def test_commands_of_the_old_group_and_right_after_the_upgrade_act_on_the_groups_conversation_and_documents(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    fake_openai.set_responder(lightrag_responder)
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, {"rag": {**RAG, "idleFlushSeconds": 0}})
+    try:
+        upload_id = await group_reads_marta(fake_telegram)
+        await ask(fake_telegram, GROUP, "@test_bot our picnic is on Saturday")
+        status = await ask(fake_telegram, GROUP, "/status")
+        messages = next(line for line in status.splitlines() if line.startswith("Messages: "))
+        listed = f"{upload_id} · marta.txt · 1 part · read"
+        fake_telegram.upgrade_group(GROUP, SUPERGROUP)
+        # Sent in the supergroup at once, while the group's data is moving; then late messages of the old group,
+        # whose answers go to the supergroup.
+        for chat in (SUPERGROUP, GROUP):
+            fake_telegram.push_message(chat, "/status")
+            fake_telegram.push_message(chat, "/docs")
+        replies = [reply.text for reply in await fake_telegram.await_messages(SUPERGROUP, 4)]
+        statuses = [reply for reply in replies if reply.startswith("Session ")]
+        assert [reply.splitlines()[0] for reply in statuses] == [f"Session {NEW} (ACTIVE)"] * 2
+        assert all(messages in reply.splitlines() for reply in statuses), (messages, statuses)
+        documents = [reply for reply in replies if not reply.startswith("Session ")]
+        assert len(documents) == 2 and all(listed in reply for reply in documents), documents
+    finally:
+        await bot.stop()

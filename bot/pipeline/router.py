@@ -125,6 +125,9 @@ class InboundRouter:
         # Checked in the chat's queue, so a refusal keeps the chat's order; before anything is stored.
         if not await self._admitted(inbound, outbound):
             return
+        # A late message of a group that became a supergroup: its command, document or image acts on the
+        # supergroup's data, once it moved (the turn's sends go there too: the channel redirects them).
+        inbound = await self._runner.in_chat_now(inbound)
         if inbound.notice:
             await outbound.send(inbound.notice)
             return

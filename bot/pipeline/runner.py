@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -121,6 +122,14 @@ class PipelineRunner:
             await self._sessions.save(ctx.session)
         except SessionPersistError as error:
             ctx.storage_problem = str(error)
+
+    async def in_chat_now(self, inbound: InboundMessage) -> InboundMessage:
+        """`inbound` as a message of its chat as it is now: of the chat it moved to (a group's late message once
+        the group became a supergroup), after a move of it under way has ended. What is done with the message
+        outside a run (a command, a document to read, an image kept) then acts on the chat's data where it is,
+        as a run does (`SessionService.held`)."""
+        chat_id = await self._sessions.chat_id_now(inbound.channel_type, inbound.chat_id)
+        return inbound if chat_id == inbound.chat_id else dataclasses.replace(inbound, chat_id=chat_id)
 
     async def run(self, inbound: InboundMessage, outbound: TurnOutbound) -> TurnContext | None:
         """Answer `inbound`, the message of `outbound.turn` as prepared for the model, sending everything

@@ -118,6 +118,12 @@ class SessionService:
                     yield current
                     return
 
+    async def chat_id_now(self, channel_type: str, chat_id: str) -> str:
+        """The id the chat has now: its own, or the one it moved to (a group become a supergroup). A move of the
+        chat under way is waited for (it holds the chat's lock), so what is read of the chat afterwards moved."""
+        async with self.held(channel_type, chat_id) as session:
+            return session.chat_id
+
     def follow_move(self, old_session_id: str, channel_type: str, new_chat_id: str) -> None:
         """From now on the chat of `old_session_id` is the chat `new_chat_id`: asking for one gives the other's
         session (its data has moved there)."""

@@ -49,6 +49,9 @@ class RecordingRunner(PipelineRunner):
         await outbound.reply(f"echo: {inbound.text}")
         return None
 
+    async def in_chat_now(self, inbound: InboundMessage) -> InboundMessage:
+        return inbound  # no chat changes its id here
+
     def interrupt(self, session_id: str) -> bool:
         task = self.running.get(session_id)
         if task is None:
