@@ -111,7 +111,9 @@ class TelegramChannel(Channel):
         self._polling: LongPolling | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._redirects = ChatRedirects(self._upgraded_to)
-        self._albums = Albums()
+        self._albums = Albums(self._forgotten)
+        # Timers that forget the photos of an album held in case it names the bot, once the wait is over.
+        self._album_timers: set[asyncio.Task[None]] = set()
         if webhook is not None:
             webhook.listener.add_route("POST", webhook.path, self._on_webhook)
 
@@ -123,6 +125,7 @@ class TelegramChannel(Channel):
         except DeliveryFailed as error:
             raise TelegramStartError(f"Telegram refused or could not be reached: {error}") from error
         await self._register_commands()
+        self._hold_again()
         self._receiving = True
         webhook = self._webhook
         if webhook is not None:
@@ -180,6 +183,8 @@ class TelegramChannel(Channel):
 
     async def stop(self) -> None:
         await self.stop_receiving()
+        for timer in list(self._album_timers):
+            timer.cancel()  # what is still held stays in the ledger, held again by the next start
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self._backend.close()
@@ -226,13 +231,52 @@ class TelegramChannel(Channel):
             if not addressed:
                 now, wait = self.clock.monotonic(), config.media.album_wait_seconds
                 if inbound is None:
-                    self._albums.hold(album, update, now, wait)
+                    self._hold(album, update, now, wait)
                     return
                 # The album's first message for the bot: its messages that came before (not addressed to the
                 # bot in a group) are for the bot too, and handed over first, in their order.
                 for held in self._albums.address(album, now, wait):
                     await self._handed(handler, self._inbound(held, identity, config, album_addressed=True), held)
+                    self._ledger.release(CHANNEL_TYPE, str(held.get("update_id")))
             await self._handed(handler, inbound, update)
+
+    def _hold(self, album: str, update: dict[str, Any], now: float, wait: float) -> None:
+        """Hold a photo of an album not (yet) addressed to the bot, in the ledger too: its update is acknowledged
+        with the others, and a stop or crash before the album is decided must not lose it."""
+        self._albums.hold(album, update, now, wait)
+        self._ledger.hold(CHANNEL_TYPE, str(update.get("update_id")), update)
+        self._forget_held_after(wait)
+
+    def _hold_again(self) -> None:
+        """The album photos held when the last process stopped wait again, from now, for the photo naming the bot
+        (it comes with the first updates, which were not acknowledged)."""
+        wait, now = self._config().media.album_wait_seconds, self.clock.monotonic()
+        held = self._ledger.held(CHANNEL_TYPE)
+        for update in held:
+            album = album_key(update)
+            if album is None:
+                self._ledger.release(CHANNEL_TYPE, str(update.get("update_id")))
+                continue
+            self._albums.hold(album, update, now, wait)
+            log.info("[Telegram] A photo of an album held at the last stop waits again for the photo naming the bot")
+        if held:
+            self._forget_held_after(wait)
+
+    def _forget_held_after(self, wait: float) -> None:
+        """Forget the held photos whose wait is over by then, so the ledger lets them go without another album."""
+
+        async def forget() -> None:
+            await self.clock.sleep(wait)
+            async with self._albums.handing_over:
+                self._albums.forget_older(self.clock.monotonic() - wait)
+
+        timer = asyncio.create_task(forget(), name="album wait")
+        self._album_timers.add(timer)
+        timer.add_done_callback(self._album_timers.discard)
+
+    def _forgotten(self, update: dict[str, Any]) -> None:
+        """A held photo whose album did not name the bot in time: dropped, from the ledger too."""
+        self._ledger.release(CHANNEL_TYPE, str(update.get("update_id")))
 
     def _inbound(
         self, update: dict[str, Any], identity: BotIdentity, config: RuntimeConfig, *, album_addressed: bool

@@ -202,6 +202,10 @@ async def _write(connection: Any, record: Record, owner: str) -> None:
             "UPDATE ledger_turns SET delivered_at = now() WHERE turn_id = $1 AND delivered_at IS NULL",
             str(record["delivered"]),
         )
+    elif "held" in record or "released" in record:
+        # An update held back (a photo of a group's album waiting for the one that names the bot) stays in the
+        # memory of the process given it: the album's other photos may reach another process anyway.
+        return
     else:
         log.warning("[Ledger] Not kept: a record of no known kind (%s)", ", ".join(sorted(record)))
 

@@ -14,6 +14,11 @@ of `state/turns.jsonl` (`store.LedgerFile`), or as rows of PostgreSQL (`postgres
   redelivery after a crash is recognised. Those of a received message go with its record; those of
   updates that made no turn (a refused sender, a command answered at once, a stale button) are
   written in one line by `flush`, which the channel awaits before it acknowledges the updates.
+- `{"held": [channelType, key], "update": {...}}`: an update the channel holds back instead of handing it
+  over (a photo of a group's album, waiting for the photo that names the bot), as the transport gave it;
+  `{"released": [[channelType, key], ...]}`: handed over or dropped since. Both go with `flush`'s line,
+  the held one first, so an update acknowledged is kept or handed over, never lost to a stop or crash;
+  the next start holds it again (`held`).
 - `{"received": {...}}`: the message, with its turn id (`journal_id`, also the id of its user message
   in the session).
 - `{"edited": turnId, "text": ...}`: a message edited before its turn began is answered as edited.
@@ -243,6 +248,9 @@ class TurnLedger:
         self._keys: OrderedDict[TransportKey, None] = OrderedDict()  # seen, oldest first
         self._unflushed: dict[TransportKey, None] = {}  # seen, not yet on disk
         self._claimed: set[TransportKey] = set()  # claimed in a shared store, what they brought not yet kept
+        # Updates the transport holds back (`hold`), as written, and the records `flush` writes next about them.
+        self._held: dict[TransportKey, dict[str, Any]] = {}
+        self._unflushed_holds: list[dict[str, Any]] = []
         # Turns queued and not yet begun, by (session, the channel's message id): an edit replaces their text.
         self._waiting: dict[tuple[str, str], Turn] = {}
         # Each append: its records, whether they must be durable before it returns, and its caller's future.
@@ -263,6 +271,7 @@ class TurnLedger:
         if not records and legacy_state is not None:
             records, legacy = await asyncio.to_thread(legacy_records, legacy_state)
         self._open.clear()
+        self._held.clear()
         for record in records:
             self._apply(record)
         await self._rewrite()
@@ -371,17 +380,36 @@ class TurnLedger:
             self._claimed.discard(seen)
             self._unflushed[seen] = None
 
+    def hold(self, channel_type: str, key: str, update: dict[str, Any]) -> None:
+        """The transport holds the update with this key back instead of handing it over (yet): kept by the next
+        `flush`, before the key is acknowledged, until `release`; the next start gives it back (`held`)."""
+        self._unflushed_holds.append({"held": [channel_type, key], "update": update})
+
+    def release(self, channel_type: str, key: str) -> None:
+        """A held update was handed over (its turn recorded) or dropped: no longer kept, from the next `flush`."""
+        self._unflushed_holds.append({"released": [[channel_type, key]]})
+
+    def held(self, channel_type: str) -> list[dict[str, Any]]:
+        """The updates of a channel held back when the last process stopped, in the order they came."""
+        return [update for (kind, _), update in self._held.items() if kind == channel_type]
+
     async def flush(self) -> None:
-        """Make every key seen so far durable; the transport awaits this before it acknowledges them.
+        """Make every key seen so far durable, and the updates held or released since; the transport awaits
+        this before it acknowledges them.
 
         A failed write is logged, not raised: the bot keeps receiving on a full disk (the keys are tried
         again with the next flush; a crash meanwhile could answer a redelivered update twice)."""
-        keys = list(self._unflushed)
-        if not keys:
+        keys, holds = list(self._unflushed), self._unflushed_holds
+        if not keys and not holds:
             return
+        self._unflushed_holds = []
+        # The holds first: a crash that keeps only the first records of an append never keeps a key seen
+        # without the update it held.
+        records = [*holds, *([{"seen": [list(key) for key in keys]}] if keys else [])]
         try:
-            await self._append([{"seen": [list(key) for key in keys]}])
+            await self._append(records)
         except OSError as error:
+            self._unflushed_holds = [*holds, *self._unflushed_holds]
             log.error(
                 "[Ledger] Could not record %d update ids (%s); a redelivery could be answered twice", len(keys), error
             )
@@ -491,6 +519,7 @@ class TurnLedger:
         records: list[dict[str, Any]] = []
         if self._keys:
             records.append({"seen": [list(key) for key in self._keys]})
+        records.extend({"held": list(key), "update": update} for key, update in self._held.items())
         for turn in self._open.values():
             records.append({"received": received_record(turn.turn_id, turn.inbound)})
             if turn.reply is not None:
@@ -510,6 +539,15 @@ class TurnLedger:
             for key in record["seen"]:
                 if isinstance(key, list) and len(key) == 2:
                     self._remember_written((str(key[0]), str(key[1])))
+        elif isinstance(record.get("held"), list) and len(record["held"]) == 2:
+            held = (str(record["held"][0]), str(record["held"][1]))
+            if isinstance(record.get("update"), dict):
+                self._held[held] = record["update"]
+                self._remember_written(held)
+        elif isinstance(record.get("released"), list):
+            for key in record["released"]:
+                if isinstance(key, list) and len(key) == 2:
+                    self._held.pop((str(key[0]), str(key[1])), None)
         elif "received" in record:
             received = received_message(record["received"])
             if received is None:

@@ -39,3 +39,14 @@ def test_the_held_albums_are_bounded() -> None:
         albums.hold(f"g/{number}", photo(number), now=10.0, wait_seconds=WAIT)
     assert albums.address("g/0", now=10.0, wait_seconds=WAIT) == []  # the oldest made room
     assert albums.address(f"g/{HELD_ALBUMS_KEPT}", now=10.0, wait_seconds=WAIT) == [photo(HELD_ALBUMS_KEPT)]
+
+
+def test_each_photo_forgotten_is_told_so_that_the_ledger_lets_it_go() -> None:
+    forgotten: list[dict[str, Any]] = []
+    albums = Albums(forgotten.append)
+    albums.hold("g/1", photo(1), now=10.0, wait_seconds=WAIT)
+    albums.hold("g/2", photo(2), now=10.5, wait_seconds=WAIT)
+    albums.forget_older(10.2)
+    assert forgotten == [photo(1)]
+    assert albums.address("g/2", now=10.6, wait_seconds=WAIT) == [photo(2)]  # handed back, not forgotten
+    assert forgotten == [photo(1)]

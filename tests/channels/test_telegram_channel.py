@@ -616,6 +616,36 @@ async def test_an_album_in_a_group_that_does_not_name_the_bot_gets_no_answer_and
     assert [record["received"]["text"] for record in records if "received" in record] == ["hello"]
 
 
+async def test_a_photo_of_a_group_album_held_when_the_bot_stops_joins_the_photo_naming_it_after_the_restart(
+    workspace_dir: Path, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, backend: str
+) -> None:
+    config = {"media": {"albumWaitSeconds": 3}}
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, config)
+    try:
+        # The album's first photo, without the caption, waits for the one that names the bot; the bot stops.
+        fake_telegram.push_photo(GROUP, content=b"\xff\xd8\xff\xe0the beach", media_group="holiday")
+        await fake_telegram.await_until(lambda: fake_telegram.pending_update_count() == 0, what="the photo taken")
+    finally:
+        await bot.stop()
+    assert fake_telegram.pending_update_count() == 0  # acknowledged: Telegram will not deliver it again
+    fake_telegram.push_photo(
+        GROUP, caption="@test_bot where was this?", content=b"\xff\xd8\xff\xe0the hotel", media_group="holiday"
+    )
+    fake_openai.script("In Nice, by the sea.")
+    bot = await start_bot(workspace_dir, fake_openai, fake_telegram, backend, config)
+    try:
+        assert [m.text for m in await fake_telegram.await_messages(GROUP)] == ["In Nice, by the sea."]
+        [asked] = fake_openai.conversation_requests()
+        assert fake_openai.user_texts(asked) == ["User1001: where was this?"]
+        assert len(fake_openai.image_urls(asked)) == 2
+        await bot.app.router.dispatcher.drain()
+    finally:
+        await bot.stop()
+    # Handed over, the held photo is no longer kept in the ledger.
+    await (ledger := TurnLedger(LedgerFile(workspace_dir / "state" / "turns.jsonl"))).load()
+    assert ledger.held("telegram") == []
+
+
 async def test_a_gif_is_an_animation_not_a_file_to_read(
     bot: RunningBot, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:

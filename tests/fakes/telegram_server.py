@@ -1796,11 +1796,13 @@ class _InboundUpdates:
         content: bytes = b"\xff\xd8\xff\xe0fake-jpeg",
         width: int = 800,
         height: int = 600,
+        media_group: str | None = None,
         **sender: Any,
     ) -> int:
         """A user sends a photo; the largest size (the last) is downloadable via getFile.
 
-        `sender` takes the keyword arguments of `push_message` (user_id, chat_type, ...).
+        `media_group`: the photo is one of an album (its `media_group_id`), for an album whose photos come one
+        by one. `sender` takes the keyword arguments of `push_message` (user_id, chat_type, ...).
         """
         stored = self._world.add_file(content, "photo.jpg", "photos")
         thumbnail = {
@@ -1817,7 +1819,10 @@ class _InboundUpdates:
             "height": height,
             "file_size": len(content),
         }
-        return self._push_media(chat_id, {"photo": [thumbnail, full]}, caption, sender)
+        media: JsonDict = {"photo": [thumbnail, full]}
+        if media_group is not None:
+            media["media_group_id"] = media_group
+        return self._push_media(chat_id, media, caption, sender)
 
     def push_album(
         self,

@@ -102,6 +102,34 @@ async def test_a_key_is_seen_once_and_made_durable_by_flush_or_by_its_turn(tmp_p
     assert [again.first_sight("telegram", key) for key in ("5", "6", "7", "8")] == [False, False, False, True]
 
 
+async def test_an_update_held_back_is_kept_with_the_flush_until_released_and_a_restart_holds_it_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "turns.jsonl"
+    ledger = TurnLedger(LedgerFile(path), compact_after=3)
+    await ledger.load()
+    photo = {"update_id": 5, "message": {"media_group_id": "g", "photo": []}}
+    assert ledger.first_sight("telegram", "5")
+    ledger.hold("telegram", "5", photo)
+    await ledger.flush()
+    # The held update before its key, in one append: a write cut short never keeps the key without the update.
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"held": ["telegram", "5"], "update": photo},
+        {"seen": [["telegram", "5"]]},
+    ]
+    again, _ = await restarted(path)
+    assert again.held("telegram") == [photo] and again.held("console") == []
+    assert not again.first_sight("telegram", "5")
+    # Kept through a compaction, let go once released.
+    for number in range(4):
+        turn = await again.receive(message(f"m{number}", str(10 + number)))
+        await turn.delivered()
+    assert (await restarted(path))[0].held("telegram") == [photo]
+    again.release("telegram", "5")
+    await again.flush()
+    assert (await restarted(path))[0].held("telegram") == []
+
+
 async def test_a_retry_is_a_new_turn_for_a_delivered_question_and_a_crash_leaves_it_open(tmp_path: Path) -> None:
     # /retry answers a delivered message again under its own id: a crash meanwhile leaves it open.
     ledger = TurnLedger(LedgerFile(tmp_path / "turns.jsonl"))
