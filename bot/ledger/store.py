@@ -2,8 +2,9 @@
 
 The ledger (`turns.TurnLedger`) holds the state and decides; a store only keeps its records: reads them
 all at load, appends each change, and drops at compaction what is no longer asked of it. The records
-are the ledger's lines (`{"seen": ...}`, `{"received": ...}`, `{"edited": ...}`, `{"answered": ...}`,
-`{"delivered": ...}`); the file keeps them as written, PostgreSQL (`postgres.LedgerTables`) as rows.
+are the ledger's lines (`{"seen": ...}`, `{"held": ...}`, `{"released": ...}`, `{"received": ...}`,
+`{"edited": ...}`, `{"answered": ...}`, `{"delivered": ...}`); the file keeps them as written, PostgreSQL
+(`postgres.LedgerTables`) as rows (all but the held updates, which stay in the memory of the process).
 """
 
 from __future__ import annotations

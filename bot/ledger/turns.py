@@ -16,9 +16,9 @@ of `state/turns.jsonl` (`store.LedgerFile`), or as rows of PostgreSQL (`postgres
   written in one line by `flush`, which the channel awaits before it acknowledges the updates.
 - `{"held": [channelType, key], "update": {...}}`: an update the channel holds back instead of handing it
   over (a photo of a group's album, waiting for the photo that names the bot), as the transport gave it;
-  `{"released": [[channelType, key], ...]}`: handed over or dropped since. Both go with `flush`'s line,
-  the held one first, so an update acknowledged is kept or handed over, never lost to a stop or crash;
-  the next start holds it again (`held`).
+  `{"released": [[channelType, key], ...]}`: handed over or dropped since. Both are written by `flush`,
+  in the append of its keys and before them, so an update acknowledged is kept or handed over, never
+  lost to a stop or crash (at no fsync of its own); the next start holds it again (`held`).
 - `{"received": {...}}`: the message, with its turn id (`journal_id`, also the id of its user message
   in the session).
 - `{"edited": turnId, "text": ...}`: a message edited before its turn began is answered as edited.
