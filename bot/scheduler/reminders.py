@@ -5,6 +5,10 @@ zone. It is delivered to the chat that asked, as a normal bot message. Delivery 
 reminder is marked fired in its store before it is sent (`ReminderStore.claim_due`), so a crash can
 never make it arrive twice; one whose time passed while the bot was down is delivered late, once, with
 a note saying so.
+
+A chat that refuses the bot's messages for good (`ChatUnreachable`: the bot blocked or removed) pauses its
+repeating reminders, kept in the store as they are: trying them at every time would only fail. The chat's next
+message to the bot resumes them from their next time, with a word saying so.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 
+from bot.channels.base import ChatUnreachable
 from bot.cron import InvalidCron, cron_trigger
 from bot.domain.model import utc_now
 from bot.scheduler.reminder_store import Reminder, ReminderStore
@@ -124,7 +129,32 @@ class ReminderService:
     def describe(self, reminder: Reminder) -> str:
         local = reminder.due_at.astimezone(self._zone).strftime("%Y-%m-%d %H:%M")
         repeat = f", repeats '{reminder.cron}'" if reminder.cron else ""
-        return f"[{reminder.id}] {local} ({self._zone_name}){repeat}: {reminder.text}"
+        paused = ""
+        if reminder.paused_at is not None:
+            since = reminder.paused_at.astimezone(self._zone).strftime("%Y-%m-%d %H:%M")
+            paused = f" (paused since {since}: the chat took no message from me; a message here resumes it)"
+        return f"[{reminder.id}] {local} ({self._zone_name}){repeat}: {reminder.text}{paused}"
+
+    async def resume(self, session_id: str) -> list[Reminder]:
+        """The chat wrote to the bot, so it takes messages again: its paused reminders go on from their next
+        time, and the chat is told which. Returns them."""
+        paused = [reminder for reminder in await self._store.of_session(session_id) if reminder.paused_at is not None]
+        resumed: list[Reminder] = []
+        now = utc_now()
+        for reminder in paused:
+            assert reminder.cron is not None  # only a repeating reminder is paused
+            going_on = reminder.model_copy(
+                update={"due_at": next_cron_time(reminder.cron, self._zone, now), "paused_at": None,
+                        "paused_because": None}
+            )  # fmt: skip
+            await self._store.put(going_on)
+            log.info("[Scheduler] Reminder %s for %s resumed: the chat wrote to the bot", reminder.id, session_id)
+            resumed.append(going_on)
+        if resumed and self._deliver is not None:
+            first = resumed[0]
+            notice = "While this chat took no messages from me, your repeating reminders were paused; they go on:\n"
+            await self._deliver(first.channel_type, first.chat_id, notice + "\n".join(map(self.describe, resumed)))
+        return resumed
 
     async def fire_due(self, now: datetime | None = None, late_after: timedelta = timedelta(minutes=2)) -> int:
         """Deliver every reminder that is due; returns how many were sent. Run by the scheduler."""
@@ -144,9 +174,35 @@ class ReminderService:
             except asyncio.CancelledError:
                 await self._put_back(reminder, due[position + 1 :])
                 raise
+            except ChatUnreachable as error:
+                await self._pause(reminder, moment, str(error))
             except Exception as error:
                 log.error("[Scheduler] Reminder %s could not be delivered: %s", reminder.id, error)
         return sent
+
+    async def _pause(self, reminder: Reminder, moment: datetime, reason: str) -> None:
+        """The chat refuses the bot's messages: a repeating reminder is kept, paused at its next time, until the
+        chat writes again; logged once, here. A one-off reminder had this one time."""
+        following = self._advance(reminder, moment) if reminder.cron else None
+        if following is None:
+            log.error(
+                "[Scheduler] Reminder %s could not be delivered: the chat refuses the bot (%s)", reminder.id, reason
+            )
+            return
+        paused = following.model_copy(
+            update={"fired_count": reminder.fired_count, "paused_at": moment, "paused_because": reason}
+        )
+        try:
+            await self._store.put(paused)
+        except OSError as error:
+            log.error("[Scheduler] Reminder %s, refused by its chat (%s), could not be paused: %s", reminder.id,
+                      reason, error)  # fmt: skip
+            return
+        log.warning(
+            "[Scheduler] Reminder %s is paused: chat %s refuses the bot's messages (%s). It is kept, and resumes "
+            "when the chat writes to the bot again",
+            reminder.id, reminder.chat_id, reason,
+        )  # fmt: skip
 
     async def _put_back(self, interrupted: Reminder, unsent: list[Reminder]) -> None:
         """A stop in the middle of a batch (many reminders due at once, a chat's flood control): the ones not yet

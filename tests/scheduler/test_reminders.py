@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.app import Application
+from bot.channels.base import ChatUnreachable
 from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
 from bot.scheduler.reminders import InvalidReminder, ReminderService, next_cron_time, parse_delay
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
@@ -444,3 +445,39 @@ async def test_migrate_copies_the_readable_reminders_and_counts_the_rest(
         assert workspace.reminders_file.read_text() == hand_edited
     finally:
         await databases.close()
+
+
+class ShutOut(Outbox):
+    """A chat that refuses the bot's messages until `admit`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusing = True
+
+    async def __call__(self, channel_type: str, chat_id: str, text: str) -> None:
+        if self.refusing:
+            raise ChatUnreachable("Forbidden: bot was blocked by the user")
+        await super().__call__(channel_type, chat_id, text)
+
+
+async def test_a_paused_reminder_is_kept_paused_by_the_store_and_resumed(reminder_store: ReminderStoreCase) -> None:
+    chat = ShutOut()
+    reminders = await service(reminder_store, chat)
+    daily = await reminders.add("telegram:1", "telegram", "1", "stand-up", cron="0 9 * * *")
+    once = await reminders.add("telegram:1", "telegram", "1", "call mum", at="2040-01-01T10:00")
+    assert await reminders.fire_due(now=daily.due_at) == 0
+
+    restarted = await service(reminder_store, chat)  # a new process reads the paused reminder as it was kept
+    [paused] = [r for r in await restarted.pending("telegram:1") if r.id == daily.id]
+    assert paused.paused_because == "Forbidden: bot was blocked by the user" and paused.fired_count == 0
+    assert await restarted.fire_due(now=paused.due_at + (once.due_at - paused.due_at) / 2) == 0  # passed over
+    assert [r.id for r in await restarted.pending("telegram:1")] == [daily.id, once.id]
+
+    chat.refusing = False
+    [resumed] = await restarted.resume("telegram:1")
+    assert resumed.id == daily.id and resumed.paused_at is None
+    assert chat.sent == [("telegram", "1", "While this chat took no messages from me, your repeating reminders "
+                          "were paused; they go on:\n" + restarted.describe(resumed))]  # fmt: skip
+    assert await restarted.resume("telegram:1") == []  # nothing more to resume, nothing said
+    assert await (await service(reminder_store, chat)).fire_due(now=resumed.due_at) == 1
+    assert chat.sent[-1] == ("telegram", "1", "⏰ Reminder: stand-up")
