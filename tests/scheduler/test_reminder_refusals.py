@@ -81,7 +81,7 @@ async def test_a_repeating_reminder_to_a_chat_that_shuts_the_bot_out_is_paused_u
         9, tzinfo=UTC
     )
     assert notice == (
-        "While this chat took no messages from me, your repeating reminders were paused; they go on:\n"
+        "While this chat took no messages from me, your reminders were paused.\nThey go on:\n"
         + reminders.describe(resumed)
     )
     assert reply.startswith("echo: ") and reply.endswith("hello again")

@@ -17,7 +17,8 @@ import pytest
 
 from bot.app import Application
 from bot.channels.base import ChatUnreachable
-from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
+from bot.domain.model import utc_now
+from bot.scheduler.reminder_store import Reminder, ReminderFile, ReminderStore, ReminderTable
 from bot.scheduler.reminders import InvalidReminder, ReminderService, next_cron_time, parse_delay
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -453,31 +454,50 @@ class ShutOut(Outbox):
     def __init__(self) -> None:
         super().__init__()
         self.refusing = True
+        self.tries = 0
 
     async def __call__(self, channel_type: str, chat_id: str, text: str) -> None:
         if self.refusing:
+            self.tries += 1
             raise ChatUnreachable("Forbidden: bot was blocked by the user")
         await super().__call__(channel_type, chat_id, text)
 
 
-async def test_a_paused_reminder_is_kept_paused_by_the_store_and_resumed(reminder_store: ReminderStoreCase) -> None:
-    chat = ShutOut()
-    reminders = await service(reminder_store, chat)
+async def test_reminders_a_chat_refused_are_kept_paused_and_resumed_when_it_writes(
+    reminder_store: ReminderStoreCase,
+) -> None:
+    reminders = await service(reminder_store)
     daily = await reminders.add("telegram:1", "telegram", "1", "stand-up", cron="0 9 * * *")
-    once = await reminders.add("telegram:1", "telegram", "1", "call mum", at="2040-01-01T10:00")
-    assert await reminders.fire_due(now=daily.due_at) == 0
+    later = await reminders.add("telegram:1", "telegram", "1", "renew the passport", at="2040-01-01T10:00")
+    store = await reminder_store.open()
+    await store.load()
+    once = Reminder(session_id="telegram:1", channel_type="telegram", chat_id="1", text="call mum",
+                    due_at=utc_now() - timedelta(hours=1))  # fmt: skip
+    await store.put(once)
+    chat = ShutOut()
+    assert await (await service(reminder_store, chat)).fire_due(now=daily.due_at) == 0
 
-    restarted = await service(reminder_store, chat)  # a new process reads the paused reminder as it was kept
-    [paused] = [r for r in await restarted.pending("telegram:1") if r.id == daily.id]
+    restarted = await service(reminder_store, chat)  # a new process reads the paused reminders as they were kept
+    kept = {r.id: r for r in await restarted.pending("telegram:1")}
+    assert kept.keys() == {daily.id, once.id, later.id}
+    paused = kept[daily.id]
     assert paused.paused_because == "Forbidden: bot was blocked by the user" and paused.fired_count == 0
-    assert await restarted.fire_due(now=paused.due_at + (once.due_at - paused.due_at) / 2) == 0  # passed over
-    assert [r.id for r in await restarted.pending("telegram:1")] == [daily.id, once.id]
+    assert paused.due_at > daily.due_at and kept[once.id].due_at == once.due_at and kept[later.id].paused_at is None
+    assert await restarted.fire_due(now=paused.due_at + timedelta(hours=1)) == 0  # passed over, not tried
+    assert chat.tries == 2
 
     chat.refusing = False
     [resumed] = await restarted.resume("telegram:1")
     assert resumed.id == daily.id and resumed.paused_at is None
-    assert chat.sent == [("telegram", "1", "While this chat took no messages from me, your repeating reminders "
-                          "were paused; they go on:\n" + restarted.describe(resumed))]  # fmt: skip
+    assert chat.sent == [("telegram", "1", "\n".join([
+        "While this chat took no messages from me, your reminders were paused.",
+        "Due meanwhile:",
+        f"⏰ call mum (due {once.due_at.astimezone(BERLIN):%Y-%m-%d %H:%M})",
+        "They go on:",
+        restarted.describe(resumed),
+    ]))]  # fmt: skip
+    assert [r.id for r in await restarted.pending("telegram:1")] == [daily.id, later.id]  # the one-off was told
     assert await restarted.resume("telegram:1") == []  # nothing more to resume, nothing said
+    assert len(chat.sent) == 1
     assert await (await service(reminder_store, chat)).fire_due(now=resumed.due_at) == 1
     assert chat.sent[-1] == ("telegram", "1", "⏰ Reminder: stand-up")
