@@ -400,12 +400,29 @@ async def test_the_model_is_told_in_words_what_a_reminder_time_lacks(
         await app.stop()
 
 
+@pytest.mark.parametrize("given", ["name", "copied file"])
 async def test_with_no_bot_timezone_the_machines_zone_keeps_its_changes_of_the_clocks(
-    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, monkeypatch: pytest.MonkeyPatch
+    given: str,
+    workspace_dir: Path,
+    fake_openai: FakeOpenAI,
+    channel: RecordingChannel,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
+    from zoneinfo import TZPATH
+
     from tests.conftest import env_for
 
-    monkeypatch.setenv("TZ", "Europe/Berlin")  # the machine's zone, as a service or a container names it
+    if given == "name":
+        monkeypatch.setenv("TZ", "Europe/Berlin")  # the machine's zone, as a service or a container names it
+    else:
+        # A zone file copied into place (as `cp /usr/share/zoneinfo/… /etc/localtime` leaves it), which carries
+        # the zone's rules however it is named; TZ may name such a file as /etc/localtime is one.
+        source = next(Path(folder) / "Europe" / "Berlin" for folder in TZPATH if (Path(folder) / "Europe").is_dir())
+        copy = tmp_path / "zoneinfo" / "Europe" / "Berlin"
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(source.read_bytes())
+        monkeypatch.setenv("TZ", str(copy))
     app = Application(env_for(workspace_dir, fake_openai, bot_timezone=None))
     try:
         calls = [
