@@ -471,6 +471,11 @@ def _owner_delivery(app: Application) -> DeliverToOwner:
 
 def _handler_for(app: Application, channel: Channel) -> InboundHandler:
     async def handle(inbound: InboundMessage) -> None:
+        # A message from the chat shows it takes the bot's messages again: its paused reminders go on.
+        try:
+            await app.reminders.resume(inbound.session_id)
+        except Exception:
+            log.exception("[Scheduler] The paused reminders of %s could not be resumed", inbound.session_id)
         await app.router.accept(inbound, channel)
 
     return handle

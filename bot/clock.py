@@ -5,19 +5,18 @@ that a test can move time on instead of waiting for it."""
 from __future__ import annotations
 
 import asyncio
-import os
+import logging
 import time
 from datetime import UTC, datetime, tzinfo
-from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import tzlocal
+
+log = logging.getLogger(__name__)
 
 
 class InvalidTimezone(ValueError):
     """`BOT_TIMEZONE` names no known time zone."""
-
-
-# Where a Linux machine keeps its zone: a link into the zone database, whose path names it.
-MACHINE_ZONE_FILE = Path("/etc/localtime")
 
 
 def resolve_timezone(name: str | None) -> tzinfo:
@@ -31,22 +30,18 @@ def resolve_timezone(name: str | None) -> tzinfo:
 
 
 def machine_timezone() -> tzinfo:
-    """The machine's zone with its rules, named as the zone database names it (`Europe/Berlin`): from `TZ`,
-    else from `/etc/localtime`. The offset in force now is the last resort only: kept all year, it would put
-    a reminder an hour off once the clocks change."""
-    # A `TZ` that is a rule rather than a name (`CET-1CEST`) is what the C library follows: left to it.
-    name = os.environ.get("TZ", "").removeprefix(":") or _linked_zone_name()
+    """The machine's zone with its rules, as tzlocal finds it: `TZ` (a name, or a zone file's path), else
+    the system's settings (`/etc/timezone`, `/etc/localtime` linked or copied, ...). The offset in force now
+    is the last resort only: kept all year, it would put a reminder an hour off once the clocks change."""
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+        return tzlocal.reload_localzone()
+    except (ZoneInfoNotFoundError, ValueError, OSError) as error:
+        # A `TZ` that is a rule rather than a name (`CET-1CEST`), or system settings that disagree.
+        log.warning(
+            "[Clock] The machine's time zone cannot be followed (%s); its offset now is used all year. Set "
+            "BOT_TIMEZONE to a name such as Europe/Berlin.", " ".join(str(error).split()),
+        )  # fmt: skip
         return datetime.now().astimezone().tzinfo or UTC
-
-
-def _linked_zone_name() -> str:
-    try:
-        return MACHINE_ZONE_FILE.resolve().as_posix().partition("/zoneinfo/")[2]
-    except OSError:
-        return ""
 
 
 class Clock:

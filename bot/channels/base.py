@@ -27,6 +27,12 @@ class FileUnavailable(Exception):
     """A file sent in the chat could not be fetched; the message says why, for the user."""
 
 
+class ChatUnreachable(Exception):
+    """The chat takes no message from the bot until a person there acts: the bot was blocked or removed, the
+    account deleted, the chat is gone. Sending again will not help; a message from the chat shows it is open
+    again. The message is the transport's reason."""
+
+
 class Channel(ABC):
     """A transport the bot talks through: started with a handler, asked to deliver replies."""
 
@@ -53,7 +59,8 @@ class Channel(ABC):
 
     @abstractmethod
     async def send_text(self, chat_id: str, text: str) -> str | None:
-        """Deliver a reply (Markdown from the model); returns the id of the last message sent, if any."""
+        """Deliver a reply (Markdown from the model); returns the id of the last message sent, if any.
+        Raises `ChatUnreachable` when the chat refuses the bot's messages for good."""
 
     @abstractmethod
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:

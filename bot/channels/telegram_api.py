@@ -44,6 +44,21 @@ class TelegramApiError(Exception):
         self.description = description
 
 
+# What Telegram answers (403, or 400 for a chat it does not know) to a message for a chat that takes none from
+# the bot until a person acts: blocked, account deleted, bot removed from the group, chat gone.
+_SHUT_OUT = (
+    "bot was blocked by the user", "user is deactivated", "bot was kicked from", "bot is not a member of",
+    "bot can't initiate conversation", "chat not found",
+)  # fmt: skip
+
+
+def shuts_the_bot_out(error: TelegramApiError) -> bool:
+    """Whether Telegram refused a send because the chat takes no message from the bot (see `ChatUnreachable`);
+    flood control, a server error or a lost connection never does."""
+    description = error.description.lower()
+    return isinstance(error, Refused | BadRequest) and any(reason in description for reason in _SHUT_OUT)
+
+
 class RetryAfter(TelegramApiError):
     """429 flood control: the call was not applied; it may be repeated after `retry_after` seconds."""
 

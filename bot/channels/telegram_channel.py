@@ -30,9 +30,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from bot.channels.base import Channel, FileUnavailable, InboundHandler
+from bot.channels.base import Channel, ChatUnreachable, FileUnavailable, InboundHandler
 from bot.channels.telegram_albums import Albums
-from bot.channels.telegram_api import TelegramApiError, TelegramBackend, TelegramChat
+from bot.channels.telegram_api import TelegramApiError, TelegramBackend, TelegramChat, shuts_the_bot_out
 from bot.channels.telegram_delivery import DeliveryFailed, TelegramDelivery, call_with_retries
 from bot.channels.telegram_polling import LongPolling
 from bot.channels.telegram_redirects import ChatRedirects, SendIn, led_by
@@ -335,8 +335,15 @@ class TelegramChannel(Channel):
     # Sending.
 
     async def _in_chat(self, chat_id: str, call: SendIn[_T]) -> _T:
-        """`call` made in the chat, or where its sends go when it refuses them (`ChatRedirects`)."""
-        return await self._redirects.send(self._redirects.chat(chat_id), call)
+        """`call` made in the chat, or where its sends go when it refuses them (`ChatRedirects`); a chat that
+        takes no message from the bot raises `ChatUnreachable`."""
+        try:
+            return await self._redirects.send(self._redirects.chat(chat_id), call)
+        except DeliveryFailed as failure:
+            refusal = failure.__cause__
+            if isinstance(refusal, TelegramApiError) and shuts_the_bot_out(refusal):
+                raise ChatUnreachable(refusal.description) from failure
+            raise
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
         config = self._config().telegram

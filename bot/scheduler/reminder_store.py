@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 
 
 class Reminder(CamelModel):
-    """One reminder as stored. `due_at` is the next time it fires (UTC); `cron` repeats it."""
+    """One reminder as stored. `due_at` is the next time it fires (UTC); `cron` repeats it. A repeating one
+    whose chat refused the bot's messages is paused (`paused_at`, with the chat's reason): it fires no more
+    until the chat writes to the bot again."""
 
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])
     session_id: str
@@ -41,6 +43,8 @@ class Reminder(CamelModel):
     cron: str | None = None
     timezone: str = "UTC"
     fired_count: int = 0
+    paused_at: datetime | None = None
+    paused_because: str | None = None
 
     @model_validator(mode="after")
     def _usable(self) -> Reminder:
@@ -86,7 +90,8 @@ class ReminderStore(Protocol):
         ...
 
     async def claim_due(self, moment: datetime, channel_types: set[str], advance: Advance) -> list[Reminder]:
-        """The reminders due at `moment` on these channels, as they were, each recorded as fired first."""
+        """The reminders due at `moment` on these channels (paused ones aside), as they were, each recorded as
+        fired first."""
         ...
 
 
@@ -164,7 +169,10 @@ class ReminderFile:
 
     async def claim_due(self, moment: datetime, channel_types: set[str], advance: Advance) -> list[Reminder]:
         async with self._lock:
-            due = [r for r in self._reminders.values() if r.due_at <= moment and r.channel_type in channel_types]
+            due = [
+                r for r in self._reminders.values()
+                if r.due_at <= moment and r.channel_type in channel_types and r.paused_at is None
+            ]  # fmt: skip
             for reminder in due:
                 following = advance(reminder)
                 if following is None:
@@ -211,7 +219,7 @@ class ReminderTable:
         async with self._database.transaction() as connection:
             rows = await connection.fetch(
                 "SELECT id, reminder FROM reminders WHERE due_at <= $1 AND channel_type = ANY($2::text[])"
-                " ORDER BY due_at FOR UPDATE SKIP LOCKED",
+                " AND reminder->>'pausedAt' IS NULL ORDER BY due_at FOR UPDATE SKIP LOCKED",
                 moment, sorted(channel_types),
             )  # fmt: skip
             for row in rows:

@@ -5,6 +5,10 @@ zone. It is delivered to the chat that asked, as a normal bot message. Delivery 
 reminder is marked fired in its store before it is sent (`ReminderStore.claim_due`), so a crash can
 never make it arrive twice; one whose time passed while the bot was down is delivered late, once, with
 a note saying so.
+
+A chat that refuses the bot's messages for good (`ChatUnreachable`: the bot blocked or removed) pauses a
+reminder it refused, kept in the store: a repeating one tried at every time would only fail. The chat's next
+message to the bot resumes them (a repeating one from its next time) and tells the chat what was missed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 
+from bot.channels.base import ChatUnreachable
 from bot.cron import InvalidCron, cron_trigger
 from bot.domain.model import utc_now
 from bot.scheduler.reminder_store import Reminder, ReminderStore
@@ -122,9 +127,50 @@ class ReminderService:
         return await self._store.remove(session_id, reminder_id)
 
     def describe(self, reminder: Reminder) -> str:
-        local = reminder.due_at.astimezone(self._zone).strftime("%Y-%m-%d %H:%M")
+        local = self._local(reminder.due_at)
         repeat = f", repeats '{reminder.cron}'" if reminder.cron else ""
-        return f"[{reminder.id}] {local} ({self._zone_name}){repeat}: {reminder.text}"
+        paused = ""
+        if reminder.paused_at is not None:
+            since = self._local(reminder.paused_at)
+            paused = f" (paused since {since}: the chat took no message from me; a message here resumes it)"
+        return f"[{reminder.id}] {local} ({self._zone_name}){repeat}: {reminder.text}{paused}"
+
+    async def resume(self, session_id: str) -> list[Reminder]:
+        """The chat wrote to the bot, so it takes messages again: its paused reminders go on (a repeating one from
+        its next time), and the chat is told which; a one-off one whose time passed meanwhile is told now, and is
+        done. Returns the reminders that go on."""
+        paused = [reminder for reminder in await self._store.of_session(session_id) if reminder.paused_at is not None]
+        going_on: list[Reminder] = []
+        missed: list[Reminder] = []
+        now = utc_now()
+        for reminder in paused:
+            due = reminder.due_at
+            if reminder.cron:
+                try:
+                    due = next_cron_time(reminder.cron, self._zone, now)
+                except InvalidReminder:  # a hand edit's date that never comes: this was its last time
+                    pass
+            if due <= now:
+                if await self._store.remove(session_id, reminder.id):  # gone before it is told: at most once
+                    missed.append(reminder)
+                continue
+            resumed = reminder.model_copy(update={"due_at": due, "paused_at": None, "paused_because": None})
+            await self._store.put(resumed)
+            going_on.append(resumed)
+        if not paused:
+            return []
+        log.info("[Scheduler] %s wrote to the bot: %d paused reminders go on, %d missed ones are told now",
+                 session_id, len(going_on), len(missed))  # fmt: skip
+        if self._deliver is not None:
+            lines = ["While this chat took no messages from me, your reminders were paused."]
+            if missed:
+                lines.append("Due meanwhile:")
+                lines += [f"⏰ {reminder.text} (due {self._local(reminder.due_at)})" for reminder in missed]
+            if going_on:
+                lines.append("They go on:")
+                lines += [self.describe(reminder) for reminder in going_on]
+            await self._deliver(paused[0].channel_type, paused[0].chat_id, "\n".join(lines))
+        return going_on
 
     async def fire_due(self, now: datetime | None = None, late_after: timedelta = timedelta(minutes=2)) -> int:
         """Deliver every reminder that is due; returns how many were sent. Run by the scheduler."""
@@ -144,9 +190,28 @@ class ReminderService:
             except asyncio.CancelledError:
                 await self._put_back(reminder, due[position + 1 :])
                 raise
+            except ChatUnreachable as error:
+                await self._pause(reminder, moment, str(error))
             except Exception as error:
                 log.error("[Scheduler] Reminder %s could not be delivered: %s", reminder.id, error)
         return sent
+
+    async def _pause(self, reminder: Reminder, moment: datetime, reason: str) -> None:
+        """The chat refuses the bot's messages: the reminder, which it certainly did not get, is kept, paused (a
+        repeating one at its next time), until the chat writes again; logged once, here."""
+        following = self._advance(reminder, moment)
+        kept = reminder if following is None else following.model_copy(update={"fired_count": reminder.fired_count})
+        try:
+            await self._store.put(kept.model_copy(update={"paused_at": moment, "paused_because": reason}))
+        except OSError as error:
+            log.error("[Scheduler] Reminder %s, refused by its chat (%s), could not be kept: %s", reminder.id,
+                      reason, error)  # fmt: skip
+            return
+        log.warning(
+            "[Scheduler] Reminder %s is paused: chat %s refuses the bot's messages (%s). It is kept, and resumes "
+            "when the chat writes to the bot again",
+            reminder.id, reminder.chat_id, reason,
+        )  # fmt: skip
 
     async def _put_back(self, interrupted: Reminder, unsent: list[Reminder]) -> None:
         """A stop in the middle of a batch (many reminders due at once, a chat's flood control): the ones not yet
@@ -177,8 +242,10 @@ class ReminderService:
         return reminder.model_copy(update={"due_at": following, "fired_count": reminder.fired_count + 1})
 
     def _late_note(self, due_at: datetime) -> str:
-        local = due_at.astimezone(self._zone).strftime("%Y-%m-%d %H:%M")
-        return f"\n(This was due at {local}; I was offline then, so it comes late.)"
+        return f"\n(This was due at {self._local(due_at)}; I was offline then, so it comes late.)"
+
+    def _local(self, moment: datetime) -> str:
+        return moment.astimezone(self._zone).strftime("%Y-%m-%d %H:%M")
 
     def _parse_time(self, text: str) -> datetime:
         if _DATE_ONLY.fullmatch(text.strip()):  # midnight is seldom what "remind me on Friday" means

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -52,6 +52,12 @@ class BotScheduler:
             self._logged(name, job), cron_trigger(expression, zone), id=name, name=name,
             max_instances=SCHEDULER_MAX_INSTANCES, coalesce=True, replace_existing=True,
         )  # fmt: skip
+
+    def next_run(self, name: str) -> datetime | None:
+        """When the job `name` runs next (None: never, or no such job; before `start`, not yet known)."""
+        job = self._scheduler.get_job(name)
+        run_time: datetime | None = getattr(job, "next_run_time", None)
+        return run_time
 
     def job_names(self) -> list[str]:
         return sorted(job.name for job in self._scheduler.get_jobs())

@@ -125,6 +125,11 @@ GROUP_UPGRADED = "group chat was upgraded to a supergroup chat"
 # sent to a topic deleted (or never opened); a deleted topic is also refused as "TOPIC_DELETED".
 TOPIC_CLOSED = "TOPIC_CLOSED"
 TOPIC_NOT_FOUND = "message thread not found"
+# What Telegram answers to a message for a chat that takes none from the bot (`FakeTelegram.refuse_chat`).
+BOT_BLOCKED = "Forbidden: bot was blocked by the user"
+USER_DEACTIVATED = "Forbidden: user is deactivated"
+BOT_KICKED = "Forbidden: bot was kicked from the group chat"
+CHAT_NOT_FOUND = "Bad Request: chat not found"
 
 
 class _DropConnection(Exception):
@@ -869,6 +874,8 @@ class _World:
         self._file_seq = itertools.count(1)
         # Basic groups upgraded to supergroups: the old id, the new one.
         self.migrated: dict[int, int] = {}
+        # Chats that take no message from the bot (blocked, deactivated, kicked, gone), with Telegram's answer.
+        self.refusing: dict[int, tuple[int, str]] = {}
 
     # chats and users
     def chat(self, chat_id: int, chat_type: str | None = None, user: JsonDict | None = None) -> JsonDict:
@@ -1149,10 +1156,14 @@ class _BotApi:
         return chat_id
 
     def _open_chat_id(self, params: JsonDict) -> int:
-        """The chat a call acts in; a group upgraded to a supergroup answers 400 with its new id."""
+        """The chat a call acts in; a group upgraded to a supergroup answers 400 with its new id, a chat that
+        takes no message from the bot as Telegram does (`FakeTelegram.refuse_chat`)."""
         chat_id = self._chat_id(params)
         with self.world.lock:
             moved_to = self.world.migrated.get(chat_id)
+            refusal = self.world.refusing.get(chat_id)
+        if refusal is not None:
+            raise BotApiError(*refusal)
         if moved_to is not None:
             raise BotApiError(400, f"Bad Request: {GROUP_UPGRADED}", migrate_to_chat_id=moved_to)
         return chat_id
@@ -1928,6 +1939,20 @@ class _InboundUpdates:
         moved_to = self._push_user_message(group_id, {"migrate_to_chat_id": supergroup_id}, user_id=user_id)
         moved_from = self._push_user_message(supergroup_id, {"migrate_from_chat_id": group_id}, user_id=user_id)
         return moved_to, moved_from
+
+    def refuse_chat(self, chat_id: int, description: str = BOT_BLOCKED) -> None:
+        """From now on every call made in `chat_id` is answered as Telegram answers for a chat that takes no
+        message from the bot: 403 with `description` (`BOT_BLOCKED`, `USER_DEACTIVATED`, `BOT_KICKED`), or 400
+        for `CHAT_NOT_FOUND`. The chat can still write to the bot (`push_message`): Telegram delivers a blocked
+        bot's updates when the person unblocks it and writes."""
+        status = 400 if description.startswith("Bad Request") else 403
+        with self._world.lock:
+            self._world.refusing[chat_id] = (status, description)
+
+    def admit_chat(self, chat_id: int) -> None:
+        """`chat_id` takes the bot's messages again (unblocked, the bot added back)."""
+        with self._world.lock:
+            self._world.refusing.pop(chat_id, None)
 
     def push_sticker(self, chat_id: int, *, emoji: str = "👍", **sender: Any) -> int:
         """A user sends a (static) sticker."""

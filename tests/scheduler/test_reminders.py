@@ -16,7 +16,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.app import Application
-from bot.scheduler.reminder_store import ReminderFile, ReminderStore, ReminderTable
+from bot.channels.base import ChatUnreachable
+from bot.domain.model import utc_now
+from bot.scheduler.reminder_store import Reminder, ReminderFile, ReminderStore, ReminderTable
 from bot.scheduler.reminders import InvalidReminder, ReminderService, next_cron_time, parse_delay
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.recording_channel import RecordingChannel
@@ -398,12 +400,29 @@ async def test_the_model_is_told_in_words_what_a_reminder_time_lacks(
         await app.stop()
 
 
+@pytest.mark.parametrize("given", ["name", "copied file"])
 async def test_with_no_bot_timezone_the_machines_zone_keeps_its_changes_of_the_clocks(
-    workspace_dir: Path, fake_openai: FakeOpenAI, channel: RecordingChannel, monkeypatch: pytest.MonkeyPatch
+    given: str,
+    workspace_dir: Path,
+    fake_openai: FakeOpenAI,
+    channel: RecordingChannel,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
+    from zoneinfo import TZPATH
+
     from tests.conftest import env_for
 
-    monkeypatch.setenv("TZ", "Europe/Berlin")  # the machine's zone, as a service or a container names it
+    if given == "name":
+        monkeypatch.setenv("TZ", "Europe/Berlin")  # the machine's zone, as a service or a container names it
+    else:
+        # A zone file copied into place (as `cp /usr/share/zoneinfo/… /etc/localtime` leaves it), which carries
+        # the zone's rules however it is named; TZ may name such a file as /etc/localtime is one.
+        source = next(Path(folder) / "Europe" / "Berlin" for folder in TZPATH if (Path(folder) / "Europe").is_dir())
+        copy = tmp_path / "zoneinfo" / "Europe" / "Berlin"
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(source.read_bytes())
+        monkeypatch.setenv("TZ", str(copy))
     app = Application(env_for(workspace_dir, fake_openai, bot_timezone=None))
     try:
         calls = [
@@ -444,3 +463,58 @@ async def test_migrate_copies_the_readable_reminders_and_counts_the_rest(
         assert workspace.reminders_file.read_text() == hand_edited
     finally:
         await databases.close()
+
+
+class ShutOut(Outbox):
+    """A chat that refuses the bot's messages until `admit`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusing = True
+        self.tries = 0
+
+    async def __call__(self, channel_type: str, chat_id: str, text: str) -> None:
+        if self.refusing:
+            self.tries += 1
+            raise ChatUnreachable("Forbidden: bot was blocked by the user")
+        await super().__call__(channel_type, chat_id, text)
+
+
+async def test_reminders_a_chat_refused_are_kept_paused_and_resumed_when_it_writes(
+    reminder_store: ReminderStoreCase,
+) -> None:
+    reminders = await service(reminder_store)
+    daily = await reminders.add("telegram:1", "telegram", "1", "stand-up", cron="0 9 * * *")
+    later = await reminders.add("telegram:1", "telegram", "1", "renew the passport", at="2040-01-01T10:00")
+    store = await reminder_store.open()
+    await store.load()
+    once = Reminder(session_id="telegram:1", channel_type="telegram", chat_id="1", text="call mum",
+                    due_at=utc_now() - timedelta(hours=1))  # fmt: skip
+    await store.put(once)
+    chat = ShutOut()
+    assert await (await service(reminder_store, chat)).fire_due(now=daily.due_at) == 0
+
+    restarted = await service(reminder_store, chat)  # a new process reads the paused reminders as they were kept
+    kept = {r.id: r for r in await restarted.pending("telegram:1")}
+    assert kept.keys() == {daily.id, once.id, later.id}
+    paused = kept[daily.id]
+    assert paused.paused_because == "Forbidden: bot was blocked by the user" and paused.fired_count == 0
+    assert paused.due_at > daily.due_at and kept[once.id].due_at == once.due_at and kept[later.id].paused_at is None
+    assert await restarted.fire_due(now=paused.due_at + timedelta(hours=1)) == 0  # passed over, not tried
+    assert chat.tries == 2
+
+    chat.refusing = False
+    [resumed] = await restarted.resume("telegram:1")
+    assert resumed.id == daily.id and resumed.paused_at is None
+    assert chat.sent == [("telegram", "1", "\n".join([
+        "While this chat took no messages from me, your reminders were paused.",
+        "Due meanwhile:",
+        f"⏰ call mum (due {once.due_at.astimezone(BERLIN):%Y-%m-%d %H:%M})",
+        "They go on:",
+        restarted.describe(resumed),
+    ]))]  # fmt: skip
+    assert [r.id for r in await restarted.pending("telegram:1")] == [daily.id, later.id]  # the one-off was told
+    assert await restarted.resume("telegram:1") == []  # nothing more to resume, nothing said
+    assert len(chat.sent) == 1
+    assert await (await service(reminder_store, chat)).fire_due(now=resumed.due_at) == 1
+    assert chat.sent[-1] == ("telegram", "1", "⏰ Reminder: stand-up")

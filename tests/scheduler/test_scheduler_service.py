@@ -79,3 +79,25 @@ async def test_a_run_due_while_the_previous_one_goes_on_is_skipped_without_a_war
         await scheduler.shutdown(grace_seconds=1)
     assert runs >= 1 and overlapping == 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+
+
+async def test_a_cron_job_with_both_day_fields_runs_on_either_like_cron() -> None:
+    from datetime import UTC, datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from tests.scheduler.test_reminder_cron import cron_times
+
+    scheduler = BotScheduler()
+
+    async def maintain() -> None:
+        return None
+
+    zone = ZoneInfo("Europe/Berlin")
+    scheduler.add_cron_job("memory maintenance", "30 3 13 * 5", zone, maintain)
+    scheduler.start()
+    try:
+        run = scheduler.next_run("memory maintenance")
+        assert run is not None
+        assert run.astimezone(UTC) == cron_times("30 3 13 * 5", zone, datetime.now(UTC) - timedelta(seconds=1), 1)[0]
+    finally:
+        await scheduler.shutdown()
