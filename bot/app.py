@@ -148,6 +148,7 @@ class Application:
             workspace.root / "state" / "model-windows.json", self.notices.tell_once,
         )  # fmt: skip
         self.llm = llm = models.client
+        self._embedders = models.embedders
         self.models = models.models
         tools = tools_install.install(env, workspace.root, config_store.in_force, metrics)
         self.tools, self.mcp = tools.registry, tools.mcp
@@ -225,7 +226,7 @@ class Application:
         self._following_config: asyncio.Task[None] | None = None
         self._adopting: asyncio.Task[None] | None = None
         self.stages = [
-            Stage("model client", _nothing, self.llm.close),
+            Stage("model client", _nothing, self._close_models),
             # Stopped after every store: its last round makes what they wrote last durable.
             Stage("deferred fsyncs", self._start_syncing, self._stop_syncing),
             # Opened before the stores read from it, closed after the last of them wrote.
@@ -303,6 +304,10 @@ class Application:
 
     def _channel_types(self) -> set[str]:
         return {channel.channel_type for channel in self.channels}
+
+    async def _close_models(self) -> None:
+        await self.llm.close()
+        await self._embedders.close()
 
     async def _start_syncing(self) -> None:
         self._syncing = asyncio.create_task(self.deferred_sync.run(), name="deferred fsyncs")

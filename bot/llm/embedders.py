@@ -44,6 +44,11 @@ class Embedders:
         self._llm = llm
         self._local: LocalEmbedder | None = None
 
+    async def close(self) -> None:
+        """End the local model's worker threads (it starts them again if asked afterwards)."""
+        if self._local is not None:
+            self._local.close()
+
     def get(self, name: str | None) -> Embedder | None:
         if not name:
             return None

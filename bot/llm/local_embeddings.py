@@ -56,8 +56,26 @@ class LocalEmbedder:
         # several calls at a time, memory in its own) queue behind each other, and a message's query, made
         # on the reply's path, waits for the engine behind one short call of passages at most, never behind
         # the queue of them (nor behind the shared pool's threads they would all hold).
-        self._passage_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder passages")
-        self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder queries")
+        # Made when first asked for, ended by `close` (the threads would outlive the application otherwise).
+        self._passage_thread: ThreadPoolExecutor | None = None
+        self._query_thread: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """End the worker threads once their call in progress is done (a later call starts them again)."""
+        for thread in (self._passage_thread, self._query_thread):
+            if thread is not None:
+                thread.shutdown(wait=False, cancel_futures=True)
+        self._passage_thread = self._query_thread = None
+
+    def _passages(self) -> ThreadPoolExecutor:
+        if self._passage_thread is None:
+            self._passage_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder passages")
+        return self._passage_thread
+
+    def _queries_thread(self) -> ThreadPoolExecutor:
+        if self._query_thread is None:
+            self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder queries")
+        return self._query_thread
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         # A few passages per call of the worker thread: between calls a message's query gets the engine,
@@ -67,7 +85,7 @@ class LocalEmbedder:
         vectors: list[list[float]] = []
         for start in range(0, len(texts), PASSAGES_PER_CALL):
             step = texts[start : start + PASSAGES_PER_CALL]
-            vectors += await loop.run_in_executor(self._passage_thread, self._encode, step, False)
+            vectors += await loop.run_in_executor(self._passages(), self._encode, step, False)
         return vectors
 
     async def embed_query(self, text: str) -> list[float]:
@@ -77,7 +95,7 @@ class LocalEmbedder:
             self._queries.move_to_end(text)
             return cached
         loop = asyncio.get_running_loop()
-        [vector] = await loop.run_in_executor(self._query_thread, self._encode, [text], True)
+        [vector] = await loop.run_in_executor(self._queries_thread(), self._encode, [text], True)
         self._queries[text] = vector
         while len(self._queries) > RECENT_QUERIES:
             self._queries.popitem(last=False)

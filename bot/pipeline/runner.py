@@ -128,7 +128,11 @@ class PipelineRunner:
         the group became a supergroup), after a move of it under way has ended. What is done with the message
         outside a run (a command, a document to read, an image kept) then acts on the chat's data where it is,
         as a run does (`SessionService.held`)."""
-        chat_id = await self._sessions.chat_id_now(inbound.channel_type, inbound.chat_id)
+        try:
+            chat_id = await self._sessions.chat_id_now(inbound.channel_type, inbound.chat_id)
+        except OSError as error:  # the database not answering among them: the message is handled where it came
+            log.warning("[Pipeline] Could not read where %s is now (%s); taken as it came", inbound.session_id, error)
+            return inbound
         return inbound if chat_id == inbound.chat_id else dataclasses.replace(inbound, chat_id=chat_id)
 
     async def run(self, inbound: InboundMessage, outbound: TurnOutbound) -> TurnContext | None:
