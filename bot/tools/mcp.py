@@ -60,8 +60,10 @@ STOP_TIMEOUT_SECONDS = 10.0
 # A stdio server's stderr: each line logged at most this long; the last lines kept to say why it failed.
 MAX_STDERR_LINE_CHARS = 500
 STDERR_KEPT_LINES = 3
-# How long a failed server's last lines are waited for (its process is gone: they are in the pipe).
-LAST_WORDS_WAIT_SECONDS = 1.0
+# How long a failed server's last lines are waited for (its process is gone: they are in the pipe, and the
+# reader thread needs its turn at the interpreter, which a loaded machine may give it late). Only a process
+# that left a child of its own holding the pipe waits it out, before the restart's backoff.
+LAST_WORDS_WAIT_SECONDS = 5.0
 
 
 class McpState(StrEnum):
